@@ -1,0 +1,48 @@
+//! The single-machine default: a lab of virtual hosts on this machine (local transport),
+//! used when no lab file is configured, so that a fresh machine can run everything.
+
+use std::{path::Path, time::Duration};
+
+use config::{BrokerSettings, HostEntry, LabConfig, Transport};
+
+/// Default number of virtual hosts.
+pub const DEFAULT_HOSTS: usize = 4;
+
+/// Builds the embedded lab in `state_dir`, creating its secret (mode 0600) if missing.
+/// Hosts are `vhost01`…; all public, labelled `virtual`.
+pub fn lab(state_dir: &Path, hosts: usize) -> std::io::Result<LabConfig> {
+    std::fs::create_dir_all(state_dir)?;
+    let secret_file = state_dir.join("secret");
+    if !secret_file.exists() {
+        proto::auth::write_new_secret(&secret_file, false)?;
+    }
+    let hosts = (1..=hosts)
+        .map(|i| HostEntry {
+            name: format!("vhost{i:02}"),
+            address: "127.0.0.1".into(),
+            labels: vec!["public".into(), "virtual".into()],
+            owner: None,
+        })
+        .collect();
+    Ok(LabConfig {
+        source: None,
+        broker: BrokerSettings {
+            listen: ([127, 0, 0, 1], 0).into(),
+            transport: Transport::Local,
+            state_dir: state_dir.to_path_buf(),
+            secret_file,
+            report_interval: Duration::from_secs(2),
+            down_after: Duration::from_secs(6),
+            restart_backoff_max: Duration::from_secs(4),
+            hostd_path: None,
+            ssh_command: vec!["ssh".into()],
+            rsh_command: vec!["rsh".into()],
+        },
+        hosts,
+    })
+}
+
+/// The embedded lab's default state dir: `/tmp/rb-embedded-<uid>`.
+pub fn default_state_dir() -> std::path::PathBuf {
+    std::path::PathBuf::from(format!("/tmp/rb-embedded-{}", nix::unistd::getuid()))
+}

@@ -1,0 +1,344 @@
+//! The host table: the broker's pure view of every lab host (no I/O, no clocks of its own).
+//!
+//! Inputs are events with the current [`Instant`]; outputs are [`Effect`]s the core performs
+//! (close a connection, restart a daemon). A host is *up* while a daemon connection is open
+//! and its last report is younger than `down_after`; otherwise it is *down*, with a reason.
+
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
+
+use config::HostEntry;
+use proto::report::{HostReport, HostState, HostStatus};
+
+/// Identifies one accepted connection.
+pub type ConnId = u64;
+
+/// What the core must do after an event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// Drop this daemon connection (replaced, or silent too long).
+    CloseConn { conn: ConnId, reason: String },
+    /// Kill and restart the host's daemon through its transport.
+    RestartDaemon { host: String, reason: String },
+}
+
+#[derive(Debug)]
+struct HostRecord {
+    entry: HostEntry,
+    conn: Option<ConnId>,
+    last_report: Option<(Instant, HostReport)>,
+    down_reason: Option<String>,
+    daemon_starts: u32,
+    daemon_started_at: Option<Instant>,
+}
+
+/// A daemon that was started but never reported is restarted after this long.
+pub const FIRST_REPORT_GRACE: Duration = Duration::from_secs(10);
+
+/// Every host's latest state.
+#[derive(Debug)]
+pub struct HostTable {
+    hosts: BTreeMap<String, HostRecord>,
+    down_after: Duration,
+}
+
+impl HostTable {
+    pub fn new(entries: &[HostEntry], down_after: Duration) -> Self {
+        let hosts = entries
+            .iter()
+            .map(|e| {
+                let record = HostRecord {
+                    entry: e.clone(),
+                    conn: None,
+                    last_report: None,
+                    down_reason: Some("no daemon has reported yet".into()),
+                    daemon_starts: 0,
+                    daemon_started_at: None,
+                };
+                (e.name.clone(), record)
+            })
+            .collect();
+        Self { hosts, down_after }
+    }
+
+    pub fn contains(&self, host: &str) -> bool {
+        self.hosts.contains_key(host)
+    }
+
+    pub fn len(&self) -> usize {
+        self.hosts.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.hosts.is_empty()
+    }
+
+    /// A daemon for `host` completed the handshake on `conn`. Replaces any older connection.
+    pub fn connected(&mut self, host: &str, conn: ConnId) -> Vec<Effect> {
+        let Some(rec) = self.hosts.get_mut(host) else {
+            return Vec::new();
+        };
+        let old = rec.conn.replace(conn);
+        rec.down_reason = Some("connected, waiting for the first report".into());
+        rec.last_report = None;
+        old.filter(|&c| c != conn)
+            .map(|c| Effect::CloseConn {
+                conn: c,
+                reason: "replaced by a newer daemon connection".into(),
+            })
+            .into_iter()
+            .collect()
+    }
+
+    /// A report arrived on `conn`. Reports on stale connections are ignored.
+    pub fn report(&mut self, host: &str, conn: ConnId, report: HostReport, now: Instant) -> bool {
+        let Some(rec) = self.hosts.get_mut(host) else {
+            return false;
+        };
+        if rec.conn != Some(conn) {
+            return false;
+        }
+        rec.last_report = Some((now, report));
+        rec.down_reason = None;
+        true
+    }
+
+    /// The connection `conn` closed.
+    pub fn disconnected(&mut self, host: &str, conn: ConnId, reason: &str) {
+        if let Some(rec) = self.hosts.get_mut(host) {
+            if rec.conn == Some(conn) {
+                rec.conn = None;
+                rec.down_reason = Some(format!("daemon disconnected: {reason}"));
+            }
+        }
+    }
+
+    /// The transport (re)started the host's daemon.
+    pub fn daemon_started(&mut self, host: &str, now: Instant) {
+        if let Some(rec) = self.hosts.get_mut(host) {
+            rec.daemon_starts += 1;
+            rec.daemon_started_at = Some(now);
+        }
+    }
+
+    /// The transport's process for the host's daemon ended.
+    pub fn daemon_exited(&mut self, host: &str, how: &str) {
+        if let Some(rec) = self.hosts.get_mut(host) {
+            rec.daemon_started_at = None;
+            if rec.conn.is_none() {
+                rec.down_reason = Some(format!("daemon exited: {how}"));
+            }
+        }
+    }
+
+    /// Periodic check: silent hosts go down and get their daemon restarted.
+    pub fn tick(&mut self, now: Instant) -> Vec<Effect> {
+        let down_after = self.down_after;
+        let mut effects = Vec::new();
+        for (name, rec) in &mut self.hosts {
+            if let Some(reason) = silence(rec, now, down_after) {
+                if let Some(conn) = rec.conn.take() {
+                    effects.push(Effect::CloseConn {
+                        conn,
+                        reason: reason.clone(),
+                    });
+                }
+                rec.last_report = None;
+                rec.down_reason = Some(reason.clone());
+                rec.daemon_started_at = None;
+                effects.push(Effect::RestartDaemon {
+                    host: name.clone(),
+                    reason,
+                });
+            }
+        }
+        effects
+    }
+
+    /// One status row per host, in name order.
+    pub fn status(&self, now: Instant) -> Vec<HostStatus> {
+        self.hosts
+            .values()
+            .map(|rec| status_row(rec, now, self.down_after))
+            .collect()
+    }
+}
+
+/// Why a host counts as silent now, if it does.
+fn silence(rec: &HostRecord, now: Instant, down_after: Duration) -> Option<String> {
+    if rec.conn.is_some() {
+        let since = match &rec.last_report {
+            Some((at, _)) => *at,
+            None => rec.daemon_started_at.unwrap_or(now),
+        };
+        let quiet = now.saturating_duration_since(since);
+        let limit = if rec.last_report.is_some() {
+            down_after
+        } else {
+            down_after.max(FIRST_REPORT_GRACE)
+        };
+        return (quiet > limit).then(|| format!("no report for {:.1} s", quiet.as_secs_f64()));
+    }
+    let started = rec.daemon_started_at?;
+    let waited = now.saturating_duration_since(started);
+    (waited > down_after.max(FIRST_REPORT_GRACE)).then(|| {
+        format!(
+            "daemon started {:.1} s ago never connected",
+            waited.as_secs_f64()
+        )
+    })
+}
+
+fn status_row(rec: &HostRecord, now: Instant, down_after: Duration) -> HostStatus {
+    let report = rec.last_report.as_ref();
+    let age = report.map(|(at, _)| now.saturating_duration_since(*at));
+    let up = rec.conn.is_some() && age.is_some_and(|a| a <= down_after);
+    let r = report.map(|(_, r)| r);
+    let mut labels: Vec<String> = rec.entry.labels.clone();
+    labels.extend(r.map(|r| r.labels.clone()).unwrap_or_default());
+    labels.iter_mut().for_each(|l| *l = l.to_ascii_lowercase());
+    labels.sort();
+    labels.dedup();
+    HostStatus {
+        name: rec.entry.name.clone(),
+        address: rec.entry.address.clone(),
+        state: if up { HostState::Up } else { HostState::Down },
+        down_reason: if up {
+            None
+        } else {
+            rec.down_reason.clone().or_else(|| Some("silent".into()))
+        },
+        hostname: r.map(|r| r.hostname.clone()),
+        cpus: r.and_then(|r| r.cpus),
+        load1: r.and_then(|r| r.load.map(|l| l[0])),
+        load5: r.and_then(|r| r.load.map(|l| l[1])),
+        load15: r.and_then(|r| r.load.map(|l| l[2])),
+        cpu_util: r.and_then(|r| r.cpu_util),
+        mem_total_kb: r.and_then(|r| r.mem_total_kb),
+        mem_available_kb: r.and_then(|r| r.mem_available_kb),
+        os: r.and_then(|r| r.os.clone()),
+        arch: r.and_then(|r| r.arch.clone()),
+        users: r.and_then(|r| r.users.clone()).unwrap_or_default(),
+        users_known: r.is_some_and(|r| r.users.is_some()),
+        console_idle_s: r.and_then(|r| r.console_idle_s),
+        managed_procs: r.and_then(|r| r.managed_procs),
+        labels,
+        owner: rec.entry.owner.clone(),
+        last_report_age_s: age.map(|a| (a.as_secs_f64() * 10.0).round() / 10.0),
+        daemon_starts: rec.daemon_starts,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> HostTable {
+        let entries = ["node02", "node03"]
+            .iter()
+            .map(|n| HostEntry {
+                name: n.to_string(),
+                address: n.to_string(),
+                labels: vec!["public".into()],
+                owner: None,
+            })
+            .collect::<Vec<_>>();
+        HostTable::new(&entries, Duration::from_secs(6))
+    }
+
+    fn report(host: &str) -> HostReport {
+        HostReport {
+            hostname: host.into(),
+            cpus: Some(2),
+            load: Some([0.5, 0.4, 0.3]),
+            labels: vec!["linux".into(), "x86_64".into()],
+            ..HostReport::default()
+        }
+    }
+
+    #[test]
+    fn host_is_down_until_it_reports() {
+        let mut t = table();
+        let now = Instant::now();
+        assert_eq!(t.status(now)[0].state, HostState::Down);
+        assert!(t.connected("node02", 1).is_empty());
+        assert_eq!(t.status(now)[0].state, HostState::Down);
+        assert!(t.report("node02", 1, report("node02"), now));
+        let row = &t.status(now)[0];
+        assert_eq!(row.state, HostState::Up);
+        assert_eq!(row.labels, vec!["linux", "public", "x86_64"]);
+        assert_eq!(row.load1, Some(0.5));
+        assert!(!row.users_known);
+    }
+
+    #[test]
+    fn newer_connection_replaces_older_and_stale_reports_are_ignored() {
+        let mut t = table();
+        let now = Instant::now();
+        t.connected("node02", 1);
+        let effects = t.connected("node02", 2);
+        assert!(matches!(&effects[..], [Effect::CloseConn { conn: 1, .. }]));
+        assert!(!t.report("node02", 1, report("node02"), now));
+        t.disconnected("node02", 1, "eof");
+        assert!(t.report("node02", 2, report("node02"), now));
+        assert_eq!(t.status(now)[0].state, HostState::Up);
+    }
+
+    #[test]
+    fn silence_takes_host_down_and_restarts_daemon() {
+        let mut t = table();
+        let start = Instant::now();
+        t.daemon_started("node02", start);
+        t.connected("node02", 1);
+        t.report("node02", 1, report("node02"), start);
+        assert!(t.tick(start + Duration::from_secs(5)).is_empty());
+        let effects = t.tick(start + Duration::from_secs(7));
+        assert_eq!(effects.len(), 2, "{effects:?}");
+        assert!(matches!(&effects[1], Effect::RestartDaemon { host, .. } if host == "node02"));
+        let row = &t.status(start + Duration::from_secs(7))[0];
+        assert_eq!(row.state, HostState::Down);
+        assert!(row
+            .down_reason
+            .as_deref()
+            .is_some_and(|r| r.starts_with("no report for")));
+        assert!(
+            t.tick(start + Duration::from_secs(8)).is_empty(),
+            "restart asked once"
+        );
+    }
+
+    #[test]
+    fn disconnect_marks_down_at_once() {
+        let mut t = table();
+        let now = Instant::now();
+        t.connected("node03", 4);
+        t.report("node03", 4, report("node03"), now);
+        t.disconnected("node03", 4, "connection reset");
+        let row = &t.status(now)[1];
+        assert_eq!(row.state, HostState::Down);
+        assert_eq!(
+            row.down_reason.as_deref(),
+            Some("daemon disconnected: connection reset")
+        );
+    }
+
+    #[test]
+    fn daemon_that_never_connects_is_restarted() {
+        let mut t = table();
+        let start = Instant::now();
+        t.daemon_started("node03", start);
+        assert!(t.tick(start + Duration::from_secs(9)).is_empty());
+        let effects = t.tick(start + FIRST_REPORT_GRACE + Duration::from_secs(1));
+        assert!(matches!(&effects[..], [Effect::RestartDaemon { host, .. }] if host == "node03"));
+    }
+
+    #[test]
+    fn unknown_host_is_ignored() {
+        let mut t = table();
+        assert!(t.connected("nodeXX", 1).is_empty());
+        assert!(!t.report("nodeXX", 1, report("x"), Instant::now()));
+        assert!(!t.contains("nodeXX"));
+    }
+}

@@ -1,0 +1,149 @@
+//! `rb-broker`: the lab's manager process.
+//!
+//! # Layout
+//! - [`hosts`]: the pure host table (up/down, latest reports, silence → restart effects).
+//! - [`core`]: the one task that owns broker state and applies events in order.
+//! - [`server`]: TCP and local-socket listeners, handshakes, per-connection tasks.
+//! - [`supervisor`]: keeps every host's daemon running through the transport.
+//! - [`transport`]: the command line that starts a daemon on a host (ssh, rsh, local).
+//! - [`embedded`]: the single-machine default lab (virtual hosts) used when none is configured.
+//!
+//! [`run`] wires them: bind listeners → spawn supervisors and the core → serve until
+//! shutdown → stop daemons (lifeline, then SIGKILL) → remove the socket.
+
+pub mod core;
+pub mod embedded;
+pub mod hosts;
+pub mod server;
+pub mod supervisor;
+pub mod transport;
+
+use std::{
+    collections::HashSet,
+    future::Future,
+    net::SocketAddr,
+    os::unix::fs::{DirBuilderExt, PermissionsExt},
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use anyhow::{bail, Context};
+use config::LabConfig;
+use proto::auth::Secret;
+use tokio::{
+    net::{TcpListener, UnixListener},
+    sync::{mpsc, watch},
+};
+use tracing::info;
+
+use crate::{
+    hosts::HostTable, server::ServerCtx, supervisor::SupervisorSet, transport::LaunchSpec,
+};
+
+/// What a running broker tells other programs about itself (`STATE_DIR/broker.json`).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct BrokerInfo {
+    pub pid: u32,
+    /// The bound TCP address (with the real port when the lab file said port 0).
+    pub listen: SocketAddr,
+    pub control_socket: PathBuf,
+}
+
+/// Path of the info file in a state dir.
+pub fn info_path(state_dir: &Path) -> PathBuf {
+    state_dir.join("broker.json")
+}
+
+/// Runs the broker for `lab` until `shutdown` completes or a local client asks it to stop.
+pub async fn run(lab: LabConfig, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    prepare_state_dir(&lab.broker.state_dir)?;
+    let secret = Secret::load(&lab.broker.secret_file)?;
+    raise_fd_limit();
+    let tcp = TcpListener::bind(lab.broker.listen)
+        .await
+        .with_context(|| format!("cannot listen on {} (broker.listen)", lab.broker.listen))?;
+    let listen = tcp.local_addr()?;
+    if listen.ip().is_unspecified() && !matches!(lab.broker.transport, config::Transport::Manual) {
+        bail!("broker.listen {listen} is a wildcard address; host daemons need one they can connect to\nhelp: use this machine's lab address, e.g. \"10.77.0.1:7700\"");
+    }
+    let socket_path = lab.control_socket();
+    let unix = bind_control_socket(&socket_path).await?;
+    write_info(&lab.broker.state_dir, listen, &socket_path)?;
+    info!(%listen, socket = %socket_path.display(), hosts = lab.hosts.len(), transport = lab.broker.transport.name(), "broker listening");
+
+    let (events_tx, events_rx) = mpsc::channel(16 * 1024);
+    let (stop_tx, mut stop_rx) = watch::channel(false);
+    let names: HashSet<String> = lab.hosts.iter().map(|h| h.name.clone()).collect();
+    let interval_ms = lab.broker.report_interval.as_millis() as u64;
+    let ctx = Arc::new(ServerCtx::new(
+        secret,
+        events_tx.clone(),
+        names,
+        interval_ms,
+        stop_tx.clone(),
+    ));
+    let spec = LaunchSpec::new(&lab, listen);
+    let supervisors =
+        SupervisorSet::spawn(&lab.hosts, &spec, events_tx, lab.broker.restart_backoff_max);
+    let table = HostTable::new(&lab.hosts, lab.broker.down_after);
+    let core = tokio::spawn(core::run(table, events_rx, supervisors, stop_rx.clone()));
+    let tcp_task = tokio::spawn(server::serve_tcp(tcp, ctx.clone(), stop_rx.clone()));
+    let unix_task = tokio::spawn(server::serve_unix(unix, ctx, stop_rx.clone()));
+
+    tokio::select! {
+        _ = shutdown => info!("shutdown signal received"),
+        _ = stop_rx.changed() => {}
+    }
+    let _ = stop_tx.send(true);
+    let _ = tokio::join!(tcp_task, unix_task);
+    let _ = core.await;
+    let _ = std::fs::remove_file(&socket_path);
+    let _ = std::fs::remove_file(info_path(&lab.broker.state_dir));
+    info!("broker stopped");
+    Ok(())
+}
+
+fn prepare_state_dir(dir: &Path) -> anyhow::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("cannot create state dir {}", dir.display()))?;
+    std::fs::create_dir_all(dir.join("logs"))?;
+    Ok(())
+}
+
+/// Binds the control socket, refusing to steal one a live broker still answers on.
+async fn bind_control_socket(path: &Path) -> anyhow::Result<UnixListener> {
+    if path.exists() {
+        if tokio::net::UnixStream::connect(path).await.is_ok() {
+            bail!("another broker is running with this state dir (it answers on {})\nhelp: stop it with `rb shutdown`, or use another broker.state_dir", path.display());
+        }
+        std::fs::remove_file(path)
+            .with_context(|| format!("cannot remove stale socket {}", path.display()))?;
+    }
+    let listener =
+        UnixListener::bind(path).with_context(|| format!("cannot bind {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}
+
+fn write_info(state_dir: &Path, listen: SocketAddr, socket: &Path) -> anyhow::Result<()> {
+    let info = BrokerInfo {
+        pid: std::process::id(),
+        listen,
+        control_socket: socket.to_path_buf(),
+    };
+    let tmp = state_dir.join("broker.json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(&info)?)?;
+    std::fs::rename(&tmp, info_path(state_dir))?;
+    Ok(())
+}
+
+/// Lets a broker serve thousands of host connections.
+fn raise_fd_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+    }
+}

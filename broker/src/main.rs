@@ -1,0 +1,90 @@
+//! `rb-broker`: flags → validated lab config → [`broker::run`]. Exit 64 on bad configuration.
+
+use std::{path::PathBuf, process::ExitCode};
+
+use clap::Parser;
+
+/// ResourceBroker manager: starts and watches a host daemon on every lab machine.
+#[derive(Debug, Parser)]
+#[command(name = "rb-broker", version)]
+struct Args {
+    /// The lab file (default: $RB_LAB, else ~/.config/rb/lab.toml, else the embedded lab).
+    #[arg(long, env = "RB_LAB")]
+    lab: Option<PathBuf>,
+    /// Run the single-machine embedded lab (virtual hosts on this machine).
+    #[arg(long, conflicts_with = "lab")]
+    embedded: bool,
+    /// Number of virtual hosts of the embedded lab.
+    #[arg(long, default_value_t = broker::embedded::DEFAULT_HOSTS, requires = "embedded")]
+    hosts: usize,
+    /// State dir of the embedded lab (default /tmp/rb-embedded-<uid>).
+    #[arg(long, requires = "embedded")]
+    state_dir: Option<PathBuf>,
+}
+
+const EXIT_CONFIG: u8 = 64;
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RB_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let lab = match load_lab(&args) {
+        Ok(lab) => lab,
+        Err(e) => {
+            eprintln!("rb-broker: error: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("rb-broker: error: cannot start runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(broker::run(lab, shutdown_signal())) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rb-broker: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn load_lab(args: &Args) -> Result<config::LabConfig, String> {
+    let lab_path = args.lab.clone().or_else(|| {
+        let default = config::default_lab_path();
+        (!args.embedded && default.exists()).then_some(default)
+    });
+    match lab_path {
+        Some(path) => config::LabConfig::load(&path).map_err(|e| e.to_string()),
+        None => {
+            let dir = args
+                .state_dir
+                .clone()
+                .unwrap_or_else(broker::embedded::default_state_dir);
+            broker::embedded::lab(&dir, args.hosts)
+                .map_err(|e| format!("cannot prepare embedded lab in {}: {e}", dir.display()))
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+        }
+        _ => std::future::pending().await,
+    }
+}

@@ -1,0 +1,352 @@
+//! Listeners and per-connection tasks: TCP (host daemons, remote clients; authenticated
+//! with the lab secret) and the local control socket (clients of the broker's own uid,
+//! checked with SO_PEERCRED). A bad peer is logged (rate-limited) and dropped; it can never
+//! stall the broker, because each connection has its own task and a handshake deadline.
+
+use std::{
+    collections::HashSet,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
+    time::{Duration, Instant},
+};
+
+use proto::{
+    auth::Secret,
+    frame::{FrameError, FramedConn},
+    handshake::{refuse, server_handshake, ServerAuth},
+    msg::{ErrorCode, FromBroker, Request, Response, Role, ToBroker},
+    peercred,
+};
+use tokio::{
+    io::{AsyncRead, AsyncWrite},
+    net::{TcpListener, UnixListener},
+    sync::{oneshot, watch},
+};
+use tracing::{debug, info, warn};
+
+use crate::core::{Event, EventSender};
+
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Shared by every connection task.
+pub struct ServerCtx {
+    pub secret: Secret,
+    pub events: EventSender,
+    pub hosts: HashSet<String>,
+    pub report_interval_ms: u64,
+    pub uid: u32,
+    /// Fired by a local `Shutdown` request.
+    pub stop: watch::Sender<bool>,
+    next_conn: AtomicU64,
+    limiter: LogLimiter,
+}
+
+impl ServerCtx {
+    pub fn new(
+        secret: Secret,
+        events: EventSender,
+        hosts: HashSet<String>,
+        report_interval_ms: u64,
+        stop: watch::Sender<bool>,
+    ) -> Self {
+        Self {
+            secret,
+            events,
+            hosts,
+            report_interval_ms,
+            uid: nix::unistd::geteuid().as_raw(),
+            stop,
+            next_conn: AtomicU64::new(1),
+            limiter: LogLimiter::new(20, Duration::from_secs(10)),
+        }
+    }
+}
+
+/// Accepts TCP connections until `shutdown` fires.
+pub async fn serve_tcp(
+    listener: TcpListener,
+    ctx: Arc<ServerCtx>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.changed() => return,
+            a = listener.accept() => a,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                let _ = stream.set_nodelay(true);
+                let ctx = ctx.clone();
+                let shutdown = shutdown.clone();
+                tokio::spawn(async move {
+                    let auth = ServerAuth::Secret(&ctx.secret);
+                    handle(stream, &ctx, auth, peer.to_string(), false, shutdown).await;
+                });
+            }
+            Err(e) => accept_error(&ctx, &e).await,
+        }
+    }
+}
+
+/// Accepts local control connections until `shutdown` fires.
+pub async fn serve_unix(
+    listener: UnixListener,
+    ctx: Arc<ServerCtx>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.changed() => return,
+            a = listener.accept() => a,
+        };
+        match accepted {
+            Ok((stream, _)) => {
+                let ctx = ctx.clone();
+                let shutdown = shutdown.clone();
+                tokio::spawn(async move {
+                    let peer_uid = peercred::peer_uid(&stream);
+                    let peer = format!(
+                        "local uid {}",
+                        peer_uid.map_or("?".into(), |u| u.to_string())
+                    );
+                    let auth = ServerAuth::PeerUid {
+                        expected_uid: ctx.uid,
+                        peer_uid,
+                    };
+                    handle(stream, &ctx, auth, peer, true, shutdown).await;
+                });
+            }
+            Err(e) => accept_error(&ctx, &e).await,
+        }
+    }
+}
+
+/// Out of descriptors and similar: log and back off briefly instead of spinning.
+async fn accept_error(ctx: &ServerCtx, e: &std::io::Error) {
+    if ctx.limiter.allow() {
+        warn!(error = %e, "accept failed");
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
+async fn handle<S>(
+    stream: S,
+    ctx: &ServerCtx,
+    auth: ServerAuth<'_>,
+    peer: String,
+    local: bool,
+    shutdown: watch::Receiver<bool>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut conn = FramedConn::new(stream);
+    let hello =
+        match tokio::time::timeout(HANDSHAKE_TIMEOUT, server_handshake(&mut conn, auth)).await {
+            Ok(Ok(hello)) => hello,
+            Ok(Err(e)) => return ctx.limiter.warn(&peer, &e.to_string()),
+            Err(_) => return ctx.limiter.warn(&peer, "handshake timed out"),
+        };
+    match hello.role {
+        Role::Hostd if !ctx.hosts.contains(&hello.name) => {
+            let reason = format!("host `{}` is not in the lab file", hello.name);
+            refuse(&mut conn, ErrorCode::UnknownHost, &reason).await;
+            ctx.limiter.warn(&peer, &reason);
+        }
+        Role::Hostd => hostd_session(conn, ctx, hello.name, shutdown).await,
+        Role::Client => client_session(conn, ctx, local, &peer, shutdown).await,
+    }
+}
+
+async fn welcome<S: AsyncRead + AsyncWrite + Unpin>(
+    conn: &mut FramedConn<S>,
+    ctx: &ServerCtx,
+) -> Result<(), FrameError> {
+    conn.send(&FromBroker::Welcome {
+        report_interval_ms: ctx.report_interval_ms,
+    })
+    .await
+}
+
+async fn hostd_session<S>(
+    mut conn: FramedConn<S>,
+    ctx: &ServerCtx,
+    host: String,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let id = ctx.next_conn.fetch_add(1, Ordering::Relaxed);
+    let (close_tx, mut close_rx) = oneshot::channel::<String>();
+    let connected = Event::HostdConnected {
+        host: host.clone(),
+        conn: id,
+        close: close_tx,
+    };
+    if ctx.events.send(connected).await.is_err() || welcome(&mut conn, ctx).await.is_err() {
+        return;
+    }
+    let reason = loop {
+        tokio::select! {
+            _ = shutdown.changed() => break "broker stopping".to_string(),
+            why = &mut close_rx => break why.unwrap_or_else(|_| "closed by broker".into()),
+            msg = conn.recv::<ToBroker>() => match msg {
+                Ok(ToBroker::Report(report)) => {
+                    if ctx.events.send(Event::Report { host: host.clone(), conn: id, report }).await.is_err() {
+                        break "broker stopping".into();
+                    }
+                }
+                Ok(other) => {
+                    let why = format!("unexpected message from a host daemon: {}", short(&other));
+                    refuse(&mut conn, ErrorCode::BadMessage, &why).await;
+                    break why;
+                }
+                Err(FrameError::Closed) => break "connection closed".into(),
+                Err(e) => {
+                    refuse(&mut conn, ErrorCode::BadMessage, &e.to_string()).await;
+                    break e.to_string();
+                }
+            },
+        }
+    };
+    let _ = ctx
+        .events
+        .send(Event::Disconnected {
+            host,
+            conn: id,
+            reason,
+        })
+        .await;
+}
+
+async fn client_session<S>(
+    mut conn: FramedConn<S>,
+    ctx: &ServerCtx,
+    local: bool,
+    peer: &str,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    if welcome(&mut conn, ctx).await.is_err() {
+        return;
+    }
+    loop {
+        let msg = tokio::select! {
+            _ = shutdown.changed() => return,
+            msg = conn.recv::<ToBroker>() => msg,
+        };
+        let (id, req) = match msg {
+            Ok(ToBroker::Request { id, req }) => (id, req),
+            Ok(other) => {
+                return refuse(
+                    &mut conn,
+                    ErrorCode::BadMessage,
+                    &format!("expected a request, got {}", short(&other)),
+                )
+                .await
+            }
+            Err(FrameError::Closed) => return,
+            Err(e) => return refuse(&mut conn, ErrorCode::BadMessage, &e.to_string()).await,
+        };
+        let reply = match answer(ctx, req, local, peer).await {
+            Ok(resp) => FromBroker::Response { id, resp },
+            Err(message) => FromBroker::Error {
+                code: ErrorCode::Failed,
+                message,
+            },
+        };
+        if conn.send(&reply).await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn answer(
+    ctx: &ServerCtx,
+    req: Request,
+    local: bool,
+    peer: &str,
+) -> Result<Response, String> {
+    match req {
+        Request::Status => {
+            let (tx, rx) = oneshot::channel();
+            ctx.events
+                .send(Event::Status { reply: tx })
+                .await
+                .map_err(|_| "broker stopping".to_string())?;
+            let hosts = rx.await.map_err(|_| "broker stopping".to_string())?;
+            Ok(Response::Status { hosts })
+        }
+        Request::Shutdown if local => {
+            info!(%peer, "shutdown requested");
+            let _ = ctx.stop.send(true);
+            Ok(Response::Ok)
+        }
+        Request::Shutdown => Err("shutdown is only accepted on the local control socket".into()),
+    }
+}
+
+fn short(msg: &ToBroker) -> String {
+    let text = format!("{msg:?}");
+    text.chars().take(60).collect()
+}
+
+/// Rate limit for warnings a remote peer can trigger: at most `max` per `window`.
+struct LogLimiter {
+    max: u32,
+    window: Duration,
+    state: Mutex<(Instant, u32, u64)>,
+}
+
+impl LogLimiter {
+    fn new(max: u32, window: Duration) -> Self {
+        Self {
+            max,
+            window,
+            state: Mutex::new((Instant::now(), 0, 0)),
+        }
+    }
+
+    /// True if a message may be logged now.
+    fn allow(&self) -> bool {
+        let Ok(mut s) = self.state.lock() else {
+            return false;
+        };
+        if s.0.elapsed() > self.window {
+            if s.2 > 0 {
+                warn!(
+                    suppressed = s.2,
+                    "peer warnings suppressed by the rate limit"
+                );
+            }
+            *s = (Instant::now(), 0, 0);
+        }
+        s.1 += 1;
+        if s.1 > self.max {
+            s.2 += 1;
+        }
+        s.1 <= self.max
+    }
+
+    fn warn(&self, peer: &str, reason: &str) {
+        if self.allow() {
+            warn!(%peer, %reason, "dropped connection");
+        } else {
+            debug!(%peer, %reason, "dropped connection");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limiter_caps_messages_per_window() {
+        let limiter = LogLimiter::new(3, Duration::from_secs(60));
+        let allowed = (0..10).filter(|_| limiter.allow()).count();
+        assert_eq!(allowed, 3);
+    }
+}

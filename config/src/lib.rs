@@ -1,0 +1,146 @@
+//! The lab file: which hosts the broker manages and how it reaches them.
+//!
+//! Two stages, as everywhere in ResourceBroker: [`raw`] mirrors the TOML exactly
+//! (`deny_unknown_fields`, spans kept), and [`LabConfig`] is the validated result the
+//! programs use. Every error names the file, line, column and key, and says how to fix it.
+//!
+//! ```toml
+//! [broker]
+//! listen = "10.77.0.1:7700"        # where host daemons, agents and rb connect
+//! transport = "ssh"                # ssh | rsh | local | manual
+//! state_dir = "/var/tmp/rb-alice"  # database, sockets, logs
+//! secret_file = "~/.config/rb/secret"
+//! [[host]]
+//! name = "node02"
+//! address = "10.77.0.2"            # optional, defaults to name
+//! labels = ["public"]
+//! owner = "alice"                  # set = private machine of that user
+//! ```
+
+mod error;
+pub mod raw;
+mod validate;
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+pub use error::ConfigError;
+
+/// How the broker starts host daemons.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// `ssh ADDRESS rb-hostd …` (default).
+    Ssh,
+    /// `rsh ADDRESS rb-hostd …`.
+    Rsh,
+    /// Virtual hosts: `rb-hostd` runs as a child process on this machine, one per host.
+    Local,
+    /// The broker starts nothing; daemons are started by someone else and connect in.
+    Manual,
+}
+
+impl Transport {
+    pub const NAMES: &'static [&'static str] = &["ssh", "rsh", "local", "manual"];
+
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "ssh" => Some(Self::Ssh),
+            "rsh" => Some(Self::Rsh),
+            "local" => Some(Self::Local),
+            "manual" => Some(Self::Manual),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Ssh => "ssh",
+            Self::Rsh => "rsh",
+            Self::Local => "local",
+            Self::Manual => "manual",
+        }
+    }
+}
+
+/// Validated `[broker]` table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BrokerSettings {
+    pub listen: SocketAddr,
+    pub transport: Transport,
+    pub state_dir: PathBuf,
+    pub secret_file: PathBuf,
+    /// How often host daemons report.
+    pub report_interval: Duration,
+    /// Silence after which a host is marked down and its daemon restarted.
+    pub down_after: Duration,
+    /// Upper bound of the restart backoff.
+    pub restart_backoff_max: Duration,
+    /// Path of `rb-hostd` on the hosts; `None` = next to the broker's own executable.
+    pub hostd_path: Option<PathBuf>,
+    /// Remote-shell command used by the ssh transport (program and leading arguments).
+    pub ssh_command: Vec<String>,
+    /// Remote-shell command used by the rsh transport.
+    pub rsh_command: Vec<String>,
+}
+
+/// One validated `[[host]]` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostEntry {
+    pub name: String,
+    /// Where the transport connects; defaults to the name.
+    pub address: String,
+    /// Lower-case labels, sorted and unique.
+    pub labels: Vec<String>,
+    /// The user whose private machine this is.
+    pub owner: Option<String>,
+}
+
+/// A validated lab file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LabConfig {
+    /// The file it came from (for messages), if any.
+    pub source: Option<PathBuf>,
+    pub broker: BrokerSettings,
+    pub hosts: Vec<HostEntry>,
+}
+
+impl LabConfig {
+    /// Reads and validates a lab file.
+    pub fn load(path: &std::path::Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::io(path, &e))?;
+        Self::parse(&text, Some(path))
+    }
+
+    /// Parses and validates lab-file text; `path` is only used in messages.
+    pub fn parse(text: &str, path: Option<&std::path::Path>) -> Result<Self, ConfigError> {
+        let raw: raw::RawLab =
+            toml::from_str(text).map_err(|e| ConfigError::from_toml(text, path, &e))?;
+        validate::validate(raw, text, path)
+    }
+
+    pub fn host(&self, name: &str) -> Option<&HostEntry> {
+        self.hosts.iter().find(|h| h.name == name)
+    }
+
+    /// The broker's local control socket.
+    pub fn control_socket(&self) -> PathBuf {
+        self.broker.state_dir.join("broker.sock")
+    }
+}
+
+/// Expands a leading `~/` with `$HOME`.
+pub fn expand_home(path: &str) -> PathBuf {
+    match (path.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => PathBuf::from(home).join(rest),
+        _ => PathBuf::from(path),
+    }
+}
+
+/// The default location of the user's lab file: `~/.config/rb/lab.toml`.
+pub fn default_lab_path() -> PathBuf {
+    expand_home("~/.config/rb/lab.toml")
+}
+
+/// The default location of the lab secret: `~/.config/rb/secret`.
+pub fn default_secret_path() -> PathBuf {
+    expand_home("~/.config/rb/secret")
+}

@@ -1,0 +1,47 @@
+//! The lab file exactly as written: serde structs with `deny_unknown_fields` and spans.
+
+use serde::Deserialize;
+use toml::Spanned;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLab {
+    pub broker: RawBroker,
+    #[serde(default)]
+    pub host: Vec<RawHost>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBroker {
+    pub listen: Spanned<String>,
+    #[serde(default)]
+    pub transport: Option<Spanned<String>>,
+    pub state_dir: Spanned<String>,
+    #[serde(default)]
+    pub secret_file: Option<String>,
+    #[serde(default)]
+    pub report_interval_s: Option<Spanned<f64>>,
+    #[serde(default)]
+    pub down_after_s: Option<Spanned<f64>>,
+    #[serde(default)]
+    pub restart_backoff_max_s: Option<Spanned<f64>>,
+    #[serde(default)]
+    pub hostd_path: Option<String>,
+    #[serde(default)]
+    pub ssh_command: Option<Spanned<Vec<String>>>,
+    #[serde(default)]
+    pub rsh_command: Option<Spanned<Vec<String>>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHost {
+    pub name: Spanned<String>,
+    #[serde(default)]
+    pub address: Option<Spanned<String>>,
+    #[serde(default)]
+    pub labels: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub owner: Option<Spanned<String>>,
+}

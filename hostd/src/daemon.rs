@@ -1,0 +1,305 @@
+//! The host daemon's life: take over from an older daemon for the same host, connect to the
+//! broker, authenticate, report, reconnect with backoff, and exit when told to or when its
+//! lifeline (stdin, held open by the broker's transport) closes.
+//!
+//! Reports go out every interval (from the broker's `Welcome`, or `--interval-ms`), and at
+//! once when [`detect_trigger`] sees a login or returning input (polled every
+//! [`ACTIVITY_POLL`]).
+
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use proto::{
+    auth::Secret,
+    frame::{FrameError, FramedConn},
+    handshake::{client_handshake, ClientAuth, HandshakeError},
+    msg::{ErrorCode, FromBroker, Role, ToBroker},
+    report::{HostReport, ReportTrigger},
+};
+use tokio::{net::TcpStream, sync::watch, time::Instant};
+use tracing::{debug, info, warn};
+
+use crate::sensors::{detect_trigger, Activity, Sensors};
+
+/// How often the cheap activity sample runs (logins, input).
+pub const ACTIVITY_POLL: Duration = Duration::from_millis(250);
+/// Idle time after which renewed input counts as "someone came back".
+pub const IDLE_THRESHOLD_S: u64 = 60;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+const BACKOFF_MIN: Duration = Duration::from_millis(200);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// Validated daemon settings.
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    pub broker: String,
+    pub host: String,
+    pub secret_file: PathBuf,
+    /// Overrides the broker's interval when set.
+    pub interval: Option<Duration>,
+    /// Exit when stdin reaches end-of-file (the transport that started us is gone).
+    pub lifeline_stdin: bool,
+}
+
+/// Why the daemon stopped.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// The broker asked us to stop, or we were signalled.
+    Requested(String),
+    /// Our lifeline closed.
+    LifelineClosed,
+    /// The broker refused us for good (bad secret, unknown host, version).
+    Refused(String),
+}
+
+/// Runs until told to stop. `stop` turns true on SIGTERM/SIGINT or lifeline EOF.
+pub async fn run(
+    cfg: DaemonConfig,
+    mut sensors: Sensors,
+    mut stop: watch::Receiver<Option<Exit>>,
+) -> Exit {
+    let mut backoff = BACKOFF_MIN;
+    let mut seq = 0u64;
+    loop {
+        let session = session(&cfg, &mut sensors, &mut seq);
+        let outcome = tokio::select! {
+            outcome = session => outcome,
+            _ = stop.changed() => return take_exit(&stop),
+        };
+        match outcome {
+            SessionEnd::Exit(exit) => return exit,
+            SessionEnd::Lost { was_welcomed } => {
+                if was_welcomed {
+                    backoff = BACKOFF_MIN;
+                }
+            }
+        }
+        debug!(
+            delay_ms = backoff.as_millis() as u64,
+            "reconnecting after backoff"
+        );
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = stop.changed() => return take_exit(&stop),
+        }
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+fn take_exit(stop: &watch::Receiver<Option<Exit>>) -> Exit {
+    match &*stop.borrow() {
+        Some(Exit::LifelineClosed) => Exit::LifelineClosed,
+        Some(Exit::Requested(r)) => Exit::Requested(r.clone()),
+        Some(Exit::Refused(r)) => Exit::Refused(r.clone()),
+        None => Exit::Requested("stop signal".into()),
+    }
+}
+
+enum SessionEnd {
+    Exit(Exit),
+    Lost { was_welcomed: bool },
+}
+
+async fn session(cfg: &DaemonConfig, sensors: &mut Sensors, seq: &mut u64) -> SessionEnd {
+    let secret = match Secret::load(&cfg.secret_file) {
+        Ok(s) => s,
+        Err(e) => return SessionEnd::Exit(Exit::Refused(e.to_string())),
+    };
+    let (mut conn, interval) = match connect(cfg, &secret).await {
+        Ok(pair) => pair,
+        Err(ConnectError::Fatal(reason)) => return SessionEnd::Exit(Exit::Refused(reason)),
+        Err(ConnectError::Retry(reason)) => {
+            warn!(broker = %cfg.broker, %reason, "cannot reach broker");
+            return SessionEnd::Lost {
+                was_welcomed: false,
+            };
+        }
+    };
+    info!(broker = %cfg.broker, host = %cfg.host, interval_ms = interval.as_millis() as u64, "connected");
+    match report_loop(&mut conn, sensors, seq, interval).await {
+        Ok(exit) => SessionEnd::Exit(exit),
+        Err(e) => {
+            warn!(error = %e, "connection to broker lost");
+            SessionEnd::Lost { was_welcomed: true }
+        }
+    }
+}
+
+enum ConnectError {
+    Retry(String),
+    Fatal(String),
+}
+
+async fn connect(
+    cfg: &DaemonConfig,
+    secret: &Secret,
+) -> Result<(FramedConn<TcpStream>, Duration), ConnectError> {
+    let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&cfg.broker))
+        .await
+        .map_err(|_| ConnectError::Retry("connect timed out".into()))?
+        .map_err(|e| ConnectError::Retry(e.to_string()))?;
+    let _ = stream.set_nodelay(true);
+    let mut conn = FramedConn::new(stream);
+    let handshake = client_handshake(
+        &mut conn,
+        Role::Hostd,
+        &cfg.host,
+        ClientAuth::Secret(secret),
+    );
+    let interval_ms = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
+        Err(_) => return Err(ConnectError::Retry("handshake timed out".into())),
+        Ok(Ok(ms)) => ms,
+        Ok(Err(HandshakeError::Refused { code, message })) if code != ErrorCode::Failed => {
+            return Err(ConnectError::Fatal(format!("broker refused us: {message}")))
+        }
+        Ok(Err(HandshakeError::Auth(reason))) => return Err(ConnectError::Fatal(reason)),
+        Ok(Err(e)) => return Err(ConnectError::Retry(e.to_string())),
+    };
+    let interval = cfg
+        .interval
+        .unwrap_or(Duration::from_millis(interval_ms.max(50)));
+    Ok((conn, interval))
+}
+
+async fn report_loop(
+    conn: &mut FramedConn<TcpStream>,
+    sensors: &mut Sensors,
+    seq: &mut u64,
+    interval: Duration,
+) -> Result<Exit, FrameError> {
+    send_report(conn, sensors, seq, ReportTrigger::Start).await?;
+    let mut activity: Activity = sensors.sample_activity();
+    let mut next_report = Instant::now() + interval;
+    let mut poll = tokio::time::interval(ACTIVITY_POLL);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(next_report) => {
+                send_report(conn, sensors, seq, ReportTrigger::Interval).await?;
+                next_report = Instant::now() + interval;
+            }
+            _ = poll.tick() => {
+                let now = sensors.sample_activity();
+                if let Some(trigger) = detect_trigger(&activity, &now, IDLE_THRESHOLD_S) {
+                    debug!(?trigger, "activity: reporting now");
+                    send_report(conn, sensors, seq, trigger).await?;
+                    next_report = Instant::now() + interval;
+                }
+                activity = now;
+            }
+            msg = conn.recv::<FromBroker>() => match msg? {
+                FromBroker::Shutdown { reason } => return Ok(Exit::Requested(reason)),
+                FromBroker::Error { code, message } => warn!(?code, %message, "broker reported an error"),
+                other => debug!(?other, "ignoring unexpected message"),
+            },
+        }
+    }
+}
+
+async fn send_report(
+    conn: &mut FramedConn<TcpStream>,
+    sensors: &mut Sensors,
+    seq: &mut u64,
+    trigger: ReportTrigger,
+) -> Result<(), FrameError> {
+    *seq += 1;
+    let mut report: HostReport = sensors.sample();
+    report.seq = *seq;
+    report.trigger = Some(trigger);
+    conn.send(&ToBroker::Report(Box::new(report))).await
+}
+
+/// Ensures one daemon per (user, host name) on this machine: takes the lock in `dir`,
+/// terminating the daemon that holds it (an older instance, e.g. from before a broker
+/// restart or a partition). The returned file keeps the lock for the process's life.
+pub fn take_over(dir: &Path, host: &str) -> std::io::Result<std::fs::File> {
+    use std::io::{Read, Seek, Write};
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let path = dir.join(format!("hostd-{}.lock", sanitize(host)));
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    let mut signalled = false;
+    while !try_lock(&file)? {
+        let mut text = String::new();
+        file.seek(std::io::SeekFrom::Start(0))?;
+        file.read_to_string(&mut text)?;
+        if let Ok(pid) = text.trim().parse::<i32>() {
+            let sig = if std::time::Instant::now() > deadline {
+                nix::sys::signal::Signal::SIGKILL
+            } else {
+                nix::sys::signal::Signal::SIGTERM
+            };
+            if !signalled || sig == nix::sys::signal::Signal::SIGKILL {
+                info!(pid, ?sig, "taking over from an older host daemon");
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+                signalled = true;
+            }
+        }
+        if std::time::Instant::now() > deadline + Duration::from_secs(2) {
+            return Err(std::io::Error::other(format!(
+                "{} stays locked by another daemon",
+                path.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    file.set_len(0)?;
+    file.seek(std::io::SeekFrom::Start(0))?;
+    write!(file, "{}", std::process::id())?;
+    Ok(file)
+}
+
+fn try_lock(file: &std::fs::File) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a valid, owned descriptor; no memory is shared with the kernel.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let err = std::io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(false)
+    } else {
+        Err(err)
+    }
+}
+
+fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn take_over_locks_and_records_pid() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lock = take_over(dir.path(), "node/02").expect("lock");
+        let text = std::fs::read_to_string(dir.path().join("hostd-node_02.lock")).expect("read");
+        assert_eq!(text, std::process::id().to_string());
+        drop(lock);
+        // Free again: a second take-over succeeds at once.
+        take_over(dir.path(), "node/02").expect("relock");
+    }
+}

@@ -1,0 +1,179 @@
+//! `rb-hostd`: flags → validated config → [`hostd::daemon::run`].
+//!
+//! Normally started by the broker over the lab's transport; can also be run by hand
+//! (`--once` prints one report as JSON and exits, handy to see what a machine reports).
+
+use std::{path::PathBuf, process::ExitCode, time::Duration};
+
+use clap::Parser;
+use hostd::{
+    daemon::{self, DaemonConfig, Exit},
+    sensors::{SensorConfig, Sensors},
+};
+use tokio::sync::watch;
+
+/// ResourceBroker host daemon: reports this machine's load, users and idleness to the broker.
+#[derive(Debug, Parser)]
+#[command(name = "rb-hostd", version)]
+struct Args {
+    /// Broker address (IP:port) to report to.
+    #[arg(long, required_unless_present = "once")]
+    broker: Option<String>,
+    /// This machine's name in the lab file.
+    #[arg(long, required_unless_present = "once")]
+    host: Option<String>,
+    /// The lab secret file (mode 0600). `~/` is expanded on this machine.
+    #[arg(long, default_value = "~/.config/rb/secret")]
+    secret_file: String,
+    /// Report interval in milliseconds (default: what the broker says).
+    #[arg(long)]
+    interval_ms: Option<u64>,
+    /// Exit when stdin reaches end-of-file (set by the broker's transports).
+    #[arg(long)]
+    lifeline_stdin: bool,
+    /// Directory for the per-host lock that keeps one daemon per host (default /tmp/rb-<uid>).
+    #[arg(long)]
+    lock_dir: Option<PathBuf>,
+    /// Sensor-overlay file (test and demo facility, see hostd/OVERLAY.md).
+    #[arg(long, env = "RB_SENSOR_OVERLAY")]
+    overlay: Option<PathBuf>,
+    /// utmp file to read logins from.
+    #[arg(long, default_value = "/run/utmp")]
+    utmp: PathBuf,
+    /// Glob of an input device whose access time is the last console input (repeatable;
+    /// replaces the defaults).
+    #[arg(long = "input-device")]
+    input_devices: Vec<String>,
+    /// Print one report as JSON on stdout and exit.
+    #[arg(long)]
+    once: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RB_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let sensors = Sensors::new(sensor_config(&args));
+    if args.once {
+        return print_once(sensors);
+    }
+    match run(args, sensors) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rb-hostd: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn sensor_config(args: &Args) -> SensorConfig {
+    let mut cfg = SensorConfig {
+        utmp_path: args.utmp.clone(),
+        overlay_path: args.overlay.clone(),
+        ..SensorConfig::default()
+    };
+    if !args.input_devices.is_empty() {
+        cfg.input_devices = args.input_devices.clone();
+    }
+    cfg
+}
+
+fn print_once(mut sensors: Sensors) -> ExitCode {
+    sensors.sample();
+    std::thread::sleep(Duration::from_millis(200));
+    let report = sensors.sample();
+    match serde_json::to_string_pretty(&report) {
+        Ok(text) => {
+            println!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("rb-hostd: cannot encode report: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(args: Args, sensors: Sensors) -> anyhow::Result<()> {
+    let (Some(broker), Some(host)) = (args.broker.clone(), args.host.clone()) else {
+        anyhow::bail!("--broker and --host are required");
+    };
+    let lock_dir = args
+        .lock_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("/tmp/rb-{}", nix::unistd::getuid())));
+    let _lock = daemon::take_over(&lock_dir, &host)
+        .map_err(|e| anyhow::anyhow!("cannot take the host lock in {}: {e}", lock_dir.display()))?;
+    let cfg = DaemonConfig {
+        broker,
+        host,
+        secret_file: config::expand_home(&args.secret_file),
+        interval: args.interval_ms.map(Duration::from_millis),
+        lifeline_stdin: args.lifeline_stdin,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let exit = runtime.block_on(async move {
+        let (stop_tx, stop_rx) = watch::channel(None);
+        spawn_stop_sources(&cfg, stop_tx);
+        daemon::run(cfg, sensors, stop_rx).await
+    });
+    match exit {
+        Exit::Requested(reason) => tracing::info!(%reason, "stopping"),
+        Exit::LifelineClosed => tracing::info!("lifeline closed; stopping"),
+        Exit::Refused(reason) => anyhow::bail!("{reason}"),
+    }
+    Ok(())
+}
+
+/// Signals and the stdin lifeline both end the daemon through one watch channel.
+fn spawn_stop_sources(cfg: &DaemonConfig, stop: watch::Sender<Option<Exit>>) {
+    let stop = std::sync::Arc::new(stop);
+    let on_signal = stop.clone();
+    tokio::spawn(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            return;
+        };
+        let name = tokio::select! { _ = term.recv() => "SIGTERM", _ = int.recv() => "SIGINT" };
+        let _ = on_signal.send(Some(Exit::Requested(name.into())));
+    });
+    if cfg.lifeline_stdin {
+        // A plain thread: a blocking wait on stdin costs nothing until the lifeline closes.
+        std::thread::spawn(move || {
+            let why = wait_for_eof_on_stdin();
+            tracing::debug!(%why, "lifeline ended");
+            let _ = stop.send(Some(Exit::LifelineClosed));
+        });
+    }
+}
+
+/// Blocks until stdin reports end-of-file or hang-up (data is read and discarded).
+fn wait_for_eof_on_stdin() -> String {
+    use std::os::fd::AsFd;
+
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let stdin = std::io::stdin();
+    let mut buf = [0u8; 256];
+    loop {
+        let mut fds = [PollFd::new(stdin.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return format!("poll: {e}"),
+            Ok(_) => {}
+        }
+        match nix::unistd::read(std::os::fd::AsRawFd::as_raw_fd(&stdin), &mut buf) {
+            Ok(0) => return "end of file".into(),
+            Ok(_) | Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return format!("read: {e}"),
+        }
+    }
+}

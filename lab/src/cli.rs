@@ -1,0 +1,315 @@
+//! `rb lab …`: the lab for people. The lead wires [`LabCommand`] into the `rb` binary;
+//! [`run`] does the work.
+//!
+//! `rb lab up` builds a lab and leaves it running (detached); the other commands find it
+//! through its manifest: with `--lab DIR`, or the only lab made by `rb lab up`.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+
+use crate::{list_labs, require_root, Lab, LabSpec, LabSummary};
+
+/// The `rb lab` subcommands.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Subcommand)]
+pub enum LabCommand {
+    /// Build a lab of test hosts on this machine and leave it running.
+    Up {
+        /// Number of hosts (node02 …).
+        #[arg(long, default_value_t = 4)]
+        hosts: usize,
+        /// Also run real rshd (inetd + in.rshd) on every host.
+        #[arg(long)]
+        rsh: bool,
+    },
+    /// Tear down a lab (default: every lab made by `rb lab up` on this machine).
+    Down {
+        /// The lab directory (/var/tmp/rb-lab-S).
+        dir: Option<PathBuf>,
+    },
+    /// List the labs of this machine and their hosts.
+    Status,
+    /// Run a command inside a host (as root, or as the lab user with --user).
+    Exec {
+        /// Lab directory (default: the only lab made by `rb lab up`).
+        #[arg(long)]
+        lab: Option<PathBuf>,
+        /// Run as the lab user instead of root.
+        #[arg(long)]
+        user: bool,
+        /// The host (node02, …).
+        host: String,
+        /// The command and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        argv: Vec<String>,
+    },
+    /// Crash a host: every process on it dies at once.
+    Crash {
+        /// Lab directory (default: the only lab made by `rb lab up`).
+        #[arg(long)]
+        lab: Option<PathBuf>,
+        /// The host.
+        host: String,
+    },
+    /// Boot a crashed host; returns when its sshd accepts connections.
+    Boot {
+        /// Lab directory (default: the only lab made by `rb lab up`).
+        #[arg(long)]
+        lab: Option<PathBuf>,
+        /// The host.
+        host: String,
+    },
+    /// Cut a host off the lab network.
+    Partition {
+        /// Lab directory (default: the only lab made by `rb lab up`).
+        #[arg(long)]
+        lab: Option<PathBuf>,
+        /// The host.
+        host: String,
+    },
+    /// Reconnect a partitioned host.
+    Heal {
+        /// Lab directory (default: the only lab made by `rb lab up`).
+        #[arg(long)]
+        lab: Option<PathBuf>,
+        /// The host.
+        host: String,
+    },
+}
+
+/// Runs one `rb lab` command.
+pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
+    if cmd != LabCommand::Status {
+        require_root()?;
+    }
+    match cmd {
+        LabCommand::Up { hosts, rsh } => up(hosts, rsh),
+        LabCommand::Down { dir } => down(dir),
+        LabCommand::Status => {
+            status();
+            Ok(())
+        }
+        LabCommand::Exec {
+            lab,
+            user,
+            host,
+            argv,
+        } => exec(lab, user, &host, &argv),
+        LabCommand::Crash { lab, host } => Ok(find(lab)?.crash(&host)?),
+        LabCommand::Boot { lab, host } => Ok(find(lab)?.boot(&host)?),
+        LabCommand::Partition { lab, host } => Ok(find(lab)?.partition(&host)?),
+        LabCommand::Heal { lab, host } => Ok(find(lab)?.heal(&host)?),
+    }
+}
+
+fn up(hosts: usize, rsh: bool) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let lab = Lab::up(&LabSpec {
+        hosts,
+        rsh,
+        prefix: None,
+    })?;
+    let secs = started.elapsed().as_secs_f64();
+    let cfg = lab.ssh_config();
+    let first = lab
+        .hosts()
+        .first()
+        .map_or("node02", |h| h.name.as_str())
+        .to_string();
+    println!("lab up in {secs:.2} s: {}", lab.dir().display());
+    println!(
+        "  node01   {}  (gateway: this machine, run the broker here)",
+        lab.gateway()
+    );
+    for h in lab.hosts() {
+        println!("  {:<8} {}", h.name, h.address);
+    }
+    let u = lab.user();
+    println!(
+        "  user     {} (uid {}), home {}",
+        u.name,
+        u.uid,
+        u.home.display()
+    );
+    println!(
+        "  rsh      {}",
+        if rsh { "in.rshd on every host" } else { "off" }
+    );
+    println!("ssh in:    ssh -F {} {first}", cfg.display());
+    println!(
+        "as user:   ssh -F {} -i {} -l {} {first}",
+        cfg.display(),
+        u.key.display(),
+        u.name
+    );
+    println!("run:       rb lab exec [--user] {first} -- hostname");
+    let dir = lab.detach();
+    println!("tear down: rb lab down {}", dir.display());
+    Ok(())
+}
+
+fn down(dir: Option<PathBuf>) -> anyhow::Result<()> {
+    let dirs: Vec<PathBuf> = match dir {
+        Some(d) => vec![d],
+        None => list_labs()
+            .into_iter()
+            .filter(|l| l.detached)
+            .map(|l| l.dir)
+            .collect(),
+    };
+    if dirs.is_empty() {
+        println!("no labs made by `rb lab up` on this machine");
+    }
+    for d in dirs {
+        let started = Instant::now();
+        Lab::attach(&d)?
+            .down()
+            .with_context(|| format!("tearing down {}", d.display()))?;
+        println!(
+            "down in {:.2} s: {}",
+            started.elapsed().as_secs_f64(),
+            d.display()
+        );
+    }
+    Ok(())
+}
+
+fn status() {
+    let labs = list_labs();
+    if labs.is_empty() {
+        println!("no labs on this machine");
+    }
+    for l in labs {
+        print!("{}", describe(&l));
+    }
+}
+
+/// A few lines about one lab.
+fn describe(l: &LabSummary) -> String {
+    if let Some(p) = &l.problem {
+        return format!("{}: unreadable: {p}\n", l.dir.display());
+    }
+    let who = match (l.detached, l.owner_pid, l.owner_alive) {
+        (true, _, _) => "made by `rb lab up`".to_string(),
+        (false, Some(pid), true) => format!("owned by pid {pid}"),
+        (false, pid, _) => format!(
+            "STALE (owner pid {} died; `rb lab down {}` or lab::reap_stale)",
+            pid.map_or("?".into(), |p| p.to_string()),
+            l.dir.display()
+        ),
+    };
+    let mut s = format!(
+        "{} gateway 10.77.{}.1, {who}\n",
+        l.dir.display(),
+        l.subnet.unwrap_or(0)
+    );
+    for h in &l.hosts {
+        let state = if h.running { "running" } else { "down" };
+        let part = if h.partitioned { ", partitioned" } else { "" };
+        s += &format!(
+            "  {:<8} {:<12} {state}{part}\n",
+            h.name,
+            h.address.to_string()
+        );
+    }
+    s
+}
+
+/// The lab to act on: `--lab DIR`, or the only lab made by `rb lab up`.
+fn find(dir: Option<PathBuf>) -> anyhow::Result<Lab> {
+    if let Some(d) = dir {
+        return Ok(Lab::attach(&d)?);
+    }
+    let mut detached: Vec<PathBuf> = list_labs()
+        .into_iter()
+        .filter(|l| l.detached)
+        .map(|l| l.dir)
+        .collect();
+    match detached.len() {
+        0 => bail!("no lab made by `rb lab up` on this machine\nhelp: start one with `rb lab up`, or name one with --lab DIR"),
+        1 => Ok(Lab::attach(&detached.remove(0))?),
+        _ => bail!(
+            "several labs on this machine: {}\nhelp: choose one with --lab DIR",
+            detached.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+        ),
+    }
+}
+
+fn exec(lab: Option<PathBuf>, user: bool, host: &str, argv: &[String]) -> anyhow::Result<()> {
+    let lab = find(lab)?;
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let status = lab
+        .command(host, &argv, user)?
+        .status()
+        .context("running nsenter")?;
+    if !status.success() {
+        bail!("`{}` on {host} {status}", argv.join(" "));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, clap::Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        cmd: LabCommand,
+    }
+
+    fn parse(args: &[&str]) -> LabCommand {
+        Cli::try_parse_from(std::iter::once("rb-lab").chain(args.iter().copied()))
+            .expect("valid command line")
+            .cmd
+    }
+
+    #[test]
+    fn parses_up_with_defaults() {
+        assert_eq!(
+            parse(&["up"]),
+            LabCommand::Up {
+                hosts: 4,
+                rsh: false
+            }
+        );
+        assert_eq!(
+            parse(&["up", "--hosts", "8", "--rsh"]),
+            LabCommand::Up {
+                hosts: 8,
+                rsh: true
+            }
+        );
+    }
+
+    #[test]
+    fn exec_keeps_the_command_s_own_flags() {
+        assert_eq!(
+            parse(&["exec", "--user", "node03", "ls", "-l", "/tmp"]),
+            LabCommand::Exec {
+                lab: None,
+                user: true,
+                host: "node03".into(),
+                argv: vec!["ls".into(), "-l".into(), "/tmp".into()],
+            }
+        );
+    }
+
+    #[test]
+    fn describes_stale_labs() {
+        let l = LabSummary {
+            dir: "/var/tmp/rb-lab-3".into(),
+            subnet: Some(3),
+            owner_pid: Some(99),
+            owner_alive: false,
+            detached: false,
+            hosts: vec![],
+            problem: None,
+        };
+        assert!(describe(&l).contains("STALE"));
+        assert!(l.is_stale());
+    }
+}

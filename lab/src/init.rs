@@ -1,0 +1,231 @@
+//! `rb-lab-init`: PID 1 of a lab host.
+//!
+//! Started by the harness as
+//! `ip netns exec <netns> unshare --uts --pid --mount --fork --kill-child --mount-proc
+//!  rb-lab-init --hostname NAME --state DIR --sshd-config FILE [--inetd-config FILE]`.
+//! In that order it
+//! 1. sets the hostname (UTS namespace),
+//! 2. bind-mounts `DIR/tmp` over /tmp, `DIR/run` over /run and `DIR/log` over /var/log
+//!    (private per host; /run/utmp is the host's own utmp), mounts a tmpfs on /dev/shm
+//!    (private tty files for fake logins), creates /run/sshd,
+//! 3. starts `sshd -D` and, with `--inetd-config`, `inetd -i` (for in.rshd),
+//! 4. reaps every process of the host (`waitpid(-1)`), restarting nothing,
+//! 5. on SIGTERM sends SIGTERM to every process of the host, waits up to 3 s, sends
+//!    SIGKILL to what is left and exits.
+//!
+//! The mount namespace is private (unshare's default propagation), so none of these mounts
+//! is seen by the machine. Messages go to stderr, which the harness sends to
+//! `hosts/<name>/console.log`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::mount::{mount, MsFlags};
+use nix::sys::signal::{kill, SigSet, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+
+use crate::provision::{INETD, SSHD};
+
+/// What the init was told on its command line.
+#[derive(Debug, PartialEq)]
+struct InitArgs {
+    hostname: String,
+    state: PathBuf,
+    sshd_config: PathBuf,
+    inetd_config: Option<PathBuf>,
+}
+
+/// Parses `--hostname NAME --state DIR --sshd-config FILE [--inetd-config FILE]`.
+fn parse_args(args: &[String]) -> Result<InitArgs, String> {
+    let (mut hostname, mut state, mut sshd, mut inetd) = (None, None, None, None);
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let value = it
+            .next()
+            .ok_or_else(|| format!("{flag} needs a value"))?
+            .clone();
+        match flag.as_str() {
+            "--hostname" => hostname = Some(value),
+            "--state" => state = Some(PathBuf::from(value)),
+            "--sshd-config" => sshd = Some(PathBuf::from(value)),
+            "--inetd-config" => inetd = Some(PathBuf::from(value)),
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(InitArgs {
+        hostname: hostname.ok_or("--hostname is required")?,
+        state: state.ok_or("--state is required")?,
+        sshd_config: sshd.ok_or("--sshd-config is required")?,
+        inetd_config: inetd,
+    })
+}
+
+/// Runs the init with the arguments after the program name; returns the exit code.
+/// Only returns early on setup errors: otherwise it runs until SIGTERM.
+pub fn main(args: &[String]) -> i32 {
+    let usage = "usage: rb-lab-init --hostname NAME --state DIR --sshd-config FILE [--inetd-config FILE]\n(started by the lab harness inside a host's namespaces; not meant to be run by hand)";
+    let args = match parse_args(args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("rb-lab-init: {e}\n{usage}");
+            return 64;
+        }
+    };
+    if std::process::id() != 1 {
+        eprintln!("rb-lab-init: must be PID 1 of a new PID namespace\n{usage}");
+        return 64;
+    }
+    // Block the signals we wait for before starting anything, so none is lost.
+    // Children get an empty mask back: std's Command resets it before exec.
+    let mut set = SigSet::empty();
+    for s in [Signal::SIGCHLD, Signal::SIGTERM] {
+        set.add(s);
+    }
+    if let Err(e) = set.thread_block() {
+        eprintln!("rb-lab-init: cannot block signals: {e}");
+        return 1;
+    }
+    if let Err(e) = setup(&args) {
+        eprintln!("rb-lab-init[{}]: setup failed: {e}", args.hostname);
+        return 1;
+    }
+    start_daemons(&args);
+    eprintln!("rb-lab-init[{}]: up", args.hostname);
+    serve(&set, &args.hostname)
+}
+
+/// Hostname, private mounts, /run/sshd.
+fn setup(a: &InitArgs) -> Result<(), String> {
+    nix::unistd::sethostname(&a.hostname).map_err(|e| format!("sethostname: {e}"))?;
+    bind(&a.state.join("tmp"), Path::new("/tmp"))?;
+    bind(&a.state.join("run"), Path::new("/run"))?;
+    bind(&a.state.join("log"), Path::new("/var/log"))?;
+    mount(
+        Some("tmpfs"),
+        "/dev/shm",
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some("mode=1777,size=16m"),
+    )
+    .map_err(|e| format!("mount tmpfs on /dev/shm: {e}"))?;
+    std::fs::create_dir_all("/run/sshd").map_err(|e| format!("mkdir /run/sshd: {e}"))?;
+    Ok(())
+}
+
+fn bind(from: &Path, to: &Path) -> Result<(), String> {
+    mount(Some(from), to, None::<&str>, MsFlags::MS_BIND, None::<&str>)
+        .map_err(|e| format!("bind {} over {}: {e}", from.display(), to.display()))
+}
+
+/// Starts sshd and, if configured, inetd. A daemon that fails to start is reported, not
+/// fatal: the host stays up (like a real machine whose sshd is broken).
+fn start_daemons(a: &InitArgs) {
+    let log = a.state.join("sshd.log");
+    let mut sshd = Command::new(SSHD);
+    sshd.arg("-D")
+        .arg("-f")
+        .arg(&a.sshd_config)
+        .arg("-E")
+        .arg(&log);
+    spawn(&a.hostname, &mut sshd);
+    if let Some(conf) = &a.inetd_config {
+        let mut inetd = Command::new(INETD);
+        inetd.args(["-i", "-R", "10000"]).arg(conf);
+        spawn(&a.hostname, &mut inetd);
+    }
+}
+
+fn spawn(host: &str, cmd: &mut Command) {
+    cmd.stdin(Stdio::null());
+    if let Err(e) = cmd.spawn() {
+        eprintln!(
+            "rb-lab-init[{host}]: cannot start {:?}: {e}",
+            cmd.get_program()
+        );
+    }
+}
+
+/// Reaps children until SIGTERM, then shuts the host down.
+fn serve(set: &SigSet, host: &str) -> i32 {
+    loop {
+        match set.wait() {
+            Ok(Signal::SIGTERM) => break,
+            Ok(_) => {
+                reap_all();
+            }
+            Err(e) => {
+                eprintln!("rb-lab-init[{host}]: sigwait: {e}");
+                return 1;
+            }
+        }
+    }
+    eprintln!("rb-lab-init[{host}]: SIGTERM, stopping every process");
+    // pid -1 from PID 1: every process of this PID namespace except ourselves.
+    let _ = kill(Pid::from_raw(-1), Signal::SIGTERM);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut interval = Duration::from_millis(1);
+    while reap_all() && Instant::now() < deadline {
+        std::thread::sleep(interval);
+        interval = (interval * 2).min(Duration::from_millis(50));
+    }
+    let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
+    0
+}
+
+/// Reaps every exited child; returns whether children remain.
+fn reap_all() -> bool {
+    loop {
+        match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) => return true,
+            Ok(_) => continue,
+            Err(Errno::EINTR) => continue,
+            Err(_) => return false, // ECHILD: nobody left
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn parses_full_and_minimal_arguments() {
+        let a = parse_args(&strings(&[
+            "--hostname",
+            "node02",
+            "--state",
+            "/s",
+            "--sshd-config",
+            "/c",
+            "--inetd-config",
+            "/i",
+        ]))
+        .expect("valid");
+        assert_eq!(a.hostname, "node02");
+        assert_eq!(a.inetd_config, Some(PathBuf::from("/i")));
+        let a = parse_args(&strings(&[
+            "--hostname",
+            "h",
+            "--state",
+            "/s",
+            "--sshd-config",
+            "/c",
+        ]))
+        .expect("valid");
+        assert_eq!(a.inetd_config, None);
+    }
+
+    #[test]
+    fn rejects_missing_and_unknown_arguments() {
+        assert!(parse_args(&strings(&["--hostname"])).is_err());
+        assert!(parse_args(&strings(&["--state", "/s"])).is_err());
+        assert!(parse_args(&strings(&["--bogus", "x"])).is_err());
+    }
+}

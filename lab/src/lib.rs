@@ -1,0 +1,61 @@
+//! The lab harness: a network of real test hosts on this one Linux machine, for
+//! ResourceBroker's tier-3 tests and for people trying the system (`rb lab up`).
+//!
+//! Each lab host is a set of namespaces with real daemons in it:
+//! - a **network** namespace (`<prefix>S-nodeNN`) whose `eth0` has 10.77.S.N/24 on a veth
+//!   bridged (`rbbrS`) to the root namespace, which holds the gateway 10.77.S.1 (the
+//!   front-end machine, called `node01`/`gateway` inside; the broker listens there). No
+//!   default route: nothing leaves the lab.
+//! - **UTS** (its own hostname), **mount** (private /tmp, /run with its own utmp,
+//!   /var/log and /dev/shm; `/etc/netns/<netns>` overlays for hosts, passwd, …) and
+//!   **PID** namespaces, with [`init`] (`rb-lab-init`) as PID 1 reaping children and running
+//!   sshd (and inetd + in.rshd with `rsh`).
+//!
+//! Hosts are named node02, node03, …; S is a subnet number unique among the labs of the
+//! machine, so labs can coexist (tests run in parallel). A lab-only user (`rblab`, uid 4242)
+//! exists inside the hosts, with a home shared by all hosts and passwordless ssh and rsh.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), lab::LabError> {
+//! let lab = lab::Lab::up(&lab::LabSpec::default())?;
+//! let out = lab.exec("node03", &["hostname"])?;
+//! assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "node03");
+//! lab.crash("node02")?;
+//! lab.boot("node02")?;
+//! # Ok(()) }   // dropping `lab` tears everything down
+//! ```
+//!
+//! # Layout
+//! - [`lab`](Lab): [`LabSpec`], [`Lab::up`]/[`Lab::attach`]/[`Lab::detach`]/[`Lab::down`],
+//!   teardown on drop (`lab.rs`); operations on a running lab (`ops.rs`).
+//! - `host.rs`: booting and killing one host; `net.rs`: bridge, netns, veths;
+//!   `provision.rs`: keys, overlays, daemon configs, the lab directory layout.
+//! - `manifest.rs`: the JSON manifest and the race-safe subnet choice; [`registry`]:
+//!   [`list_labs`] and [`reap_stale`].
+//! - [`utmp`]: fake logins ([`FakeLogin`]); [`init`]: the hosts' PID 1.
+//! - [`cli`]: `rb lab up|down|status|exec|crash|boot|partition|heal`.
+//! - `process.rs`: pid + start-time identities, polling with deadlines; `cmd.rs`: running
+//!   tools; `error.rs`: [`LabError`].
+//!
+//! Everything needs root; the tests print a skip line and pass when not root.
+
+pub mod cli;
+mod cmd;
+mod error;
+mod host;
+pub mod init;
+mod lab;
+mod manifest;
+mod net;
+mod ops;
+mod process;
+mod provision;
+pub mod registry;
+pub mod utmp;
+
+pub use error::LabError;
+pub use host::{find_init, INIT_ENV};
+pub use lab::{require_root, Lab, LabHost, LabSpec, LabUser};
+pub use manifest::{LAB_ROOT, LOCK_PATH};
+pub use registry::{list_labs, reap_stale, HostSummary, LabSummary};
+pub use utmp::FakeLogin;

@@ -1,0 +1,25 @@
+//! Wire protocol shared by every ResourceBroker process.
+//!
+//! # Layout
+//! - [`msg`]: the messages, one serde enum per direction (`ToBroker`, `FromBroker`).
+//! - [`report`]: the host report a host daemon sends, and the host status the broker serves.
+//! - [`frame`]: one JSON message per line, with a size limit, over any async byte stream.
+//! - [`auth`]: the lab secret and the HMAC challenge–response used on TCP connections.
+//! - [`handshake`]: the opening exchange (hello → challenge → auth → welcome) for both sides.
+//! - [`peercred`]: SO_PEERCRED uid checks for local (unix-socket) connections.
+//!
+//! Every connection starts with a [`msg::Hello`] carrying [`PROTOCOL_VERSION`] and the
+//! peer's [`msg::Role`]. The full description lives in `PROTOCOL.md` at the repository root.
+
+pub mod auth;
+pub mod frame;
+pub mod handshake;
+pub mod msg;
+pub mod peercred;
+pub mod report;
+
+/// Version spoken by this build; a peer with another version is refused at hello.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Largest accepted frame (one JSON message), in bytes. Bigger frames close the connection.
+pub const MAX_FRAME_BYTES: usize = 1 << 20;

@@ -1,0 +1,154 @@
+//! Protocol messages: [`ToBroker`] (anything a peer sends the broker) and [`FromBroker`].
+//!
+//! Encoded as JSON objects with a `"t"` tag, one per frame (see [`crate::frame`]).
+//! Unknown tags or fields fail to decode; the broker answers with [`FromBroker::Error`] and
+//! closes the connection.
+
+use serde::{Deserialize, Serialize};
+
+use crate::report::{HostReport, HostStatus};
+
+/// What kind of peer opens a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// A host daemon (`rb-hostd`); `name` is the lab host name it reports for.
+    Hostd,
+    /// A command-line client (`rb`): requests and responses.
+    Client,
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Role::Hostd => "hostd",
+            Role::Client => "client",
+        })
+    }
+}
+
+/// First message of every connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hello {
+    pub proto: u32,
+    pub role: Role,
+    /// Host name for `hostd`; free text (e.g. "rb") for clients.
+    pub name: String,
+    /// Client nonce, hex; used on TCP connections, ignored on unix sockets.
+    pub nonce: String,
+}
+
+/// Requests a client can make once welcomed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// The status of every host in the lab.
+    Status,
+    /// Stop the broker (local control socket only).
+    Shutdown,
+}
+
+/// Answers to [`Request`]s.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Response {
+    Status { hosts: Vec<HostStatus> },
+    Ok,
+}
+
+/// Everything a peer sends to the broker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+pub enum ToBroker {
+    Hello(Hello),
+    /// Answer to the broker's challenge: hex HMAC (see [`crate::auth`]).
+    Auth {
+        mac: String,
+    },
+    /// A host daemon's report.
+    Report(Box<HostReport>),
+    /// A client request; `id` is echoed in the response.
+    Request {
+        id: u64,
+        req: Request,
+    },
+}
+
+/// Error codes carried by [`FromBroker::Error`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// Protocol version mismatch.
+    Version,
+    /// Authentication failed (wrong secret or wrong uid).
+    Auth,
+    /// The message could not be decoded or was not expected now.
+    BadMessage,
+    /// The host name is not in the lab file.
+    UnknownHost,
+    /// The request was understood but could not be carried out.
+    Failed,
+}
+
+/// Everything the broker sends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+pub enum FromBroker {
+    /// Server nonce and the server's proof that it knows the secret (hex).
+    Challenge {
+        nonce: String,
+        proof: String,
+    },
+    /// The connection is accepted; hostd should report every `report_interval_ms`.
+    Welcome {
+        report_interval_ms: u64,
+    },
+    Error {
+        code: ErrorCode,
+        message: String,
+    },
+    Response {
+        id: u64,
+        resp: Response,
+    },
+    /// Asks a host daemon to exit (the broker is stopping or replaced it).
+    Shutdown {
+        reason: String,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hello_round_trips_with_tag() {
+        let hello = ToBroker::Hello(Hello {
+            proto: 1,
+            role: Role::Hostd,
+            name: "node02".into(),
+            nonce: "ab".into(),
+        });
+        let text = serde_json::to_string(&hello).expect("serialise");
+        assert!(text.starts_with(r#"{"t":"hello""#), "{text}");
+        let back: ToBroker = serde_json::from_str(&text).expect("parse");
+        assert_eq!(back, hello);
+    }
+
+    #[test]
+    fn unknown_hello_field_is_rejected() {
+        let text = r#"{"t":"hello","proto":1,"role":"hostd","name":"n","nonce":"","x":1}"#;
+        assert!(serde_json::from_str::<ToBroker>(text).is_err());
+    }
+
+    #[test]
+    fn request_encoding_is_stable() {
+        let req = ToBroker::Request {
+            id: 7,
+            req: Request::Status,
+        };
+        let text = serde_json::to_string(&req).expect("serialise");
+        assert_eq!(text, r#"{"t":"request","id":7,"req":{"op":"status"}}"#);
+    }
+}

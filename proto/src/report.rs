@@ -1,0 +1,113 @@
+//! Host reports (sent by `rb-hostd`) and host status rows (served by `rb-broker`).
+//!
+//! Every sensor value is optional: `None` means the sensor could not read it ("unknown"),
+//! which consumers must never treat as idle or zero.
+
+use serde::{Deserialize, Serialize};
+
+/// Why a report was sent now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReportTrigger {
+    /// First report after (re)connecting.
+    Start,
+    /// The periodic report.
+    Interval,
+    /// A user session appeared that was not in the previous report.
+    Login,
+    /// Keyboard, mouse or tty input resumed after a period of idleness.
+    InputActivity,
+}
+
+/// One logged-in user session, from utmp.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserSession {
+    pub user: String,
+    pub tty: String,
+    /// Seconds since the last input on this tty (now − atime of the tty); `None` if unknown.
+    pub idle_s: Option<u64>,
+    /// Remote host the session came from, when utmp records one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+}
+
+/// Everything a host daemon knows about its machine at one instant.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostReport {
+    /// The machine's own hostname (uname nodename).
+    pub hostname: String,
+    /// Monotonic counter per daemon process.
+    pub seq: u64,
+    pub trigger: Option<ReportTrigger>,
+    pub cpus: Option<u32>,
+    /// Load averages over 1, 5 and 15 minutes.
+    pub load: Option<[f64; 3]>,
+    /// CPU utilisation over the last interval, 0.0–1.0.
+    pub cpu_util: Option<f64>,
+    pub mem_total_kb: Option<u64>,
+    pub mem_available_kb: Option<u64>,
+    pub os: Option<String>,
+    pub arch: Option<String>,
+    pub kernel: Option<String>,
+    /// Logged-in sessions; `None` when utmp could not be read.
+    pub users: Option<Vec<UserSession>>,
+    /// Seconds since the last keyboard/mouse input at the console; `None` when unknown.
+    pub console_idle_s: Option<u64>,
+    /// Processes on this machine that belong to broker jobs.
+    pub managed_procs: Option<u32>,
+    /// Labels derived from the sensors, e.g. `linux`, `x86_64`.
+    #[serde(default)]
+    pub labels: Vec<String>,
+    /// Names of fields whose values came from the sensor-overlay file (tests, demos).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overlaid: Vec<String>,
+}
+
+/// Whether the broker currently hears from a host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HostState {
+    Up,
+    Down,
+}
+
+impl std::fmt::Display for HostState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            HostState::Up => "up",
+            HostState::Down => "down",
+        })
+    }
+}
+
+/// One row of `rb status --json`: the broker's view of a host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostStatus {
+    pub name: String,
+    pub address: String,
+    pub state: HostState,
+    /// Why the host is down (e.g. "no report for 6.1 s", "daemon exited: status 1").
+    pub down_reason: Option<String>,
+    pub hostname: Option<String>,
+    pub cpus: Option<u32>,
+    pub load1: Option<f64>,
+    pub load5: Option<f64>,
+    pub load15: Option<f64>,
+    pub cpu_util: Option<f64>,
+    pub mem_total_kb: Option<u64>,
+    pub mem_available_kb: Option<u64>,
+    pub os: Option<String>,
+    pub arch: Option<String>,
+    pub users: Vec<UserSession>,
+    /// False when the host's utmp could not be read (then `users` is empty but unknown).
+    pub users_known: bool,
+    pub console_idle_s: Option<u64>,
+    pub managed_procs: Option<u32>,
+    /// Lab-file labels plus sensor labels, lower-case, sorted, unique.
+    pub labels: Vec<String>,
+    pub owner: Option<String>,
+    /// Seconds since the last report arrived; `None` if none ever did.
+    pub last_report_age_s: Option<f64>,
+    /// How many times the broker (re)started this host's daemon.
+    pub daemon_starts: u32,
+}

@@ -1,0 +1,12 @@
+//! The `rb` command line, as a library so tests and other binaries can reuse its pieces.
+//!
+//! # Layout
+//! - [`client`]: finding the broker (flag, env, lab file) and talking to it.
+//! - [`table`]: the `rb status` table and its formatting helpers.
+//! - [`init`]: `rb init` (secret and example lab file).
+//! - [`demo`]: `rb demo`, the embedded single-machine lab end to end.
+
+pub mod client;
+pub mod demo;
+pub mod init;
+pub mod table;
