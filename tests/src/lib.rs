@@ -1,1 +1,187 @@
-//! Shared helpers for the black-box tests.
+//! Shared helpers for the black-box tests: finding (and if needed building) the real
+//! binaries, running a broker in a temp dir that is killed on drop, polling with deadlines.
+//!
+//! Tests never use fixed ports (the broker binds port 0 and publishes the real one in
+//! `broker.json`) and never sleep to wait for a condition: they poll with [`wait_until`].
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    sync::OnceLock,
+    time::{Duration, Instant},
+};
+
+use proto::report::{HostState, HostStatus};
+
+/// Directory holding the workspace's binaries (`target/<profile>`), built on first use.
+pub fn bin_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let exe = std::env::current_exe().expect("test executable path");
+        let dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps").to_path_buf();
+        build_binaries(&dir);
+        dir
+    })
+}
+
+/// `cargo test` builds only the binaries of the package under test; build the others.
+fn build_binaries(dir: &Path) {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let release = dir.ends_with("release");
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "--quiet", "-p", "broker", "-p", "hostd", "-p", "rb", "-p", "lab", "--bins"]);
+    if release {
+        cmd.arg("--release");
+    }
+    let status = cmd.status().expect("run cargo build");
+    assert!(status.success(), "building the workspace binaries failed");
+}
+
+/// Path of one of the project's binaries.
+pub fn bin(name: &str) -> PathBuf {
+    bin_dir().join(name)
+}
+
+/// Polls `cond` every 20 ms until it returns `Some` or `timeout` passes.
+pub fn wait_until<T>(timeout: Duration, mut cond: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = cond() {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs `rb ARGS` and returns its output.
+pub fn rb(args: &[&str]) -> Output {
+    Command::new(bin("rb")).args(args).env_remove("RB_BROKER").env_remove("RB_LAB").output().expect("run rb")
+}
+
+/// A broker process in its own temp dir; killed (whole process group) on drop.
+pub struct Broker {
+    pub child: Child,
+    pub dir: tempfile::TempDir,
+    pub lab_file: PathBuf,
+}
+
+impl Broker {
+    /// Writes `lab_text` (with `@STATE@` and `@SECRET@` replaced) and starts `rb-broker` on it.
+    pub fn start(lab_text: &str) -> Broker {
+        let dir = tempfile::Builder::new().prefix("rb-test-").tempdir_in("/var/tmp").expect("tempdir");
+        let secret = dir.path().join("secret");
+        proto::auth::write_new_secret(&secret, false).expect("secret");
+        let state = dir.path().join("state");
+        let text = lab_text
+            .replace("@STATE@", &state.display().to_string())
+            .replace("@SECRET@", &secret.display().to_string());
+        let lab_file = dir.path().join("lab.toml");
+        std::fs::write(&lab_file, text).expect("write lab");
+        let log = std::fs::File::create(dir.path().join("broker.log")).expect("log");
+        let child = Command::new(bin("rb-broker"))
+            .arg("--lab")
+            .arg(&lab_file)
+            .env("RB_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start rb-broker");
+        let broker = Broker { child, dir, lab_file };
+        let sock = broker.socket();
+        assert!(wait_until(Duration::from_secs(10), || sock.exists().then_some(())).is_some(), "broker did not start:\n{}", broker.log());
+        broker
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.state_dir().join("broker.sock")
+    }
+
+    pub fn secret(&self) -> PathBuf {
+        self.dir.path().join("secret")
+    }
+
+    /// The TCP address the broker really listens on.
+    pub fn tcp_addr(&self) -> std::net::SocketAddr {
+        let text = std::fs::read_to_string(self.state_dir().join("broker.json")).expect("broker.json");
+        let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+        v["listen"].as_str().expect("listen").parse().expect("addr")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("broker.log")).unwrap_or_default()
+    }
+
+    /// `rb --broker <socket> ARGS`.
+    pub fn rb(&self, args: &[&str]) -> Output {
+        let sock = self.socket().display().to_string();
+        let mut all = vec!["--broker", sock.as_str()];
+        all.extend_from_slice(args);
+        rb(&all)
+    }
+
+    /// `rb status --json`, parsed; `None` if the broker did not answer.
+    pub fn status(&self) -> Option<Vec<HostStatus>> {
+        let out = self.rb(&["status", "--json"]);
+        out.status.success().then(|| serde_json::from_slice(&out.stdout).ok()).flatten()
+    }
+
+    pub fn host(&self, name: &str) -> Option<HostStatus> {
+        self.status()?.into_iter().find(|h| h.name == name)
+    }
+
+    /// Waits until `pred` holds for host `name`; panics with the broker log otherwise.
+    pub fn wait_host(&self, name: &str, timeout: Duration, what: &str, pred: impl Fn(&HostStatus) -> bool) -> HostStatus {
+        match wait_until(timeout, || self.host(name).filter(|h| pred(h))) {
+            Some(h) => h,
+            None => panic!("{name}: {what} not seen within {timeout:?}; last: {:#?}\nbroker log:\n{}", self.host(name), self.log()),
+        }
+    }
+
+    /// Waits until every host is up.
+    pub fn wait_all_up(&self, timeout: Duration) -> Vec<HostStatus> {
+        let got = wait_until(timeout, || self.status().filter(|hs| !hs.is_empty() && hs.iter().all(|h| h.state == HostState::Up)));
+        got.unwrap_or_else(|| panic!("not all hosts up within {timeout:?}: {:#?}\nbroker log:\n{}", self.status(), self.log()))
+    }
+
+    /// Pid of a virtual host's daemon, from its lock file.
+    pub fn local_hostd_pid(&self, host: &str) -> Option<i32> {
+        let path = self.state_dir().join("hosts").join(host).join(format!("hostd-{host}.lock"));
+        std::fs::read_to_string(path).ok()?.trim().parse().ok()
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let stopped = wait_until(Duration::from_secs(8), || self.child.try_wait().ok().flatten());
+        if stopped.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A lab file for `n` virtual hosts on this machine (local transport), fast intervals.
+pub fn local_lab(n: usize) -> String {
+    let mut text = String::from(
+        "[broker]\nlisten = \"127.0.0.1:0\"\ntransport = \"local\"\nstate_dir = \"@STATE@\"\nsecret_file = \"@SECRET@\"\nreport_interval_s = 0.5\ndown_after_s = 2\nrestart_backoff_max_s = 1\n",
+    );
+    for i in 1..=n {
+        text.push_str(&format!("\n[[host]]\nname = \"vhost{i:02}\"\nlabels = [\"public\"]\n"));
+    }
+    text
+}
+
+/// True when running as root (the lab tier needs it).
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}

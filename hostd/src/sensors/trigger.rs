@@ -4,9 +4,10 @@
 //! - [`ReportTrigger::InputActivity`]: the console idle time, or the tty idle time of a session
 //!   present in both samples, went from `>= threshold` to `< threshold` (someone came back).
 //!
-//! Unknown values never trigger and are never taken for idle: a session list that is unknown
-//! in either sample yields no `Login`, and an idle time that is unknown in either sample
-//! yields no `InputActivity`. `Login` wins when both apply.
+//! Unknown values are never taken for idle: an idle time that is unknown in either sample
+//! yields no `InputActivity`, and an unknown session list in `next` yields no `Login`. A list
+//! that becomes readable with sessions in it does yield `Login` (the broker has not seen
+//! them). `Login` wins when both apply.
 
 use proto::report::{ReportTrigger, UserSession};
 
@@ -34,10 +35,13 @@ fn same_session(a: &UserSession, b: &UserSession) -> bool {
     a.user == b.user && a.tty == b.tty
 }
 
+/// A session in `next` that `prev` did not have. When the list was unknown before and is
+/// readable now, any session counts: the broker has not heard of it yet.
 fn new_login(prev: Option<&[UserSession]>, next: Option<&[UserSession]>) -> bool {
-    let (Some(prev), Some(next)) = (prev, next) else {
+    let Some(next) = next else {
         return false;
     };
+    let prev = prev.unwrap_or(&[]);
     next.iter()
         .any(|n| !prev.iter().any(|p| same_session(p, n)))
 }
@@ -159,9 +163,10 @@ mod tests {
         let unknown = activity(None, None);
         assert_eq!(
             detect_trigger(&unknown, &known, 60),
-            None,
-            "unknown users -> no login"
+            Some(ReportTrigger::Login),
+            "sessions that became readable are news"
         );
+        assert_eq!(detect_trigger(&unknown, &activity(Some(vec![]), None), 60), None);
         assert_eq!(detect_trigger(&known, &unknown, 60), None);
         let unknown_idle = activity(Some(vec![session("alice", "pts/1", None)]), None);
         assert_eq!(

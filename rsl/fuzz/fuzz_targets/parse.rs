@@ -15,7 +15,11 @@ fuzz_target!(|data: &[u8]| {
             // Re-parses, and is a fixed point (variables may lose extra
             // elements, exactly as with globus_rsl_unparse).
             let again = Rsl::parse(&text, mode).expect("unparse output parses");
-            assert_eq!(again.unparse().as_deref(), Ok(text.as_str()), "unparse fixed point");
+            assert_eq!(
+                again.unparse().as_deref(),
+                Ok(text.as_str()),
+                "unparse fixed point"
+            );
         }
         let _ = rsl.canonicalized().unparse();
         let _ = rsl.evaluate(&mut SymbolTable::new());

@@ -1,0 +1,185 @@
+//! Tier 2: the real binaries on one machine, virtual hosts through the `local` transport.
+//! No root needed.
+
+use std::{
+    io::{Read, Write},
+    net::TcpStream,
+    os::unix::process::CommandExt,
+    time::Duration,
+};
+
+use proto::report::HostState;
+use tests::{local_lab, rb, wait_until, Broker};
+
+#[test]
+fn embedded_demo_brings_every_virtual_host_up() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("demo");
+    let out = rb(&["demo", "--hosts", "3", "--state-dir", state.to_str().expect("utf8")]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "rb demo failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("3 hosts: 3 up, 0 down"), "{stdout}");
+    for h in ["vhost01", "vhost02", "vhost03"] {
+        assert!(stdout.lines().any(|l| l.starts_with(h) && l.contains(" up ")), "{h} not up in:\n{stdout}");
+    }
+    assert!(!state.join("broker.sock").exists(), "demo must stop its broker");
+}
+
+#[test]
+fn status_json_has_the_documented_fields() {
+    let broker = Broker::start(&local_lab(2));
+    broker.wait_all_up(Duration::from_secs(10));
+    let out = broker.rb(&["status", "--json"]);
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json array");
+    let first = &rows.as_array().expect("array")[0];
+    for key in ["name", "state", "cpus", "load1", "users", "console_idle_s", "labels", "owner", "last_report_age_s"] {
+        assert!(first.get(key).is_some(), "missing `{key}` in {first}");
+    }
+    assert_eq!(first["state"], "up");
+    assert!(first["cpus"].as_u64().is_some_and(|c| c >= 1), "{first}");
+    let table = String::from_utf8_lossy(&broker.rb(&["status"]).stdout).to_string();
+    assert!(table.starts_with("HOST"), "{table}");
+    assert!(table.contains("2 hosts: 2 up, 0 down"), "{table}");
+}
+
+#[test]
+fn killed_host_daemon_is_restarted_by_the_broker() {
+    let broker = Broker::start(&local_lab(2));
+    broker.wait_all_up(Duration::from_secs(10));
+    let before = broker.host("vhost02").expect("vhost02");
+    let pid = broker.local_hostd_pid("vhost02").expect("hostd pid from lock file");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).expect("kill hostd");
+    broker.wait_host("vhost02", Duration::from_secs(5), "down after kill", |h| h.state == HostState::Down || h.daemon_starts > before.daemon_starts);
+    let after = broker.wait_host("vhost02", Duration::from_secs(10), "up again with a new daemon", |h| {
+        h.state == HostState::Up && h.daemon_starts > before.daemon_starts
+    });
+    assert_ne!(broker.local_hostd_pid("vhost02"), Some(pid));
+    assert_eq!(after.daemon_starts, before.daemon_starts + 1, "{after:?}");
+}
+
+#[test]
+fn overlay_login_is_reported_within_one_second_despite_a_long_interval() {
+    let lab = local_lab(2).replace("report_interval_s = 0.5\ndown_after_s = 2", "report_interval_s = 30\ndown_after_s = 90");
+    let broker = Broker::start(&lab);
+    broker.wait_all_up(Duration::from_secs(10));
+    let overlay = broker.state_dir().join("hosts/vhost02/overlay.toml");
+    let tmp = overlay.with_extension("tmp");
+    std::fs::write(&tmp, "[[users]]\nuser = \"alice\"\ntty = \"pts/7\"\nidle_s = 42\n").expect("write overlay");
+    std::fs::rename(&tmp, &overlay).expect("rename overlay");
+    let started = std::time::Instant::now();
+    let host = broker.wait_host("vhost02", Duration::from_secs(1), "alice's login", |h| h.users.iter().any(|u| u.user == "alice"));
+    eprintln!("login visible after {:?}", started.elapsed());
+    assert_eq!(host.users[0].idle_s, Some(42));
+    assert_eq!(host.users[0].tty, "pts/7");
+    let other = broker.host("vhost01").expect("vhost01");
+    assert!(other.users.iter().all(|u| u.user != "alice"), "overlay leaked to another host: {other:?}");
+}
+
+#[test]
+fn garbage_on_the_broker_port_leaves_it_unaffected() {
+    let broker = Broker::start(&local_lab(2));
+    broker.wait_all_up(Duration::from_secs(10));
+    let addr = broker.tcp_addr();
+    let mut silent = TcpStream::connect(addr).expect("connect");
+    for payload in [&b"\x00\xff\xfe garbage {{{\n"[..], b"{\"t\":\"hello\",\"proto\":99}\n", b"GET / HTTP/1.0\r\n\r\n"] {
+        let mut s = TcpStream::connect(addr).expect("connect");
+        s.write_all(payload).expect("write");
+        let mut buf = Vec::new();
+        s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+        let _ = s.read_to_end(&mut buf);
+        assert!(String::from_utf8_lossy(&buf).contains("\"t\":\"error\"") || buf.is_empty(), "{}", String::from_utf8_lossy(&buf));
+    }
+    let mut huge = TcpStream::connect(addr).expect("connect");
+    let chunk = vec![b'x'; 64 * 1024];
+    for _ in 0..40 {
+        if huge.write_all(&chunk).is_err() {
+            break;
+        }
+    }
+    let hosts = broker.status().expect("broker still answers");
+    assert!(hosts.iter().all(|h| h.state == HostState::Up), "{hosts:?}");
+    silent.write_all(b"\n").ok();
+    assert!(broker.log().contains("dropped connection"), "bad peers must be logged");
+}
+
+#[test]
+fn a_peer_with_the_wrong_secret_is_rejected() {
+    let broker = Broker::start(&local_lab(1));
+    broker.wait_all_up(Duration::from_secs(10));
+    // A host daemon holding another secret refuses the broker (mutual proof) and exits.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wrong = dir.path().join("secret");
+    proto::auth::write_new_secret(&wrong, false).expect("secret");
+    let out = std::process::Command::new(tests::bin("rb-hostd"))
+        .args(["--broker", &broker.tcp_addr().to_string(), "--host", "vhost01", "--lock-dir"])
+        .arg(dir.path())
+        .arg("--secret-file")
+        .arg(&wrong)
+        .output()
+        .expect("run hostd");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not hold our lab secret"), "{}", String::from_utf8_lossy(&out.stderr));
+    // A raw client that answers the challenge with a wrong MAC gets an auth error.
+    let mut s = TcpStream::connect(broker.tcp_addr()).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    s.write_all(b"{\"t\":\"hello\",\"proto\":1,\"role\":\"hostd\",\"name\":\"vhost01\",\"nonce\":\"00\"}\n").expect("hello");
+    let mut line = read_line(&mut s);
+    assert!(line.contains("\"t\":\"challenge\""), "{line}");
+    s.write_all(format!("{{\"t\":\"auth\",\"mac\":\"{}\"}}\n", "ab".repeat(32)).as_bytes()).expect("auth");
+    line = read_line(&mut s);
+    assert!(line.contains("\"code\":\"auth\""), "{line}");
+    assert!(broker.log().contains("wrong lab secret"), "{}", broker.log());
+    assert_eq!(broker.host("vhost01").expect("host").state, HostState::Up, "the real daemon is unaffected");
+}
+
+fn read_line(s: &mut TcpStream) -> String {
+    let mut out = Vec::new();
+    let mut byte = [0u8; 1];
+    while s.read(&mut byte).unwrap_or(0) == 1 && byte[0] != b'\n' {
+        out.push(byte[0]);
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn rb_check_reports_file_line_and_key_with_exit_64() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("lab.toml");
+    std::fs::write(&file, "[broker]\nlisten = \"127.0.0.1:0\"\nstate_dir = \"/tmp/x\"\n\n[[host]]\nname = \"a\"\nlabel = [\"x\"]\n").expect("write");
+    let out = rb(&["check", file.to_str().expect("utf8")]);
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("lab.toml:7:1"), "{err}");
+    assert!(err.contains("unknown field `label`"), "{err}");
+    assert!(err.contains("help:"), "{err}");
+    let good = dir.path().join("good.toml");
+    std::fs::write(&good, local_lab(2).replace("@STATE@", "/tmp/s").replace("@SECRET@", "/tmp/k")).expect("write");
+    let out = rb(&["check", good.to_str().expect("utf8")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok: 2 hosts, transport local"));
+}
+
+#[test]
+fn another_uid_cannot_use_the_control_socket() {
+    if !tests::is_root() {
+        eprintln!("skipped: needs root to act as another uid");
+        return;
+    }
+    let broker = Broker::start(&local_lab(1));
+    broker.wait_all_up(Duration::from_secs(10));
+    // Open the file mode so only the SO_PEERCRED check stands in the way.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(broker.socket(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    std::fs::set_permissions(broker.dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::set_permissions(broker.state_dir(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let out = std::process::Command::new(tests::bin("rb"))
+        .args(["--broker", broker.socket().to_str().expect("utf8"), "status"])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .expect("run rb as nobody");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("uid 65534 may not use the control socket"), "{err}");
+    assert!(wait_until(Duration::from_secs(2), || broker.status()).is_some(), "owner still served");
+}
