@@ -165,25 +165,23 @@ impl Supervisor {
         // Held here, not in `child`: tokio's `Child::wait` closes the child's stdin, and the
         // daemon treats that as its lifeline closing.
         let lifeline = child.stdin.take();
-        loop {
-            tokio::select! {
-                status = child.wait() => {
-                    let how = status.map_or_else(|e| format!("wait failed: {e}"), |s| s.to_string());
-                    info!(host = %self.host, %how, "host daemon exited");
-                    return Outcome::Exited(how);
-                }
-                cmd = commands.recv() => match cmd {
-                    Some(Command_::Restart(reason)) => {
-                        kill_group(&mut child).await;
-                        return Outcome::Restarted(reason);
-                    }
-                    Some(Command_::Stop) | None => {
-                        drop(lifeline);
-                        stop_gracefully(child).await;
-                        return Outcome::Stop;
-                    }
-                },
+        tokio::select! {
+            status = child.wait() => {
+                let how = status.map_or_else(|e| format!("wait failed: {e}"), |s| s.to_string());
+                info!(host = %self.host, %how, "host daemon exited");
+                Outcome::Exited(how)
             }
+            cmd = commands.recv() => match cmd {
+                Some(Command_::Restart(reason)) => {
+                    kill_group(&mut child).await;
+                    Outcome::Restarted(reason)
+                }
+                Some(Command_::Stop) | None => {
+                    drop(lifeline);
+                    stop_gracefully(child).await;
+                    Outcome::Stop
+                }
+            },
         }
     }
 }

@@ -2,8 +2,10 @@
 //! [`run`] does the work.
 //!
 //! `rb lab up` builds a lab and leaves it running (detached); the other commands find it
-//! through its manifest: with `--lab DIR`, or the only lab made by `rb lab up`.
+//! through its manifest: with `--dir DIR`, or the only lab made by `rb lab up`.
 
+use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -27,13 +29,16 @@ pub enum LabCommand {
     Down {
         /// The lab directory (/var/tmp/rb-lab-S).
         dir: Option<PathBuf>,
+        /// Only tear down labs whose creating process died without cleaning up.
+        #[arg(long, conflicts_with = "dir")]
+        stale: bool,
     },
     /// List the labs of this machine and their hosts.
     Status,
     /// Run a command inside a host (as root, or as the lab user with --user).
     Exec {
         /// Lab directory (default: the only lab made by `rb lab up`).
-        #[arg(long)]
+        #[arg(long = "dir", value_name = "DIR")]
         lab: Option<PathBuf>,
         /// Run as the lab user instead of root.
         #[arg(long)]
@@ -47,7 +52,7 @@ pub enum LabCommand {
     /// Crash a host: every process on it dies at once.
     Crash {
         /// Lab directory (default: the only lab made by `rb lab up`).
-        #[arg(long)]
+        #[arg(long = "dir", value_name = "DIR")]
         lab: Option<PathBuf>,
         /// The host.
         host: String,
@@ -55,7 +60,7 @@ pub enum LabCommand {
     /// Boot a crashed host; returns when its sshd accepts connections.
     Boot {
         /// Lab directory (default: the only lab made by `rb lab up`).
-        #[arg(long)]
+        #[arg(long = "dir", value_name = "DIR")]
         lab: Option<PathBuf>,
         /// The host.
         host: String,
@@ -63,7 +68,7 @@ pub enum LabCommand {
     /// Cut a host off the lab network.
     Partition {
         /// Lab directory (default: the only lab made by `rb lab up`).
-        #[arg(long)]
+        #[arg(long = "dir", value_name = "DIR")]
         lab: Option<PathBuf>,
         /// The host.
         host: String,
@@ -71,7 +76,7 @@ pub enum LabCommand {
     /// Reconnect a partitioned host.
     Heal {
         /// Lab directory (default: the only lab made by `rb lab up`).
-        #[arg(long)]
+        #[arg(long = "dir", value_name = "DIR")]
         lab: Option<PathBuf>,
         /// The host.
         host: String,
@@ -85,7 +90,13 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
     }
     match cmd {
         LabCommand::Up { hosts, rsh } => up(hosts, rsh),
-        LabCommand::Down { dir } => down(dir),
+        LabCommand::Down { stale: true, .. } => {
+            for dir in crate::reap_stale() {
+                println!("reaped stale lab {}", dir.display());
+            }
+            Ok(())
+        }
+        LabCommand::Down { dir, .. } => down(dir),
         LabCommand::Status => {
             status();
             Ok(())
@@ -110,43 +121,50 @@ fn up(hosts: usize, rsh: bool) -> anyhow::Result<()> {
         rsh,
         prefix: None,
     })?;
-    let secs = started.elapsed().as_secs_f64();
+    let text = summary(&lab, started.elapsed().as_secs_f64());
+    lab.detach(); // before printing: a closed stdout must not tear the lab down
+    let _ = std::io::stdout().write_all(text.as_bytes());
+    Ok(())
+}
+
+/// What `rb lab up` prints: where things are and how to get in.
+fn summary(lab: &Lab, secs: f64) -> String {
     let cfg = lab.ssh_config();
-    let first = lab
-        .hosts()
-        .first()
-        .map_or("node02", |h| h.name.as_str())
-        .to_string();
-    println!("lab up in {secs:.2} s: {}", lab.dir().display());
-    println!(
+    let u = lab.user();
+    let first = lab.hosts().first().map_or("node02", |h| h.name.as_str());
+    let mut s = format!("lab up in {secs:.2} s: {}\n", lab.dir().display());
+    let _ = writeln!(
+        s,
         "  node01   {}  (gateway: this machine, run the broker here)",
         lab.gateway()
     );
     for h in lab.hosts() {
-        println!("  {:<8} {}", h.name, h.address);
+        let _ = writeln!(s, "  {:<8} {}", h.name, h.address);
     }
-    let u = lab.user();
-    println!(
+    let _ = writeln!(
+        s,
         "  user     {} (uid {}), home {}",
         u.name,
         u.uid,
         u.home.display()
     );
-    println!(
-        "  rsh      {}",
-        if rsh { "in.rshd on every host" } else { "off" }
-    );
-    println!("ssh in:    ssh -F {} {first}", cfg.display());
-    println!(
+    let rsh = if lab.rsh() {
+        "in.rshd on every host"
+    } else {
+        "off"
+    };
+    let _ = writeln!(s, "  rsh      {rsh}");
+    let _ = writeln!(s, "ssh in:    ssh -F {} {first}", cfg.display());
+    let _ = writeln!(
+        s,
         "as user:   ssh -F {} -i {} -l {} {first}",
         cfg.display(),
         u.key.display(),
         u.name
     );
-    println!("run:       rb lab exec [--user] {first} -- hostname");
-    let dir = lab.detach();
-    println!("tear down: rb lab down {}", dir.display());
-    Ok(())
+    let _ = writeln!(s, "run:       rb lab exec [--user] {first} hostname");
+    let _ = writeln!(s, "tear down: rb lab down {}", lab.dir().display());
+    s
 }
 
 fn down(dir: Option<PathBuf>) -> anyhow::Result<()> {
@@ -216,7 +234,7 @@ fn describe(l: &LabSummary) -> String {
     s
 }
 
-/// The lab to act on: `--lab DIR`, or the only lab made by `rb lab up`.
+/// The lab to act on: `--dir DIR`, or the only lab made by `rb lab up`.
 fn find(dir: Option<PathBuf>) -> anyhow::Result<Lab> {
     if let Some(d) = dir {
         return Ok(Lab::attach(&d)?);
@@ -227,10 +245,10 @@ fn find(dir: Option<PathBuf>) -> anyhow::Result<Lab> {
         .map(|l| l.dir)
         .collect();
     match detached.len() {
-        0 => bail!("no lab made by `rb lab up` on this machine\nhelp: start one with `rb lab up`, or name one with --lab DIR"),
+        0 => bail!("no lab made by `rb lab up` on this machine\nhelp: start one with `rb lab up`, or name one with --dir DIR"),
         1 => Ok(Lab::attach(&detached.remove(0))?),
         _ => bail!(
-            "several labs on this machine: {}\nhelp: choose one with --lab DIR",
+            "several labs on this machine: {}\nhelp: choose one with --dir DIR",
             detached.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
         ),
     }

@@ -6,7 +6,7 @@
 //! down and with it every process of the host's PID namespace. The network namespace and
 //! the veth are not touched by a crash, so `boot` only starts a new process tree.
 
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -30,17 +30,20 @@ pub(crate) const KILL_LIMIT: Duration = Duration::from_secs(10);
 pub const INIT_ENV: &str = "RB_LAB_INIT";
 const INIT_NAME: &str = "rb-lab-init";
 
-/// Finds `rb-lab-init`: `$RB_LAB_INIT`, else next to the current executable or in its
+/// Finds `rb-lab-init`: `$RB_LAB_INIT` if set (and then only there), else next to the current executable or in its
 /// parent directory (tests run from `target/<profile>/deps/`).
 pub fn find_init() -> Result<PathBuf, LabError> {
-    let mut searched = Vec::new();
     if let Some(p) = std::env::var_os(INIT_ENV) {
         let p = PathBuf::from(p);
-        if p.is_file() {
-            return Ok(p);
-        }
-        searched.push(format!("${INIT_ENV}={}", p.display()));
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(LabError::InitMissing {
+                searched: format!("${INIT_ENV}={}", p.display()),
+            })
+        };
     }
+    let mut searched = Vec::new();
     if let Ok(exe) = std::env::current_exe() {
         for dir in exe.ancestors().skip(1).take(2) {
             let candidate = dir.join(INIT_NAME);
@@ -66,22 +69,87 @@ pub(crate) struct Booted {
 /// exists. Call [`wait_ready`] to wait for its daemons.
 pub(crate) fn start(m: &Manifest, h: &HostRecord) -> Result<Booted, LabError> {
     reset_host_runtime(m, h)?;
-    let dir = m.host_dir(&h.name);
-    let console = dir.join("console.log");
+    let console = m.host_dir(&h.name).join("console.log");
+    let (out, err) = console_log(&console)?;
+    let mut c = host_command(m, h);
+    c.stdin(Stdio::null()).stdout(out).stderr(err);
+    // SAFETY: setsid is async-signal-safe and touches no memory of the parent; it detaches
+    // the host from the caller's terminal and process group (Ctrl-C goes to the caller only).
+    unsafe {
+        c.pre_exec(|| nix::unistd::setsid().map(drop).map_err(Into::into));
+    }
+    let mut child = c.spawn().map_err(|source| LabError::Spawn {
+        command: cmd::describe(&c),
+        source,
+        help: START_HELP.into(),
+    })?;
+    let unshare = ProcRef::of(child.id());
+    let init = wait_for_init(&c, &mut child, &h.name, &console);
+    match (unshare, init) {
+        (Some(unshare), Ok(init)) => Ok(Booted {
+            child,
+            unshare,
+            init,
+        }),
+        (_, init) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(init.err().unwrap_or(LabError::HostDown {
+                host: h.name.clone(),
+            }))
+        }
+    }
+}
+
+const START_HELP: &str = "install iproute2 and util-linux (unshare); see the host's console.log";
+
+/// The console log, opened for appending, twice (stdout and stderr).
+fn console_log(path: &Path) -> Result<(File, File), LabError> {
     let log = OpenOptions::new()
         .create(true)
         .append(true)
-        .open(&console)
-        .map_err(LabError::io(
-            "open",
-            &console,
-            "is the lab directory writable?",
-        ))?;
-    let log2 = log.try_clone().map_err(LabError::io(
+        .open(path)
+        .map_err(LabError::io("open", path, "is the lab directory writable?"))?;
+    let copy = log.try_clone().map_err(LabError::io(
         "duplicate handle of",
-        &console,
+        path,
         "out of file descriptors?",
     ))?;
+    Ok((log, copy))
+}
+
+/// Waits for `unshare` (the spawned `child`) to fork the host's PID 1, and returns it.
+fn wait_for_init(
+    c: &Command,
+    child: &mut Child,
+    host: &str,
+    console: &Path,
+) -> Result<ProcRef, LabError> {
+    let pid = child.id();
+    let mut init = None;
+    poll(
+        Duration::from_secs(5),
+        &format!("PID 1 of {host}"),
+        START_HELP,
+        || {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(LabError::Command {
+                    command: cmd::describe(c),
+                    status: status.to_string(),
+                    stderr: tail(console),
+                    help: START_HELP.into(),
+                });
+            }
+            init = children(pid).first().copied().and_then(ProcRef::of);
+            Ok(init.is_some())
+        },
+    )?;
+    init.ok_or_else(|| LabError::HostDown { host: host.into() })
+}
+
+/// `ip netns exec <netns> unshare … rb-lab-init …` for the host.
+fn host_command(m: &Manifest, h: &HostRecord) -> Command {
+    let dir = m.host_dir(&h.name);
     let mut c = Command::new("ip");
     c.args([
         "netns", "exec", &h.netns, "unshare", "--uts", "--pid", "--mount",
@@ -95,59 +163,7 @@ pub(crate) fn start(m: &Manifest, h: &HostRecord) -> Result<Booted, LabError> {
     if m.rsh {
         c.arg("--inetd-config").arg(dir.join("inetd.conf"));
     }
-    c.stdin(Stdio::null()).stdout(log).stderr(log2);
-    // SAFETY: setsid is async-signal-safe and touches no memory of the parent; it detaches
-    // the host from the caller's terminal and process group (Ctrl-C goes to the caller only).
-    unsafe {
-        c.pre_exec(|| nix::unistd::setsid().map(drop).map_err(Into::into));
-    }
-    let help = "install iproute2 and util-linux (unshare); see the host's console.log";
-    let mut child = c.spawn().map_err(|source| LabError::Spawn {
-        command: cmd::describe(&c),
-        source,
-        help: help.into(),
-    })?;
-    let pid = child.id();
-    let unshare = ProcRef::of(pid);
-    let mut init_pid = None;
-    let found = poll(
-        Duration::from_secs(5),
-        &format!("PID 1 of {}", h.name),
-        help,
-        || {
-            if let Ok(Some(status)) = child.try_wait() {
-                return Err(LabError::Command {
-                    command: cmd::describe(&c),
-                    status: status.to_string(),
-                    stderr: tail(&console),
-                    help: help.into(),
-                });
-            }
-            init_pid = children(pid).first().copied();
-            Ok(init_pid.is_some())
-        },
-    );
-    let booted = found.and_then(|()| {
-        let init = init_pid.and_then(ProcRef::of);
-        match (unshare, init) {
-            (Some(unshare), Some(init)) => Ok((unshare, init)),
-            _ => Err(LabError::HostDown {
-                host: h.name.clone(),
-            }),
-        }
-    });
-    match booted {
-        Ok((unshare, init)) => Ok(Booted {
-            child,
-            unshare,
-            init,
-        }),
-        Err(e) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            Err(e)
-        }
-    }
+    c
 }
 
 /// Waits until the host's sshd (and inetd, with rsh) listen, then, unless the host is

@@ -78,6 +78,7 @@ enum OnDrop {
 /// A running lab. See the crate docs.
 pub struct Lab {
     pub(crate) state: Mutex<Manifest>,
+    pub(crate) dir: PathBuf,
     pub(crate) hosts: Vec<LabHost>,
     pub(crate) user: LabUser,
     /// `unshare` processes this process started (to reap them).
@@ -121,8 +122,8 @@ impl Lab {
         let init = host::find_init()?;
         crate::registry::reap_stale();
         let manifest = {
-            let _lock = MachineLock::take()?;
-            let s = manifest::first_free(&manifest::used_subnets())?;
+            let mut lock = MachineLock::take()?;
+            let s = lock.next_subnet(&manifest::used_subnets())?;
             let m = plan(spec, s, prefix, init);
             provision::mkdir(&m.dir, 0o755)?;
             m.write()?;
@@ -158,6 +159,7 @@ impl Lab {
             key: provision::user_key(&m),
         };
         Lab {
+            dir: m.dir.clone(),
             state: Mutex::new(m),
             hosts,
             user,

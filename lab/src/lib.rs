@@ -37,7 +37,19 @@
 //! - `process.rs`: pid + start-time identities, polling with deadlines; `cmd.rs`: running
 //!   tools; `error.rs`: [`LabError`].
 //!
-//! Everything needs root; the tests print a skip line and pass when not root.
+//! # Running
+//! Everything needs root; the lab tests print `skipped: lab tests need root (network
+//! namespaces)` and pass when not root. As root: `cargo test -p lab`. Hosts run
+//! `rb-lab-init`, found through `$RB_LAB_INIT` or next to the running executable (or one
+//! directory up, for test binaries in `target/<profile>/deps/`); `cargo test -p lab` builds
+//! it, other crates' tests need `cargo build -p lab --bin rb-lab-init` first.
+//!
+//! A test process killed before its `Lab` is dropped leaves its lab behind; the next
+//! [`Lab::up`] on the machine (or [`reap_stale`], or `rb lab down DIR`) removes it. Labs of
+//! `rb lab up` are detached and stay until `rb lab down`.
+//!
+//! Never resolve lab host names in the root namespace (they are only in the hosts'
+//! `/etc/hosts`): use the addresses, or the generated ssh config.
 
 pub mod cli;
 mod cmd;

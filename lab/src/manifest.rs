@@ -9,6 +9,7 @@
 
 use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
@@ -170,8 +171,11 @@ pub(crate) fn lab_dirs() -> Vec<PathBuf> {
     dirs.into_iter().map(|(_, p)| p).collect()
 }
 
-/// The machine-wide lab lock (an flock on [`LOCK_PATH`]), held while alive.
-pub(crate) struct MachineLock(#[allow(dead_code)] Flock<File>);
+/// The machine-wide lab lock (an flock on [`LOCK_PATH`]), held while alive. The file also
+/// holds the subnet number to try next, so subnets are handed out round-robin and a number
+/// freed by one lab is not reused at once by the next (no stale ARP entries or sockets,
+/// and tests can tell an old lab's leftovers from a new lab).
+pub(crate) struct MachineLock(Flock<File>);
 
 impl MachineLock {
     /// Blocks until the lock is ours.
@@ -180,12 +184,29 @@ impl MachineLock {
         let file = OpenOptions::new()
             .create(true)
             .truncate(false)
+            .read(true)
             .write(true)
             .open(LOCK_PATH)
             .map_err(LabError::io("open lock file", LOCK_PATH, help))?;
         Flock::lock(file, FlockArg::LockExclusive)
             .map(MachineLock)
             .map_err(|(_, e)| LabError::io("lock", LOCK_PATH, help)(e.into()))
+    }
+
+    /// Chooses a subnet not in `used`, starting after the last one handed out.
+    pub fn next_subnet(&mut self, used: &BTreeSet<u8>) -> Result<u8, LabError> {
+        let help = "is /var/tmp writable?";
+        let io = |action| LabError::io(action, LOCK_PATH, help);
+        let file: &mut File = &mut self.0;
+        let mut text = String::new();
+        file.seek(SeekFrom::Start(0)).map_err(io("seek"))?;
+        file.read_to_string(&mut text).map_err(io("read"))?;
+        let start = text.trim().parse::<u8>().unwrap_or(1);
+        let s = first_free(used, start)?;
+        file.set_len(0).map_err(io("truncate"))?;
+        file.seek(SeekFrom::Start(0)).map_err(io("seek"))?;
+        writeln!(file, "{}", if s == 254 { 1 } else { s + 1 }).map_err(io("write"))?;
+        Ok(s)
     }
 }
 
@@ -239,9 +260,11 @@ fn subnet_of_lab_name(name: &str) -> Option<u8> {
     s.parse().ok()
 }
 
-/// The first subnet number in 1..=254 not in `used`.
-pub(crate) fn first_free(used: &BTreeSet<u8>) -> Result<u8, LabError> {
-    (1..=254u8)
+/// The first subnet number in 1..=254 not in `used`, searching from `start` and wrapping.
+pub(crate) fn first_free(used: &BTreeSet<u8>, start: u8) -> Result<u8, LabError> {
+    let start = start.clamp(1, 254);
+    (start..=254)
+        .chain(1..start)
         .find(|s| !used.contains(s))
         .ok_or(LabError::NoSubnet)
 }
@@ -271,9 +294,13 @@ mod tests {
     #[test]
     fn first_free_skips_used() {
         let used: BTreeSet<u8> = [1, 2, 4].into_iter().collect();
-        assert_eq!(first_free(&used).expect("free"), 3);
+        assert_eq!(first_free(&used, 1).expect("free"), 3);
+        assert_eq!(first_free(&used, 4).expect("free"), 5);
+        assert_eq!(first_free(&used, 0).expect("free"), 3);
+        let high: BTreeSet<u8> = (250..=254).collect();
+        assert_eq!(first_free(&high, 252).expect("wraps"), 1);
         let all: BTreeSet<u8> = (1..=254).collect();
-        assert!(matches!(first_free(&all), Err(LabError::NoSubnet)));
+        assert!(matches!(first_free(&all, 7), Err(LabError::NoSubnet)));
     }
 
     #[test]

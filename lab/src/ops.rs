@@ -9,6 +9,7 @@
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
@@ -16,7 +17,7 @@ use crate::cmd;
 use crate::host;
 use crate::lab::{Lab, LabHost, LabUser};
 use crate::net;
-use crate::process::{children, ProcRef};
+use crate::process::{children, poll, ProcRef};
 use crate::provision;
 use crate::utmp::FakeLogin;
 use crate::LabError;
@@ -58,13 +59,20 @@ impl Lab {
     }
 
     /// The lab's state directory, `/var/tmp/rb-lab-S`.
-    pub fn dir(&self) -> PathBuf {
-        self.manifest().dir.clone()
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The state directory of `host` (in the lab dir): `console.log` (its init's output),
+    /// `sshd.log`, its configs, and the sources of its private /tmp, /run and /var/log.
+    pub fn host_dir(&self, host: &str) -> Result<PathBuf, LabError> {
+        self.host(host)?;
+        Ok(self.manifest().host_dir(host))
     }
 
     /// The ssh client config for the root namespace (`ssh -F <it> node02`).
     pub fn ssh_config(&self) -> PathBuf {
-        self.dir().join("ssh_config")
+        self.dir.join("ssh_config")
     }
 
     /// The private key root uses to ssh into hosts (already in `ssh_config`).
@@ -256,12 +264,27 @@ impl Lab {
     }
 }
 
-/// See [`Lab::kill_spawned`].
+/// See [`Lab::kill_spawned`]. The wrapper may not have forked its child yet: wait for the
+/// child (or the wrapper's exit) before killing, and kill the wrapper only as a last resort.
 pub(crate) fn kill_inside(child: &mut Child) -> Result<ExitStatus, LabError> {
-    if child.try_wait().ok().flatten().is_none() {
-        for p in children(child.id()).into_iter().filter_map(ProcRef::of) {
-            p.signal(Signal::SIGKILL)?;
-        }
+    let mut inside = Vec::new();
+    let found = poll(
+        Duration::from_secs(5),
+        &format!("the child of nsenter pid {}", child.id()),
+        "",
+        || {
+            if child.try_wait().ok().flatten().is_some() {
+                return Ok(true);
+            }
+            inside = children(child.id());
+            Ok(!inside.is_empty())
+        },
+    );
+    if found.is_err() {
+        let _ = child.kill();
+    }
+    for p in inside.into_iter().filter_map(ProcRef::of) {
+        p.signal(Signal::SIGKILL)?;
     }
     child.wait().map_err(LabError::io(
         "wait for",

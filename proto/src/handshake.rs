@@ -102,7 +102,7 @@ pub async fn server_handshake<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let hello = match conn.recv::<ToBroker>().await? {
+    let hello = match recv_or_refuse(conn).await? {
         ToBroker::Hello(hello) => hello,
         other => {
             let reason = format!("expected hello, got {}", tag_of(&other));
@@ -162,7 +162,7 @@ where
         proof,
     })
     .await?;
-    let mac = match conn.recv::<ToBroker>().await? {
+    let mac = match recv_or_refuse(conn).await? {
         ToBroker::Auth { mac } => mac,
         other => {
             let reason = format!("expected auth, got {}", tag_of(&other));
@@ -175,6 +175,21 @@ where
     } else {
         refuse(conn, ErrorCode::Auth, "wrong lab secret").await;
         Err(HandshakeError::Auth("wrong lab secret".into()))
+    }
+}
+
+/// Receives the next message; a malformed one gets an error reply before the failure returns.
+async fn recv_or_refuse<S>(conn: &mut FramedConn<S>) -> Result<ToBroker, HandshakeError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    match conn.recv::<ToBroker>().await {
+        Ok(msg) => Ok(msg),
+        Err(e @ (FrameError::Malformed(_) | FrameError::TooLong)) => {
+            refuse(conn, ErrorCode::BadMessage, &e.to_string()).await;
+            Err(e.into())
+        }
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -233,6 +248,7 @@ mod tests {
             ClientAuth::Secret(&client_secret),
         )
         .await;
+        drop(conn); // a client that gives up hangs up; the server must see that
         (client, server.await.expect("join"))
     }
 

@@ -36,16 +36,12 @@ pub fn resolve(
     lab: Option<&Path>,
     secret_file: Option<&Path>,
 ) -> anyhow::Result<Target> {
-    let lab_cfg = match lab {
-        Some(path) => Some(config::LabConfig::load(path).map_err(|e| anyhow!("{e}"))?),
-        None => {
-            let default = config::default_lab_path();
-            default
-                .exists()
-                .then(|| config::LabConfig::load(&default))
-                .transpose()
-                .map_err(|e| anyhow!("{e}"))?
-        }
+    let lab_path = lab
+        .map(Path::to_path_buf)
+        .or_else(|| Some(config::default_lab_path()).filter(|p| p.exists()));
+    let lab_cfg = match lab_path {
+        Some(path) => Some(config::LabConfig::load(&path).map_err(|e| anyhow!("{e}"))?),
+        None => None,
     };
     if let Some(value) = broker {
         return parse_target(value, secret_file, lab_cfg.as_ref());

@@ -43,6 +43,12 @@ enum Cmd {
     },
     /// Stop the broker (local control socket only).
     Shutdown,
+    /// Test hosts on this machine (root): network namespaces with their own sshd.
+    #[command(subcommand)]
+    Lab(lab::cli::LabCommand),
+    /// Globus RSL job specifications: check them, turn them into job specs.
+    #[command(subcommand)]
+    Rsl(rsl::cli::RslCommand),
     /// Run the embedded single-machine lab: start a broker with virtual hosts, show them up.
     Demo {
         #[arg(long, default_value_t = 4)]
@@ -81,6 +87,11 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Check { file } => Ok(cmd_check(file.as_deref().or(cli.lab.as_deref()))),
         Cmd::Status { json } => block_on(cmd_status(&cli, *json)),
         Cmd::Shutdown => block_on(cmd_shutdown(&cli)),
+        Cmd::Lab(cmd) => lab::cli::run(cmd.clone()).map(|()| ExitCode::SUCCESS),
+        Cmd::Rsl(cmd) => {
+            let code = rsl::cli::run(cmd, &mut std::io::stdout(), &mut std::io::stderr());
+            Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+        }
         Cmd::Demo {
             hosts,
             keep,

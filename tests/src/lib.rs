@@ -13,23 +13,34 @@ use std::{
 
 use proto::report::{HostState, HostStatus};
 
+pub mod labtier;
+
 /// Directory holding the workspace's binaries (`target/<profile>`), built on first use.
 pub fn bin_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let exe = std::env::current_exe().expect("test executable path");
-        let dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps").to_path_buf();
+        let mut dir = exe
+            .parent()
+            .expect("executable has a directory")
+            .to_path_buf();
+        if dir.ends_with("deps") {
+            dir.pop();
+        }
         build_binaries(&dir);
         dir
     })
 }
 
-/// `cargo test` builds only the binaries of the package under test; build the others.
+/// `cargo test` builds only the binaries of the package under test; build the others
+/// (cheap when they are up to date).
 fn build_binaries(dir: &Path) {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let release = dir.ends_with("release");
     let mut cmd = Command::new(cargo);
-    cmd.args(["build", "--quiet", "-p", "broker", "-p", "hostd", "-p", "rb", "-p", "lab", "--bins"]);
+    cmd.args([
+        "build", "--quiet", "-p", "broker", "-p", "hostd", "-p", "rb", "-p", "lab", "--bins",
+    ]);
     if release {
         cmd.arg("--release");
     }
@@ -58,7 +69,12 @@ pub fn wait_until<T>(timeout: Duration, mut cond: impl FnMut() -> Option<T>) -> 
 
 /// Runs `rb ARGS` and returns its output.
 pub fn rb(args: &[&str]) -> Output {
-    Command::new(bin("rb")).args(args).env_remove("RB_BROKER").env_remove("RB_LAB").output().expect("run rb")
+    Command::new(bin("rb"))
+        .args(args)
+        .env_remove("RB_BROKER")
+        .env_remove("RB_LAB")
+        .output()
+        .expect("run rb")
 }
 
 /// A broker process in its own temp dir; killed (whole process group) on drop.
@@ -71,7 +87,10 @@ pub struct Broker {
 impl Broker {
     /// Writes `lab_text` (with `@STATE@` and `@SECRET@` replaced) and starts `rb-broker` on it.
     pub fn start(lab_text: &str) -> Broker {
-        let dir = tempfile::Builder::new().prefix("rb-test-").tempdir_in("/var/tmp").expect("tempdir");
+        let dir = tempfile::Builder::new()
+            .prefix("rb-test-")
+            .tempdir_in("/var/tmp")
+            .expect("tempdir");
         let secret = dir.path().join("secret");
         proto::auth::write_new_secret(&secret, false).expect("secret");
         let state = dir.path().join("state");
@@ -90,9 +109,17 @@ impl Broker {
             .stderr(log)
             .spawn()
             .expect("start rb-broker");
-        let broker = Broker { child, dir, lab_file };
+        let broker = Broker {
+            child,
+            dir,
+            lab_file,
+        };
         let sock = broker.socket();
-        assert!(wait_until(Duration::from_secs(10), || sock.exists().then_some(())).is_some(), "broker did not start:\n{}", broker.log());
+        assert!(
+            wait_until(Duration::from_secs(10), || sock.exists().then_some(())).is_some(),
+            "broker did not start:\n{}",
+            broker.log()
+        );
         broker
     }
 
@@ -110,7 +137,8 @@ impl Broker {
 
     /// The TCP address the broker really listens on.
     pub fn tcp_addr(&self) -> std::net::SocketAddr {
-        let text = std::fs::read_to_string(self.state_dir().join("broker.json")).expect("broker.json");
+        let text =
+            std::fs::read_to_string(self.state_dir().join("broker.json")).expect("broker.json");
         let v: serde_json::Value = serde_json::from_str(&text).expect("json");
         v["listen"].as_str().expect("listen").parse().expect("addr")
     }
@@ -130,7 +158,10 @@ impl Broker {
     /// `rb status --json`, parsed; `None` if the broker did not answer.
     pub fn status(&self) -> Option<Vec<HostStatus>> {
         let out = self.rb(&["status", "--json"]);
-        out.status.success().then(|| serde_json::from_slice(&out.stdout).ok()).flatten()
+        out.status
+            .success()
+            .then(|| serde_json::from_slice(&out.stdout).ok())
+            .flatten()
     }
 
     pub fn host(&self, name: &str) -> Option<HostStatus> {
@@ -138,22 +169,45 @@ impl Broker {
     }
 
     /// Waits until `pred` holds for host `name`; panics with the broker log otherwise.
-    pub fn wait_host(&self, name: &str, timeout: Duration, what: &str, pred: impl Fn(&HostStatus) -> bool) -> HostStatus {
+    pub fn wait_host(
+        &self,
+        name: &str,
+        timeout: Duration,
+        what: &str,
+        pred: impl Fn(&HostStatus) -> bool,
+    ) -> HostStatus {
         match wait_until(timeout, || self.host(name).filter(|h| pred(h))) {
             Some(h) => h,
-            None => panic!("{name}: {what} not seen within {timeout:?}; last: {:#?}\nbroker log:\n{}", self.host(name), self.log()),
+            None => panic!(
+                "{name}: {what} not seen within {timeout:?}; last: {:#?}\nbroker log:\n{}",
+                self.host(name),
+                self.log()
+            ),
         }
     }
 
     /// Waits until every host is up.
     pub fn wait_all_up(&self, timeout: Duration) -> Vec<HostStatus> {
-        let got = wait_until(timeout, || self.status().filter(|hs| !hs.is_empty() && hs.iter().all(|h| h.state == HostState::Up)));
-        got.unwrap_or_else(|| panic!("not all hosts up within {timeout:?}: {:#?}\nbroker log:\n{}", self.status(), self.log()))
+        let got = wait_until(timeout, || {
+            self.status()
+                .filter(|hs| !hs.is_empty() && hs.iter().all(|h| h.state == HostState::Up))
+        });
+        got.unwrap_or_else(|| {
+            panic!(
+                "not all hosts up within {timeout:?}: {:#?}\nbroker log:\n{}",
+                self.status(),
+                self.log()
+            )
+        })
     }
 
     /// Pid of a virtual host's daemon, from its lock file.
     pub fn local_hostd_pid(&self, host: &str) -> Option<i32> {
-        let path = self.state_dir().join("hosts").join(host).join(format!("hostd-{host}.lock"));
+        let path = self
+            .state_dir()
+            .join("hosts")
+            .join(host)
+            .join(format!("hostd-{host}.lock"));
         std::fs::read_to_string(path).ok()?.trim().parse().ok()
     }
 }
@@ -162,7 +216,9 @@ impl Drop for Broker {
     fn drop(&mut self) {
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let stopped = wait_until(Duration::from_secs(8), || self.child.try_wait().ok().flatten());
+        let stopped = wait_until(Duration::from_secs(8), || {
+            self.child.try_wait().ok().flatten()
+        });
         if stopped.is_none() {
             let _ = self.child.kill();
             let _ = self.child.wait();
@@ -176,7 +232,9 @@ pub fn local_lab(n: usize) -> String {
         "[broker]\nlisten = \"127.0.0.1:0\"\ntransport = \"local\"\nstate_dir = \"@STATE@\"\nsecret_file = \"@SECRET@\"\nreport_interval_s = 0.5\ndown_after_s = 2\nrestart_backoff_max_s = 1\n",
     );
     for i in 1..=n {
-        text.push_str(&format!("\n[[host]]\nname = \"vhost{i:02}\"\nlabels = [\"public\"]\n"));
+        text.push_str(&format!(
+            "\n[[host]]\nname = \"vhost{i:02}\"\nlabels = [\"public\"]\n"
+        ));
     }
     text
 }

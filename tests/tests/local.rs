@@ -15,14 +15,32 @@ use tests::{local_lab, rb, wait_until, Broker};
 fn embedded_demo_brings_every_virtual_host_up() {
     let dir = tempfile::tempdir().expect("tempdir");
     let state = dir.path().join("demo");
-    let out = rb(&["demo", "--hosts", "3", "--state-dir", state.to_str().expect("utf8")]);
+    let out = rb(&[
+        "demo",
+        "--hosts",
+        "3",
+        "--state-dir",
+        state.to_str().expect("utf8"),
+    ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "rb demo failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "rb demo failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.contains("3 hosts: 3 up, 0 down"), "{stdout}");
     for h in ["vhost01", "vhost02", "vhost03"] {
-        assert!(stdout.lines().any(|l| l.starts_with(h) && l.contains(" up ")), "{h} not up in:\n{stdout}");
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with(h) && l.contains(" up ")),
+            "{h} not up in:\n{stdout}"
+        );
     }
-    assert!(!state.join("broker.sock").exists(), "demo must stop its broker");
+    assert!(
+        !state.join("broker.sock").exists(),
+        "demo must stop its broker"
+    );
 }
 
 #[test]
@@ -32,7 +50,17 @@ fn status_json_has_the_documented_fields() {
     let out = broker.rb(&["status", "--json"]);
     let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json array");
     let first = &rows.as_array().expect("array")[0];
-    for key in ["name", "state", "cpus", "load1", "users", "console_idle_s", "labels", "owner", "last_report_age_s"] {
+    for key in [
+        "name",
+        "state",
+        "cpus",
+        "load1",
+        "users",
+        "console_idle_s",
+        "labels",
+        "owner",
+        "last_report_age_s",
+    ] {
         assert!(first.get(key).is_some(), "missing `{key}` in {first}");
     }
     assert_eq!(first["state"], "up");
@@ -47,32 +75,55 @@ fn killed_host_daemon_is_restarted_by_the_broker() {
     let broker = Broker::start(&local_lab(2));
     broker.wait_all_up(Duration::from_secs(10));
     let before = broker.host("vhost02").expect("vhost02");
-    let pid = broker.local_hostd_pid("vhost02").expect("hostd pid from lock file");
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).expect("kill hostd");
-    broker.wait_host("vhost02", Duration::from_secs(5), "down after kill", |h| h.state == HostState::Down || h.daemon_starts > before.daemon_starts);
-    let after = broker.wait_host("vhost02", Duration::from_secs(10), "up again with a new daemon", |h| {
-        h.state == HostState::Up && h.daemon_starts > before.daemon_starts
+    let pid = broker
+        .local_hostd_pid("vhost02")
+        .expect("hostd pid from lock file");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill hostd");
+    broker.wait_host("vhost02", Duration::from_secs(5), "down after kill", |h| {
+        h.state == HostState::Down || h.daemon_starts > before.daemon_starts
     });
+    let after = broker.wait_host(
+        "vhost02",
+        Duration::from_secs(10),
+        "up again with a new daemon",
+        |h| h.state == HostState::Up && h.daemon_starts > before.daemon_starts,
+    );
     assert_ne!(broker.local_hostd_pid("vhost02"), Some(pid));
     assert_eq!(after.daemon_starts, before.daemon_starts + 1, "{after:?}");
 }
 
 #[test]
 fn overlay_login_is_reported_within_one_second_despite_a_long_interval() {
-    let lab = local_lab(2).replace("report_interval_s = 0.5\ndown_after_s = 2", "report_interval_s = 30\ndown_after_s = 90");
+    let lab = local_lab(2).replace(
+        "report_interval_s = 0.5\ndown_after_s = 2",
+        "report_interval_s = 30\ndown_after_s = 90",
+    );
     let broker = Broker::start(&lab);
     broker.wait_all_up(Duration::from_secs(10));
     let overlay = broker.state_dir().join("hosts/vhost02/overlay.toml");
     let tmp = overlay.with_extension("tmp");
-    std::fs::write(&tmp, "[[users]]\nuser = \"alice\"\ntty = \"pts/7\"\nidle_s = 42\n").expect("write overlay");
+    std::fs::write(
+        &tmp,
+        "[[users]]\nuser = \"alice\"\ntty = \"pts/7\"\nidle_s = 42\n",
+    )
+    .expect("write overlay");
     std::fs::rename(&tmp, &overlay).expect("rename overlay");
     let started = std::time::Instant::now();
-    let host = broker.wait_host("vhost02", Duration::from_secs(1), "alice's login", |h| h.users.iter().any(|u| u.user == "alice"));
+    let host = broker.wait_host("vhost02", Duration::from_secs(1), "alice's login", |h| {
+        h.users.iter().any(|u| u.user == "alice")
+    });
     eprintln!("login visible after {:?}", started.elapsed());
     assert_eq!(host.users[0].idle_s, Some(42));
     assert_eq!(host.users[0].tty, "pts/7");
     let other = broker.host("vhost01").expect("vhost01");
-    assert!(other.users.iter().all(|u| u.user != "alice"), "overlay leaked to another host: {other:?}");
+    assert!(
+        other.users.iter().all(|u| u.user != "alice"),
+        "overlay leaked to another host: {other:?}"
+    );
 }
 
 #[test]
@@ -81,13 +132,22 @@ fn garbage_on_the_broker_port_leaves_it_unaffected() {
     broker.wait_all_up(Duration::from_secs(10));
     let addr = broker.tcp_addr();
     let mut silent = TcpStream::connect(addr).expect("connect");
-    for payload in [&b"\x00\xff\xfe garbage {{{\n"[..], b"{\"t\":\"hello\",\"proto\":99}\n", b"GET / HTTP/1.0\r\n\r\n"] {
+    for payload in [
+        &b"\x00\xff\xfe garbage {{{\n"[..],
+        b"{\"t\":\"hello\",\"proto\":99}\n",
+        b"GET / HTTP/1.0\r\n\r\n",
+    ] {
         let mut s = TcpStream::connect(addr).expect("connect");
         s.write_all(payload).expect("write");
         let mut buf = Vec::new();
-        s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+        s.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
         let _ = s.read_to_end(&mut buf);
-        assert!(String::from_utf8_lossy(&buf).contains("\"t\":\"error\"") || buf.is_empty(), "{}", String::from_utf8_lossy(&buf));
+        assert!(
+            String::from_utf8_lossy(&buf).contains("\"t\":\"error\"") || buf.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&buf)
+        );
     }
     let mut huge = TcpStream::connect(addr).expect("connect");
     let chunk = vec![b'x'; 64 * 1024];
@@ -99,7 +159,10 @@ fn garbage_on_the_broker_port_leaves_it_unaffected() {
     let hosts = broker.status().expect("broker still answers");
     assert!(hosts.iter().all(|h| h.state == HostState::Up), "{hosts:?}");
     silent.write_all(b"\n").ok();
-    assert!(broker.log().contains("dropped connection"), "bad peers must be logged");
+    assert!(
+        broker.log().contains("dropped connection"),
+        "bad peers must be logged"
+    );
 }
 
 #[test]
@@ -111,25 +174,48 @@ fn a_peer_with_the_wrong_secret_is_rejected() {
     let wrong = dir.path().join("secret");
     proto::auth::write_new_secret(&wrong, false).expect("secret");
     let out = std::process::Command::new(tests::bin("rb-hostd"))
-        .args(["--broker", &broker.tcp_addr().to_string(), "--host", "vhost01", "--lock-dir"])
+        .args([
+            "--broker",
+            &broker.tcp_addr().to_string(),
+            "--host",
+            "vhost01",
+            "--lock-dir",
+        ])
         .arg(dir.path())
         .arg("--secret-file")
         .arg(&wrong)
         .output()
         .expect("run hostd");
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("does not hold our lab secret"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("does not hold our lab secret"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // A raw client that answers the challenge with a wrong MAC gets an auth error.
     let mut s = TcpStream::connect(broker.tcp_addr()).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
-    s.write_all(b"{\"t\":\"hello\",\"proto\":1,\"role\":\"hostd\",\"name\":\"vhost01\",\"nonce\":\"00\"}\n").expect("hello");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    s.write_all(
+        b"{\"t\":\"hello\",\"proto\":1,\"role\":\"hostd\",\"name\":\"vhost01\",\"nonce\":\"00\"}\n",
+    )
+    .expect("hello");
     let mut line = read_line(&mut s);
     assert!(line.contains("\"t\":\"challenge\""), "{line}");
-    s.write_all(format!("{{\"t\":\"auth\",\"mac\":\"{}\"}}\n", "ab".repeat(32)).as_bytes()).expect("auth");
+    s.write_all(format!("{{\"t\":\"auth\",\"mac\":\"{}\"}}\n", "ab".repeat(32)).as_bytes())
+        .expect("auth");
     line = read_line(&mut s);
     assert!(line.contains("\"code\":\"auth\""), "{line}");
-    assert!(broker.log().contains("wrong lab secret"), "{}", broker.log());
-    assert_eq!(broker.host("vhost01").expect("host").state, HostState::Up, "the real daemon is unaffected");
+    assert!(
+        broker.log().contains("wrong lab secret"),
+        "{}",
+        broker.log()
+    );
+    assert_eq!(
+        broker.host("vhost01").expect("host").state,
+        HostState::Up,
+        "the real daemon is unaffected"
+    );
 }
 
 fn read_line(s: &mut TcpStream) -> String {
@@ -153,9 +239,19 @@ fn rb_check_reports_file_line_and_key_with_exit_64() {
     assert!(err.contains("unknown field `label`"), "{err}");
     assert!(err.contains("help:"), "{err}");
     let good = dir.path().join("good.toml");
-    std::fs::write(&good, local_lab(2).replace("@STATE@", "/tmp/s").replace("@SECRET@", "/tmp/k")).expect("write");
+    std::fs::write(
+        &good,
+        local_lab(2)
+            .replace("@STATE@", "/tmp/s")
+            .replace("@SECRET@", "/tmp/k"),
+    )
+    .expect("write");
     let out = rb(&["check", good.to_str().expect("utf8")]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("ok: 2 hosts, transport local"));
 }
 
@@ -169,17 +265,30 @@ fn another_uid_cannot_use_the_control_socket() {
     broker.wait_all_up(Duration::from_secs(10));
     // Open the file mode so only the SO_PEERCRED check stands in the way.
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(broker.socket(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
-    std::fs::set_permissions(broker.dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    std::fs::set_permissions(broker.state_dir(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::set_permissions(broker.socket(), std::fs::Permissions::from_mode(0o777))
+        .expect("chmod");
+    std::fs::set_permissions(broker.dir.path(), std::fs::Permissions::from_mode(0o755))
+        .expect("chmod");
+    std::fs::set_permissions(broker.state_dir(), std::fs::Permissions::from_mode(0o755))
+        .expect("chmod");
     let out = std::process::Command::new(tests::bin("rb"))
-        .args(["--broker", broker.socket().to_str().expect("utf8"), "status"])
+        .args([
+            "--broker",
+            broker.socket().to_str().expect("utf8"),
+            "status",
+        ])
         .uid(65534)
         .gid(65534)
         .output()
         .expect("run rb as nobody");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("uid 65534 may not use the control socket"), "{err}");
-    assert!(wait_until(Duration::from_secs(2), || broker.status()).is_some(), "owner still served");
+    assert!(
+        err.contains("uid 65534 may not use the control socket"),
+        "{err}"
+    );
+    assert!(
+        wait_until(Duration::from_secs(2), || broker.status()).is_some(),
+        "owner still served"
+    );
 }

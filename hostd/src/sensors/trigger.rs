@@ -166,7 +166,10 @@ mod tests {
             Some(ReportTrigger::Login),
             "sessions that became readable are news"
         );
-        assert_eq!(detect_trigger(&unknown, &activity(Some(vec![]), None), 60), None);
+        assert_eq!(
+            detect_trigger(&unknown, &activity(Some(vec![]), None), 60),
+            None
+        );
         assert_eq!(detect_trigger(&known, &unknown, 60), None);
         let unknown_idle = activity(Some(vec![session("alice", "pts/1", None)]), None);
         assert_eq!(

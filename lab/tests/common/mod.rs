@@ -84,7 +84,7 @@ impl Names {
         let mut links: Vec<String> = lab.hosts().iter().map(|h| h.veth.clone()).collect();
         links.push(format!("rbbr{}", lab.subnet()));
         Names {
-            dir: lab.dir(),
+            dir: lab.dir().to_path_buf(),
             netns: lab.hosts().iter().map(|h| h.netns.clone()).collect(),
             etc: lab
                 .hosts()

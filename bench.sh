@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Regenerates BENCHMARKS.md: every figure beside its baseline, measured in this one run.
+# Run as root for the lab rows (real namespaced hosts); takes a few minutes.
+set -euo pipefail
+cd "$(dirname "$0")"
+cargo build --release --workspace --bins --examples --quiet
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+{
+  echo "# Benchmarks"
+  echo
+  echo "Regenerate with \`./bench.sh\` (as root for the lab rows). Generated $(date -u +%Y-%m-%dT%H:%MZ)."
+  echo
+  echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $(free -g | awk '/Mem:/{print $2}') GiB, $(. /etc/os-release; echo "$PRETTY_NAME"), kernel $(uname -r); release build."
+  echo
+  ./target/release/rb-bench "$@"
+  rsl/bench/run.sh
+} > "$out"
+mv "$out" BENCHMARKS.md
+trap - EXIT
+echo "wrote BENCHMARKS.md" >&2

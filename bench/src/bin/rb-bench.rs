@@ -1,0 +1,299 @@
+//! `rb-bench`: runs the resource-layer benchmarks and prints their BENCHMARKS.md sections.
+//! Every figure is measured beside its baseline in the same run. Lab sections need root.
+
+use std::{
+    path::Path,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use bench::{
+    procstat,
+    stats::{summarize, Summary},
+};
+use clap::Parser;
+use proto::report::HostState;
+use tests::{labtier, wait_until, Broker};
+
+#[derive(Debug, Parser)]
+#[command(name = "rb-bench")]
+struct Args {
+    /// Simulated host counts for the broker load benchmark.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1000, 10000])]
+    hosts: Vec<usize>,
+    /// Repetitions for latency measurements.
+    #[arg(long, default_value_t = 10)]
+    reps: usize,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    println!("## Resource layer (broker, host daemons)\n");
+    broker_load(&args.hosts)?;
+    hostd_footprint()?;
+    if tests::is_root() {
+        lab_latencies(args.reps)?;
+    } else {
+        println!("### Lab latencies\n\nskipped: needs root (network namespaces)\n");
+    }
+    Ok(())
+}
+
+/// CPU share over five 2-second windows, and the largest RSS seen.
+fn sample(pid: u32) -> (Summary, u64) {
+    let mut shares = Vec::new();
+    let mut rss = 0;
+    for _ in 0..5 {
+        if let Some((share, kb)) = procstat::measure(pid, Duration::from_secs(2)) {
+            shares.push(share * 100.0);
+            rss = rss.max(kb);
+        }
+    }
+    (
+        summarize(&shares).unwrap_or(Summary {
+            median: f64::NAN,
+            min: f64::NAN,
+            max: f64::NAN,
+            n: 0,
+        }),
+        rss,
+    )
+}
+
+fn manual_lab(n: usize) -> String {
+    let mut text = String::from(
+        "[broker]\nlisten = \"127.0.0.1:0\"\ntransport = \"manual\"\nstate_dir = \"@STATE@\"\nsecret_file = \"@SECRET@\"\nreport_interval_s = 1\ndown_after_s = 5\n",
+    );
+    for i in 1..=n {
+        text.push_str(&format!("[[host]]\nname = \"load{i:05}\"\n"));
+    }
+    text
+}
+
+fn broker_load(counts: &[usize]) -> anyhow::Result<()> {
+    println!("### Broker under load: simulated hosts reporting every second\n");
+    println!("A load generator (`rb-loadgen`) opens one TCP connection per simulated host, completes the real HMAC handshake as `hostd`, and sends a real-sized report (one user session) every second. CPU share is of one core (100 % = one core busy), median of five 2 s windows (min–max); RSS is the largest seen. Baseline: the same broker with no hosts.\n");
+    println!("| hosts | broker CPU | broker RSS | all hosts up after | `rb status --json` | load generator CPU |");
+    println!("|---:|---|---:|---:|---|---|");
+    for &n in std::iter::once(&0).chain(counts) {
+        let row = one_load_run(n)?;
+        println!("{row}");
+    }
+    println!();
+    Ok(())
+}
+
+fn one_load_run(n: usize) -> anyhow::Result<String> {
+    let broker = Broker::start(&manual_lab(n));
+    let pid = broker.child.id();
+    let started = Instant::now();
+    let mut gen = (n > 0)
+        .then(|| {
+            Command::new(tests::bin("rb-loadgen"))
+                .args([
+                    "--broker",
+                    &broker.tcp_addr().to_string(),
+                    "--hosts",
+                    &n.to_string(),
+                    "--seconds",
+                    "45",
+                ])
+                .arg("--secret-file")
+                .arg(broker.secret())
+                .stdout(Stdio::piped())
+                .spawn()
+        })
+        .transpose()?;
+    let up_after = if n > 0 {
+        let all_up = wait_until(Duration::from_secs(40), || {
+            broker
+                .status()
+                .filter(|rows| rows.iter().filter(|h| h.state == HostState::Up).count() == n)
+                .map(|_| ())
+        });
+        match all_up {
+            Some(()) => format!("{:.2} s", started.elapsed().as_secs_f64()),
+            None => "not all up in 40 s".into(),
+        }
+    } else {
+        "-".into()
+    };
+    let gen_pid = gen.as_ref().map(|g| g.id());
+    let gen_cpu = gen_pid
+        .and_then(|p| procstat::measure(p, Duration::from_secs(2)))
+        .map(|(s, _)| s * 100.0);
+    let (cpu, rss) = sample(pid);
+    let status_ms: Vec<f64> = (0..5)
+        .map(|_| {
+            let t = Instant::now();
+            let _ = broker.status();
+            t.elapsed().as_secs_f64() * 1000.0
+        })
+        .collect();
+    if let Some(g) = gen.as_mut() {
+        let _ = g.kill();
+        let _ = g.wait();
+    }
+    let status = summarize(&status_ms).map_or("-".into(), |s| s.show("ms", 1));
+    Ok(format!(
+        "| {n} | {} | {:.1} MiB | {up_after} | {status} | {} |",
+        cpu.show("%", 2),
+        rss as f64 / 1024.0,
+        gen_cpu.map_or("-".into(), |c| format!("{c:.0} %"))
+    ))
+}
+
+fn hostd_footprint() -> anyhow::Result<()> {
+    println!("### Host daemon footprint\n");
+    println!("One `rb-hostd` reporting every 2 s (the default) to a broker, over 10 s (median of five 2 s windows). Baselines measured in the same run: a `sleep` process (the smallest possible resident process) and, in the lab, the per-host `sshd` every lab machine already runs.\n");
+    println!("| process | CPU | RSS |");
+    println!("|---|---|---:|");
+    let lab_text = tests::local_lab(1).replace(
+        "report_interval_s = 0.5\ndown_after_s = 2",
+        "report_interval_s = 2\ndown_after_s = 6",
+    );
+    let broker = Broker::start(&lab_text);
+    broker.wait_all_up(Duration::from_secs(10));
+    let pid = broker
+        .local_hostd_pid("vhost01")
+        .ok_or_else(|| anyhow::anyhow!("no hostd pid"))? as u32;
+    let (cpu, rss) = sample(pid);
+    println!(
+        "| rb-hostd | {} | {:.1} MiB |",
+        cpu.show("%", 3),
+        rss as f64 / 1024.0
+    );
+    let mut sleeper = Command::new("sleep").arg("30").spawn()?;
+    let (cpu, rss) = sample(sleeper.id());
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    println!(
+        "| sleep (baseline) | {} | {:.1} MiB |",
+        cpu.show("%", 3),
+        rss as f64 / 1024.0
+    );
+    if tests::is_root() {
+        let env = labtier::LabWithBroker::start(1, &[]);
+        let host = env.lab.hosts()[0].name.clone();
+        let out = env.lab.exec(&host, &["pgrep", "-o", "-x", "sshd"])?;
+        let inner = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let outer = outer_pid(&env.lab, &host, &inner);
+        if let Some(pid) = outer {
+            let (cpu, rss) = sample(pid);
+            println!(
+                "| sshd in a lab host (baseline) | {} | {:.1} MiB |",
+                cpu.show("%", 3),
+                rss as f64 / 1024.0
+            );
+        }
+    }
+    println!();
+    Ok(())
+}
+
+/// Root-namespace pid of a process known by its pid inside a lab host.
+fn outer_pid(lab: &lab::Lab, host: &str, inner: &str) -> Option<u32> {
+    let out = lab
+        .exec(host, &["cat", &format!("/proc/{inner}/stat")])
+        .ok()?;
+    let start = String::from_utf8_lossy(&out.stdout)
+        .rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)?
+        .to_string();
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        let Ok(pid) = name.parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(Path::new("/proc").join(&name).join("stat")) else {
+            continue;
+        };
+        let same_start = stat
+            .rsplit_once(')')
+            .and_then(|(_, r)| r.split_whitespace().nth(19).map(|s| s == start))
+            .unwrap_or(false);
+        let comm_is_sshd = stat.contains("(sshd)");
+        let status = std::fs::read_to_string(Path::new("/proc").join(&name).join("status"))
+            .unwrap_or_default();
+        let nspid_matches = status
+            .lines()
+            .find(|l| l.starts_with("NSpid:"))
+            .is_some_and(|l| l.split_whitespace().last() == Some(inner));
+        if same_start && comm_is_sshd && nspid_matches {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+fn lab_latencies(reps: usize) -> anyhow::Result<()> {
+    println!("### Lab latencies (real namespaced hosts, daemons started over ssh)\n");
+    println!("Broker in the root namespace, `rb-hostd` started on each host over real ssh; report interval 2 s, host down after 6 s of silence, restart backoff capped at 2 s (as in the lab tests). Latency = until `rb status` shows the change (polled every 20 ms).\n");
+    let env =
+        labtier::LabWithBroker::start_with(2, &[("node03", "alice")], labtier::DEFAULT_TIMING);
+    let mut boot_sshd = Vec::new();
+    let mut boot_up = Vec::new();
+    for _ in 0..reps.min(5) {
+        env.lab.crash("node02")?;
+        env.broker
+            .wait_host("node02", Duration::from_secs(10), "down", |h| {
+                h.state == HostState::Down
+            });
+        let t0 = Instant::now();
+        env.lab.boot("node02")?;
+        boot_sshd.push(t0.elapsed().as_secs_f64() * 1000.0);
+        env.broker
+            .wait_host("node02", Duration::from_secs(15), "up", |h| {
+                h.state == HostState::Up
+            });
+        boot_up.push(t0.elapsed().as_secs_f64() * 1000.0);
+    }
+    let mut login = Vec::new();
+    let mut periodic = Vec::new();
+    for _ in 0..reps {
+        let t0 = Instant::now();
+        let session =
+            env.lab
+                .fake_login("node03", "alice", "rbtty-alice", Duration::from_secs(600))?;
+        env.broker
+            .wait_host("node03", Duration::from_secs(5), "login", |h| {
+                h.users.iter().any(|u| u.user == "alice")
+            });
+        login.push(t0.elapsed().as_secs_f64() * 1000.0);
+        // Baseline: a change no trigger fires for (idle 600 s -> 300 s) waits for the periodic report.
+        let t1 = Instant::now();
+        session.set_idle(Duration::from_secs(300))?;
+        env.broker
+            .wait_host("node03", Duration::from_secs(5), "idle change", |h| {
+                h.users
+                    .iter()
+                    .any(|u| u.user == "alice" && u.idle_s.is_some_and(|i| i < 400))
+            });
+        periodic.push(t1.elapsed().as_secs_f64() * 1000.0);
+        session.end()?;
+        env.broker
+            .wait_host("node03", Duration::from_secs(5), "logout", |h| {
+                h.users.iter().all(|u| u.user != "alice")
+            });
+    }
+    println!("| measurement | median (min–max, n) |");
+    println!("|---|---|");
+    let show = |v: &[f64]| summarize(v).map_or("-".into(), |s| s.show("ms", 0));
+    println!(
+        "| host boot → its sshd accepts (baseline) | {} |",
+        show(&boot_sshd)
+    );
+    println!("| host boot → up in `rb status` | {} |", show(&boot_up));
+    println!(
+        "| owner login → visible in `rb status` (immediate report) | {} |",
+        show(&login)
+    );
+    println!(
+        "| idle-time change → visible (periodic report, baseline) | {} |",
+        show(&periodic)
+    );
+    println!();
+    Ok(())
+}

@@ -1,0 +1,161 @@
+//! `rb-loadgen`: N simulated host daemons against a real broker. Each connects over TCP,
+//! completes the real HMAC handshake as role `hostd`, and sends a realistic report every
+//! interval (start times spread over the first interval). Stops after `--seconds`.
+
+use std::{
+    path::PathBuf,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use clap::Parser;
+use proto::{
+    auth::Secret,
+    frame::FramedConn,
+    handshake::{client_handshake, ClientAuth},
+    msg::{Role, ToBroker},
+    report::{HostReport, ReportTrigger, UserSession},
+};
+use tokio::{net::TcpStream, sync::Semaphore};
+
+#[derive(Debug, Parser)]
+#[command(name = "rb-loadgen")]
+struct Args {
+    #[arg(long)]
+    broker: String,
+    #[arg(long)]
+    secret_file: PathBuf,
+    /// Number of simulated hosts, named `<prefix>00001`…
+    #[arg(long)]
+    hosts: usize,
+    #[arg(long, default_value = "load")]
+    prefix: String,
+    #[arg(long, default_value_t = 1000)]
+    interval_ms: u64,
+    /// How long to keep reporting once connected.
+    #[arg(long, default_value_t = 30)]
+    seconds: u64,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    raise_fd_limit();
+    let secret = Arc::new(Secret::load(&args.secret_file)?);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(run(args, secret))
+}
+
+async fn run(args: Args, secret: Arc<Secret>) -> anyhow::Result<()> {
+    let connected = Arc::new(AtomicU64::new(0));
+    let sent = Arc::new(AtomicU64::new(0));
+    let gate = Arc::new(Semaphore::new(256));
+    let interval = Duration::from_millis(args.interval_ms);
+    let stop_at = tokio::time::Instant::now() + Duration::from_secs(args.seconds);
+    let mut tasks = Vec::with_capacity(args.hosts);
+    for i in 1..=args.hosts {
+        let name = format!("{}{i:05}", args.prefix);
+        let ctx = (
+            args.broker.clone(),
+            secret.clone(),
+            connected.clone(),
+            sent.clone(),
+            gate.clone(),
+        );
+        let offset = interval.mul_f64(i as f64 / args.hosts as f64);
+        tasks.push(tokio::spawn(simulate(name, ctx, interval, offset, stop_at)));
+    }
+    let mut failures = 0;
+    for t in tasks {
+        if !matches!(t.await, Ok(Ok(()))) {
+            failures += 1;
+        }
+    }
+    println!(
+        "{{\"hosts\":{},\"connected\":{},\"reports\":{},\"failed\":{}}}",
+        args.hosts,
+        connected.load(Ordering::Relaxed),
+        sent.load(Ordering::Relaxed),
+        failures
+    );
+    Ok(())
+}
+
+type Ctx = (
+    String,
+    Arc<Secret>,
+    Arc<AtomicU64>,
+    Arc<AtomicU64>,
+    Arc<Semaphore>,
+);
+
+async fn simulate(
+    name: String,
+    ctx: Ctx,
+    interval: Duration,
+    offset: Duration,
+    stop_at: tokio::time::Instant,
+) -> anyhow::Result<()> {
+    let (broker, secret, connected, sent, gate) = ctx;
+    let mut conn = {
+        let _permit = gate.acquire().await?;
+        let stream = TcpStream::connect(&broker).await?;
+        let mut conn = FramedConn::new(stream);
+        client_handshake(&mut conn, Role::Hostd, &name, ClientAuth::Secret(&secret)).await?;
+        conn
+    };
+    connected.fetch_add(1, Ordering::Relaxed);
+    tokio::time::sleep(offset).await;
+    let mut seq = 0;
+    let mut tick = tokio::time::interval(interval);
+    while tokio::time::Instant::now() < stop_at {
+        tick.tick().await;
+        seq += 1;
+        conn.send(&ToBroker::Report(Box::new(report(&name, seq))))
+            .await?;
+        sent.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// A report the size and shape of a real one (one logged-in user).
+fn report(name: &str, seq: u64) -> HostReport {
+    HostReport {
+        hostname: name.to_string(),
+        seq,
+        trigger: Some(if seq == 1 {
+            ReportTrigger::Start
+        } else {
+            ReportTrigger::Interval
+        }),
+        cpus: Some(8),
+        load: Some([0.42, 0.37, 0.30]),
+        cpu_util: Some(0.05),
+        mem_total_kb: Some(16_000_000),
+        mem_available_kb: Some(12_000_000),
+        os: Some("linux".into()),
+        arch: Some("x86_64".into()),
+        kernel: Some("6.1.0".into()),
+        users: Some(vec![UserSession {
+            user: "alice".into(),
+            tty: "pts/0".into(),
+            idle_s: Some(1200),
+            from: None,
+        }]),
+        console_idle_s: Some(3600),
+        managed_procs: Some(0),
+        labels: vec!["linux".into(), "x86_64".into()],
+        overlaid: Vec::new(),
+    }
+}
+
+fn raise_fd_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+    }
+}

@@ -1,0 +1,10 @@
+//! Benchmark support: process measurements from /proc, statistics, markdown tables.
+//!
+//! # Layout
+//! - [`procstat`]: CPU time and resident memory of a process, sampled from /proc.
+//! - [`stats`]: medians with min/max.
+//! - `bin/rb-loadgen`: N simulated host daemons that handshake and report for real.
+//! - `bin/rb-bench`: runs every benchmark and prints the BENCHMARKS.md sections.
+
+pub mod procstat;
+pub mod stats;
