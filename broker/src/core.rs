@@ -6,12 +6,17 @@ use std::{
     time::{Duration, Instant},
 };
 
-use proto::report::{HostReport, HostStatus};
+use proto::{
+    msg::{FromBroker, JobRegistration, Request, Response, ToBroker},
+    report::{HostReport, HostStatus},
+};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{info, warn};
 
 use crate::{
+    alloc::JobId,
     hosts::{ConnId, Effect, HostTable},
+    jobs::JobDesk,
     supervisor::SupervisorSet,
 };
 
@@ -47,6 +52,24 @@ pub enum Event {
     Status {
         reply: oneshot::Sender<Vec<HostStatus>>,
     },
+    /// An agent registers its job; answers with the job id (or why not).
+    AgentRegister {
+        reg: Box<JobRegistration>,
+        tx: mpsc::Sender<FromBroker>,
+        reply: oneshot::Sender<JobId>,
+    },
+    AgentMessage {
+        job: JobId,
+        msg: ToBroker,
+    },
+    AgentGone {
+        job: JobId,
+    },
+    /// `rb jobs|release|drain|resume`.
+    Admin {
+        req: Request,
+        reply: oneshot::Sender<Result<Response, String>>,
+    },
 }
 
 /// Sender side used by connections and supervisors.
@@ -55,6 +78,7 @@ pub type EventSender = mpsc::Sender<Event>;
 /// Runs until `shutdown` fires, then stops every host daemon; returns the last status.
 pub async fn run(
     mut table: HostTable,
+    mut desk: JobDesk,
     mut events: mpsc::Receiver<Event>,
     supervisors: SupervisorSet,
     mut shutdown: watch::Receiver<bool>,
@@ -65,8 +89,47 @@ pub async fn run(
     loop {
         let effects = tokio::select! {
             _ = shutdown.changed() => break,
-            _ = tick.tick() => table.tick(Instant::now()),
+            _ = tick.tick() => {
+                let now = Instant::now();
+                let effects = table.tick(now);
+                if desk.has_jobs() {
+                    let mut job_effects = desk.hosts_changed(&table.status(now), now);
+                    job_effects.extend(desk.tick(now));
+                    desk.perform(job_effects).await;
+                }
+                effects
+            }
             event = events.recv() => match event {
+                Some(Event::AgentRegister { reg, tx, reply }) => {
+                    let now = Instant::now();
+                    let _ = desk.hosts_changed(&table.status(now), now);
+                    let (job, effects) = desk.register(*reg, tx).await;
+                    let _ = reply.send(job);
+                    desk.perform(effects).await;
+                    Vec::new()
+                }
+                Some(Event::AgentMessage { job, msg }) => {
+                    let now = Instant::now();
+                    let mut effects = if matches!(msg, ToBroker::Allocate { .. }) {
+                        desk.hosts_changed(&table.status(now), now)
+                    } else {
+                        Vec::new()
+                    };
+                    effects.extend(desk.agent_message(job, msg, now));
+                    desk.perform(effects).await;
+                    Vec::new()
+                }
+                Some(Event::AgentGone { job }) => {
+                    let effects = desk.agent_gone(job, Instant::now());
+                    desk.perform(effects).await;
+                    Vec::new()
+                }
+                Some(Event::Admin { req, reply }) => {
+                    let (answer, effects) = desk.admin(req, Instant::now());
+                    let _ = reply.send(answer);
+                    desk.perform(effects).await;
+                    Vec::new()
+                }
                 Some(event) => apply(&mut table, &mut closers, event),
                 None => break,
             },
@@ -111,6 +174,10 @@ fn apply(
             let _ = reply.send(table.status(now));
             Vec::new()
         }
+        Event::AgentRegister { .. }
+        | Event::AgentMessage { .. }
+        | Event::AgentGone { .. }
+        | Event::Admin { .. } => Vec::new(),
     }
 }
 

@@ -2,6 +2,8 @@
 //!
 //! # Layout
 //! - [`hosts`]: the pure host table (up/down, latest reports, silence → restart effects).
+//! - [`alloc`]: the pure allocation core (jobs, requests, allocations, the built-in policy).
+//! - [`jobs`]: the allocator's async edge: agents, their request ids, effects → messages.
 //! - [`core`]: the one task that owns broker state and applies events in order.
 //! - [`server`]: TCP and local-socket listeners, handshakes, per-connection tasks.
 //! - [`supervisor`]: keeps every host's daemon running through the transport.
@@ -11,9 +13,11 @@
 //! [`run`] wires them: bind listeners → spawn supervisors and the core → serve until
 //! shutdown → stop daemons (lifeline, then SIGKILL) → remove the socket.
 
+pub mod alloc;
 pub mod core;
 pub mod embedded;
 pub mod hosts;
+pub mod jobs;
 pub mod server;
 pub mod supervisor;
 pub mod transport;
@@ -86,7 +90,19 @@ pub async fn run(lab: LabConfig, shutdown: impl Future<Output = ()>) -> anyhow::
     let supervisors =
         SupervisorSet::spawn(&lab.hosts, &spec, events_tx, lab.broker.restart_backoff_max);
     let table = HostTable::new(&lab.hosts, lab.broker.down_after);
-    let core = tokio::spawn(core::run(table, events_rx, supervisors, stop_rx.clone()));
+    let desk = jobs::JobDesk::new(
+        alloc::Allocator::new(),
+        spec.remote_shell(),
+        lab.broker.transport.name(),
+        &lab.broker.secret_file,
+    );
+    let core = tokio::spawn(core::run(
+        table,
+        desk,
+        events_rx,
+        supervisors,
+        stop_rx.clone(),
+    ));
     let tcp_task = tokio::spawn(server::serve_tcp(tcp, ctx.clone(), stop_rx.clone()));
     let unix_task = tokio::spawn(server::serve_unix(unix, ctx, stop_rx.clone()));
 

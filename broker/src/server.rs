@@ -156,6 +156,12 @@ async fn handle<S>(
         }
         Role::Hostd => hostd_session(conn, ctx, hello.name, shutdown).await,
         Role::Client => client_session(conn, ctx, local, &peer, shutdown).await,
+        Role::Agent => agent_session(conn, ctx, shutdown).await,
+        Role::Subagent => {
+            let reason = "subagents talk to their agent, not to the broker".to_string();
+            refuse(&mut conn, ErrorCode::BadMessage, &reason).await;
+            ctx.limiter.warn(&peer, &reason);
+        }
     }
 }
 
@@ -218,6 +224,65 @@ async fn hostd_session<S>(
             reason,
         })
         .await;
+}
+
+async fn agent_session<S>(
+    mut conn: FramedConn<S>,
+    ctx: &ServerCtx,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    if welcome(&mut conn, ctx).await.is_err() {
+        return;
+    }
+    let reg = match conn.recv::<ToBroker>().await {
+        Ok(ToBroker::Register(reg)) => reg,
+        Ok(other) => {
+            return refuse(
+                &mut conn,
+                ErrorCode::BadMessage,
+                &format!("expected register, got {}", short(&other)),
+            )
+            .await
+        }
+        Err(_) => return,
+    };
+    let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+    let (reply_tx, reply_rx) = oneshot::channel();
+    if ctx
+        .events
+        .send(Event::AgentRegister {
+            reg,
+            tx,
+            reply: reply_tx,
+        })
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let Ok(job) = reply_rx.await else { return };
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => return,
+            out = rx.recv() => match out {
+                Some(msg) => if conn.send(&msg).await.is_err() { break },
+                None => break,
+            },
+            msg = conn.recv::<ToBroker>() => match msg {
+                Ok(msg) => {
+                    if ctx.events.send(Event::AgentMessage { job, msg }).await.is_err() { return; }
+                }
+                Err(FrameError::Closed) => break,
+                Err(e) => {
+                    refuse(&mut conn, ErrorCode::BadMessage, &e.to_string()).await;
+                    break;
+                }
+            },
+        }
+    }
+    let _ = ctx.events.send(Event::AgentGone { job }).await;
 }
 
 async fn client_session<S>(
@@ -285,6 +350,17 @@ async fn answer(
             Ok(Response::Ok)
         }
         Request::Shutdown => Err("shutdown is only accepted on the local control socket".into()),
+        req @ (Request::Jobs
+        | Request::Release { .. }
+        | Request::Drain { .. }
+        | Request::Resume { .. }) => {
+            let (tx, rx) = oneshot::channel();
+            ctx.events
+                .send(Event::Admin { req, reply: tx })
+                .await
+                .map_err(|_| "broker stopping".to_string())?;
+            rx.await.map_err(|_| "broker stopping".to_string())?
+        }
     }
 }
 

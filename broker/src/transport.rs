@@ -68,6 +68,24 @@ impl LaunchSpec {
         }
     }
 
+    /// The remote shell jobs use to reach hosts (program and leading arguments; the shim
+    /// appends `[-n] [-l USER] ADDRESS COMMAND`). For virtual hosts it is the subagent's
+    /// `local-shell` mode, which runs the command on this machine.
+    pub fn remote_shell(&self) -> Vec<String> {
+        match self.transport {
+            Transport::Ssh | Transport::Manual => {
+                let mut argv = self.ssh_command.clone();
+                argv.extend(["-o", "BatchMode=yes"].map(String::from));
+                argv
+            }
+            Transport::Rsh => self.rsh_command.clone(),
+            Transport::Local => {
+                let subagent = self.hostd_path.with_file_name("rb-subagent");
+                vec![subagent.display().to_string(), "local-shell".into()]
+            }
+        }
+    }
+
     fn daemon_argv(&self, host: &HostEntry) -> Vec<String> {
         let mut argv = vec![
             self.hostd_path.display().to_string(),

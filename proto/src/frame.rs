@@ -15,7 +15,7 @@ use crate::MAX_FRAME_BYTES;
 pub enum FrameError {
     #[error("connection closed by peer")]
     Closed,
-    #[error("frame longer than {MAX_FRAME_BYTES} bytes")]
+    #[error("frame longer than the connection's limit")]
     TooLong,
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
@@ -29,9 +29,16 @@ pub struct FramedConn<S> {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> FramedConn<S> {
+    /// A connection that accepts frames up to [`MAX_FRAME_BYTES`] (what servers use).
     pub fn new(stream: S) -> Self {
+        Self::with_limit(stream, MAX_FRAME_BYTES)
+    }
+
+    /// A connection that accepts frames up to `max_bytes`: clients of the broker use
+    /// [`crate::MAX_RESPONSE_BYTES`], since a status of 10k hosts is several MiB.
+    pub fn with_limit(stream: S, max_bytes: usize) -> Self {
         Self {
-            inner: Framed::new(stream, LinesCodec::new_with_max_length(MAX_FRAME_BYTES)),
+            inner: Framed::new(stream, LinesCodec::new_with_max_length(max_bytes)),
         }
     }
 
@@ -74,13 +81,10 @@ pub fn decode<T: DeserializeOwned>(line: &str) -> Result<T, FrameError> {
     serde_json::from_str(line).map_err(|e| FrameError::Malformed(e.to_string()))
 }
 
-/// Encodes one message as a frame's text (without the newline).
+/// Encodes one message as a frame's text (without the newline). Size is the receiver's
+/// business: each side enforces its own limit when reading.
 pub fn encode<T: Serialize>(msg: &T) -> Result<String, FrameError> {
-    let line = serde_json::to_string(msg).map_err(|e| FrameError::Malformed(e.to_string()))?;
-    if line.len() > MAX_FRAME_BYTES {
-        return Err(FrameError::TooLong);
-    }
-    Ok(line)
+    serde_json::to_string(msg).map_err(|e| FrameError::Malformed(e.to_string()))
 }
 
 #[cfg(test)]

@@ -212,6 +212,7 @@ fn tag_of(msg: &ToBroker) -> &'static str {
         ToBroker::Auth { .. } => "auth",
         ToBroker::Report(_) => "report",
         ToBroker::Request { .. } => "request",
+        _ => "job message",
     }
 }
 

@@ -11,6 +11,7 @@
 //! Every connection starts with a [`msg::Hello`] carrying [`PROTOCOL_VERSION`] and the
 //! peer's [`msg::Role`]. The full description lives in `PROTOCOL.md` at the repository root.
 
+pub mod agent;
 pub mod auth;
 pub mod frame;
 pub mod handshake;
@@ -21,5 +22,9 @@ pub mod report;
 /// Version spoken by this build; a peer with another version is refused at hello.
 pub const PROTOCOL_VERSION: u32 = 1;
 
-/// Largest accepted frame (one JSON message), in bytes. Bigger frames close the connection.
+/// Largest frame (one JSON message) a server accepts from a peer, in bytes. Bigger frames
+/// close the connection.
 pub const MAX_FRAME_BYTES: usize = 1 << 20;
+
+/// Largest frame a client accepts from the broker (e.g. the status of 10k hosts).
+pub const MAX_RESPONSE_BYTES: usize = 256 << 20;

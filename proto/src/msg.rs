@@ -16,6 +16,10 @@ pub enum Role {
     Hostd,
     /// A command-line client (`rb`): requests and responses.
     Client,
+    /// A job's agent; `name` is a label for logs (the app's name).
+    Agent,
+    /// A subagent connecting to its job's agent; `name` is the allocation id.
+    Subagent,
 }
 
 impl std::fmt::Display for Role {
@@ -23,6 +27,8 @@ impl std::fmt::Display for Role {
         f.write_str(match self {
             Role::Hostd => "hostd",
             Role::Client => "client",
+            Role::Agent => "agent",
+            Role::Subagent => "subagent",
         })
     }
 }
@@ -47,14 +53,46 @@ pub enum Request {
     Status,
     /// Stop the broker (local control socket only).
     Shutdown,
+    /// Every job with its hosts and queued requests.
+    Jobs,
+    /// Reclaim `host` from whatever job holds it (graceful, then forced after `grace_ms`).
+    Release { host: String, grace_ms: Option<u64> },
+    /// No new grants on `host`.
+    Drain { host: String },
+    /// Grants on `host` again.
+    Resume { host: String },
 }
 
 /// Answers to [`Request`]s.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Response {
-    Status { hosts: Vec<HostStatus> },
+    Status {
+        hosts: Vec<HostStatus>,
+    },
+    /// One JSON object per job (`id`, `user`, `state`, `hosts`, `spec`, …).
+    Jobs {
+        jobs: Vec<serde_json::Value>,
+    },
     Ok,
+    /// What happened, for people (e.g. "reclaiming node03 from job 4").
+    Done {
+        message: String,
+    },
+}
+
+/// What an agent tells the broker about its job when it registers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobRegistration {
+    pub user: String,
+    pub cwd: String,
+    pub argv: Vec<String>,
+    /// The job spec (RSL → JSON), if one was given.
+    pub spec: Option<serde_json::Value>,
+    pub adaptive: bool,
+    /// The job id to resume after a broker restart, if any.
+    pub resume: Option<u64>,
 }
 
 /// Everything a peer sends to the broker.
@@ -73,6 +111,40 @@ pub enum ToBroker {
         id: u64,
         req: Request,
     },
+    /// Agent: register (or resume) the job.
+    Register(Box<JobRegistration>),
+    /// Agent: a machine for `symbolic`, now; `req` is the agent's own id for the request.
+    Allocate {
+        req: u64,
+        symbolic: String,
+    },
+    /// Agent: the request is no longer wanted (its shim died).
+    Cancel {
+        req: u64,
+    },
+    /// Agent: the job no longer needs this allocation.
+    GiveBack {
+        alloc: u64,
+    },
+    /// Agent: a reclaimed allocation is released (its processes are gone).
+    Released {
+        alloc: u64,
+    },
+    /// Agent: the job ended with this status.
+    EndJob {
+        status: i32,
+    },
+    /// Subagent → agent: the command runs as process group `pid` on `host`.
+    SubStarted {
+        pid: u32,
+        host: String,
+    },
+    /// Subagent → agent: the command ended (exit status, 128+signal when killed).
+    SubExited {
+        status: i32,
+    },
+    /// Subagent → agent: still alive.
+    Heartbeat,
 }
 
 /// Error codes carried by [`FromBroker::Error`].
@@ -115,6 +187,42 @@ pub enum FromBroker {
     /// Asks a host daemon to exit (the broker is stopping or replaced it).
     Shutdown {
         reason: String,
+    },
+    /// To an agent: the job is registered as `job`; reach hosts with `remote_shell`.
+    /// `secret_file` is where the broker reads the lab secret (a path, never the secret):
+    /// agents on the same machine or a shared home use it to authenticate their subagents.
+    Registered {
+        job: u64,
+        remote_shell: Vec<String>,
+        transport: String,
+        secret_file: String,
+    },
+    /// To an agent: request `req` waits; `position` 1 = next.
+    Queued {
+        req: u64,
+        position: u32,
+    },
+    /// To an agent: request `req` got `host` as allocation `alloc`.
+    Granted {
+        req: u64,
+        alloc: u64,
+        host: String,
+        address: String,
+    },
+    /// To an agent: request `req` can never be served.
+    Refused {
+        req: u64,
+        message: String,
+    },
+    /// To an agent: give `host` (allocation `alloc`) back within `grace_ms`.
+    Reclaim {
+        alloc: u64,
+        host: String,
+        grace_ms: u64,
+    },
+    /// Agent → subagent: end the command's process group (TERM, then KILL after `grace_ms`).
+    Terminate {
+        grace_ms: u64,
     },
 }
 

@@ -87,14 +87,24 @@ async fn request_inner(target: &Target, req: Request) -> anyhow::Result<Response
             let stream = tokio::net::UnixStream::connect(path).await.with_context(|| {
                 format!("cannot reach the broker at {}\nhelp: is rb-broker running? start it with `rb-broker --lab LAB.toml`", path.display())
             })?;
-            exchange(FramedConn::new(stream), ClientAuth::PeerCred, req).await
+            exchange(
+                FramedConn::with_limit(stream, proto::MAX_RESPONSE_BYTES),
+                ClientAuth::PeerCred,
+                req,
+            )
+            .await
         }
         Target::Tcp { addr, secret_file } => {
             let secret = Secret::load(secret_file)?;
             let stream = tokio::net::TcpStream::connect(addr)
                 .await
                 .with_context(|| format!("cannot reach the broker at {addr}"))?;
-            exchange(FramedConn::new(stream), ClientAuth::Secret(&secret), req).await
+            exchange(
+                FramedConn::with_limit(stream, proto::MAX_RESPONSE_BYTES),
+                ClientAuth::Secret(&secret),
+                req,
+            )
+            .await
         }
     }
 }

@@ -7,6 +7,7 @@ use std::{
 };
 
 use clap::{Parser, Subcommand};
+use proto::msg::{Request, Response};
 use rb::{client, demo, init, table};
 
 /// ResourceBroker: hand idle lab machines to adaptive parallel jobs.
@@ -43,6 +44,23 @@ enum Cmd {
     },
     /// Stop the broker (local control socket only).
     Shutdown,
+    /// Show jobs: id, user, state, hosts, queued requests, spec.
+    Jobs {
+        /// Machine-readable output: a JSON array of job objects.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Take HOST back from whatever job holds it (TERM, grace period, then KILL).
+    Release {
+        host: String,
+        /// Grace period in seconds before remaining processes are killed.
+        #[arg(long)]
+        grace_s: Option<f64>,
+    },
+    /// Stop granting HOST to jobs (jobs already on it keep it).
+    Drain { host: String },
+    /// Grant HOST to jobs again.
+    Resume { host: String },
     /// Test hosts on this machine (root): network namespaces with their own sshd.
     #[command(subcommand)]
     Lab(lab::cli::LabCommand),
@@ -87,6 +105,19 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Cmd::Check { file } => Ok(cmd_check(file.as_deref().or(cli.lab.as_deref()))),
         Cmd::Status { json } => block_on(cmd_status(&cli, *json)),
         Cmd::Shutdown => block_on(cmd_shutdown(&cli)),
+        Cmd::Jobs { json } => block_on(cmd_jobs(&cli, *json)),
+        Cmd::Release { host, grace_s } => {
+            let grace_ms = grace_s.map(|g| (g.max(0.0) * 1000.0) as u64);
+            block_on(cmd_admin(
+                &cli,
+                Request::Release {
+                    host: host.clone(),
+                    grace_ms,
+                },
+            ))
+        }
+        Cmd::Drain { host } => block_on(cmd_admin(&cli, Request::Drain { host: host.clone() })),
+        Cmd::Resume { host } => block_on(cmd_admin(&cli, Request::Resume { host: host.clone() })),
         Cmd::Lab(cmd) => lab::cli::run(cmd.clone()).map(|()| ExitCode::SUCCESS),
         Cmd::Rsl(cmd) => {
             let code = rsl::cli::run(cmd, &mut std::io::stdout(), &mut std::io::stderr());
@@ -177,6 +208,28 @@ async fn cmd_status(cli: &Cli, json: bool) -> anyhow::Result<ExitCode> {
 async fn cmd_shutdown(cli: &Cli) -> anyhow::Result<ExitCode> {
     client::request(&target(cli)?, proto::msg::Request::Shutdown).await?;
     println!("broker stopping");
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn cmd_jobs(cli: &Cli, json: bool) -> anyhow::Result<ExitCode> {
+    let jobs = match client::request(&target(cli)?, Request::Jobs).await? {
+        Response::Jobs { jobs } => jobs,
+        other => anyhow::bail!("unexpected answer from broker: {other:?}"),
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&jobs)?);
+    } else {
+        print!("{}", table::render_jobs(&jobs));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn cmd_admin(cli: &Cli, req: Request) -> anyhow::Result<ExitCode> {
+    match client::request(&target(cli)?, req).await? {
+        Response::Done { message } => println!("{message}"),
+        Response::Ok => println!("ok"),
+        other => anyhow::bail!("unexpected answer from broker: {other:?}"),
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -110,6 +110,47 @@ pub fn duration(secs: u64) -> String {
     }
 }
 
+/// Renders `rb jobs`: one line per job (JSON objects from the broker).
+pub fn render_jobs(jobs: &[serde_json::Value]) -> String {
+    let mut out = format!(
+        "{:<6} {:<10} {:<8} {:<24} {:<16} {}\n",
+        "JOB", "USER", "STATE", "HOSTS", "QUEUED", "COMMAND"
+    );
+    for j in jobs {
+        let list = |key: &str| {
+            j[key]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                })
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "-".into())
+        };
+        let argv = j["argv"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "{:<6} {:<10} {:<8} {:<24} {:<16} {}\n",
+            j["id"],
+            j["user"].as_str().unwrap_or("?"),
+            j["state"].as_str().unwrap_or("?"),
+            list("hosts"),
+            list("queued"),
+            argv
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,7 +10,12 @@ pub fn skip_unless_root(test: &str) -> bool {
     if crate::is_root() {
         return false;
     }
-    eprintln!("skipped: {test}: lab tests need root (network namespaces); run ./test.sh as root");
+    // Straight to the stderr handle: libtest captures eprintln! of passing tests.
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "skipped: {test}: lab tests need root (network namespaces); run ./test.sh as root"
+    );
     true
 }
 

@@ -258,7 +258,11 @@ fn rb_check_reports_file_line_and_key_with_exit_64() {
 #[test]
 fn another_uid_cannot_use_the_control_socket() {
     if !tests::is_root() {
-        eprintln!("skipped: needs root to act as another uid");
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: another_uid_cannot_use_the_control_socket: needs root to act as another uid"
+        );
         return;
     }
     let broker = Broker::start(&local_lab(1));
@@ -291,4 +295,28 @@ fn another_uid_cannot_use_the_control_socket() {
         wait_until(Duration::from_secs(2), || broker.status()).is_some(),
         "owner still served"
     );
+}
+
+#[test]
+fn status_of_a_lab_bigger_than_one_frame_is_served() {
+    // 4000 hosts (manual transport, no daemons): the answer is several MiB, more than the
+    // 1 MiB a broker accepts from peers, and must still reach `rb`.
+    let mut lab = String::from("[broker]\nlisten = \"127.0.0.1:0\"\ntransport = \"manual\"\nstate_dir = \"@STATE@\"\nsecret_file = \"@SECRET@\"\n");
+    for i in 0..4000 {
+        lab.push_str(&format!("[[host]]\nname = \"load{i:05}\"\nlabels = [\"public\", \"a-fairly-long-label-to-grow-the-answer\"]\n"));
+    }
+    let broker = Broker::start(&lab);
+    let out = broker.rb(&["status", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stdout.len() > proto::MAX_FRAME_BYTES,
+        "answer only {} bytes",
+        out.stdout.len()
+    );
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(rows.len(), 4000);
 }

@@ -41,10 +41,15 @@ fn main() -> anyhow::Result<()> {
 
 /// CPU share over five 2-second windows, and the largest RSS seen.
 fn sample(pid: u32) -> (Summary, u64) {
+    sample_windows(pid, 5, Duration::from_secs(2))
+}
+
+/// CPU share (percent of one core) over `n` windows of `window`, and the largest RSS seen.
+fn sample_windows(pid: u32, n: usize, window: Duration) -> (Summary, u64) {
     let mut shares = Vec::new();
     let mut rss = 0;
-    for _ in 0..5 {
-        if let Some((share, kb)) = procstat::measure(pid, Duration::from_secs(2)) {
+    for _ in 0..n {
+        if let Some((share, kb)) = procstat::measure(pid, window) {
             shares.push(share * 100.0);
             rss = rss.max(kb);
         }
@@ -145,7 +150,7 @@ fn one_load_run(n: usize) -> anyhow::Result<String> {
 
 fn hostd_footprint() -> anyhow::Result<()> {
     println!("### Host daemon footprint\n");
-    println!("One `rb-hostd` reporting every 2 s (the default) to a broker, over 10 s (median of five 2 s windows). Baselines measured in the same run: a `sleep` process (the smallest possible resident process) and, in the lab, the per-host `sshd` every lab machine already runs.\n");
+    println!("One `rb-hostd` reporting every 2 s (the default) to a broker: CPU share of one core, median of three 10 s windows (min–max); /proc CPU times tick every 10 ms, so 0.050 % = one tick per 20 s. Baselines measured in the same run: a `sleep` process (the smallest possible resident process) and, in the lab, the per-host `sshd` every lab machine already runs.\n");
     println!("| process | CPU | RSS |");
     println!("|---|---|---:|");
     let lab_text = tests::local_lab(1).replace(
@@ -163,8 +168,8 @@ fn hostd_footprint() -> anyhow::Result<()> {
         cpu.show("%", 3),
         rss as f64 / 1024.0
     );
-    let mut sleeper = Command::new("sleep").arg("30").spawn()?;
-    let (cpu, rss) = sample(sleeper.id());
+    let mut sleeper = Command::new("sleep").arg("60").spawn()?;
+    let (cpu, rss) = sample_windows(sleeper.id(), 3, Duration::from_secs(10));
     let _ = sleeper.kill();
     let _ = sleeper.wait();
     println!(
@@ -179,7 +184,7 @@ fn hostd_footprint() -> anyhow::Result<()> {
         let inner = String::from_utf8_lossy(&out.stdout).trim().to_string();
         let outer = outer_pid(&env.lab, &host, &inner);
         if let Some(pid) = outer {
-            let (cpu, rss) = sample(pid);
+            let (cpu, rss) = sample_windows(pid, 3, Duration::from_secs(10));
             println!(
                 "| sshd in a lab host (baseline) | {} | {:.1} MiB |",
                 cpu.show("%", 3),

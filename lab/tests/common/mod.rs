@@ -14,7 +14,12 @@ pub fn root_or_skip() -> bool {
     if nix::unistd::geteuid().is_root() {
         true
     } else {
-        println!("skipped: lab tests need root (network namespaces)");
+        // Straight to the stderr handle: libtest captures println!/eprintln! of passing tests.
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: lab tests need root (network namespaces)"
+        );
         false
     }
 }

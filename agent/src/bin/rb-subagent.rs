@@ -1,0 +1,40 @@
+//! `rb-subagent`: flags → [`agent::subagent::run`]. Started by the `rsh` shim on an
+//! allocated host; not meant to be run by hand.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+/// Guards one remote command of a ResourceBroker job (started by the rsh shim).
+#[derive(Debug, Parser)]
+#[command(name = "rb-subagent", version)]
+struct Args {
+    /// The job's agent (IP:port).
+    #[arg(long)]
+    agent: String,
+    /// Allocation id this command runs under.
+    #[arg(long)]
+    alloc: u64,
+    /// The lab secret file.
+    #[arg(long, default_value = "~/.config/rb/secret")]
+    secret_file: String,
+    /// The command, as the remote shell would receive it.
+    #[arg(short = 'c')]
+    command: String,
+}
+
+fn main() {
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some("local-shell") {
+        std::process::exit(agent::subagent::local_shell(&argv[2..]));
+    }
+    let args = Args::parse();
+    let cfg = agent::subagent::SubagentConfig {
+        agent: args.agent,
+        alloc: args.alloc,
+        secret_file: config::expand_home(&args.secret_file),
+        command: args.command,
+    };
+    let _ = PathBuf::new();
+    std::process::exit(agent::subagent::run(cfg));
+}

@@ -1,0 +1,133 @@
+//! `agent` command line → validated [`AgentConfig`]: the app and its arguments, the job
+//! spec (from `--rsl` or the paper's trailing `-- '(module="pvm")'` form), and where the
+//! broker is.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use clap::Parser;
+
+/// Run a job under ResourceBroker: `rsh anyLinux cmd` inside it gets a machine chosen now.
+#[derive(Debug, Parser)]
+#[command(name = "agent", version, trailing_var_arg = true)]
+pub struct Args {
+    /// Job spec in Globus RSL (e.g. '&(adaptive=yes)(module="pvm")'), or @FILE.
+    #[arg(long)]
+    pub rsl: Option<String>,
+    /// Broker: control-socket path or IP:port (default: $RB_BROKER, the lab file, else an
+    /// embedded single-machine broker started for this job).
+    #[arg(long, env = "RB_BROKER")]
+    pub broker: Option<String>,
+    /// Lab file (default ~/.config/rb/lab.toml).
+    #[arg(long, env = "RB_LAB")]
+    pub lab: Option<PathBuf>,
+    /// Lab secret (default: the lab file's, else ~/.config/rb/secret).
+    #[arg(long)]
+    pub secret_file: Option<PathBuf>,
+    /// Grace period for the job's remote processes when a host is taken back, in seconds.
+    #[arg(long, default_value_t = 5.0)]
+    pub grace_s: f64,
+    /// The application and its arguments.
+    #[arg(required = true, allow_hyphen_values = true)]
+    pub app: Vec<String>,
+}
+
+/// Everything the agent needs, validated.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub app: Vec<String>,
+    pub spec: Option<serde_json::Value>,
+    pub adaptive: bool,
+    pub broker: Option<String>,
+    pub lab: Option<PathBuf>,
+    pub secret_file: Option<PathBuf>,
+    pub grace_ms: u64,
+}
+
+impl AgentConfig {
+    pub fn from_args(args: Args) -> anyhow::Result<Self> {
+        let (app, trailing_spec) = split_paper_form(args.app);
+        let spec_text = match (args.rsl, trailing_spec) {
+            (Some(_), Some(_)) => {
+                bail!("give the job spec once: either --rsl or a trailing `-- '(…)'`")
+            }
+            (Some(s), None) | (None, Some(s)) => Some(read_spec(&s)?),
+            (None, None) => None,
+        };
+        let (spec, adaptive) = match spec_text {
+            Some(text) => parse_spec(&text)?,
+            None => (None, false),
+        };
+        if !(0.0..=3600.0).contains(&args.grace_s) {
+            bail!("--grace-s {} is out of range (0–3600)", args.grace_s);
+        }
+        Ok(Self {
+            app,
+            spec,
+            adaptive,
+            broker: args.broker,
+            lab: args.lab,
+            secret_file: args.secret_file,
+            grace_ms: (args.grace_s * 1000.0) as u64,
+        })
+    }
+}
+
+/// The paper's form: `agent app args -- '(module="pvm")'` — a final `--` followed by one
+/// word that starts like RSL. Anything else after `--` belongs to the app.
+fn split_paper_form(mut app: Vec<String>) -> (Vec<String>, Option<String>) {
+    let n = app.len();
+    let looks_like_rsl = |s: &str| s.starts_with('(') || s.starts_with("&(") || s.starts_with("+(");
+    if n >= 3 && app[n - 2] == "--" && looks_like_rsl(&app[n - 1]) {
+        let spec = app.pop();
+        app.pop();
+        return (app, spec);
+    }
+    (app, None)
+}
+
+fn read_spec(arg: &str) -> anyhow::Result<String> {
+    match arg.strip_prefix('@') {
+        Some(path) => {
+            std::fs::read_to_string(path).with_context(|| format!("cannot read job spec {path}"))
+        }
+        None => Ok(arg.to_string()),
+    }
+}
+
+/// Strict RSL → JobSpec JSON and the adaptive flag.
+fn parse_spec(text: &str) -> anyhow::Result<(Option<serde_json::Value>, bool)> {
+    let spec = rsl::JobSpec::from_rsl_text(text).map_err(|e| anyhow::anyhow!("job spec: {e}"))?;
+    let json = serde_json::to_value(&spec)?;
+    let adaptive = adaptive_flag(&json);
+    Ok((Some(json), adaptive))
+}
+
+/// `adaptive = yes` in any part of the spec.
+fn adaptive_flag(spec: &serde_json::Value) -> bool {
+    let part_adaptive =
+        |p: &serde_json::Value| p.get("adaptive").and_then(|a| a.as_bool()).unwrap_or(false);
+    match spec.get("parts").and_then(|p| p.as_array()) {
+        Some(parts) => parts.iter().any(part_adaptive),
+        None => part_adaptive(spec),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn paper_form_is_split_off() {
+        let (app, spec) = split_paper_form(strings(&["pvm", "--", "(module=\"pvm\")"]));
+        assert_eq!(app, vec!["pvm"]);
+        assert_eq!(spec.as_deref(), Some("(module=\"pvm\")"));
+        let (app, spec) = split_paper_form(strings(&["make", "--", "-j4"]));
+        assert_eq!(app, strings(&["make", "--", "-j4"]));
+        assert!(spec.is_none());
+    }
+}

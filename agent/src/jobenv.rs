@@ -1,0 +1,112 @@
+//! The job's environment: a private directory with the `rsh` shim first in `PATH`, the
+//! launcher variables of PVM, LAM, Open MPI and MPICH pointing at it, and the variables the
+//! shim uses to reach this agent.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+};
+
+use anyhow::Context;
+use proto::agent::{ENV_AGENT, ENV_HOSTS_FILE, ENV_JOB, ENV_REAL_RSH};
+
+/// Variables that name the remote-shell program of common parallel systems.
+pub const LAUNCHER_VARS: &[&str] = &[
+    "PVM_RSH",
+    "LAMRSH",
+    "OMPI_MCA_plm_rsh_agent",
+    "HYDRA_LAUNCHER_EXEC",
+];
+
+/// The job's private directory and what the app's environment gets.
+#[derive(Debug, Clone)]
+pub struct JobEnv {
+    pub dir: PathBuf,
+    pub shim: PathBuf,
+    pub socket: PathBuf,
+    pub hosts_file: PathBuf,
+    pub vars: BTreeMap<String, String>,
+}
+
+/// Creates `dir` (mode 0700) with `bin/rsh` → the shim, and computes the variables.
+pub fn prepare(
+    dir: &Path,
+    shim_binary: &Path,
+    job: u64,
+    real_rsh: &[String],
+) -> anyhow::Result<JobEnv> {
+    use std::os::unix::fs::DirBuilderExt;
+    let bin = dir.join("bin");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&bin)
+        .with_context(|| format!("cannot create {}", bin.display()))?;
+    let shim = bin.join("rsh");
+    let _ = std::fs::remove_file(&shim);
+    std::os::unix::fs::symlink(shim_binary, &shim)
+        .with_context(|| format!("cannot link {}", shim.display()))?;
+    let socket = dir.join("agent.sock");
+    let hosts_file = dir.join("hosts");
+    std::fs::write(&hosts_file, "")?;
+    let mut vars = BTreeMap::new();
+    let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into());
+    vars.insert("PATH".into(), format!("{}:{path}", bin.display()));
+    for var in LAUNCHER_VARS {
+        vars.insert((*var).into(), shim.display().to_string());
+    }
+    vars.insert(ENV_AGENT.into(), socket.display().to_string());
+    vars.insert(ENV_JOB.into(), job.to_string());
+    vars.insert(ENV_HOSTS_FILE.into(), hosts_file.display().to_string());
+    vars.insert(ENV_REAL_RSH.into(), serde_json::to_string(real_rsh)?);
+    Ok(JobEnv {
+        dir: dir.to_path_buf(),
+        shim,
+        socket,
+        hosts_file,
+        vars,
+    })
+}
+
+/// Rewrites the hosts file atomically: one `NAME ADDRESS ALLOC` line per allocation.
+pub fn write_hosts(path: &Path, hosts: &[(String, String, u64)]) -> std::io::Result<()> {
+    let text: String = hosts
+        .iter()
+        .map(|(n, a, id)| format!("{n} {a} {id}\n"))
+        .collect();
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prepare_links_the_shim_and_sets_every_launcher_variable() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let env = prepare(
+            &dir.path().join("job"),
+            Path::new("/opt/rb/rsh"),
+            7,
+            &["ssh".into()],
+        )
+        .expect("prepare");
+        assert_eq!(
+            std::fs::read_link(&env.shim).expect("link"),
+            Path::new("/opt/rb/rsh")
+        );
+        assert!(env.vars["PATH"].starts_with(&format!("{}:", env.dir.join("bin").display())));
+        for var in LAUNCHER_VARS {
+            assert_eq!(env.vars[*var], env.shim.display().to_string());
+        }
+        assert_eq!(env.vars[ENV_JOB], "7");
+        assert_eq!(env.vars[ENV_REAL_RSH], r#"["ssh"]"#);
+        write_hosts(&env.hosts_file, &[("node03".into(), "10.77.0.3".into(), 4)]).expect("hosts");
+        assert_eq!(
+            std::fs::read_to_string(&env.hosts_file).expect("read"),
+            "node03 10.77.0.3 4\n"
+        );
+    }
+}

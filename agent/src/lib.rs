@@ -1,0 +1,19 @@
+//! The agent layer: `agent` wraps a job on the submitting machine; `rb-subagent` guards the
+//! job's processes on each machine the job reaches.
+//!
+//! # Layout
+//! - [`cli`]: flags and the job spec → [`cli::AgentConfig`].
+//! - [`link`]: finding the broker (or starting an embedded one), authenticating, registering.
+//! - [`jobenv`]: the job's private dir, the shim first in `PATH`, launcher variables.
+//! - [`listeners`]: the shim socket and the subagent port.
+//! - [`run`]: the agent loop: app, allocations, reclaims, job end.
+//! - [`subagent`]: the subagent: runs the remote command as its own process group with the
+//!   caller's stdio, and a guardian process that reports to the agent and ends the group on
+//!   reclaim or when the agent disappears.
+
+pub mod cli;
+pub mod jobenv;
+pub mod link;
+pub mod listeners;
+pub mod run;
+pub mod subagent;

@@ -1,0 +1,206 @@
+//! The agent's connection to the broker: find it (flag, env, lab file, else an embedded
+//! single-machine broker started for this job), authenticate, register the job.
+
+use std::{
+    net::{IpAddr, Ipv4Addr},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{anyhow, bail, Context};
+use proto::{
+    auth::Secret,
+    frame::FramedConn,
+    handshake::{client_handshake, ClientAuth},
+    msg::{FromBroker, JobRegistration, Role, ToBroker},
+};
+use tokio::io::{AsyncRead, AsyncWrite};
+
+/// Any byte stream to the broker.
+pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
+
+pub type Conn = FramedConn<Box<dyn Stream>>;
+
+/// Where the broker is and how to prove who we are.
+#[derive(Debug, Clone)]
+pub enum Target {
+    Socket(PathBuf),
+    Tcp(std::net::SocketAddr),
+}
+
+/// The broker we talk to, resolved once.
+#[derive(Debug, Clone)]
+pub struct BrokerTarget {
+    pub target: Target,
+    /// The lab secret: needed for TCP; for our subagents it defaults to the broker's own.
+    pub secret_file: Option<PathBuf>,
+}
+
+/// What registration told us.
+#[derive(Debug, Clone)]
+pub struct Registered {
+    pub job: u64,
+    pub remote_shell: Vec<String>,
+    pub transport: String,
+    pub secret_file: PathBuf,
+}
+
+/// Resolves the broker from the flags, env and lab file; `None` = start an embedded one.
+pub fn resolve(
+    broker: Option<&str>,
+    lab: Option<&Path>,
+    secret_file: Option<&Path>,
+) -> anyhow::Result<Option<BrokerTarget>> {
+    let lab_path = lab
+        .map(Path::to_path_buf)
+        .or_else(|| Some(config::default_lab_path()).filter(|p| p.exists()));
+    let lab_cfg = match lab_path {
+        Some(p) => Some(config::LabConfig::load(&p).map_err(|e| anyhow!("{e}"))?),
+        None => None,
+    };
+    let secret = secret_file
+        .map(Path::to_path_buf)
+        .or_else(|| lab_cfg.as_ref().map(|l| l.broker.secret_file.clone()));
+    let target = match (broker, &lab_cfg) {
+        (Some(v), _) if v.contains('/') => Target::Socket(PathBuf::from(v)),
+        (Some(v), _) => Target::Tcp(
+            v.parse()
+                .map_err(|_| anyhow!("--broker `{v}` is neither a socket path nor IP:port"))?,
+        ),
+        (None, Some(l)) => Target::Socket(l.control_socket()),
+        (None, None) => return Ok(None),
+    };
+    Ok(Some(BrokerTarget {
+        target,
+        secret_file: secret,
+    }))
+}
+
+/// Connects and authenticates; returns the connection and our address as the broker sees
+/// it (where subagents on other hosts can reach us).
+pub async fn connect(t: &BrokerTarget, label: &str) -> anyhow::Result<(Conn, IpAddr)> {
+    match &t.target {
+        Target::Socket(path) => {
+            let stream = tokio::net::UnixStream::connect(path)
+                .await
+                .with_context(|| {
+                    format!(
+                        "cannot reach the broker at {}\nhelp: is rb-broker running?",
+                        path.display()
+                    )
+                })?;
+            let mut conn: Conn =
+                FramedConn::with_limit(Box::new(stream), proto::MAX_RESPONSE_BYTES);
+            client_handshake(&mut conn, Role::Agent, label, ClientAuth::PeerCred).await?;
+            Ok((conn, IpAddr::V4(Ipv4Addr::LOCALHOST)))
+        }
+        Target::Tcp(addr) => {
+            let path = t
+                .secret_file
+                .clone()
+                .unwrap_or_else(config::default_secret_path);
+            let secret = Secret::load(&path)?;
+            let stream = tokio::net::TcpStream::connect(addr)
+                .await
+                .with_context(|| format!("cannot reach the broker at {addr}"))?;
+            let _ = stream.set_nodelay(true);
+            let local = stream.local_addr()?.ip();
+            let mut conn: Conn =
+                FramedConn::with_limit(Box::new(stream), proto::MAX_RESPONSE_BYTES);
+            client_handshake(&mut conn, Role::Agent, label, ClientAuth::Secret(&secret)).await?;
+            Ok((conn, local))
+        }
+    }
+}
+
+/// Sends the registration and waits for the job id.
+pub async fn register(conn: &mut Conn, reg: JobRegistration) -> anyhow::Result<Registered> {
+    conn.send(&ToBroker::Register(Box::new(reg))).await?;
+    match conn.recv::<FromBroker>().await? {
+        FromBroker::Registered {
+            job,
+            remote_shell,
+            transport,
+            secret_file,
+        } => Ok(Registered {
+            job,
+            remote_shell,
+            transport,
+            secret_file: PathBuf::from(secret_file),
+        }),
+        FromBroker::Error { message, .. } => bail!("the broker refused the job: {message}"),
+        other => bail!("unexpected answer to registration: {other:?}"),
+    }
+}
+
+/// A single-machine broker started for this job (virtual hosts on this machine).
+pub struct EmbeddedBroker {
+    child: Child,
+    pub dir: PathBuf,
+}
+
+impl EmbeddedBroker {
+    /// Starts `rb-broker --embedded` in a fresh state dir and waits for its socket.
+    pub fn start() -> anyhow::Result<(Self, BrokerTarget)> {
+        let dir = PathBuf::from(format!(
+            "/tmp/rb-{}/embedded-{}",
+            nix::unistd::getuid(),
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir)?;
+        let log = std::fs::File::create(dir.with_extension("log"))?;
+        let child = Command::new(sibling("rb-broker"))
+            .arg("--embedded")
+            .arg("--state-dir")
+            .arg(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("cannot start the embedded rb-broker (is it installed next to `agent`?)")?;
+        let socket = dir.join("broker.sock");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !socket.exists() {
+            if Instant::now() > deadline {
+                bail!(
+                    "the embedded broker did not start; see {}",
+                    dir.with_extension("log").display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let target = BrokerTarget {
+            target: Target::Socket(socket),
+            secret_file: Some(dir.join("secret")),
+        };
+        Ok((Self { child, dir }, target))
+    }
+
+    /// Stops the broker (SIGTERM, then SIGKILL) and removes its state dir.
+    pub fn stop(mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = std::fs::remove_file(self.dir.with_extension("log"));
+    }
+}
+
+/// A program installed next to this one.
+pub fn sibling(name: &str) -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|d| d.join(name)))
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| PathBuf::from(name))
+}

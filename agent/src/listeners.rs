@@ -1,0 +1,177 @@
+//! The agent's two listeners and their per-connection tasks:
+//! - the job-local unix socket where shims ask for hosts (same uid only, SO_PEERCRED);
+//! - the TCP port where subagents on allocated hosts report (lab secret, HMAC handshake).
+//!
+//! Tasks turn traffic into [`Event`]s for the agent loop and carry its answers back.
+
+use std::sync::{
+    atomic::{AtomicU64, Ordering},
+    Arc,
+};
+
+use proto::{
+    agent::{ShimReply, ShimRequest},
+    auth::Secret,
+    frame::{FrameError, FramedConn},
+    handshake::{refuse, server_handshake, ServerAuth},
+    msg::{ErrorCode, FromBroker, ToBroker},
+    peercred,
+};
+use tokio::{
+    net::{TcpListener, UnixListener},
+    sync::mpsc,
+};
+use tracing::{debug, warn};
+
+/// What listeners tell the agent loop.
+#[derive(Debug)]
+pub enum Event {
+    ShimAllocate {
+        conn: u64,
+        symbolic: String,
+        reply: mpsc::Sender<ShimReply>,
+    },
+    ShimAttach {
+        host: String,
+        reply: mpsc::Sender<ShimReply>,
+    },
+    ShimGone {
+        conn: u64,
+    },
+    SubConnected {
+        alloc: u64,
+        sub: u64,
+        tx: mpsc::Sender<FromBroker>,
+    },
+    SubMessage {
+        alloc: u64,
+        sub: u64,
+        msg: ToBroker,
+    },
+    SubGone {
+        alloc: u64,
+        sub: u64,
+    },
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+fn next_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Serves shims until the listener is dropped.
+pub async fn serve_shims(listener: UnixListener, events: mpsc::Sender<Event>) {
+    let uid = nix::unistd::getuid().as_raw();
+    while let Ok((stream, _)) = listener.accept().await {
+        if peercred::peer_uid(&stream) != Some(uid) {
+            warn!("refused a shim connection from another uid");
+            continue;
+        }
+        tokio::spawn(shim_conn(FramedConn::new(stream), events.clone()));
+    }
+}
+
+async fn shim_conn(mut conn: FramedConn<tokio::net::UnixStream>, events: mpsc::Sender<Event>) {
+    let id = next_id();
+    let (tx, mut rx) = mpsc::channel(8);
+    let event = match conn.recv::<ShimRequest>().await {
+        Ok(ShimRequest::Allocate { symbolic, .. }) => Event::ShimAllocate {
+            conn: id,
+            symbolic,
+            reply: tx,
+        },
+        Ok(ShimRequest::Attach { host, .. }) => Event::ShimAttach { host, reply: tx },
+        Err(e) => return debug!(error = %e, "bad shim request"),
+    };
+    if events.send(event).await.is_err() {
+        return;
+    }
+    loop {
+        tokio::select! {
+            reply = rx.recv() => {
+                let Some(reply) = reply else { break };
+                let last = !matches!(reply, ShimReply::Queued { .. });
+                if conn.send(&reply).await.is_err() || last {
+                    break;
+                }
+            }
+            msg = conn.recv_line() => {
+                if matches!(msg, Err(FrameError::Closed) | Err(_)) {
+                    let _ = events.send(Event::ShimGone { conn: id }).await;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Serves subagents until the listener is dropped.
+pub async fn serve_subagents(
+    listener: TcpListener,
+    secret: Arc<Secret>,
+    events: mpsc::Sender<Event>,
+) {
+    while let Ok((stream, peer)) = listener.accept().await {
+        let _ = stream.set_nodelay(true);
+        tokio::spawn(sub_conn(
+            FramedConn::new(stream),
+            secret.clone(),
+            events.clone(),
+            peer.to_string(),
+        ));
+    }
+}
+
+async fn sub_conn(
+    mut conn: FramedConn<tokio::net::TcpStream>,
+    secret: Arc<Secret>,
+    events: mpsc::Sender<Event>,
+    peer: String,
+) {
+    let hs = server_handshake(&mut conn, ServerAuth::Secret(&secret));
+    let hello = match tokio::time::timeout(std::time::Duration::from_secs(5), hs).await {
+        Ok(Ok(h)) => h,
+        Ok(Err(e)) => return warn!(%peer, error = %e, "subagent refused"),
+        Err(_) => return warn!(%peer, "subagent handshake timed out"),
+    };
+    let Ok(alloc) = hello.name.parse::<u64>() else {
+        return refuse(
+            &mut conn,
+            ErrorCode::BadMessage,
+            "subagent name must be an allocation id",
+        )
+        .await;
+    };
+    if conn
+        .send(&FromBroker::Welcome {
+            report_interval_ms: 2000,
+        })
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let sub = next_id();
+    let (tx, mut rx) = mpsc::channel(8);
+    if events
+        .send(Event::SubConnected { alloc, sub, tx })
+        .await
+        .is_err()
+    {
+        return;
+    }
+    loop {
+        tokio::select! {
+            cmd = rx.recv() => match cmd {
+                Some(cmd) => if conn.send(&cmd).await.is_err() { break },
+                None => break,
+            },
+            msg = conn.recv::<ToBroker>() => match msg {
+                Ok(msg) => { let _ = events.send(Event::SubMessage { alloc, sub, msg }).await; }
+                Err(_) => break,
+            },
+        }
+    }
+    let _ = events.send(Event::SubGone { alloc, sub }).await;
+}

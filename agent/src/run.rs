@@ -1,0 +1,401 @@
+//! The agent's life: register the job, run the app with the shim in its environment, turn
+//! shim requests into broker allocations, watch subagents, give hosts back on reclaim, and
+//! end everything when the app ends (exit status passed through, 128+signal when killed).
+
+use std::{
+    collections::HashMap, os::unix::fs::PermissionsExt, path::PathBuf, process::Stdio, sync::Arc,
+    time::Duration,
+};
+
+use anyhow::Context;
+use proto::{
+    agent::ShimReply,
+    auth::Secret,
+    msg::{FromBroker, JobRegistration, ToBroker},
+};
+use tokio::{
+    net::{TcpListener, UnixListener},
+    process::{Child, Command},
+    sync::mpsc,
+};
+use tracing::{info, warn};
+
+use crate::{
+    cli::AgentConfig,
+    jobenv::{self, JobEnv},
+    link::{self, Conn, Registered},
+    listeners::{self, Event},
+};
+
+/// How long the end of a job waits for subagents to report their processes gone.
+const END_WAIT: Duration = Duration::from_secs(4);
+
+struct Alloc {
+    host: String,
+    address: String,
+    subs: HashMap<u64, mpsc::Sender<FromBroker>>,
+    used: bool,
+    reclaiming: bool,
+}
+
+/// Everything the loop owns.
+struct Agent {
+    conn: Conn,
+    job: Registered,
+    env: JobEnv,
+    sub_addr: String,
+    secret_file: PathBuf,
+    grace_ms: u64,
+    next_req: u64,
+    pending: HashMap<u64, (u64, mpsc::Sender<ShimReply>)>,
+    allocs: HashMap<u64, Alloc>,
+}
+
+/// Runs the job; returns the app's exit code.
+pub async fn run(cfg: AgentConfig) -> anyhow::Result<i32> {
+    let (embedded, target) = match link::resolve(
+        cfg.broker.as_deref(),
+        cfg.lab.as_deref(),
+        cfg.secret_file.as_deref(),
+    )? {
+        Some(t) => (None, t),
+        None => {
+            let (e, t) = link::EmbeddedBroker::start()?;
+            (Some(e), t)
+        }
+    };
+    let result = run_with(&cfg, &target).await;
+    if let Some(e) = embedded {
+        e.stop();
+    }
+    result
+}
+
+async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Result<i32> {
+    let label = cfg.app.first().cloned().unwrap_or_default();
+    let (mut conn, local_ip) = link::connect(target, &label).await?;
+    let job = link::register(&mut conn, registration(cfg)?).await?;
+    info!(job = job.job, transport = %job.transport, "job registered");
+    let dir = PathBuf::from(format!(
+        "/tmp/rb-{}/job-{}-{}",
+        nix::unistd::getuid(),
+        job.job,
+        std::process::id()
+    ));
+    let env = jobenv::prepare(&dir, &link::sibling("rsh"), job.job, &job.remote_shell)?;
+    let shims = UnixListener::bind(&env.socket)
+        .with_context(|| format!("cannot bind {}", env.socket.display()))?;
+    std::fs::set_permissions(&env.socket, std::fs::Permissions::from_mode(0o600))?;
+    let subs = TcpListener::bind((local_ip, 0))
+        .await
+        .context("cannot open the subagent port")?;
+    let sub_addr = subs.local_addr()?.to_string();
+    let secret_file = target
+        .secret_file
+        .clone()
+        .unwrap_or_else(|| job.secret_file.clone());
+    let secret = Arc::new(Secret::load(&secret_file)?);
+    let (events_tx, events) = mpsc::channel(256);
+    let shim_task = tokio::spawn(listeners::serve_shims(shims, events_tx.clone()));
+    let sub_task = tokio::spawn(listeners::serve_subagents(subs, secret, events_tx));
+    let child = spawn_app(&cfg.app, &env)?;
+    let mut agent = Agent {
+        conn,
+        job,
+        env,
+        sub_addr,
+        secret_file,
+        grace_ms: cfg.grace_ms,
+        next_req: 1,
+        pending: HashMap::new(),
+        allocs: HashMap::new(),
+    };
+    let code = agent.drive(child, events).await;
+    shim_task.abort();
+    sub_task.abort();
+    let _ = std::fs::remove_dir_all(&agent.env.dir);
+    code
+}
+
+fn registration(cfg: &AgentConfig) -> anyhow::Result<JobRegistration> {
+    Ok(JobRegistration {
+        user: nix::unistd::User::from_uid(nix::unistd::getuid())
+            .ok()
+            .flatten()
+            .map_or_else(|| nix::unistd::getuid().to_string(), |u| u.name),
+        cwd: std::env::current_dir()
+            .map(|d| d.display().to_string())
+            .unwrap_or_default(),
+        argv: cfg.app.clone(),
+        spec: cfg.spec.clone(),
+        adaptive: cfg.adaptive,
+        resume: None,
+    })
+}
+
+fn spawn_app(app: &[String], env: &JobEnv) -> anyhow::Result<Child> {
+    let mut cmd = Command::new(&app[0]);
+    cmd.args(&app[1..])
+        .envs(&env.vars)
+        .stdin(Stdio::inherit())
+        .process_group(0);
+    cmd.spawn()
+        .with_context(|| format!("cannot run `{}`", app[0]))
+}
+
+/// rsh-style exit code: the status, or 128+signal.
+fn exit_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(1)
+}
+
+impl Agent {
+    async fn drive(
+        &mut self,
+        mut child: Child,
+        mut events: mpsc::Receiver<Event>,
+    ) -> anyhow::Result<i32> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let pgid = child.id().map(|p| p as i32);
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        let mut hup = signal(SignalKind::hangup())?;
+        let status = loop {
+            tokio::select! {
+                status = child.wait() => break exit_code(status?),
+                Some(ev) = events.recv() => self.on_event(ev).await,
+                msg = self.conn.recv::<FromBroker>() => match msg {
+                    Ok(msg) => self.on_broker(msg).await,
+                    Err(e) => {
+                        warn!(error = %e, "lost the broker; ending the job");
+                        forward(pgid, nix::sys::signal::Signal::SIGTERM);
+                    }
+                },
+                _ = term.recv() => forward(pgid, nix::sys::signal::Signal::SIGTERM),
+                _ = int.recv() => forward(pgid, nix::sys::signal::Signal::SIGINT),
+                _ = hup.recv() => forward(pgid, nix::sys::signal::Signal::SIGHUP),
+            }
+        };
+        self.end(status, &mut events).await;
+        Ok(status)
+    }
+
+    async fn on_event(&mut self, ev: Event) {
+        match ev {
+            Event::ShimAllocate {
+                conn,
+                symbolic,
+                reply,
+            } => {
+                let req = self.next_req;
+                self.next_req += 1;
+                self.pending.insert(req, (conn, reply));
+                self.tell_broker(ToBroker::Allocate { req, symbolic }).await;
+            }
+            Event::ShimAttach { host, reply } => {
+                let found = self
+                    .allocs
+                    .iter()
+                    .find(|(_, a)| a.host == host || a.address == host)
+                    .map(|(id, a)| (*id, a.host.clone(), a.address.clone()));
+                let answer = match found {
+                    Some((alloc, host, address)) => self.granted_reply(alloc, host, address),
+                    None => ShimReply::Refused {
+                        message: format!("{host} is not allocated to this job"),
+                    },
+                };
+                let _ = reply.send(answer).await;
+            }
+            Event::ShimGone { conn } => {
+                let reqs: Vec<u64> = self
+                    .pending
+                    .iter()
+                    .filter(|(_, (c, _))| *c == conn)
+                    .map(|(r, _)| *r)
+                    .collect();
+                for req in reqs {
+                    self.pending.remove(&req);
+                    self.tell_broker(ToBroker::Cancel { req }).await;
+                }
+            }
+            Event::SubConnected { alloc, sub, tx } => self.sub_connected(alloc, sub, tx).await,
+            Event::SubMessage { .. } => {}
+            Event::SubGone { alloc, sub } => self.sub_gone(alloc, sub).await,
+        }
+    }
+
+    async fn sub_connected(&mut self, alloc: u64, sub: u64, tx: mpsc::Sender<FromBroker>) {
+        match self.allocs.get_mut(&alloc) {
+            Some(a) => {
+                a.used = true;
+                if a.reclaiming {
+                    let _ = tx
+                        .send(FromBroker::Terminate {
+                            grace_ms: self.grace_ms,
+                        })
+                        .await;
+                }
+                a.subs.insert(sub, tx);
+            }
+            None => {
+                // Not (or no longer) ours: end it at once.
+                let _ = tx.send(FromBroker::Terminate { grace_ms: 0 }).await;
+            }
+        }
+    }
+
+    async fn sub_gone(&mut self, alloc: u64, sub: u64) {
+        let Some(a) = self.allocs.get_mut(&alloc) else {
+            return;
+        };
+        a.subs.remove(&sub);
+        if !a.subs.is_empty() {
+            return;
+        }
+        let reclaiming = a.reclaiming;
+        self.allocs.remove(&alloc);
+        self.write_hosts();
+        let msg = if reclaiming {
+            ToBroker::Released { alloc }
+        } else {
+            ToBroker::GiveBack { alloc }
+        };
+        self.tell_broker(msg).await;
+    }
+
+    async fn on_broker(&mut self, msg: FromBroker) {
+        match msg {
+            FromBroker::Queued { req, position } => {
+                if let Some((_, reply)) = self.pending.get(&req) {
+                    let _ = reply.send(ShimReply::Queued { position }).await;
+                }
+            }
+            FromBroker::Granted {
+                req,
+                alloc,
+                host,
+                address,
+            } => self.granted(req, alloc, host, address).await,
+            FromBroker::Refused { req, message } => {
+                if let Some((_, reply)) = self.pending.remove(&req) {
+                    let _ = reply.send(ShimReply::Refused { message }).await;
+                }
+            }
+            FromBroker::Reclaim {
+                alloc,
+                host,
+                grace_ms,
+            } => self.reclaim(alloc, &host, grace_ms).await,
+            other => warn!(?other, "unexpected message from the broker"),
+        }
+    }
+
+    async fn granted(&mut self, req: u64, alloc: u64, host: String, address: String) {
+        info!(req, alloc, %host, "host granted");
+        self.allocs.insert(
+            alloc,
+            Alloc {
+                host: host.clone(),
+                address: address.clone(),
+                subs: HashMap::new(),
+                used: false,
+                reclaiming: false,
+            },
+        );
+        self.write_hosts();
+        let reply = self.granted_reply(alloc, host, address);
+        let delivered = match self.pending.remove(&req) {
+            Some((_, tx)) => tx.send(reply).await.is_ok(),
+            None => false,
+        };
+        if !delivered {
+            self.allocs.remove(&alloc);
+            self.write_hosts();
+            self.tell_broker(ToBroker::GiveBack { alloc }).await;
+        }
+    }
+
+    fn granted_reply(&self, alloc: u64, host: String, address: String) -> ShimReply {
+        let subagent = vec![
+            link::sibling("rb-subagent").display().to_string(),
+            "--agent".into(),
+            self.sub_addr.clone(),
+            "--alloc".into(),
+            alloc.to_string(),
+            "--secret-file".into(),
+            self.secret_file.display().to_string(),
+        ];
+        ShimReply::Granted {
+            alloc,
+            host,
+            address,
+            remote_shell: self.job.remote_shell.clone(),
+            subagent,
+        }
+    }
+
+    async fn reclaim(&mut self, alloc: u64, host: &str, grace_ms: u64) {
+        info!(alloc, %host, grace_ms, "broker reclaims host");
+        let Some(a) = self.allocs.get_mut(&alloc) else {
+            return self.tell_broker(ToBroker::Released { alloc }).await;
+        };
+        if a.subs.is_empty() {
+            self.allocs.remove(&alloc);
+            self.write_hosts();
+            return self.tell_broker(ToBroker::Released { alloc }).await;
+        }
+        a.reclaiming = true;
+        for tx in a.subs.values() {
+            let _ = tx.send(FromBroker::Terminate { grace_ms }).await;
+        }
+    }
+
+    /// The app ended: end every remote process group, then tell the broker.
+    async fn end(&mut self, status: i32, events: &mut mpsc::Receiver<Event>) {
+        for a in self.allocs.values_mut() {
+            a.reclaiming = true;
+            for tx in a.subs.values() {
+                let _ = tx.send(FromBroker::Terminate { grace_ms: 1000 }).await;
+            }
+        }
+        let deadline = tokio::time::Instant::now() + END_WAIT;
+        while self.allocs.values().any(|a| !a.subs.is_empty()) {
+            match tokio::time::timeout_at(deadline, events.recv()).await {
+                Ok(Some(Event::SubGone { alloc, sub })) => {
+                    if let Some(a) = self.allocs.get_mut(&alloc) {
+                        a.subs.remove(&sub);
+                    }
+                }
+                Ok(Some(_)) => {}
+                _ => break,
+            }
+        }
+        self.tell_broker(ToBroker::EndJob { status }).await;
+    }
+
+    fn write_hosts(&self) {
+        let hosts: Vec<(String, String, u64)> = self
+            .allocs
+            .iter()
+            .map(|(id, a)| (a.host.clone(), a.address.clone(), *id))
+            .collect();
+        if let Err(e) = jobenv::write_hosts(&self.env.hosts_file, &hosts) {
+            warn!(error = %e, "cannot write the job's hosts file");
+        }
+    }
+
+    async fn tell_broker(&mut self, msg: ToBroker) {
+        if let Err(e) = self.conn.send(&msg).await {
+            warn!(error = %e, "cannot reach the broker");
+        }
+    }
+}
+
+fn forward(pgid: Option<i32>, sig: nix::sys::signal::Signal) {
+    if let Some(pgid) = pgid {
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), sig);
+    }
+}

@@ -1,0 +1,245 @@
+//! [`HostView`]: what the allocation core knows about one host, and the per-host rules —
+//! symbolic-name matching, "owner away" for private machines, and the choice order.
+//!
+//! Unknown sensor values are never idle: a session whose idle time is unknown counts as
+//! active, and a host whose sessions could not be read is not quiet.
+
+use std::cmp::Ordering;
+
+use proto::report::{HostState, HostStatus, UserSession};
+
+/// A session or console is idle once it has seen no input for this many seconds.
+pub const IDLE_AFTER: u64 = 5 * 60;
+
+/// The core's view of one host, rebuilt from each status row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostView {
+    pub name: String,
+    pub address: String,
+    pub up: bool,
+    /// Whether a report ever arrived (before that, sensor labels such as `linux` are missing).
+    pub reported: bool,
+    /// Lab-file and sensor labels, lower-case.
+    pub labels: Vec<String>,
+    pub os: Option<String>,
+    /// Set for a private machine (the owner's workstation).
+    pub owner: Option<String>,
+    pub load1: Option<f64>,
+    pub cpus: Option<u32>,
+    /// Logged-in sessions; `None` when unknown.
+    pub users: Option<Vec<UserSession>>,
+    pub console_idle_s: Option<u64>,
+}
+
+impl From<&HostStatus> for HostView {
+    fn from(s: &HostStatus) -> Self {
+        HostView {
+            name: s.name.clone(),
+            address: s.address.clone(),
+            up: s.state == HostState::Up,
+            reported: s.last_report_age_s.is_some(),
+            labels: s.labels.iter().map(|l| l.to_ascii_lowercase()).collect(),
+            os: s.os.clone(),
+            owner: s.owner.clone(),
+            load1: s.load1,
+            cpus: s.cpus,
+            users: s.users_known.then(|| s.users.clone()),
+            console_idle_s: s.console_idle_s,
+        }
+    }
+}
+
+/// What a symbolic host name asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Want {
+    /// `anyHost`: every host.
+    Any,
+    /// `any<Label>`: hosts carrying the lower-cased label.
+    Label(String),
+}
+
+impl Want {
+    /// Parses `anyHost` / `any<Label>`, case-insensitively; `None` for anything else.
+    pub(crate) fn parse(symbolic: &str) -> Option<Want> {
+        let lower = symbolic.to_ascii_lowercase();
+        let rest = lower.strip_prefix("any")?;
+        match rest {
+            "" => None,
+            "host" => Some(Want::Any),
+            label => Some(Want::Label(label.to_string())),
+        }
+    }
+}
+
+impl HostView {
+    /// Whether the host carries what `want` names (ignores up/owner/held).
+    pub(crate) fn matches(&self, want: &Want) -> bool {
+        match want {
+            Want::Any => true,
+            Want::Label(l) => self.labels.iter().any(|x| x == l),
+        }
+    }
+
+    pub fn is_private(&self) -> bool {
+        self.owner.is_some()
+    }
+
+    /// No session active within [`IDLE_AFTER`] and the console (if known) idle that long.
+    /// Unknown sessions or a session with unknown idle time make the host not quiet.
+    pub fn quiet(&self) -> bool {
+        let sessions_idle = self.users.as_ref().is_some_and(|users| {
+            users
+                .iter()
+                .all(|u| u.idle_s.is_some_and(|s| s >= IDLE_AFTER))
+        });
+        sessions_idle && !matches!(self.console_idle_s, Some(s) if s < IDLE_AFTER)
+    }
+
+    /// A public host always; a private one only while quiet.
+    pub fn owner_away(&self) -> bool {
+        !self.is_private() || self.quiet()
+    }
+
+    /// Positive evidence that someone is using a private host: an up host whose report shows
+    /// a session or the console used within [`IDLE_AFTER`].
+    pub fn owner_active(&self) -> bool {
+        let recent = |s: u64| s < IDLE_AFTER;
+        let session = self
+            .users
+            .iter()
+            .flatten()
+            .any(|u| u.idle_s.is_some_and(recent));
+        self.is_private() && self.up && (session || self.console_idle_s.is_some_and(recent))
+    }
+
+    /// Usable for a new grant as far as the host itself goes (up, owner away, matches).
+    pub(crate) fn usable_for(&self, want: &Want) -> bool {
+        self.up && self.owner_away() && self.matches(want)
+    }
+
+    /// `load1 / cpus` (a missing CPU count counts as one); `None` when the load is unknown.
+    pub fn load_ratio(&self) -> Option<f64> {
+        let cpus = f64::from(self.cpus.unwrap_or(1).max(1));
+        self.load1.map(|l| l / cpus)
+    }
+}
+
+/// The choice order among eligible hosts: quiet first, then least loaded (unknown load
+/// last), then public before private, then by name.
+pub(crate) fn choice_order(a: &HostView, b: &HostView) -> Ordering {
+    b.quiet()
+        .cmp(&a.quiet())
+        .then_with(|| load_order(a.load_ratio(), b.load_ratio()))
+        .then_with(|| a.is_private().cmp(&b.is_private()))
+        .then_with(|| a.name.cmp(&b.name))
+}
+
+fn load_order(a: Option<f64>, b: Option<f64>) -> Ordering {
+    match (a, b) {
+        (Some(x), Some(y)) => x.total_cmp(&y),
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => Ordering::Equal,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A quiet, up, public linux host with load 0 on 4 CPUs.
+    pub(crate) fn view(name: &str) -> HostView {
+        HostView {
+            name: name.into(),
+            address: format!("10.0.0.{}", name.len()),
+            up: true,
+            reported: true,
+            labels: vec!["linux".into(), "x86_64".into()],
+            os: Some("Linux".into()),
+            owner: None,
+            load1: Some(0.0),
+            cpus: Some(4),
+            users: Some(vec![]),
+            console_idle_s: None,
+        }
+    }
+
+    pub(crate) fn session(idle_s: Option<u64>) -> UserSession {
+        UserSession {
+            user: "alice".into(),
+            tty: "pts/0".into(),
+            idle_s,
+            from: None,
+        }
+    }
+
+    #[test]
+    fn symbolic_names_parse_case_insensitively() {
+        assert_eq!(Want::parse("anyHost"), Some(Want::Any));
+        assert_eq!(Want::parse("ANYHOST"), Some(Want::Any));
+        assert_eq!(Want::parse("anyLinux"), Some(Want::Label("linux".into())));
+        assert_eq!(Want::parse("anyX86_64"), Some(Want::Label("x86_64".into())));
+        assert_eq!(Want::parse("AnyPublic"), Some(Want::Label("public".into())));
+        assert_eq!(Want::parse("any"), None);
+        assert_eq!(Want::parse("node07"), None);
+    }
+
+    #[test]
+    fn unknown_is_never_idle() {
+        let mut v = view("a");
+        assert!(v.quiet());
+        v.users = None;
+        assert!(!v.quiet(), "unknown sessions");
+        v.users = Some(vec![session(None)]);
+        assert!(!v.quiet(), "session with unknown idle time");
+        v.users = Some(vec![session(Some(IDLE_AFTER))]);
+        assert!(v.quiet());
+        v.console_idle_s = Some(IDLE_AFTER - 1);
+        assert!(!v.quiet(), "console used recently");
+        v.console_idle_s = None;
+        assert!(v.quiet(), "unknown console alone does not block");
+    }
+
+    #[test]
+    fn private_host_needs_owner_away() {
+        let mut v = view("ws");
+        v.owner = Some("alice".into());
+        assert!(v.owner_away());
+        v.users = None;
+        assert!(!v.owner_away(), "unknown users on a private host");
+        assert!(!v.owner_active(), "unknown is not evidence of activity");
+        v.users = Some(vec![session(Some(10))]);
+        assert!(!v.owner_away());
+        assert!(v.owner_active());
+        v.owner = None;
+        assert!(
+            v.owner_away(),
+            "public hosts ignore sessions for eligibility"
+        );
+        assert!(!v.owner_active());
+    }
+
+    #[test]
+    fn choice_order_prefers_quiet_then_load_then_public_then_name() {
+        let quiet_loaded = HostView {
+            load1: Some(3.0),
+            ..view("q")
+        };
+        let busy_unloaded = HostView {
+            users: Some(vec![session(Some(1))]),
+            ..view("b")
+        };
+        assert_eq!(choice_order(&quiet_loaded, &busy_unloaded), Ordering::Less);
+        let unknown_load = HostView {
+            load1: None,
+            ..view("u")
+        };
+        assert_eq!(choice_order(&quiet_loaded, &unknown_load), Ordering::Less);
+        let private = HostView {
+            owner: Some("bob".into()),
+            ..view("a")
+        };
+        assert_eq!(choice_order(&view("z"), &private), Ordering::Less);
+        assert_eq!(choice_order(&view("a"), &view("b")), Ordering::Less);
+    }
+}

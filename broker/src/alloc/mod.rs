@@ -1,0 +1,183 @@
+//! The allocation core: which job holds which host, who waits for one, and when to take a
+//! host back — plus the SQLite store that makes that state survive a broker restart.
+//!
+//! # Layout
+//! - [`host`]: [`HostView`], the core's view of one host (built from a `HostStatus` row), and
+//!   the per-host predicates: symbolic-name matching, "owner away", the choice order.
+//! - [`state`]: [`Allocator`], the pure state machine (jobs, requests, allocations) and its
+//!   public entry points, each returning the [`Effect`]s the async shell must perform.
+//! - [`policy`]: serving the queue, choosing a host, choosing what to reclaim (built-in policy).
+//! - [`snapshot`]: [`Snapshot`], the plain-data form of the durable state; snapshot/restore and
+//!   the invariant checker.
+//! - [`store`]: [`Store`], the SQLite file (WAL) that saves and loads a [`Snapshot`].
+//!
+//! # Model
+//! - A **job** is registered by an agent and is `Running` until [`Allocator::end_job`].
+//! - A **request** asks for a host by symbolic name (`anyHost`, `anyLinux`, `any<Label>`):
+//!   `Queued → Granted | Cancelled` (the latter two are terminal and leave the table).
+//! - An **allocation** is one host held by one job:
+//!   `Granted → Releasing{deadline} → Released`, or `Granted → Released` when the job gives the
+//!   host back or ends. `Released` is terminal and represented by removal from the table (with
+//!   a [`Effect::Freed`]); a host is in at most one live allocation, and is granted elsewhere
+//!   only after its holder confirmed the release or the deadline forced it.
+//!
+//! Every entry point is pure: no I/O, no clock (callers pass `now`), no async. Decisions are made
+//! on in-memory state only; [`Effect::Persist`] comes last and tells the shell to write a
+//! [`Allocator::snapshot`] to the [`Store`] after the decision.
+//!
+//! # Choices
+//! - **A host that goes down keeps its allocation.** "Down" here means the broker has not heard
+//!   from the host daemon for a few seconds; the job's processes usually still run. Like a
+//!   Condor claim surviving a startd disconnect (job lease) or a Slurm node that is "not
+//!   responding" before it is declared DOWN, the allocation stays with the job until the job
+//!   gives it back, ends, or an admin runs `rb release HOST`. Dropping it would let a second job
+//!   be granted the host while the first one's processes still run there.
+//! - **Fair partition without thrashing.** A non-adaptive requester may reclaim from any
+//!   adaptive job; an adaptive requester only from an adaptive job holding at least two more
+//!   hosts than itself (counting hosts already being reclaimed for it), so two adaptive jobs
+//!   never take the same host back and forth.
+//! - **Owner returns** (flow 8): a private host held by an adaptive job whose report shows a
+//!   session or console input within the last 5 minutes is reclaimed with the policy grace.
+//!   Non-adaptive holders are left alone (a policy file may decide otherwise later).
+//! - **Deadlines across restarts:** a snapshot stores each in-flight reclaim's grace, not its
+//!   deadline; [`Allocator::restore`] re-arms it as `now + grace`, so a restart never shortens
+//!   the time a job was promised.
+
+mod host;
+mod policy;
+mod snapshot;
+mod state;
+pub mod store;
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use host::{HostView, IDLE_AFTER};
+pub use snapshot::{AllocRecord, JobRecord, ReleasingRecord, RequestRecord, Snapshot};
+pub use state::Allocator;
+pub use store::{Store, StoreError};
+
+pub type JobId = u64;
+pub type AllocId = u64;
+pub type RequestId = u64;
+
+/// What an agent says about the job it wraps when it registers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobInfo {
+    pub user: String,
+    pub cwd: String,
+    pub argv: Vec<String>,
+    /// The RSL job spec as JSON; opaque to the core.
+    pub spec: Option<serde_json::Value>,
+    /// Whether the job can give hosts back on demand (only such jobs are reclaimed by policy).
+    pub adaptive: bool,
+}
+
+/// Life of a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    Running,
+    Ended,
+}
+
+impl JobState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Running => "running",
+            JobState::Ended => "ended",
+        }
+    }
+}
+
+/// What the async shell must do after a decision, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// Tell the job's agent: `host` (reachable at `address`) is yours for request `req`.
+    Granted {
+        job: JobId,
+        req: RequestId,
+        alloc: AllocId,
+        host: String,
+        address: String,
+    },
+    /// Tell the job's agent its request waits; `position` 1 is next in line.
+    Queued {
+        job: JobId,
+        req: RequestId,
+        position: usize,
+    },
+    /// The request can never be served; `reason` says why and what exists.
+    Refused {
+        job: JobId,
+        req: RequestId,
+        reason: String,
+    },
+    /// Ask the job's agent to release `host` within `grace`, then confirm
+    /// ([`Allocator::release_confirmed`]).
+    Reclaim {
+        job: JobId,
+        alloc: AllocId,
+        host: String,
+        grace: Duration,
+    },
+    /// The deadline passed without confirmation: kill the job's processes on `host`.
+    /// The allocation is already released.
+    ForceRelease {
+        job: JobId,
+        alloc: AllocId,
+        host: String,
+    },
+    /// `host` left its allocation (released); it may be granted again (maybe in this same
+    /// batch of effects).
+    Freed { host: String },
+    /// Durable state changed: write [`Allocator::snapshot`] to the store.
+    Persist,
+}
+
+/// Errors of the admin entry points.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AllocError {
+    #[error("no host named `{host}` in the lab\nhelp: `rb status` lists the hosts")]
+    UnknownHost { host: String },
+    #[error("host `{host}` is not allocated to any job; there is nothing to release\nhelp: `rb jobs` shows which job holds which host")]
+    NotHeld { host: String },
+}
+
+/// Tunables of the built-in policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllocConfig {
+    /// Grace given to a job when the policy (not an admin) reclaims one of its hosts.
+    pub reclaim_grace: Duration,
+    /// How many ended jobs `jobs()` keeps showing before the oldest are forgotten.
+    pub ended_jobs_kept: usize,
+}
+
+impl Default for AllocConfig {
+    fn default() -> Self {
+        AllocConfig {
+            reclaim_grace: Duration::from_secs(5),
+            ended_jobs_kept: 200,
+        }
+    }
+}
+
+/// One row of `rb jobs`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobRow {
+    pub id: JobId,
+    pub user: String,
+    /// `"running"` or `"ended"`.
+    pub state: &'static str,
+    /// Hosts held (granted or being released), in name order.
+    pub hosts: Vec<String>,
+    pub spec: Option<serde_json::Value>,
+    pub argv: Vec<String>,
+    pub cwd: String,
+    /// Symbolic names of the job's queued requests, in queue order.
+    pub queued: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,266 @@
+//! The built-in policy: serving the queue head-first, choosing the host for a request, and
+//! choosing what to reclaim when nothing is eligible (or when a private host's owner returns).
+//!
+//! Eligibility of a host for a request: the host is up, matches the symbolic name, is not
+//! drained, is not held, is not reserved for another queued request, and — for a private
+//! host — its owner is away ([`HostView::owner_away`]). Among eligible hosts the first in
+//! [`choice_order`] wins.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::{Duration, Instant},
+};
+
+use super::{
+    host::{choice_order, HostView, Want},
+    state::{AllocState, Allocation, Allocator, Fx},
+    AllocId, Effect, JobId, RequestId,
+};
+
+/// Used when `now + grace` does not fit in an `Instant`.
+const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+impl Allocator {
+    /// `Err(reason)` when no host of the lab can ever match `want`. While some host has not
+    /// reported yet (its sensor labels are unknown) or no host is known, anything may match.
+    pub(crate) fn possible(&self, want: &Want, symbolic: &str) -> Result<(), String> {
+        let Want::Label(label) = want else {
+            return Ok(());
+        };
+        let unsure = self.hosts.is_empty() || self.hosts.values().any(|h| !h.reported);
+        if unsure || self.hosts.values().any(|h| h.labels.contains(label)) {
+            return Ok(());
+        }
+        let labels: BTreeSet<&str> = self
+            .hosts
+            .values()
+            .flat_map(|h| h.labels.iter().map(String::as_str))
+            .collect();
+        let list = labels.into_iter().collect::<Vec<_>>().join(", ");
+        Err(format!(
+            "no host in the lab has the label `{label}` that `{symbolic}` asks for; \
+             labels in this lab: {list}\nhelp: use anyHost for any machine, or any<Label> \
+             with one of those labels"
+        ))
+    }
+
+    /// Serves the queue head-first: grant, refuse, or start one reclaim per waiting request.
+    pub(crate) fn serve(&mut self, now: Instant, fx: &mut Fx) {
+        let mut i = 0;
+        while i < self.queue.len() {
+            if self.serve_one(i, now, fx) {
+                self.queue.remove(i);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Handles queue entry `i`; true when it leaves the queue (granted or refused).
+    fn serve_one(&mut self, i: usize, now: Instant, fx: &mut Fx) -> bool {
+        let w = &self.queue[i];
+        if let Err(reason) = self.possible(&w.want, &w.symbolic) {
+            let (job, req) = (w.job, w.id);
+            fx.push(Effect::Refused { job, req, reason });
+            return true;
+        }
+        if let Some(host) = self.pick_host(i, fx) {
+            self.grant(i, host, fx);
+            return true;
+        }
+        if self.queue[i].reserved.is_none() {
+            if let Some(alloc) = self.reclaim_victim(i) {
+                let req = self.queue[i].id;
+                let host = self.allocs.get(&alloc).map(|a| a.host.clone());
+                self.reclaim(alloc, Some(req), self.config.reclaim_grace, now, fx);
+                self.queue[i].reserved = host;
+            }
+        }
+        false
+    }
+
+    /// The host to grant entry `i` now: its reserved host once free and still eligible,
+    /// else the best eligible host. A reservation whose host is free is used up either way.
+    fn pick_host(&mut self, i: usize, fx: &mut Fx) -> Option<String> {
+        let freed = match &self.queue[i].reserved {
+            Some(h) if !self.by_host.contains_key(h) => Some(h.clone()),
+            _ => None,
+        };
+        if let Some(h) = freed {
+            self.queue[i].reserved = None;
+            fx.dirty = true;
+            let others = self.reserved_except(i);
+            if self.eligible(&h, &self.queue[i].want, &others) {
+                return Some(h);
+            }
+        }
+        let others = self.reserved_except(i);
+        let want = &self.queue[i].want;
+        self.hosts
+            .values()
+            .filter(|v| self.eligible(&v.name, want, &others))
+            .min_by(|a, b| choice_order(a, b))
+            .map(|v| v.name.clone())
+    }
+
+    /// Hosts reserved by queue entries other than `i`.
+    fn reserved_except(&self, i: usize) -> BTreeSet<String> {
+        self.queue
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != i)
+            .filter_map(|(_, w)| w.reserved.clone())
+            .collect()
+    }
+
+    fn eligible(&self, host: &str, want: &Want, reserved: &BTreeSet<String>) -> bool {
+        self.hosts.get(host).is_some_and(|v| v.usable_for(want))
+            && !self.drained.contains(host)
+            && !self.by_host.contains_key(host)
+            && !reserved.contains(host)
+    }
+
+    fn grant(&mut self, i: usize, host: String, fx: &mut Fx) {
+        let (job, req) = (self.queue[i].job, self.queue[i].id);
+        let address = self
+            .hosts
+            .get(&host)
+            .map_or_else(|| host.clone(), |v| v.address.clone());
+        let alloc = self.next_alloc;
+        self.next_alloc += 1;
+        self.by_host.insert(host.clone(), alloc);
+        let record = Allocation {
+            job,
+            host: host.clone(),
+            address: address.clone(),
+            request: Some(req),
+            state: AllocState::Granted,
+        };
+        self.allocs.insert(alloc, record);
+        fx.push(Effect::Granted {
+            job,
+            req,
+            alloc,
+            host,
+            address,
+        });
+    }
+
+    /// The allocation to reclaim for entry `i`, if the policy allows one: a granted host the
+    /// request could use, held by another running adaptive job. The job holding the most
+    /// hosts loses (ties: the newest job), its newest allocation first. An adaptive requester
+    /// only takes from a job holding at least two more hosts than it will have.
+    fn reclaim_victim(&self, i: usize) -> Option<AllocId> {
+        let w = &self.queue[i];
+        let counts = self.granted_counts();
+        let requester_adaptive = self.jobs.get(&w.job).is_some_and(|j| j.info.adaptive);
+        let incoming = self
+            .queue
+            .iter()
+            .filter(|q| q.job == w.job && q.reserved.is_some())
+            .count();
+        let have = counts.get(&w.job).copied().unwrap_or(0) + incoming;
+        self.allocs
+            .iter()
+            .filter(|(_, a)| self.reclaimable(a, w.job, &w.want))
+            .map(|(&id, a)| (counts.get(&a.job).copied().unwrap_or(0), a.job, id))
+            .filter(|&(count, _, _)| !requester_adaptive || count >= have + 2)
+            .max()
+            .map(|(_, _, id)| id)
+    }
+
+    /// Granted allocations per job.
+    fn granted_counts(&self) -> BTreeMap<JobId, usize> {
+        let mut counts = BTreeMap::new();
+        for a in self.allocs.values() {
+            if a.state == AllocState::Granted {
+                *counts.entry(a.job).or_insert(0) += 1;
+            }
+        }
+        counts
+    }
+
+    fn reclaimable(&self, a: &Allocation, requester: JobId, want: &Want) -> bool {
+        let holder_adaptive = self
+            .jobs
+            .get(&a.job)
+            .is_some_and(|j| j.info.adaptive && j.state == super::JobState::Running);
+        a.state == AllocState::Granted
+            && a.job != requester
+            && holder_adaptive
+            && !self.drained.contains(&a.host)
+            && self
+                .hosts
+                .get(&a.host)
+                .is_some_and(|v: &HostView| v.usable_for(want))
+    }
+
+    /// Asks the holder of `alloc` to release it within `grace`. An allocation already being
+    /// released only gets an earlier deadline (and a new `Reclaim`), never a later one.
+    pub(crate) fn reclaim(
+        &mut self,
+        alloc: AllocId,
+        for_request: Option<RequestId>,
+        grace: Duration,
+        now: Instant,
+        fx: &mut Fx,
+    ) {
+        let Some(a) = self.allocs.get_mut(&alloc) else {
+            return;
+        };
+        let deadline = now
+            .checked_add(grace)
+            .or_else(|| now.checked_add(FAR_FUTURE))
+            .unwrap_or(now);
+        match &mut a.state {
+            AllocState::Granted => {
+                a.state = AllocState::Releasing {
+                    deadline,
+                    grace,
+                    for_request,
+                };
+            }
+            AllocState::Releasing {
+                deadline: d,
+                grace: g,
+                ..
+            } => {
+                if deadline >= *d {
+                    return;
+                }
+                (*d, *g) = (deadline, grace);
+            }
+        }
+        let (job, host) = (a.job, a.host.clone());
+        fx.push(Effect::Reclaim {
+            job,
+            alloc,
+            host,
+            grace,
+        });
+    }
+
+    /// Reclaims private hosts held by adaptive jobs where the owner is back (flow 8).
+    pub(crate) fn owner_returns(&mut self, now: Instant, fx: &mut Fx) {
+        let targets: Vec<AllocId> = self
+            .allocs
+            .iter()
+            .filter(|(_, a)| a.state == AllocState::Granted)
+            .filter(|(_, a)| self.jobs.get(&a.job).is_some_and(|j| j.info.adaptive))
+            .filter(|(_, a)| self.hosts.get(&a.host).is_some_and(|v| v.owner_active()))
+            .map(|(&id, _)| id)
+            .collect();
+        for alloc in targets {
+            self.reclaim(alloc, None, self.config.reclaim_grace, now, fx);
+        }
+    }
+
+    /// Ends an allocation (→ Released): the host is free for the next serve.
+    pub(crate) fn release_alloc(&mut self, alloc: AllocId, fx: &mut Fx) {
+        let Some(a) = self.allocs.remove(&alloc) else {
+            return;
+        };
+        self.by_host.remove(&a.host);
+        fx.push(Effect::Freed { host: a.host });
+    }
+}

@@ -1,0 +1,428 @@
+//! [`Allocator`]: the jobs, queued requests and live allocations, and the public entry points.
+//!
+//! Each entry point mutates the tables, lets [`policy`](super::policy) serve the queue, and
+//! returns the effects in decision order, followed by `Queued` position updates and, when
+//! durable state changed, one `Persist`.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::{Duration, Instant},
+};
+
+use super::{
+    host::{HostView, Want},
+    AllocConfig, AllocError, AllocId, Effect, JobId, JobInfo, JobRow, JobState, RequestId,
+};
+
+#[derive(Debug, Clone)]
+pub(crate) struct Job {
+    pub(crate) info: JobInfo,
+    pub(crate) state: JobState,
+}
+
+/// A live allocation's state (`Released` is represented by removal).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AllocState {
+    Granted,
+    Releasing {
+        deadline: Instant,
+        /// The grace the job was given (kept for snapshots and re-sent reclaims).
+        grace: Duration,
+        /// The queued request this host is being reclaimed for, if any (not for admin or
+        /// owner-return reclaims).
+        for_request: Option<RequestId>,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Allocation {
+    pub(crate) job: JobId,
+    pub(crate) host: String,
+    pub(crate) address: String,
+    /// The request it was granted for (`None` only for records restored without one).
+    pub(crate) request: Option<RequestId>,
+    pub(crate) state: AllocState,
+}
+
+/// A queued request.
+#[derive(Debug, Clone)]
+pub(crate) struct Waiting {
+    pub(crate) id: RequestId,
+    pub(crate) job: JobId,
+    pub(crate) symbolic: String,
+    pub(crate) want: Want,
+    /// A host being reclaimed for this request: first in line for it once released.
+    pub(crate) reserved: Option<String>,
+    /// The position last reported in a `Queued` effect.
+    pub(crate) reported: Option<usize>,
+}
+
+/// Effects collected by one entry point, and whether durable state changed.
+#[derive(Debug, Default)]
+pub(crate) struct Fx {
+    pub(crate) out: Vec<Effect>,
+    pub(crate) dirty: bool,
+}
+
+impl Fx {
+    pub(crate) fn push(&mut self, e: Effect) {
+        self.out.push(e);
+        self.dirty = true;
+    }
+}
+
+/// The allocation core. See the [module docs](super) for the model.
+#[derive(Debug, Clone)]
+pub struct Allocator {
+    pub(crate) config: AllocConfig,
+    pub(crate) next_job: JobId,
+    pub(crate) next_alloc: AllocId,
+    pub(crate) next_request: RequestId,
+    pub(crate) jobs: BTreeMap<JobId, Job>,
+    pub(crate) allocs: BTreeMap<AllocId, Allocation>,
+    /// Host name → its live allocation.
+    pub(crate) by_host: BTreeMap<String, AllocId>,
+    /// Queued requests, first in line first.
+    pub(crate) queue: Vec<Waiting>,
+    /// Latest host views (soft state, not persisted).
+    pub(crate) hosts: BTreeMap<String, HostView>,
+    pub(crate) drained: BTreeSet<String>,
+}
+
+impl Default for Allocator {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Allocator {
+    /// An empty allocator with the default policy settings.
+    pub fn new() -> Self {
+        Self::with_config(AllocConfig::default())
+    }
+
+    pub fn with_config(config: AllocConfig) -> Self {
+        Allocator {
+            config,
+            next_job: 1,
+            next_alloc: 1,
+            next_request: 1,
+            jobs: BTreeMap::new(),
+            allocs: BTreeMap::new(),
+            by_host: BTreeMap::new(),
+            queue: Vec::new(),
+            hosts: BTreeMap::new(),
+            drained: BTreeSet::new(),
+        }
+    }
+
+    pub fn config(&self) -> &AllocConfig {
+        &self.config
+    }
+
+    /// Registers a running job.
+    pub fn register_job(&mut self, info: JobInfo) -> (JobId, Vec<Effect>) {
+        let id = self.next_job;
+        self.next_job += 1;
+        let job = Job {
+            info,
+            state: JobState::Running,
+        };
+        self.jobs.insert(id, job);
+        let fx = Fx {
+            dirty: true,
+            ..Fx::default()
+        };
+        (id, self.finish(fx))
+    }
+
+    /// `job` asks for a host by symbolic name: granted now, queued, or refused.
+    pub fn request(
+        &mut self,
+        job: JobId,
+        symbolic: &str,
+        now: Instant,
+    ) -> (RequestId, Vec<Effect>) {
+        let req = self.next_request;
+        self.next_request += 1;
+        let mut fx = Fx::default();
+        match self.admit(job, symbolic) {
+            Err(reason) => fx.push(Effect::Refused { job, req, reason }),
+            Ok(want) => {
+                self.queue.push(Waiting {
+                    id: req,
+                    job,
+                    symbolic: symbolic.to_string(),
+                    want,
+                    reserved: None,
+                    reported: None,
+                });
+                fx.dirty = true;
+                self.serve(now, &mut fx);
+            }
+        }
+        (req, self.finish(fx))
+    }
+
+    fn admit(&self, job: JobId, symbolic: &str) -> Result<Want, String> {
+        if !self.is_running(job) {
+            return Err(format!("job {job} is not running"));
+        }
+        let want = Want::parse(symbolic).ok_or_else(|| {
+            format!("`{symbolic}` is not a symbolic host name; use anyHost, anyLinux or any<Label>")
+        })?;
+        self.possible(&want, symbolic)?;
+        Ok(want)
+    }
+
+    /// Withdraws a queued request (e.g. its shim died). A reclaim started for it goes on; the
+    /// host, once released, serves the next request or becomes free.
+    pub fn cancel(&mut self, req: RequestId) -> Vec<Effect> {
+        let mut fx = Fx::default();
+        if let Some(i) = self.queue.iter().position(|w| w.id == req) {
+            self.queue.remove(i);
+            fx.dirty = true;
+        }
+        self.finish(fx)
+    }
+
+    /// The holder confirms it released the host (after a `Reclaim`, or on its own).
+    /// Unknown or already released allocations are ignored.
+    pub fn release_confirmed(&mut self, alloc: AllocId, now: Instant) -> Vec<Effect> {
+        self.give_back(alloc, now)
+    }
+
+    /// The job no longer needs the host.
+    pub fn give_back(&mut self, alloc: AllocId, now: Instant) -> Vec<Effect> {
+        let mut fx = Fx::default();
+        if self.allocs.contains_key(&alloc) {
+            self.release_alloc(alloc, &mut fx);
+            self.serve(now, &mut fx);
+        }
+        self.finish(fx)
+    }
+
+    /// The job ended or its agent is gone: release every host it holds, drop its requests.
+    pub fn end_job(&mut self, job: JobId, now: Instant) -> Vec<Effect> {
+        let mut fx = Fx::default();
+        let Some(j) = self.jobs.get_mut(&job) else {
+            return Vec::new();
+        };
+        if j.state == JobState::Ended {
+            return Vec::new();
+        }
+        j.state = JobState::Ended;
+        fx.dirty = true;
+        let held: Vec<AllocId> = self.allocs_of(job).collect();
+        for id in held {
+            self.release_alloc(id, &mut fx);
+        }
+        self.queue.retain(|w| w.job != job);
+        self.prune_ended();
+        self.serve(now, &mut fx);
+        self.finish(fx)
+    }
+
+    /// `rb release HOST`: reclaim whatever holds `host` within `grace`.
+    pub fn release_host(
+        &mut self,
+        host: &str,
+        grace: Duration,
+        now: Instant,
+    ) -> Result<Vec<Effect>, AllocError> {
+        self.known(host)?;
+        let Some(&alloc) = self.by_host.get(host) else {
+            return Err(AllocError::NotHeld { host: host.into() });
+        };
+        let mut fx = Fx::default();
+        self.reclaim(alloc, None, grace, now, &mut fx);
+        Ok(self.finish(fx))
+    }
+
+    /// No new grants on `host`; its current allocation (if any) stays.
+    pub fn drain(&mut self, host: &str) -> Result<Vec<Effect>, AllocError> {
+        self.known(host)?;
+        let fx = Fx {
+            dirty: self.drained.insert(host.to_string()),
+            ..Fx::default()
+        };
+        Ok(self.finish(fx))
+    }
+
+    /// Undoes [`drain`](Self::drain) and serves the queue.
+    pub fn resume(&mut self, host: &str, now: Instant) -> Result<Vec<Effect>, AllocError> {
+        self.known(host)?;
+        let mut fx = Fx {
+            dirty: self.drained.remove(host),
+            ..Fx::default()
+        };
+        self.serve(now, &mut fx);
+        Ok(self.finish(fx))
+    }
+
+    /// Replaces the host views (every host of the lab, up or down), reclaims private hosts
+    /// whose owner came back, and serves the queue.
+    pub fn hosts_changed(&mut self, views: &[HostView], now: Instant) -> Vec<Effect> {
+        self.hosts = views.iter().map(|v| (v.name.clone(), v.clone())).collect();
+        let mut fx = Fx::default();
+        self.owner_returns(now, &mut fx);
+        self.serve(now, &mut fx);
+        self.finish(fx)
+    }
+
+    /// Forces the release of every allocation whose reclaim deadline has passed.
+    pub fn tick(&mut self, now: Instant) -> Vec<Effect> {
+        let expired: Vec<AllocId> = self
+            .allocs
+            .iter()
+            .filter(|(_, a)| matches!(a.state, AllocState::Releasing { deadline, .. } if deadline <= now))
+            .map(|(&id, _)| id)
+            .collect();
+        let mut fx = Fx::default();
+        for alloc in &expired {
+            if let Some(a) = self.allocs.get(alloc) {
+                let (job, host) = (a.job, a.host.clone());
+                fx.push(Effect::ForceRelease {
+                    job,
+                    alloc: *alloc,
+                    host,
+                });
+            }
+            self.release_alloc(*alloc, &mut fx);
+        }
+        if !expired.is_empty() {
+            self.serve(now, &mut fx);
+        }
+        self.finish(fx)
+    }
+
+    /// `Reclaim` effects for every allocation being released, with the grace left — to
+    /// re-send after a restart or when an agent reconnects.
+    pub fn resend_reclaims(&self, now: Instant) -> Vec<Effect> {
+        self.allocs
+            .iter()
+            .filter_map(|(&alloc, a)| match a.state {
+                AllocState::Releasing { deadline, .. } => Some(Effect::Reclaim {
+                    job: a.job,
+                    alloc,
+                    host: a.host.clone(),
+                    grace: deadline.saturating_duration_since(now),
+                }),
+                AllocState::Granted => None,
+            })
+            .collect()
+    }
+
+    /// One row per known job, by id.
+    pub fn jobs(&self) -> Vec<JobRow> {
+        self.jobs
+            .iter()
+            .map(|(&id, j)| self.job_row(id, j))
+            .collect()
+    }
+
+    fn job_row(&self, id: JobId, j: &Job) -> JobRow {
+        let mut hosts: Vec<String> = self
+            .allocs_of(id)
+            .filter_map(|a| self.allocs.get(&a).map(|a| a.host.clone()))
+            .collect();
+        hosts.sort();
+        JobRow {
+            id,
+            user: j.info.user.clone(),
+            state: j.state.as_str(),
+            hosts,
+            spec: j.info.spec.clone(),
+            argv: j.info.argv.clone(),
+            cwd: j.info.cwd.clone(),
+            queued: self
+                .queue
+                .iter()
+                .filter(|w| w.job == id)
+                .map(|w| w.symbolic.clone())
+                .collect(),
+        }
+    }
+
+    /// The job and allocation holding `host` (granted or being released).
+    pub fn holder(&self, host: &str) -> Option<(JobId, AllocId)> {
+        let id = *self.by_host.get(host)?;
+        self.allocs.get(&id).map(|a| (a.job, id))
+    }
+
+    /// The live allocations of `job`: (allocation, host, address).
+    pub fn allocations_of(&self, job: JobId) -> Vec<(AllocId, String, String)> {
+        self.allocs_of(job)
+            .filter_map(|id| {
+                let a = self.allocs.get(&id)?;
+                Some((id, a.host.clone(), a.address.clone()))
+            })
+            .collect()
+    }
+
+    /// The registration of `job`, if it is still known.
+    pub fn job_info(&self, job: JobId) -> Option<&JobInfo> {
+        self.jobs.get(&job).map(|j| &j.info)
+    }
+
+    pub fn is_running(&self, job: JobId) -> bool {
+        self.jobs
+            .get(&job)
+            .is_some_and(|j| j.state == JobState::Running)
+    }
+
+    pub fn is_drained(&self, host: &str) -> bool {
+        self.drained.contains(host)
+    }
+
+    pub(crate) fn allocs_of(&self, job: JobId) -> impl Iterator<Item = AllocId> + '_ {
+        self.allocs
+            .iter()
+            .filter(move |(_, a)| a.job == job)
+            .map(|(&id, _)| id)
+    }
+
+    fn known(&self, host: &str) -> Result<(), AllocError> {
+        let known = self.hosts.contains_key(host)
+            || self.by_host.contains_key(host)
+            || self.drained.contains(host);
+        if known {
+            Ok(())
+        } else {
+            Err(AllocError::UnknownHost { host: host.into() })
+        }
+    }
+
+    /// Forgets the oldest ended jobs beyond `config.ended_jobs_kept`.
+    fn prune_ended(&mut self) {
+        let ended: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.state == JobState::Ended)
+            .map(|(&id, _)| id)
+            .collect();
+        let excess = ended.len().saturating_sub(self.config.ended_jobs_kept);
+        for id in &ended[..excess] {
+            self.jobs.remove(id);
+        }
+    }
+
+    /// Appends position updates for queued requests whose position changed, then `Persist`.
+    pub(crate) fn finish(&mut self, mut fx: Fx) -> Vec<Effect> {
+        for (i, w) in self.queue.iter_mut().enumerate() {
+            let position = i + 1;
+            if w.reported != Some(position) {
+                w.reported = Some(position);
+                fx.out.push(Effect::Queued {
+                    job: w.job,
+                    req: w.id,
+                    position,
+                });
+            }
+        }
+        if fx.dirty {
+            fx.out.push(Effect::Persist);
+        }
+        fx.out
+    }
+}

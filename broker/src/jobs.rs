@@ -1,0 +1,290 @@
+//! The job side of the broker core: owns the [`Allocator`], knows which agent connection
+//! serves which job, maps each agent's own request ids to broker request ids, and turns
+//! allocation effects into messages for agents. Called only from the core task.
+
+use std::{
+    collections::HashMap,
+    time::{Duration, Instant},
+};
+
+use proto::{
+    msg::{FromBroker, JobRegistration, Request, Response, ToBroker},
+    report::HostStatus,
+};
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+use crate::alloc::{AllocId, Allocator, Effect, HostView, JobId, JobInfo, RequestId};
+
+/// Grace of `rb release` when none is given.
+pub const DEFAULT_RELEASE_GRACE: Duration = Duration::from_secs(5);
+
+/// Jobs, their agents and their allocations.
+pub struct JobDesk {
+    alloc: Allocator,
+    agents: HashMap<JobId, mpsc::Sender<FromBroker>>,
+    by_agent_req: HashMap<(JobId, u64), RequestId>,
+    agent_req: HashMap<RequestId, (JobId, u64)>,
+    remote_shell: Vec<String>,
+    transport: String,
+    secret_file: String,
+}
+
+impl JobDesk {
+    pub fn new(
+        alloc: Allocator,
+        remote_shell: Vec<String>,
+        transport: &str,
+        secret_file: &std::path::Path,
+    ) -> Self {
+        Self {
+            secret_file: secret_file.display().to_string(),
+            alloc,
+            agents: HashMap::new(),
+            by_agent_req: HashMap::new(),
+            agent_req: HashMap::new(),
+            remote_shell,
+            transport: transport.to_string(),
+        }
+    }
+
+    /// True when some job runs (then host changes matter to the allocator).
+    pub fn has_jobs(&self) -> bool {
+        !self.agents.is_empty()
+    }
+
+    /// Feeds fresh host views to the allocator.
+    pub fn hosts_changed(&mut self, hosts: &[HostStatus], now: Instant) -> Vec<Effect> {
+        let views: Vec<HostView> = hosts.iter().map(HostView::from).collect();
+        self.alloc.hosts_changed(&views, now)
+    }
+
+    /// Registers a job for a newly connected agent.
+    pub async fn register(
+        &mut self,
+        reg: JobRegistration,
+        tx: mpsc::Sender<FromBroker>,
+    ) -> (JobId, Vec<Effect>) {
+        let info = JobInfo {
+            user: reg.user,
+            cwd: reg.cwd,
+            argv: reg.argv,
+            spec: reg.spec,
+            adaptive: reg.adaptive,
+        };
+        let (job, effects) = self.alloc.register_job(info);
+        let msg = FromBroker::Registered {
+            job,
+            remote_shell: self.remote_shell.clone(),
+            transport: self.transport.clone(),
+            secret_file: self.secret_file.clone(),
+        };
+        let _ = tx.send(msg).await;
+        self.agents.insert(job, tx);
+        info!(job, "job registered");
+        (job, effects)
+    }
+
+    /// A message from `job`'s agent.
+    pub fn agent_message(&mut self, job: JobId, msg: ToBroker, now: Instant) -> Vec<Effect> {
+        match msg {
+            ToBroker::Allocate { req, symbolic } => {
+                let (id, effects) = self.alloc.request(job, &symbolic, now);
+                self.by_agent_req.insert((job, req), id);
+                self.agent_req.insert(id, (job, req));
+                effects
+            }
+            ToBroker::Cancel { req } => match self.by_agent_req.remove(&(job, req)) {
+                Some(id) => {
+                    self.agent_req.remove(&id);
+                    self.alloc.cancel(id)
+                }
+                None => Vec::new(),
+            },
+            ToBroker::GiveBack { alloc } if self.owns(job, alloc) => {
+                self.alloc.give_back(alloc, now)
+            }
+            ToBroker::Released { alloc } if self.owns(job, alloc) => {
+                self.alloc.release_confirmed(alloc, now)
+            }
+            ToBroker::EndJob { status } => {
+                info!(job, status, "job ended");
+                self.alloc.end_job(job, now)
+            }
+            other => {
+                warn!(job, ?other, "ignoring a message an agent should not send");
+                Vec::new()
+            }
+        }
+    }
+
+    fn owns(&self, job: JobId, alloc: AllocId) -> bool {
+        self.alloc
+            .allocations_of(job)
+            .iter()
+            .any(|(id, _, _)| *id == alloc)
+    }
+
+    /// The agent's connection closed: the job ends (its subagents end their processes).
+    pub fn agent_gone(&mut self, job: JobId, now: Instant) -> Vec<Effect> {
+        self.agents.remove(&job);
+        if self.alloc.is_running(job) {
+            warn!(job, "agent disconnected; ending its job");
+            return self.alloc.end_job(job, now);
+        }
+        Vec::new()
+    }
+
+    pub fn tick(&mut self, now: Instant) -> Vec<Effect> {
+        self.alloc.tick(now)
+    }
+
+    /// Client requests about jobs.
+    pub fn admin(&mut self, req: Request, now: Instant) -> (Result<Response, String>, Vec<Effect>) {
+        match req {
+            Request::Jobs => {
+                let jobs = self
+                    .alloc
+                    .jobs()
+                    .iter()
+                    .filter_map(|j| serde_json::to_value(j).ok())
+                    .collect();
+                (Ok(Response::Jobs { jobs }), Vec::new())
+            }
+            Request::Release { host, grace_ms } => {
+                let grace = grace_ms.map_or(DEFAULT_RELEASE_GRACE, Duration::from_millis);
+                let holder = self.alloc.holder(&host);
+                match self.alloc.release_host(&host, grace, now) {
+                    Ok(effects) => {
+                        let message = match holder {
+                            Some((job, _)) => format!(
+                                "reclaiming {host} from job {job} (grace {:.1} s)",
+                                grace.as_secs_f64()
+                            ),
+                            None => format!("{host} released"),
+                        };
+                        (Ok(Response::Done { message }), effects)
+                    }
+                    Err(e) => (Err(e.to_string()), Vec::new()),
+                }
+            }
+            Request::Drain { host } => match self.alloc.drain(&host) {
+                Ok(effects) => (
+                    Ok(Response::Done {
+                        message: format!("{host} drained: no new grants"),
+                    }),
+                    effects,
+                ),
+                Err(e) => (Err(e.to_string()), Vec::new()),
+            },
+            Request::Resume { host } => match self.alloc.resume(&host, now) {
+                Ok(effects) => (
+                    Ok(Response::Done {
+                        message: format!("{host} resumed"),
+                    }),
+                    effects,
+                ),
+                Err(e) => (Err(e.to_string()), Vec::new()),
+            },
+            other => (Err(format!("not a job request: {other:?}")), Vec::new()),
+        }
+    }
+
+    /// Performs effects: messages to agents. Returns true when durable state changed.
+    pub async fn perform(&mut self, effects: Vec<Effect>) -> bool {
+        let mut persist = false;
+        for effect in effects {
+            match effect {
+                Effect::Granted {
+                    job,
+                    req,
+                    alloc,
+                    host,
+                    address,
+                } => {
+                    if let Some((_, agent_req)) = self.forget_req(req) {
+                        info!(job, alloc, %host, "granted");
+                        self.send(
+                            job,
+                            FromBroker::Granted {
+                                req: agent_req,
+                                alloc,
+                                host,
+                                address,
+                            },
+                        )
+                        .await;
+                    }
+                }
+                Effect::Queued { job, req, position } => {
+                    if let Some(&(_, agent_req)) = self.agent_req.get(&req) {
+                        self.send(
+                            job,
+                            FromBroker::Queued {
+                                req: agent_req,
+                                position: position as u32,
+                            },
+                        )
+                        .await;
+                    }
+                }
+                Effect::Refused { job, req, reason } => {
+                    if let Some((_, agent_req)) = self.forget_req(req) {
+                        self.send(
+                            job,
+                            FromBroker::Refused {
+                                req: agent_req,
+                                message: reason,
+                            },
+                        )
+                        .await;
+                    }
+                }
+                Effect::Reclaim {
+                    job,
+                    alloc,
+                    host,
+                    grace,
+                } => {
+                    info!(job, alloc, %host, "reclaiming");
+                    self.send(
+                        job,
+                        FromBroker::Reclaim {
+                            alloc,
+                            host,
+                            grace_ms: grace.as_millis() as u64,
+                        },
+                    )
+                    .await;
+                }
+                Effect::ForceRelease { job, alloc, host } => {
+                    warn!(job, alloc, %host, "release deadline passed; forcing");
+                    self.send(
+                        job,
+                        FromBroker::Reclaim {
+                            alloc,
+                            host,
+                            grace_ms: 0,
+                        },
+                    )
+                    .await;
+                }
+                Effect::Freed { .. } => {}
+                Effect::Persist => persist = true,
+            }
+        }
+        persist
+    }
+
+    fn forget_req(&mut self, req: RequestId) -> Option<(JobId, u64)> {
+        let found = self.agent_req.remove(&req)?;
+        self.by_agent_req.remove(&found);
+        Some(found)
+    }
+
+    async fn send(&self, job: JobId, msg: FromBroker) {
+        if let Some(tx) = self.agents.get(&job) {
+            let _ = tx.send(msg).await;
+        }
+    }
+}

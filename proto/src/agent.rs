@@ -1,0 +1,76 @@
+//! The job-local protocol between the `rsh` shim (and, later, JEL clients) and their job's
+//! agent, over the agent's unix socket (`RB_AGENT`, mode 0600, SO_PEERCRED-checked).
+//!
+//! Same framing as everything else (one JSON object per line). No handshake: the socket is
+//! private to the job's user. The shim opens one connection per `rsh` call and keeps it open
+//! while it waits: closing it cancels a queued request.
+//!
+//! ```text
+//! shim → agent  {"t":"allocate","symbolic":"anyLinux","pid":4711}
+//! agent → shim  {"t":"queued","position":2}                (zero or more times, while waiting)
+//! agent → shim  {"t":"granted","alloc":7,"host":"node03","address":"10.77.0.3",
+//!                "remote_shell":["ssh","-F","/x/cfg"],"subagent":["/opt/rb/bin/rb-subagent","--agent","10.77.0.2:41234","--alloc","7"]}
+//! agent → shim  {"t":"refused","message":"no host matches anyFoo"}
+//! shim → agent  {"t":"attach","host":"node03","pid":4712}  (a real host already allocated to the job)
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+/// Environment variable naming the agent's socket.
+pub const ENV_AGENT: &str = "RB_AGENT";
+/// Environment variable with the job id.
+pub const ENV_JOB: &str = "RB_JOB";
+/// Environment variable naming the file that lists hosts allocated to the job, one per line
+/// (`NAME ADDRESS ALLOC`); the shim reads it to decide pass-through without a round trip.
+pub const ENV_HOSTS_FILE: &str = "RB_HOSTS_FILE";
+/// The real remote shell (program and leading arguments, JSON array) for pass-through.
+pub const ENV_REAL_RSH: &str = "RB_REAL_RSH";
+/// Recursion guard: how many shims are above us.
+pub const ENV_SHIM_DEPTH: &str = "RB_SHIM_DEPTH";
+
+/// Shim → agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ShimRequest {
+    /// A machine chosen now for `symbolic` (`anyHost`, `anyLinux`, `any<Label>`).
+    Allocate { symbolic: String, pid: u32 },
+    /// `host` (a real name or address) is listed in `RB_HOSTS_FILE`: run there under a
+    /// subagent so the broker can reclaim it. Answered with `Granted` or `Refused`.
+    Attach { host: String, pid: u32 },
+}
+
+/// Agent → shim.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+pub enum ShimReply {
+    /// Waiting for a host; `position` 1 = next.
+    Queued {
+        position: u32,
+    },
+    /// Use this host: run `remote_shell… address 'subagent…' -c 'CMD'`.
+    Granted {
+        alloc: u64,
+        host: String,
+        address: String,
+        remote_shell: Vec<String>,
+        subagent: Vec<String>,
+    },
+    Refused {
+        message: String,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allocate_encoding_is_stable() {
+        let text = serde_json::to_string(&ShimRequest::Allocate {
+            symbolic: "anyLinux".into(),
+            pid: 1,
+        })
+        .expect("encode");
+        assert_eq!(text, r#"{"t":"allocate","symbolic":"anyLinux","pid":1}"#);
+    }
+}

@@ -1,0 +1,215 @@
+//! The shim's side of the job-local protocol (`proto::agent`): one request, then replies until
+//! `Granted` or `Refused`. One JSON object per line; the connection stays open while queued
+//! (closing it cancels the request) and is closed by `exec` (the socket is close-on-exec).
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+
+use proto::agent::{ShimReply, ShimRequest};
+
+/// A host granted by the agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub alloc: u64,
+    pub host: String,
+    pub address: String,
+    pub remote_shell: Vec<String>,
+    pub subagent: Vec<String>,
+}
+
+/// How a conversation ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Granted(Grant),
+    Refused(String),
+}
+
+/// What went wrong talking to the agent.
+#[derive(Debug, thiserror::Error)]
+pub enum ConversationError {
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error("closed the connection before answering")]
+    Closed,
+    #[error("bad reply: {0}")]
+    BadReply(String),
+}
+
+/// Sends `request` on `stream` and reads replies until the answer; `on_queued` sees every
+/// `Queued` position.
+pub fn converse<S: Read + Write>(
+    mut stream: S,
+    request: &ShimRequest,
+    mut on_queued: impl FnMut(u32),
+) -> Result<Outcome, ConversationError> {
+    send(&mut stream, request)?;
+    let mut reader = BufReader::new(stream);
+    loop {
+        match read_reply(&mut reader)? {
+            ShimReply::Queued { position } => on_queued(position),
+            ShimReply::Granted {
+                alloc,
+                host,
+                address,
+                remote_shell,
+                subagent,
+            } => {
+                return validate(Grant {
+                    alloc,
+                    host,
+                    address,
+                    remote_shell,
+                    subagent,
+                })
+                .map(Outcome::Granted)
+            }
+            ShimReply::Refused { message } => return Ok(Outcome::Refused(message)),
+        }
+    }
+}
+
+fn send<W: Write>(stream: &mut W, request: &ShimRequest) -> Result<(), ConversationError> {
+    let mut line =
+        serde_json::to_vec(request).map_err(|e| ConversationError::BadReply(e.to_string()))?;
+    line.push(b'\n');
+    stream.write_all(&line)?;
+    stream.flush()?;
+    Ok(())
+}
+
+/// The next non-blank line as a reply; at most `proto::MAX_FRAME_BYTES` per line.
+fn read_reply<R: BufRead>(reader: &mut R) -> Result<ShimReply, ConversationError> {
+    let limit = proto::MAX_FRAME_BYTES as u64;
+    loop {
+        let mut line = Vec::new();
+        let n = reader
+            .by_ref()
+            .take(limit + 1)
+            .read_until(b'\n', &mut line)?;
+        if n == 0 {
+            return Err(ConversationError::Closed);
+        }
+        if !line.ends_with(b"\n") {
+            return Err(if n as u64 > limit {
+                ConversationError::BadReply(format!("a line longer than {limit} bytes"))
+            } else {
+                ConversationError::Closed
+            });
+        }
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        return serde_json::from_slice(&line).map_err(|e| {
+            ConversationError::BadReply(format!(
+                "{e}: `{}`",
+                String::from_utf8_lossy(&line).trim_end()
+            ))
+        });
+    }
+}
+
+/// A grant must name a remote shell, a subagent and an address.
+fn validate(grant: Grant) -> Result<Grant, ConversationError> {
+    let empty = |v: &[String]| v.first().map_or(true, String::is_empty);
+    if empty(&grant.remote_shell) || empty(&grant.subagent) || grant.address.is_empty() {
+        return Err(ConversationError::BadReply(format!(
+            "a grant without remote shell, subagent or address: {grant:?}"
+        )));
+    }
+    Ok(grant)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::net::UnixStream;
+    use std::thread;
+
+    use super::*;
+
+    /// Runs a fake agent on one end of a socket pair: it records the request line and writes
+    /// `replies` verbatim, then closes.
+    fn with_agent(replies: &'static str) -> (UnixStream, thread::JoinHandle<String>) {
+        let (ours, theirs) = UnixStream::pair().expect("pair");
+        let agent = thread::spawn(move || {
+            let mut reader = BufReader::new(&theirs);
+            let mut request = String::new();
+            reader.read_line(&mut request).expect("read request");
+            (&theirs)
+                .write_all(replies.as_bytes())
+                .expect("write replies");
+            request
+        });
+        (ours, agent)
+    }
+
+    const GRANT: &str = r#"{"t":"granted","alloc":7,"host":"node03","address":"10.77.0.3","remote_shell":["ssh"],"subagent":["/sa","--alloc","7"]}"#;
+
+    fn allocate() -> ShimRequest {
+        ShimRequest::Allocate {
+            symbolic: "anyLinux".into(),
+            pid: 4711,
+        }
+    }
+
+    #[test]
+    fn queued_then_granted() {
+        let replies = Box::leak(
+            format!("{{\"t\":\"queued\",\"position\":2}}\n\n{{\"t\":\"queued\",\"position\":1}}\n{GRANT}\n")
+                .into_boxed_str(),
+        );
+        let (stream, agent) = with_agent(replies);
+        let mut seen = Vec::new();
+        let outcome = converse(stream, &allocate(), |p| seen.push(p)).expect("granted");
+        assert_eq!(seen, vec![2, 1]);
+        let request = agent.join().expect("agent");
+        assert_eq!(
+            request,
+            "{\"t\":\"allocate\",\"symbolic\":\"anyLinux\",\"pid\":4711}\n"
+        );
+        let Outcome::Granted(grant) = outcome else {
+            panic!("not granted: {outcome:?}")
+        };
+        assert_eq!(
+            (grant.alloc, grant.host.as_str(), grant.address.as_str()),
+            (7, "node03", "10.77.0.3")
+        );
+        assert_eq!(grant.subagent, vec!["/sa", "--alloc", "7"]);
+    }
+
+    #[test]
+    fn refused() {
+        let (stream, _agent) =
+            with_agent("{\"t\":\"refused\",\"message\":\"no host matches anyFoo\"}\n");
+        let outcome = converse(stream, &allocate(), |_| {}).expect("answer");
+        assert_eq!(outcome, Outcome::Refused("no host matches anyFoo".into()));
+    }
+
+    #[test]
+    fn closed_without_answer() {
+        let (stream, _agent) = with_agent("{\"t\":\"queued\",\"position\":1}\n");
+        assert!(matches!(
+            converse(stream, &allocate(), |_| {}),
+            Err(ConversationError::Closed)
+        ));
+        let (stream, _agent) = with_agent("{\"t\":\"refused\"");
+        assert!(matches!(
+            converse(stream, &allocate(), |_| {}),
+            Err(ConversationError::Closed)
+        ));
+    }
+
+    #[test]
+    fn garbage_and_empty_grants_are_bad_replies() {
+        let (stream, _agent) = with_agent("hello\n");
+        assert!(matches!(
+            converse(stream, &allocate(), |_| {}),
+            Err(ConversationError::BadReply(_))
+        ));
+        let (stream, _agent) = with_agent(
+            "{\"t\":\"granted\",\"alloc\":1,\"host\":\"h\",\"address\":\"a\",\"remote_shell\":[],\"subagent\":[\"s\"]}\n",
+        );
+        assert!(matches!(
+            converse(stream, &allocate(), |_| {}),
+            Err(ConversationError::BadReply(_))
+        ));
+    }
+}

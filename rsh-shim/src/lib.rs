@@ -1,0 +1,343 @@
+//! `rsh`: the drop-in remote shell a job's agent puts first in PATH (and in PVM_RSH, LAMRSH,
+//! OMPI_MCA_plm_rsh_agent, HYDRA_LAUNCHER_EXEC).
+//!
+//! A small synchronous program: it decides where a call goes before talking to anyone, and
+//! ends in `exec` whenever it can, so the real remote shell relays stdin (with EOF),
+//! stdout/stderr unbuffered and the remote status. It writes nothing on stderr on success
+//! (LAM treats any stderr output as a failed boot); its own errors exit 1.
+//!
+//! Routing (see [`route`]):
+//! 1. a host listed in `RB_HOSTS_FILE` → `attach` request to the agent, run under a subagent;
+//! 2. a symbolic host (`anyLinux`) → `allocate` request to the agent (or, with no agent,
+//!    `agent -- rsh ARGS…` as a one-shot job), run under a subagent on the granted host;
+//! 3. anything else → pass-through to the real remote shell with the same arguments.
+//!
+//! `RB_SHIM_DEPTH` counts the shims above us; at 4 we refuse, which stops a loop such as
+//! `RB_REAL_RSH` naming the shim itself.
+//!
+//! # Layout
+//! - [`args`]: argv parsing (`Invocation`), exactly as rsh callers need.
+//! - [`hosts`]: symbolic names and the job's hosts file.
+//! - [`realsh`]: finding the real remote shell, never ourselves.
+//! - [`conversation`]: the request/reply exchange with the agent (`proto::agent`).
+//! - [`quote`]: the remote command string that starts the subagent.
+//! - [`launch`]: exec plans (pass-through, granted host, one-shot agent) and `exec`.
+
+pub mod args;
+pub mod conversation;
+pub mod hosts;
+pub mod launch;
+pub mod quote;
+pub mod realsh;
+
+use std::convert::Infallible;
+use std::ffi::{OsStr, OsString};
+use std::io::{self, IsTerminal, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+
+use proto::agent::{ShimRequest, ENV_AGENT, ENV_HOSTS_FILE, ENV_REAL_RSH, ENV_SHIM_DEPTH};
+
+use crate::args::{Invocation, UsageError};
+use crate::conversation::{ConversationError, Outcome};
+use crate::launch::Plan;
+use crate::realsh::RealShellError;
+
+/// Refuse to run when this many shims are already above us.
+pub const MAX_DEPTH: u32 = 4;
+
+/// Everything that makes the shim exit 1. The display text follows `rsh: `.
+#[derive(Debug, thiserror::Error)]
+pub enum ShimError {
+    #[error("{0}")]
+    Usage(#[from] UsageError),
+    #[error(
+        "refusing to recurse ({ENV_SHIM_DEPTH}={depth}): is RB_REAL_RSH pointing at the shim?"
+    )]
+    Recursion { depth: u32 },
+    #[error("{host}: a symbolic host needs a command")]
+    SymbolicWithoutCommand { host: String },
+    #[error("{host}: a host allocated to this job needs a command")]
+    AttachWithoutCommand { host: String },
+    #[error("{host}: {message}")]
+    Refused { host: String, message: String },
+    #[error("cannot reach the agent at ${ENV_AGENT} ({path}): {source}")]
+    AgentUnreachable { path: String, source: io::Error },
+    #[error("{host}: the agent at ${ENV_AGENT} ({path}): {source}")]
+    Agent {
+        path: String,
+        host: String,
+        source: ConversationError,
+    },
+    #[error("{host} is listed in ${ENV_HOSTS_FILE} but ${ENV_AGENT} is not set")]
+    NoAgentVariable { host: String },
+    #[error("{host} is symbolic but no agent is running and `agent` was not found")]
+    NoAgentProgram { host: String },
+    #[error("cannot read ${ENV_HOSTS_FILE} ({path}): {source}")]
+    HostsFile { path: String, source: io::Error },
+    #[error("{0}")]
+    RealShell(#[from] RealShellError),
+    #[error("cannot find my own executable: {0}")]
+    SelfExe(io::Error),
+    #[error("cannot run {program}: {source}")]
+    Exec { program: String, source: io::Error },
+}
+
+/// The environment the shim reads, captured once (empty values count as unset).
+#[derive(Debug, Clone, Default)]
+pub struct Env {
+    pub agent: Option<OsString>,
+    pub hosts_file: Option<OsString>,
+    pub real_rsh: Option<OsString>,
+    pub depth: Option<OsString>,
+    pub path: Option<OsString>,
+}
+
+impl Env {
+    /// Reads the variables of this process.
+    pub fn from_process() -> Env {
+        let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+        Env {
+            agent: var(ENV_AGENT),
+            hosts_file: var(ENV_HOSTS_FILE),
+            real_rsh: var(ENV_REAL_RSH),
+            depth: var(ENV_SHIM_DEPTH),
+            path: var("PATH"),
+        }
+    }
+}
+
+/// Where a call goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    PassThrough,
+    Symbolic,
+    Attach,
+}
+
+/// Runs the shim for `args` (a full argv). Returns only on failure: success is an `exec`.
+pub fn run(args: &[OsString], env: &Env) -> ShimError {
+    match try_run(args, env) {
+        Ok(never) => match never {},
+        Err(e) => e,
+    }
+}
+
+/// Prints `err` the way rsh does: `rsh: MESSAGE`, plus the usage line for usage errors.
+pub fn print_error(err: &ShimError) {
+    let mut stderr = io::stderr().lock();
+    let _ = match err {
+        ShimError::Usage(usage) => match usage.message() {
+            Some(message) => writeln!(stderr, "rsh: {message}\n{}", args::USAGE),
+            None => writeln!(stderr, "{}", args::USAGE),
+        },
+        other => writeln!(stderr, "rsh: {other}"),
+    };
+}
+
+fn try_run(args: &[OsString], env: &Env) -> Result<Infallible, ShimError> {
+    let depth = check_depth(env.depth.as_deref())?;
+    let inv = args::parse_lossy(args)?;
+    match route(&inv, env)? {
+        Route::PassThrough => pass_through(args, env, depth),
+        route => via_agent(args, env, depth, route),
+    }
+}
+
+/// `RB_SHIM_DEPTH` (unset or unreadable = 0); an error at [`MAX_DEPTH`] or more.
+pub fn check_depth(value: Option<&OsStr>) -> Result<u32, ShimError> {
+    let depth = value
+        .and_then(OsStr::to_str)
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    if depth >= MAX_DEPTH {
+        return Err(ShimError::Recursion { depth });
+    }
+    Ok(depth)
+}
+
+/// Decides where `inv` goes: listed in the hosts file, symbolic, or pass-through.
+pub fn route(inv: &Invocation, env: &Env) -> Result<Route, ShimError> {
+    if let Some(path) = &env.hosts_file {
+        let listed = hosts::hosts_file_lists(Path::new(path), &inv.host).map_err(|source| {
+            ShimError::HostsFile {
+                path: Path::new(path).display().to_string(),
+                source,
+            }
+        })?;
+        if listed {
+            return Ok(Route::Attach);
+        }
+    }
+    Ok(if hosts::is_symbolic(&inv.host) {
+        Route::Symbolic
+    } else {
+        Route::PassThrough
+    })
+}
+
+/// Execs the real remote shell with our arguments unchanged.
+fn pass_through(args: &[OsString], env: &Env, depth: u32) -> Result<Infallible, ShimError> {
+    let argv0 = args.first().map(OsString::as_os_str).unwrap_or_default();
+    let real = realsh::real_shell(
+        env.real_rsh.as_deref(),
+        args::shell_name(argv0),
+        env.path.as_deref(),
+        &self_exe()?,
+    )?;
+    let link_host = args::host_from_program_name(argv0);
+    let plan = launch::passthrough(
+        real,
+        link_host.as_deref(),
+        args.get(1..).unwrap_or_default(),
+    );
+    Err(exec(&plan, depth))
+}
+
+/// Symbolic or allocated host: ask the agent, then exec the granted remote shell.
+fn via_agent(
+    args: &[OsString],
+    env: &Env,
+    depth: u32,
+    route: Route,
+) -> Result<Infallible, ShimError> {
+    let inv = args::parse(args)?;
+    let host = inv.host.clone();
+    let attach = route == Route::Attach;
+    let Some(command) = inv.command.clone() else {
+        return Err(match attach {
+            true => ShimError::AttachWithoutCommand { host },
+            false => ShimError::SymbolicWithoutCommand { host },
+        });
+    };
+    let Some(socket) = &env.agent else {
+        return match attach {
+            true => Err(ShimError::NoAgentVariable { host }),
+            false => one_shot(args, env, &host, depth),
+        };
+    };
+    let pid = std::process::id();
+    let request = match attach {
+        true => ShimRequest::Attach {
+            host: host.clone(),
+            pid,
+        },
+        false => ShimRequest::Allocate {
+            symbolic: host.clone(),
+            pid,
+        },
+    };
+    match ask_agent(Path::new(socket), &request, &host)? {
+        Outcome::Granted(grant) => Err(exec(&launch::granted(&inv, &grant, &command), depth)),
+        Outcome::Refused(message) => Err(ShimError::Refused { host, message }),
+    }
+}
+
+/// Connects to the agent and converses; tells a person on a terminal (once) that we wait.
+fn ask_agent(socket: &Path, request: &ShimRequest, host: &str) -> Result<Outcome, ShimError> {
+    let path = socket.display().to_string();
+    let stream = UnixStream::connect(socket).map_err(|source| ShimError::AgentUnreachable {
+        path: path.clone(),
+        source,
+    })?;
+    let tty = io::stderr().is_terminal();
+    let mut told = false;
+    let notice = |position: u32| {
+        if tty && !told {
+            told = true;
+            let _ = writeln!(
+                io::stderr(),
+                "rsh: waiting for a host for {host} (position {position})"
+            );
+        }
+    };
+    conversation::converse(stream, request, notice).map_err(|source| ShimError::Agent {
+        path,
+        host: host.to_string(),
+        source,
+    })
+}
+
+/// No agent: a symbolic call becomes a one-shot job, `agent -- SHIM ARGS…`.
+fn one_shot(args: &[OsString], env: &Env, host: &str, depth: u32) -> Result<Infallible, ShimError> {
+    let me = self_exe()?;
+    let agent =
+        launch::find_agent(&me, env.path.as_deref()).ok_or_else(|| ShimError::NoAgentProgram {
+            host: host.to_string(),
+        })?;
+    let argv0 = args.first().map(OsString::as_os_str).unwrap_or_default();
+    let link_host = args::host_from_program_name(argv0);
+    let plan = launch::one_shot(
+        &agent,
+        &me,
+        link_host.as_deref(),
+        args.get(1..).unwrap_or_default(),
+    );
+    Err(exec(&plan, depth))
+}
+
+fn self_exe() -> Result<PathBuf, ShimError> {
+    std::env::current_exe().map_err(ShimError::SelfExe)
+}
+
+fn exec(plan: &Plan, depth: u32) -> ShimError {
+    let source = launch::exec(plan, depth);
+    ShimError::Exec {
+        program: plan.program.to_string_lossy().into_owned(),
+        source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn depth_guard() {
+        assert_eq!(check_depth(None).expect("unset"), 0);
+        assert_eq!(check_depth(Some(OsStr::new("3"))).expect("3"), 3);
+        assert_eq!(check_depth(Some(OsStr::new("junk"))).expect("junk"), 0);
+        let err = check_depth(Some(OsStr::new("4"))).expect_err("4");
+        assert_eq!(
+            err.to_string(),
+            "refusing to recurse (RB_SHIM_DEPTH=4): is RB_REAL_RSH pointing at the shim?"
+        );
+        assert!(check_depth(Some(OsStr::new("17"))).is_err());
+    }
+
+    fn inv(host: &str) -> Invocation {
+        args::parse(&[OsString::from("rsh"), host.into(), "true".into()]).expect("parses")
+    }
+
+    #[test]
+    fn routes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let hosts = dir.path().join("hosts");
+        std::fs::write(&hosts, "node03 10.77.0.3 7\nanyone 10.77.0.9 8\n").expect("write");
+        let none = Env::default();
+        let with_hosts = Env {
+            hosts_file: Some(hosts.into_os_string()),
+            ..Env::default()
+        };
+        let route_of = |host: &str, env: &Env| route(&inv(host), env).expect("route");
+        assert_eq!(route_of("node03", &none), Route::PassThrough);
+        assert_eq!(route_of("anyLinux", &none), Route::Symbolic);
+        assert_eq!(route_of("node03", &with_hosts), Route::Attach);
+        assert_eq!(route_of("10.77.0.3", &with_hosts), Route::Attach);
+        assert_eq!(
+            route_of("anyone", &with_hosts),
+            Route::Attach,
+            "listed beats symbolic"
+        );
+        assert_eq!(route_of("anyLinux", &with_hosts), Route::Symbolic);
+        assert_eq!(route_of("node04", &with_hosts), Route::PassThrough);
+        let unreadable = Env {
+            hosts_file: Some(dir.path().as_os_str().to_owned()),
+            ..Env::default()
+        };
+        assert!(matches!(
+            route(&inv("node03"), &unreadable),
+            Err(ShimError::HostsFile { .. })
+        ));
+    }
+}

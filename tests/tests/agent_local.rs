@@ -1,0 +1,187 @@
+//! Tier 2 for the agent layer: `agent` + the `rsh` shim + subagents against a broker with
+//! virtual hosts (local transport). No root needed.
+
+use std::{
+    io::Write,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use tests::{bin, local_lab, wait_until, Broker};
+
+/// `agent --broker SOCKET -- ARGS…` with the broker's lab.
+fn agent(broker: &Broker, args: &[&str]) -> Command {
+    let mut cmd = Command::new(bin("agent"));
+    cmd.arg("--broker")
+        .arg(broker.socket())
+        .arg("--grace-s")
+        .arg("1")
+        .arg("--")
+        .args(args);
+    cmd.env_remove("RB_AGENT").env_remove("RB_LAB");
+    cmd
+}
+
+fn jobs(broker: &Broker) -> Vec<serde_json::Value> {
+    let out = broker.rb(&["jobs", "--json"]);
+    serde_json::from_slice(&out.stdout).unwrap_or_default()
+}
+
+#[test]
+fn symbolic_host_runs_the_command_and_passes_the_exit_status() {
+    let broker = Broker::start(&local_lab(2));
+    broker.wait_all_up(Duration::from_secs(10));
+    let out = agent(
+        &broker,
+        &[
+            "sh",
+            "-c",
+            "rsh anyLinux echo hello from '$(hostname)'; rsh anyHost exit 42",
+        ],
+    )
+    .output()
+    .expect("agent");
+    assert_eq!(
+        out.status.code(),
+        Some(42),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("hello from "),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = agent(&broker, &["rsh", "anyLinux", "kill -9 $$"])
+        .output()
+        .expect("agent");
+    assert_eq!(
+        out.status.code(),
+        Some(137),
+        "killed remote command → 128+9"
+    );
+    let out = agent(&broker, &["sh", "-c", "exit 3"])
+        .output()
+        .expect("agent");
+    assert_eq!(out.status.code(), Some(3), "the app's own status");
+}
+
+#[test]
+fn stdin_is_relayed_to_the_remote_command_including_eof() {
+    let broker = Broker::start(&local_lab(1));
+    broker.wait_all_up(Duration::from_secs(10));
+    let mut child = agent(&broker, &["rsh", "anyLinux", "wc -l"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("agent");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"one\ntwo\nthree\n")
+        .expect("write");
+    let out = child.wait_with_output().expect("wait");
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "3");
+}
+
+#[test]
+fn the_job_shows_in_rb_jobs_with_its_host_while_it_runs() {
+    let broker = Broker::start(&local_lab(2));
+    broker.wait_all_up(Duration::from_secs(10));
+    let mut child = agent(&broker, &["rsh", "anyLinux", "sleep 30"])
+        .spawn()
+        .expect("agent");
+    let row = wait_until(Duration::from_secs(10), || {
+        jobs(&broker).into_iter().find(|j| {
+            j["state"] == "running" && j["hosts"].as_array().is_some_and(|h| h.len() == 1)
+        })
+    })
+    .expect("running job holding one host");
+    assert!(row["user"].as_str().is_some());
+    assert_eq!(row["argv"][0], "rsh");
+    let host = row["hosts"][0].as_str().expect("host").to_string();
+    // rb release: the remote sleep gets SIGTERM, the shim returns, the host is free.
+    let started = Instant::now();
+    let out = broker.rb(&["release", &host, "--grace-s", "2"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = wait_until(Duration::from_secs(10), || child.try_wait().ok().flatten())
+        .expect("agent returned after release");
+    assert_eq!(
+        status.code(),
+        Some(143),
+        "remote sleep ended by SIGTERM (128+15)"
+    );
+    eprintln!("release → shim returned in {:?}", started.elapsed());
+    wait_until(Duration::from_secs(5), || {
+        jobs(&broker)
+            .iter()
+            .all(|j| j["hosts"].as_array().is_none_or(|h| h.is_empty()))
+            .then_some(())
+    })
+    .expect("host free after release");
+}
+
+#[test]
+fn a_request_beyond_the_lab_waits_then_proceeds_when_a_host_frees() {
+    let broker = Broker::start(&local_lab(1));
+    broker.wait_all_up(Duration::from_secs(10));
+    let mut first = agent(&broker, &["rsh", "anyLinux", "sleep 2"])
+        .spawn()
+        .expect("first");
+    wait_until(Duration::from_secs(10), || {
+        jobs(&broker)
+            .iter()
+            .any(|j| j["hosts"].as_array().is_some_and(|h| !h.is_empty()))
+            .then_some(())
+    })
+    .expect("first holds the only host");
+    let started = Instant::now();
+    let second = agent(&broker, &["rsh", "anyLinux", "echo second"])
+        .output()
+        .expect("second");
+    assert!(
+        second.status.success(),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&second.stdout).trim(), "second");
+    assert!(
+        started.elapsed() > Duration::from_millis(500),
+        "second must have waited for the first"
+    );
+    assert!(first.wait().expect("first").success());
+}
+
+#[test]
+fn sigkilled_agent_leaves_no_process_of_the_job_behind() {
+    let broker = Broker::start(&local_lab(1));
+    broker.wait_all_up(Duration::from_secs(10));
+    let marker = format!("rbmarker{}", std::process::id());
+    let mut child = agent(
+        &broker,
+        &["rsh", "anyLinux", &format!("sleep 300 # {marker}")],
+    )
+    .spawn()
+    .expect("agent");
+    let alive = || {
+        let out = Command::new("pgrep")
+            .args(["-f", &marker])
+            .output()
+            .expect("pgrep");
+        !String::from_utf8_lossy(&out.stdout).trim().is_empty()
+    };
+    wait_until(Duration::from_secs(10), || alive().then_some(())).expect("remote sleep started");
+    child.kill().expect("SIGKILL agent");
+    let _ = child.wait();
+    let gone = wait_until(Duration::from_secs(10), || (!alive()).then_some(()));
+    assert!(
+        gone.is_some(),
+        "processes of the job survived their agent by 10 s"
+    );
+}
