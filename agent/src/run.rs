@@ -47,9 +47,17 @@ struct Agent {
     secret_file: PathBuf,
     grace_ms: u64,
     next_req: u64,
-    pending: HashMap<u64, (u64, mpsc::Sender<ShimReply>)>,
+    /// Requests waiting for a grant: shim connection, reply channel, symbolic name.
+    pending: HashMap<u64, (u64, mpsc::Sender<ShimReply>, String)>,
     allocs: HashMap<u64, Alloc>,
+    /// How to reach the broker again after losing it (e.g. it restarted).
+    target: link::BrokerTarget,
+    reg: JobRegistration,
+    broker_lost: bool,
 }
+
+/// How long the agent tries to get its broker back before ending the job.
+const RECONNECT_WINDOW: Duration = Duration::from_secs(60);
 
 /// Runs the job; returns the app's exit code.
 pub async fn run(cfg: AgentConfig) -> anyhow::Result<i32> {
@@ -74,7 +82,8 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<i32> {
 async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Result<i32> {
     let label = cfg.app.first().cloned().unwrap_or_default();
     let (mut conn, local_ip) = link::connect(target, &label).await?;
-    let job = link::register(&mut conn, registration(cfg)?).await?;
+    let reg = registration(cfg)?;
+    let job = link::register(&mut conn, reg.clone()).await?;
     info!(job = job.job, transport = %job.transport, "job registered");
     let dir = PathBuf::from(format!(
         "/tmp/rb-{}/job-{}-{}",
@@ -109,6 +118,9 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
         next_req: 1,
         pending: HashMap::new(),
         allocs: HashMap::new(),
+        target: target.clone(),
+        reg,
+        broker_lost: false,
     };
     let code = agent.drive(child, events).await;
     shim_task.abort();
@@ -167,11 +179,15 @@ impl Agent {
             tokio::select! {
                 status = child.wait() => break exit_code(status?),
                 Some(ev) = events.recv() => self.on_event(ev).await,
-                msg = self.conn.recv::<FromBroker>() => match msg {
+                msg = self.conn.recv::<FromBroker>(), if !self.broker_lost => match msg {
                     Ok(msg) => self.on_broker(msg).await,
                     Err(e) => {
-                        warn!(error = %e, "lost the broker; ending the job");
-                        forward(pgid, nix::sys::signal::Signal::SIGTERM);
+                        warn!(error = %e, "lost the broker; reconnecting");
+                        if !self.reconnect().await {
+                            warn!("the broker did not come back; ending the job");
+                            self.broker_lost = true;
+                            forward(pgid, nix::sys::signal::Signal::SIGTERM);
+                        }
                     }
                 },
                 _ = term.recv() => forward(pgid, nix::sys::signal::Signal::SIGTERM),
@@ -192,7 +208,7 @@ impl Agent {
             } => {
                 let req = self.next_req;
                 self.next_req += 1;
-                self.pending.insert(req, (conn, reply));
+                self.pending.insert(req, (conn, reply, symbolic.clone()));
                 self.tell_broker(ToBroker::Allocate { req, symbolic }).await;
             }
             Event::ShimAttach { host, reply } => {
@@ -213,7 +229,7 @@ impl Agent {
                 let reqs: Vec<u64> = self
                     .pending
                     .iter()
-                    .filter(|(_, (c, _))| *c == conn)
+                    .filter(|(_, (c, _, _))| *c == conn)
                     .map(|(r, _)| *r)
                     .collect();
                 for req in reqs {
@@ -269,7 +285,7 @@ impl Agent {
     async fn on_broker(&mut self, msg: FromBroker) {
         match msg {
             FromBroker::Queued { req, position } => {
-                if let Some((_, reply)) = self.pending.get(&req) {
+                if let Some((_, reply, _)) = self.pending.get(&req) {
                     let _ = reply.send(ShimReply::Queued { position }).await;
                 }
             }
@@ -280,7 +296,7 @@ impl Agent {
                 address,
             } => self.granted(req, alloc, host, address).await,
             FromBroker::Refused { req, message } => {
-                if let Some((_, reply)) = self.pending.remove(&req) {
+                if let Some((_, reply, _)) = self.pending.remove(&req) {
                     let _ = reply.send(ShimReply::Refused { message }).await;
                 }
             }
@@ -308,7 +324,7 @@ impl Agent {
         self.write_hosts();
         let reply = self.granted_reply(alloc, host, address);
         let delivered = match self.pending.remove(&req) {
-            Some((_, tx)) => tx.send(reply).await.is_ok(),
+            Some((_, tx, _)) => tx.send(reply).await.is_ok(),
             None => false,
         };
         if !delivered {
@@ -374,6 +390,46 @@ impl Agent {
             }
         }
         self.tell_broker(ToBroker::EndJob { status }).await;
+    }
+
+    /// Gets the broker back (same job, `resume`), re-sending requests still waiting.
+    async fn reconnect(&mut self) -> bool {
+        let deadline = tokio::time::Instant::now() + RECONNECT_WINDOW;
+        let label = self.reg.argv.first().cloned().unwrap_or_default();
+        let mut reg = self.reg.clone();
+        reg.resume = Some(self.job.job);
+        while tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let Ok((mut conn, _)) = link::connect(&self.target, &label).await else {
+                continue;
+            };
+            match link::register(&mut conn, reg.clone()).await {
+                Ok(r) if r.job == self.job.job => {
+                    info!(job = r.job, "broker is back; job resumed");
+                    self.conn = conn;
+                    let waiting: Vec<(u64, String)> = self
+                        .pending
+                        .iter()
+                        .map(|(req, (_, _, sym))| (*req, sym.clone()))
+                        .collect();
+                    for (req, symbolic) in waiting {
+                        self.tell_broker(ToBroker::Allocate { req, symbolic }).await;
+                    }
+                    return true;
+                }
+                Ok(r) => {
+                    warn!(
+                        old = self.job.job,
+                        new = r.job,
+                        "the broker no longer knows this job"
+                    );
+                    let _ = conn.send(&ToBroker::EndJob { status: 1 }).await;
+                    return false;
+                }
+                Err(e) => warn!(error = %e, "re-registering failed"),
+            }
+        }
+        false
     }
 
     fn write_hosts(&self) {

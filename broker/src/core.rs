@@ -103,7 +103,7 @@ pub async fn run(
                 Some(Event::AgentRegister { reg, tx, reply }) => {
                     let now = Instant::now();
                     let _ = desk.hosts_changed(&table.status(now), now);
-                    let (job, effects) = desk.register(*reg, tx).await;
+                    let (job, effects) = desk.register(*reg, tx, now).await;
                     let _ = reply.send(job);
                     desk.perform(effects).await;
                     Vec::new()

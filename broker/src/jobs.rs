@@ -19,10 +19,16 @@ use crate::alloc::{AllocId, Allocator, Effect, HostView, JobId, JobInfo, Request
 /// Grace of `rb release` when none is given.
 pub const DEFAULT_RELEASE_GRACE: Duration = Duration::from_secs(5);
 
+/// How long a job restored after a broker restart waits for its agent to come back.
+pub const RESUME_WINDOW: Duration = Duration::from_secs(60);
+
 /// Jobs, their agents and their allocations.
 pub struct JobDesk {
     alloc: Allocator,
     agents: HashMap<JobId, mpsc::Sender<FromBroker>>,
+    /// Jobs restored from the store whose agents have not reconnected yet, with a deadline.
+    awaiting_agent: HashMap<JobId, Instant>,
+    store: Option<crate::persist::StoreWriter>,
     by_agent_req: HashMap<(JobId, u64), RequestId>,
     agent_req: HashMap<RequestId, (JobId, u64)>,
     remote_shell: Vec<String>,
@@ -41,6 +47,8 @@ impl JobDesk {
             secret_file: secret_file.display().to_string(),
             alloc,
             agents: HashMap::new(),
+            awaiting_agent: HashMap::new(),
+            store: None,
             by_agent_req: HashMap::new(),
             agent_req: HashMap::new(),
             remote_shell,
@@ -48,9 +56,21 @@ impl JobDesk {
         }
     }
 
+    /// Restored running jobs get [`RESUME_WINDOW`] for their agents to reconnect; durable
+    /// changes go to `store` from now on.
+    pub fn with_store(mut self, store: crate::persist::StoreWriter, now: Instant) -> Self {
+        for row in self.alloc.jobs() {
+            if row.state == "running" {
+                self.awaiting_agent.insert(row.id, now + RESUME_WINDOW);
+            }
+        }
+        self.store = Some(store);
+        self
+    }
+
     /// True when some job runs (then host changes matter to the allocator).
     pub fn has_jobs(&self) -> bool {
-        !self.agents.is_empty()
+        !self.agents.is_empty() || !self.awaiting_agent.is_empty()
     }
 
     /// Feeds fresh host views to the allocator.
@@ -64,15 +84,28 @@ impl JobDesk {
         &mut self,
         reg: JobRegistration,
         tx: mpsc::Sender<FromBroker>,
+        now: Instant,
     ) -> (JobId, Vec<Effect>) {
-        let info = JobInfo {
-            user: reg.user,
-            cwd: reg.cwd,
-            argv: reg.argv,
-            spec: reg.spec,
-            adaptive: reg.adaptive,
+        let resumable = reg
+            .resume
+            .filter(|j| self.awaiting_agent.contains_key(j) && self.alloc.is_running(*j));
+        let (job, effects) = match resumable {
+            Some(job) => {
+                self.awaiting_agent.remove(&job);
+                info!(job, "agent reconnected; job resumed");
+                (job, self.alloc.resend_reclaims(now))
+            }
+            None => {
+                let info = JobInfo {
+                    user: reg.user,
+                    cwd: reg.cwd,
+                    argv: reg.argv,
+                    spec: reg.spec,
+                    adaptive: reg.adaptive,
+                };
+                self.alloc.register_job(info)
+            }
         };
-        let (job, effects) = self.alloc.register_job(info);
         let msg = FromBroker::Registered {
             job,
             remote_shell: self.remote_shell.clone(),
@@ -136,7 +169,22 @@ impl JobDesk {
     }
 
     pub fn tick(&mut self, now: Instant) -> Vec<Effect> {
-        self.alloc.tick(now)
+        let mut effects = self.alloc.tick(now);
+        let expired: Vec<JobId> = self
+            .awaiting_agent
+            .iter()
+            .filter(|(_, d)| **d <= now)
+            .map(|(j, _)| *j)
+            .collect();
+        for job in expired {
+            warn!(
+                job,
+                "agent did not come back after the broker restarted; ending its job"
+            );
+            self.awaiting_agent.remove(&job);
+            effects.extend(self.alloc.end_job(job, now));
+        }
+        effects
     }
 
     /// Client requests about jobs.
@@ -201,21 +249,23 @@ impl JobDesk {
                     alloc,
                     host,
                     address,
-                } => {
-                    if let Some((_, agent_req)) = self.forget_req(req) {
+                } => match self.forget_req(req) {
+                    Some((_, agent_req)) => {
                         info!(job, alloc, %host, "granted");
-                        self.send(
-                            job,
-                            FromBroker::Granted {
-                                req: agent_req,
-                                alloc,
-                                host,
-                                address,
-                            },
-                        )
-                        .await;
+                        let msg = FromBroker::Granted {
+                            req: agent_req,
+                            alloc,
+                            host,
+                            address,
+                        };
+                        self.send(job, msg).await;
                     }
-                }
+                    None => {
+                        // A request restored from the store that no agent asked for again.
+                        let more = self.alloc.give_back(alloc, Instant::now());
+                        persist |= Box::pin(self.perform(more)).await;
+                    }
+                },
                 Effect::Queued { job, req, position } => {
                     if let Some(&(_, agent_req)) = self.agent_req.get(&req) {
                         self.send(
@@ -271,6 +321,11 @@ impl JobDesk {
                 }
                 Effect::Freed { .. } => {}
                 Effect::Persist => persist = true,
+            }
+        }
+        if persist {
+            if let Some(store) = &self.store {
+                store.save(self.alloc.snapshot());
             }
         }
         persist

@@ -18,6 +18,7 @@ pub mod core;
 pub mod embedded;
 pub mod hosts;
 pub mod jobs;
+pub mod persist;
 pub mod server;
 pub mod supervisor;
 pub mod transport;
@@ -90,12 +91,7 @@ pub async fn run(lab: LabConfig, shutdown: impl Future<Output = ()>) -> anyhow::
     let supervisors =
         SupervisorSet::spawn(&lab.hosts, &spec, events_tx, lab.broker.restart_backoff_max);
     let table = HostTable::new(&lab.hosts, lab.broker.down_after);
-    let desk = jobs::JobDesk::new(
-        alloc::Allocator::new(),
-        spec.remote_shell(),
-        lab.broker.transport.name(),
-        &lab.broker.secret_file,
-    );
+    let desk = job_desk(&lab, &spec)?;
     let core = tokio::spawn(core::run(
         table,
         desk,
@@ -117,6 +113,32 @@ pub async fn run(lab: LabConfig, shutdown: impl Future<Output = ()>) -> anyhow::
     let _ = std::fs::remove_file(info_path(&lab.broker.state_dir));
     info!("broker stopped");
     Ok(())
+}
+
+/// The job side, restored from `STATE_DIR/broker.db` when it holds a previous run's state.
+fn job_desk(lab: &LabConfig, spec: &LaunchSpec) -> anyhow::Result<jobs::JobDesk> {
+    let db = lab.broker.state_dir.join("broker.db");
+    let (writer, previous) =
+        persist::StoreWriter::open(&db).with_context(|| format!("cannot open {}", db.display()))?;
+    let now = std::time::Instant::now();
+    let allocator = match previous {
+        Some(snap) => {
+            let (a, dropped) = alloc::Allocator::restore(snap, alloc::AllocConfig::default(), now);
+            for why in dropped {
+                tracing::warn!(%why, "dropped an inconsistent record while restoring state");
+            }
+            info!(jobs = a.jobs().len(), "restored broker state");
+            a
+        }
+        None => alloc::Allocator::new(),
+    };
+    let desk = jobs::JobDesk::new(
+        allocator,
+        spec.remote_shell(),
+        lab.broker.transport.name(),
+        &lab.broker.secret_file,
+    );
+    Ok(desk.with_store(writer, now))
 }
 
 fn prepare_state_dir(dir: &Path) -> anyhow::Result<()> {

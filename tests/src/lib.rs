@@ -42,7 +42,7 @@ fn build_binaries(dir: &Path) {
     let mut cmd = Command::new(cargo);
     cmd.args([
         "build", "--quiet", "-p", "broker", "-p", "hostd", "-p", "rb", "-p", "lab", "-p", "bench",
-        "--bins",
+        "-p", "agent", "-p", "rsh-shim", "--bins",
     ]);
     if release {
         cmd.arg("--release");
@@ -102,16 +102,7 @@ impl Broker {
             .replace("@SECRET@", &secret.display().to_string());
         let lab_file = dir.path().join("lab.toml");
         std::fs::write(&lab_file, text).expect("write lab");
-        let log = std::fs::File::create(dir.path().join("broker.log")).expect("log");
-        let child = Command::new(bin("rb-broker"))
-            .arg("--lab")
-            .arg(&lab_file)
-            .env("RB_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start rb-broker");
+        let child = spawn_broker(&lab_file, &dir.path().join("broker.log"));
         let broker = Broker {
             child,
             dir,
@@ -124,6 +115,17 @@ impl Broker {
             broker.log()
         );
         broker
+    }
+
+    /// SIGKILLs the broker and starts a new one on the same lab file and state dir.
+    pub fn kill_and_restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(self.socket());
+        self.child = spawn_broker(&self.lab_file, &self.dir.path().join("broker.log"));
+        let sock = self.socket();
+        let up = wait_until(Duration::from_secs(10), || sock.exists().then_some(()));
+        assert!(up.is_some(), "broker did not restart:\n{}", self.log());
     }
 
     pub fn state_dir(&self) -> PathBuf {
@@ -227,6 +229,23 @@ impl Drop for Broker {
             let _ = self.child.wait();
         }
     }
+}
+
+fn spawn_broker(lab_file: &Path, log: &Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("log");
+    Command::new(bin("rb-broker"))
+        .arg("--lab")
+        .arg(lab_file)
+        .env("RB_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start rb-broker")
 }
 
 /// A lab file for `n` virtual hosts on this machine (local transport), fast intervals.

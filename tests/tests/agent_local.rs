@@ -185,3 +185,42 @@ fn sigkilled_agent_leaves_no_process_of_the_job_behind() {
         "processes of the job survived their agent by 10 s"
     );
 }
+
+#[test]
+fn broker_killed_and_restarted_mid_job_keeps_the_job_and_its_host() {
+    let mut broker = Broker::start(&local_lab(2));
+    broker.wait_all_up(Duration::from_secs(10));
+    let script = "rsh anyLinux 'sleep 4; echo remote-done'; echo app-done";
+    let mut child = agent(&broker, &["sh", "-c", script])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("agent");
+    let before = wait_until(Duration::from_secs(10), || {
+        jobs(&broker).into_iter().find(|j| {
+            j["state"] == "running" && j["hosts"].as_array().is_some_and(|h| h.len() == 1)
+        })
+    })
+    .expect("job holds a host");
+    broker.kill_and_restart();
+    let after = wait_until(Duration::from_secs(10), || {
+        jobs(&broker)
+            .into_iter()
+            .find(|j| j["id"] == before["id"] && j["state"] == "running")
+    });
+    let after = after.unwrap_or_else(|| {
+        panic!(
+            "job lost across the restart; jobs: {:?}\n{}",
+            jobs(&broker),
+            broker.log()
+        )
+    });
+    assert_eq!(after["hosts"], before["hosts"], "allocation intact");
+    let out = child.wait_with_output().expect("agent");
+    assert!(out.status.success(), "job failed after the broker restart");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("remote-done") && stdout.contains("app-done"),
+        "{stdout}"
+    );
+    assert!(broker.log().contains("job resumed"), "{}", broker.log());
+}

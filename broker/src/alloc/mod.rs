@@ -2,11 +2,11 @@
 //! host back — plus the SQLite store that makes that state survive a broker restart.
 //!
 //! # Layout
-//! - [`host`]: [`HostView`], the core's view of one host (built from a `HostStatus` row), and
+//! - `host`: [`HostView`], the core's view of one host (built from a `HostStatus` row), and
 //!   the per-host predicates: symbolic-name matching, "owner away", the choice order.
-//! - [`state`]: [`Allocator`], the pure state machine (jobs, requests, allocations) and its
+//! - `state`: [`Allocator`], the pure state machine (jobs, requests, allocations) and its
 //!   public entry points, each returning the [`Effect`]s the async shell must perform.
-//! - [`policy`]: serving the queue, choosing a host, choosing what to reclaim (built-in policy).
+//! - `policy`: serving the queue, choosing a host, choosing what to reclaim (built-in policy).
 //! - [`snapshot`]: [`Snapshot`], the plain-data form of the durable state; snapshot/restore and
 //!   the invariant checker.
 //! - [`store`]: [`Store`], the SQLite file (WAL) that saves and loads a [`Snapshot`].
@@ -41,11 +41,16 @@
 //!   Non-adaptive holders are left alone (a policy file may decide otherwise later).
 //! - **Deadlines across restarts:** a snapshot stores each in-flight reclaim's grace, not its
 //!   deadline; [`Allocator::restore`] re-arms it as `now + grace`, so a restart never shortens
-//!   the time a job was promised.
+//!   the time a job was promised ([`Allocator::resend_reclaims`] re-sends them).
+//! - **A reclaim is not withdrawn.** If the request it was started for is cancelled or served
+//!   by another host meanwhile, the reclaim goes on (the agent was already told); the host,
+//!   once released, serves the next request that can use it or becomes free.
+//! - **Ended jobs** stay listed in [`Allocator::jobs`] until more than
+//!   [`AllocConfig::ended_jobs_kept`] have ended; then the oldest are forgotten.
 
 mod host;
 mod policy;
-mod snapshot;
+pub mod snapshot;
 mod state;
 pub mod store;
 

@@ -149,7 +149,9 @@ impl Allocator {
     /// The allocation to reclaim for entry `i`, if the policy allows one: a granted host the
     /// request could use, held by another running adaptive job. The job holding the most
     /// hosts loses (ties: the newest job), its newest allocation first. An adaptive requester
-    /// only takes from a job holding at least two more hosts than it will have.
+    /// only takes from a job holding at least two more granted hosts than the requester has
+    /// (granted, plus hosts already being reclaimed for it), so a move always narrows the gap
+    /// and two adaptive jobs never pass a host back and forth.
     fn reclaim_victim(&self, i: usize) -> Option<AllocId> {
         let w = &self.queue[i];
         let counts = self.granted_counts();

@@ -1,6 +1,6 @@
 //! [`Allocator`]: the jobs, queued requests and live allocations, and the public entry points.
 //!
-//! Each entry point mutates the tables, lets [`policy`](super::policy) serve the queue, and
+//! Each entry point mutates the tables, lets `policy` serve the queue, and
 //! returns the effects in decision order, followed by `Queued` position updates and, when
 //! durable state changed, one `Persist`.
 

@@ -2,7 +2,7 @@
 //!
 //! The file holds exactly one [`Snapshot`]; [`Store::save`] rewrites its small tables in one
 //! transaction and [`Store::load`] reads it back. The schema is versioned in
-//! `schema_version`; [`MIGRATIONS`] takes a file from any older version (0 = empty file) to
+//! `schema_version`; the `MIGRATIONS` list takes a file from any older version (0 = empty file) to
 //! the current one, and a file from a newer broker is refused rather than misread.
 //!
 //! The store is written after decisions, never consulted by them (see `DESIGN.md`, State).
