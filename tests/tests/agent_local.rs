@@ -191,7 +191,7 @@ fn broker_killed_and_restarted_mid_job_keeps_the_job_and_its_host() {
     let mut broker = Broker::start(&local_lab(2));
     broker.wait_all_up(Duration::from_secs(10));
     let script = "rsh anyLinux 'sleep 4; echo remote-done'; echo app-done";
-    let mut child = agent(&broker, &["sh", "-c", script])
+    let child = agent(&broker, &["sh", "-c", script])
         .stdout(Stdio::piped())
         .spawn()
         .expect("agent");
