@@ -224,3 +224,118 @@ fn broker_killed_and_restarted_mid_job_keeps_the_job_and_its_host() {
     );
     assert!(broker.log().contains("job resumed"), "{}", broker.log());
 }
+
+#[test]
+fn agent_rsl_spec_reaches_the_broker_in_both_forms() {
+    let broker = Broker::start(&local_lab(1));
+    broker.wait_all_up(Duration::from_secs(10));
+    let find_spec = |marker: &str| {
+        wait_until(Duration::from_secs(10), || {
+            jobs(&broker).into_iter().find(|j| {
+                j["argv"]
+                    .as_array()
+                    .is_some_and(|a| a.iter().any(|w| w == marker))
+            })
+        })
+    };
+    let mut with_flag = Command::new(bin("agent"))
+        .args([
+            "--broker",
+            broker.socket().to_str().expect("utf8"),
+            "--rsl",
+            "&(adaptive=yes)(module=\"pvm\")(count>=2)",
+            "--",
+            "sleep",
+            "3.01",
+        ])
+        .spawn()
+        .expect("agent --rsl");
+    let row = find_spec("3.01").expect("job with --rsl");
+    assert_eq!(row["spec"]["parts"][0]["module"], "pvm", "{row}");
+    assert_eq!(row["spec"]["parts"][0]["adaptive"], true);
+    assert_eq!(row["spec"]["parts"][0]["count"]["min"], 2);
+    let mut paper = Command::new(bin("agent"))
+        .args([
+            "--broker",
+            broker.socket().to_str().expect("utf8"),
+            "sleep",
+            "3.02",
+            "--",
+            "(module=\"lam\")",
+        ])
+        .spawn()
+        .expect("agent paper form");
+    let row = find_spec("3.02").expect("job with the paper's form");
+    assert_eq!(row["spec"]["parts"][0]["module"], "lam", "{row}");
+    assert_eq!(
+        row["argv"],
+        serde_json::json!(["sleep", "3.02"]),
+        "the spec is not passed to the app"
+    );
+    assert!(with_flag.wait().expect("wait").success());
+    assert!(paper.wait().expect("wait").success());
+    let bad = Command::new(bin("agent"))
+        .args([
+            "--broker",
+            broker.socket().to_str().expect("utf8"),
+            "--rsl",
+            "&(cuont=2)",
+            "true",
+        ])
+        .output()
+        .expect("agent");
+    assert_eq!(bad.status.code(), Some(64));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("did you mean `count`"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+}
+
+#[test]
+fn another_uid_cannot_use_a_jobs_agent_socket() {
+    if !tests::is_root() {
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: another_uid_cannot_use_a_jobs_agent_socket: needs root to act as another uid"
+        );
+        return;
+    }
+    use std::os::unix::process::CommandExt;
+    let broker = Broker::start(&local_lab(1));
+    broker.wait_all_up(Duration::from_secs(10));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sock_file = dir.path().join("sock");
+    // The app publishes its agent socket, opened up to everyone at the file level, and waits.
+    let script = format!(
+        "echo $RB_AGENT > {0}; chmod 777 $(dirname $RB_AGENT) $RB_AGENT; sleep 5",
+        sock_file.display()
+    );
+    let mut job = agent(&broker, &["sh", "-c", &script])
+        .spawn()
+        .expect("agent");
+    let sock = wait_until(Duration::from_secs(10), || {
+        std::fs::read_to_string(&sock_file)
+            .ok()
+            .filter(|s| !s.trim().is_empty())
+    })
+    .expect("socket path");
+    let _ = Command::new("chmod").args(["755", "/tmp/rb-0"]).status();
+    let out = Command::new(bin("rsh"))
+        .args(["anyLinux", "true"])
+        .env("RB_AGENT", sock.trim())
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .expect("rsh as nobody");
+    assert!(!out.status.success(), "another uid was served");
+    assert!(
+        jobs(&broker)
+            .iter()
+            .all(|j| j["hosts"].as_array().is_none_or(|h| h.is_empty())),
+        "no host was allocated for the intruder"
+    );
+    let _ = job.kill();
+    let _ = job.wait();
+}

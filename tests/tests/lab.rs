@@ -233,5 +233,11 @@ fn wrong_secret_and_garbage_from_a_lab_host_are_rejected() {
     );
     let rows = env.broker.status().expect("broker still answers");
     assert!(rows.iter().all(|h| h.state == HostState::Up), "{rows:?}");
-    assert!(env.broker.log().contains("dropped connection"));
+    let logged = tests::wait_until(Duration::from_secs(5), || {
+        env.broker
+            .log()
+            .contains("dropped connection")
+            .then_some(())
+    });
+    assert!(logged.is_some(), "bad peers must be logged");
 }

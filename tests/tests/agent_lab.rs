@@ -1,0 +1,205 @@
+//! Tier 3 for the agent layer: the agent on the gateway machine, the broker over TCP with
+//! the lab secret, remote commands on real namespaced hosts over real ssh, each under a
+//! subagent. Root only; each test prints why it is skipped otherwise.
+
+use std::{
+    process::{Command, Output},
+    time::Duration,
+};
+
+use tests::{
+    bin,
+    labtier::{skip_unless_root, LabWithBroker},
+    wait_until,
+};
+
+fn agent(env: &LabWithBroker, args: &[&str]) -> Command {
+    let mut cmd = Command::new(bin("agent"));
+    cmd.arg("--broker")
+        .arg(env.broker.tcp_addr().to_string())
+        .arg("--secret-file")
+        .arg(env.broker.secret())
+        .arg("--grace-s")
+        .arg("1")
+        .arg("--")
+        .args(args)
+        .env_remove("RB_AGENT")
+        .env_remove("RB_LAB");
+    cmd
+}
+
+fn text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn any_linux_runs_on_a_lab_host_and_real_hosts_pass_through() {
+    if skip_unless_root("any_linux_runs_on_a_lab_host_and_real_hosts_pass_through") {
+        return;
+    }
+    let env = LabWithBroker::start(3, &[]);
+    let names: Vec<String> = env.lab.hosts().iter().map(|h| h.name.clone()).collect();
+    let out = agent(&env, &["sh", "-c", "rsh anyLinux hostname"])
+        .output()
+        .expect("agent");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let host = text(&out);
+    assert!(
+        names.contains(&host),
+        "`{host}` is not a lab host ({names:?})"
+    );
+    let here = nix::unistd::gethostname()
+        .expect("hostname")
+        .to_string_lossy()
+        .into_owned();
+    assert_ne!(host, here, "ran on the submitting machine");
+    // A named host not allocated to the job: straight through the real remote shell.
+    let out = agent(
+        &env,
+        &["sh", "-c", "rsh node03 hostname; rsh node03 exit 7"],
+    )
+    .output()
+    .expect("agent");
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(text(&out), "node03");
+}
+
+#[test]
+fn every_caller_argv_shape_runs_through_the_shim_on_a_lab_host() {
+    if skip_unless_root("every_caller_argv_shape_runs_through_the_shim_on_a_lab_host") {
+        return;
+    }
+    let env = LabWithBroker::start(2, &[]);
+    let cases: &[(&[&str], &str)] = &[
+        // PVM: the whole remote command as one word, `-l` after the host.
+        (
+            &[
+                "anyLinux",
+                "-l",
+                "root",
+                "echo pvmd -s -d0x0 -nnodeb 1 0a4d0001:bfbc 4080 2 0a4d0002:0000",
+            ],
+            "pvmd -s -d0x0 -nnodeb 1 0a4d0001:bfbc 4080 2 0a4d0002:0000",
+        ),
+        // PVM's diagnosis.
+        (&["anyLinux", "echo YES"], "YES"),
+        // LAM: -n, then words, one of them with literal double quotes.
+        (
+            &[
+                "anyLinux",
+                "-n",
+                "echo",
+                "hboot",
+                "-t",
+                "-c",
+                "lam-conf.lamd",
+                "-s",
+                "-I",
+                "\"-H 10.77.0.1 -P 50367 -n 1 -o 0\"",
+            ],
+            "hboot -t -c lam-conf.lamd -s -I -H 10.77.0.1 -P 50367 -n 1 -o 0",
+        ),
+        (&["anyLinux", "-n", "echo $SHELL"], "/bin/bash"),
+        // Open MPI: -x before the host, user@host, -p after the host, a `;` snippet, "value" words.
+        (
+            &[
+                "-x",
+                "root@anyLinux",
+                "-p",
+                "22",
+                " PATH=/usr/bin:$PATH ; export PATH ; echo",
+                "orted",
+                "-mca",
+                "ess",
+                "\"env\"",
+                "-mca",
+                "orte_hnp_uri",
+                "\"1.0;tcp://10.77.0.1:4000\"",
+            ],
+            "orted -mca ess env -mca orte_hnp_uri 1.0;tcp://10.77.0.1:4000",
+        ),
+        // Hydra: a literally double-quoted program path.
+        (
+            &[
+                "anyLinux",
+                "\"/bin/echo\"",
+                "--control-port",
+                "node01:4242",
+                "--proxy-id",
+                "0",
+            ],
+            "--control-port node01:4242 --proxy-id 0",
+        ),
+    ];
+    for (argv, expected) in cases {
+        let mut args = vec!["rsh"];
+        args.extend_from_slice(argv);
+        let out = agent(&env, &args).output().expect("agent");
+        assert!(
+            out.status.success(),
+            "{argv:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(text(&out), *expected, "{argv:?}");
+        assert!(
+            out.stderr.is_empty(),
+            "{argv:?} wrote to stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn sigkilled_agent_leaves_no_process_on_any_lab_host() {
+    if skip_unless_root("sigkilled_agent_leaves_no_process_on_any_lab_host") {
+        return;
+    }
+    let env = LabWithBroker::start(2, &[]);
+    let marker = format!("rblabmarker{}", std::process::id());
+    let script =
+        format!("rsh anyLinux 'sleep 300 # {marker}' & rsh anyLinux 'sleep 300 # {marker}' & wait");
+    let mut job = agent(&env, &["sh", "-c", &script]).spawn().expect("agent");
+    let count = |env: &LabWithBroker| -> usize {
+        env.lab
+            .hosts()
+            .iter()
+            .map(|h| {
+                let out = env
+                    .lab
+                    .exec(&h.name, &["pgrep", "-f", &marker])
+                    .expect("pgrep");
+                String::from_utf8_lossy(&out.stdout).lines().count()
+            })
+            .sum()
+    };
+    wait_until(Duration::from_secs(15), || (count(&env) >= 2).then_some(()))
+        .expect("both remote sleeps running");
+    job.kill().expect("SIGKILL agent");
+    let _ = job.wait();
+    let gone = wait_until(Duration::from_secs(10), || (count(&env) == 0).then_some(()));
+    assert!(
+        gone.is_some(),
+        "{} processes of the job survived on the lab hosts",
+        count(&env)
+    );
+    let freed = wait_until(Duration::from_secs(5), || {
+        let out = env.broker.rb(&["jobs", "--json"]);
+        let jobs: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        jobs.iter()
+            .all(|j| j["hosts"].as_array().is_none_or(|h| h.is_empty()))
+            .then_some(())
+    });
+    assert!(
+        freed.is_some(),
+        "hosts still allocated after the agent died"
+    );
+}
