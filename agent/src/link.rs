@@ -196,11 +196,7 @@ impl EmbeddedBroker {
     }
 }
 
-/// A program installed next to this one.
+/// A program installed next to this one (see [`config::sibling_program`]).
 pub fn sibling(name: &str) -> PathBuf {
-    std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(|d| d.join(name)))
-        .filter(|p| p.exists())
-        .unwrap_or_else(|| PathBuf::from(name))
+    config::sibling_program(name)
 }

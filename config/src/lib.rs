@@ -148,3 +148,13 @@ pub fn default_lab_path() -> PathBuf {
 pub fn default_secret_path() -> PathBuf {
     expand_home("~/.config/rb/secret")
 }
+
+/// A program installed next to the running one (cargo and packages put them in one
+/// directory); falls back to the bare name, looked up in `PATH`.
+pub fn sibling_program(name: &str) -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|d| d.join(name)))
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| PathBuf::from(name))
+}

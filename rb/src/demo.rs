@@ -84,11 +84,7 @@ async fn stop(target: &Target, child: &mut Child) {
     let _ = child.wait();
 }
 
-/// A binary installed next to the running one (cargo puts them all in one directory).
+/// A program installed next to this one (see [`config::sibling_program`]).
 pub fn sibling(name: &str) -> PathBuf {
-    std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(|d| d.join(name)))
-        .filter(|p| p.exists())
-        .unwrap_or_else(|| PathBuf::from(name))
+    config::sibling_program(name)
 }
