@@ -53,13 +53,7 @@ pub fn resolve(
     lab: Option<&Path>,
     secret_file: Option<&Path>,
 ) -> anyhow::Result<Option<BrokerTarget>> {
-    let lab_path = lab
-        .map(Path::to_path_buf)
-        .or_else(|| Some(config::default_lab_path()).filter(|p| p.exists()));
-    let lab_cfg = match lab_path {
-        Some(p) => Some(config::LabConfig::load(&p).map_err(|e| anyhow!("{e}"))?),
-        None => None,
-    };
+    let lab_cfg = config::load_lab(lab).map_err(|e| anyhow!("{e}"))?;
     let secret = secret_file
         .map(Path::to_path_buf)
         .or_else(|| lab_cfg.as_ref().map(|l| l.broker.secret_file.clone()));

@@ -117,10 +117,7 @@ impl LaunchSpec {
 
 /// `rb-hostd` next to the running executable.
 pub fn default_hostd_path() -> PathBuf {
-    std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(|d| d.join("rb-hostd")))
-        .unwrap_or_else(|| PathBuf::from("rb-hostd"))
+    config::sibling_program("rb-hostd")
 }
 
 /// One shell command string: `exec 'word' 'word' …`, with an optional log filter.

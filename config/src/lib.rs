@@ -25,7 +25,11 @@ mod error;
 pub mod raw;
 mod validate;
 
-use std::{net::SocketAddr, path::PathBuf, time::Duration};
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 pub use error::ConfigError;
 
@@ -142,6 +146,14 @@ pub fn expand_home(path: &str) -> PathBuf {
 /// The default location of the user's lab file: `~/.config/rb/lab.toml`.
 pub fn default_lab_path() -> PathBuf {
     expand_home("~/.config/rb/lab.toml")
+}
+
+/// The lab file to use: `explicit`, else `~/.config/rb/lab.toml` if it exists, else none.
+pub fn load_lab(explicit: Option<&Path>) -> Result<Option<LabConfig>, ConfigError> {
+    let path = explicit
+        .map(Path::to_path_buf)
+        .or_else(|| Some(default_lab_path()).filter(|p| p.exists()));
+    path.map(|p| LabConfig::load(&p)).transpose()
 }
 
 /// The default location of the lab secret: `~/.config/rb/secret`.

@@ -36,13 +36,7 @@ pub fn resolve(
     lab: Option<&Path>,
     secret_file: Option<&Path>,
 ) -> anyhow::Result<Target> {
-    let lab_path = lab
-        .map(Path::to_path_buf)
-        .or_else(|| Some(config::default_lab_path()).filter(|p| p.exists()));
-    let lab_cfg = match lab_path {
-        Some(path) => Some(config::LabConfig::load(&path).map_err(|e| anyhow!("{e}"))?),
-        None => None,
-    };
+    let lab_cfg = config::load_lab(lab).map_err(|e| anyhow!("{e}"))?;
     if let Some(value) = broker {
         return parse_target(value, secret_file, lab_cfg.as_ref());
     }

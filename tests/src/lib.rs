@@ -250,8 +250,13 @@ fn spawn_broker(lab_file: &Path, log: &Path) -> Child {
 
 /// A lab file for `n` virtual hosts on this machine (local transport), fast intervals.
 pub fn local_lab(n: usize) -> String {
-    let mut text = String::from(
-        "[broker]\nlisten = \"127.0.0.1:0\"\ntransport = \"local\"\nstate_dir = \"@STATE@\"\nsecret_file = \"@SECRET@\"\nreport_interval_s = 0.5\ndown_after_s = 2\nrestart_backoff_max_s = 1\n",
+    local_lab_timed(n, 0.5, 2.0)
+}
+
+/// Like [`local_lab`], with the report interval and silence limit given (seconds).
+pub fn local_lab_timed(n: usize, interval_s: f64, down_after_s: f64) -> String {
+    let mut text = format!(
+        "[broker]\nlisten = \"127.0.0.1:0\"\ntransport = \"local\"\nstate_dir = \"@STATE@\"\nsecret_file = \"@SECRET@\"\nreport_interval_s = {interval_s}\ndown_after_s = {down_after_s}\nrestart_backoff_max_s = 1\n",
     );
     for i in 1..=n {
         text.push_str(&format!(

@@ -98,10 +98,7 @@ fn killed_host_daemon_is_restarted_by_the_broker() {
 
 #[test]
 fn overlay_login_is_reported_within_one_second_despite_a_long_interval() {
-    let lab = local_lab(2).replace(
-        "report_interval_s = 0.5\ndown_after_s = 2",
-        "report_interval_s = 30\ndown_after_s = 90",
-    );
+    let lab = tests::local_lab_timed(2, 30.0, 90.0);
     let broker = Broker::start(&lab);
     broker.wait_all_up(Duration::from_secs(10));
     let overlay = broker.state_dir().join("hosts/vhost02/overlay.toml");

@@ -154,15 +154,7 @@ fn hostd_footprint() -> anyhow::Result<()> {
     println!("| process | CPU | RSS |");
     println!("|---|---|---:|");
     let per_report_us = hostd_cpu_per_report()?;
-    let lab_text = tests::local_lab(1).replace(
-        "report_interval_s = 0.5\ndown_after_s = 2",
-        "report_interval_s = 2\ndown_after_s = 6",
-    );
-    let broker = Broker::start(&lab_text);
-    broker.wait_all_up(Duration::from_secs(10));
-    let pid = broker
-        .local_hostd_pid("vhost01")
-        .ok_or_else(|| anyhow::anyhow!("no hostd pid"))? as u32;
+    let (_broker, pid) = local_hostd(2.0, 6.0)?;
     let (_, rss) = sample_windows(pid, 2, Duration::from_secs(2));
     let at_default = per_report_us.map(|s| s.median / 2_000_000.0 * 100.0);
     println!(
@@ -203,17 +195,20 @@ fn hostd_footprint() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// CPU microseconds per report of a host daemon reporting every 50 ms (three 10 s windows).
-fn hostd_cpu_per_report() -> anyhow::Result<Option<Summary>> {
-    let lab_text = tests::local_lab(1).replace(
-        "report_interval_s = 0.5\ndown_after_s = 2",
-        "report_interval_s = 0.05\ndown_after_s = 2",
-    );
-    let broker = Broker::start(&lab_text);
+/// A broker with one virtual host whose daemon reports every `interval_s`; the daemon's pid.
+/// Keep the broker alive while measuring.
+fn local_hostd(interval_s: f64, down_after_s: f64) -> anyhow::Result<(Broker, u32)> {
+    let broker = Broker::start(&tests::local_lab_timed(1, interval_s, down_after_s));
     broker.wait_all_up(Duration::from_secs(10));
     let pid = broker
         .local_hostd_pid("vhost01")
-        .ok_or_else(|| anyhow::anyhow!("no hostd pid"))? as u32;
+        .ok_or_else(|| anyhow::anyhow!("no hostd pid"))?;
+    Ok((broker, pid as u32))
+}
+
+/// CPU microseconds per report of a host daemon reporting every 50 ms (three 10 s windows).
+fn hostd_cpu_per_report() -> anyhow::Result<Option<Summary>> {
+    let (_broker, pid) = local_hostd(0.05, 2.0)?;
     let mut per_report = Vec::new();
     for _ in 0..3 {
         if let Some((share, _)) = procstat::measure(pid, Duration::from_secs(10)) {
