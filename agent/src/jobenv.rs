@@ -36,6 +36,15 @@ pub fn prepare(
     real_rsh: &[String],
 ) -> anyhow::Result<JobEnv> {
     use std::os::unix::fs::DirBuilderExt;
+    if let Some(parent) = dir.parent() {
+        sweep_stale_job_dirs(parent, STALE_AFTER);
+    }
+    // The name carries this agent's pid: anything already there was left by a dead agent
+    // that had the same pid (pids repeat, e.g. in fresh containers), so it is stale.
+    if dir.exists() {
+        std::fs::remove_dir_all(dir)
+            .with_context(|| format!("cannot remove the stale {}", dir.display()))?;
+    }
     let bin = dir.join("bin");
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -66,6 +75,37 @@ pub fn prepare(
         hosts_file,
         vars,
     })
+}
+
+/// How old a job directory without a live agent must be before another agent removes it
+/// (a young one may belong to an agent that has not bound its socket yet).
+const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Removes `job-*` directories under `parent` whose agent is gone: nobody accepts on their
+/// `agent.sock`. Liveness is tested by connecting, not by pid, so it holds across PID
+/// namespaces sharing one /tmp. Errors are ignored: sweeping is best effort.
+pub fn sweep_stale_job_dirs(parent: &Path, older_than: std::time::Duration) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let is_job_dir = entry.file_name().to_string_lossy().starts_with("job-")
+            && entry.file_type().is_ok_and(|t| t.is_dir());
+        let old_enough = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age >= older_than);
+        if is_job_dir && old_enough && !agent_alive(&path.join("agent.sock")) {
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+}
+
+fn agent_alive(socket: &Path) -> bool {
+    std::os::unix::net::UnixStream::connect(socket).is_ok()
 }
 
 /// Rewrites the hosts file atomically: one `NAME ADDRESS ALLOC` line per allocation.
@@ -108,5 +148,35 @@ mod tests {
             std::fs::read_to_string(&env.hosts_file).expect("read"),
             "node03 10.77.0.3 4\n"
         );
+    }
+
+    #[test]
+    fn sweep_removes_dirs_of_dead_agents_and_keeps_live_and_young_ones() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dead = root.path().join("job-1-100");
+        let live = root.path().join("job-2-200");
+        let other = root.path().join("keep-me");
+        for d in [&dead, &live, &other] {
+            std::fs::create_dir_all(d).expect("mkdir");
+        }
+        drop(std::os::unix::net::UnixListener::bind(dead.join("agent.sock")).expect("bind"));
+        let _alive = std::os::unix::net::UnixListener::bind(live.join("agent.sock")).expect("bind");
+        sweep_stale_job_dirs(root.path(), std::time::Duration::from_secs(3600));
+        assert!(dead.exists(), "a young directory is kept");
+        sweep_stale_job_dirs(root.path(), std::time::Duration::ZERO);
+        assert!(!dead.exists(), "nobody accepts on its socket: removed");
+        assert!(live.exists(), "its agent accepts: kept");
+        assert!(other.exists(), "not a job directory: kept");
+    }
+
+    #[test]
+    fn prepare_replaces_a_stale_directory_of_the_same_name() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = root.path().join("job-1-5047");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        drop(std::os::unix::net::UnixListener::bind(dir.join("agent.sock")).expect("bind"));
+        let env = prepare(&dir, Path::new("/opt/rb/rsh"), 1, &[]).expect("prepare");
+        assert!(!env.socket.exists(), "the stale socket is gone");
+        std::os::unix::net::UnixListener::bind(&env.socket).expect("the socket can be bound again");
     }
 }
