@@ -37,6 +37,7 @@ pub fn lab(state_dir: &Path, hosts: usize) -> std::io::Result<LabConfig> {
             hostd_path: None,
             ssh_command: vec!["ssh".into()],
             rsh_command: vec!["rsh".into()],
+            job_shell: None,
         },
         hosts,
     })

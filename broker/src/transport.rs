@@ -22,6 +22,7 @@ pub struct LaunchSpec {
     pub state_dir: PathBuf,
     pub ssh_command: Vec<String>,
     pub rsh_command: Vec<String>,
+    pub job_shell: Option<Vec<String>>,
     pub log_filter: Option<String>,
 }
 
@@ -40,6 +41,7 @@ impl LaunchSpec {
             state_dir: lab.broker.state_dir.clone(),
             ssh_command: lab.broker.ssh_command.clone(),
             rsh_command: lab.broker.rsh_command.clone(),
+            job_shell: lab.broker.job_shell.clone(),
             log_filter: std::env::var("RB_HOSTD_LOG").ok(),
         }
     }
@@ -72,6 +74,9 @@ impl LaunchSpec {
     /// appends `[-n] [-l USER] ADDRESS COMMAND`). For virtual hosts it is the subagent's
     /// `local-shell` mode, which runs the command on this machine.
     pub fn remote_shell(&self) -> Vec<String> {
+        if let Some(shell) = &self.job_shell {
+            return shell.clone();
+        }
         match self.transport {
             Transport::Ssh | Transport::Manual => {
                 let mut argv = self.ssh_command.clone();

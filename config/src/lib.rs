@@ -88,6 +88,9 @@ pub struct BrokerSettings {
     pub ssh_command: Vec<String>,
     /// Remote-shell command used by the rsh transport.
     pub rsh_command: Vec<String>,
+    /// Remote shell that jobs' shims use to reach allocated hosts, when it differs from the
+    /// transport's (e.g. daemons over ssh, jobs over rsh); `None` = the transport's.
+    pub job_shell: Option<Vec<String>>,
 }
 
 /// One validated `[[host]]` entry.

@@ -32,6 +32,8 @@ pub struct RawBroker {
     pub ssh_command: Option<Spanned<Vec<String>>>,
     #[serde(default)]
     pub rsh_command: Option<Spanned<Vec<String>>>,
+    #[serde(default)]
+    pub job_shell: Option<Spanned<Vec<String>>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -120,6 +120,10 @@ fn broker(ctx: &Ctx, raw: RawBroker) -> Result<BrokerSettings, ConfigError> {
         hostd_path: raw.hostd_path.as_deref().map(expand_home),
         ssh_command: command(ctx, raw.ssh_command, "broker.ssh_command", &["ssh"])?,
         rsh_command: command(ctx, raw.rsh_command, "broker.rsh_command", &["rsh"])?,
+        job_shell: match raw.job_shell {
+            None => None,
+            some => Some(command(ctx, some, "broker.job_shell", &[])?),
+        },
     })
 }
 

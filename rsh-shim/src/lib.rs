@@ -228,7 +228,15 @@ fn via_agent(
         },
     };
     match ask_agent(Path::new(socket), &request, &host)? {
-        Outcome::Granted(grant) => Err(exec(&launch::granted(&inv, &grant, &command), depth)),
+        Outcome::Granted(mut grant) => {
+            // A bare `rsh` from the broker must not find this shim first in the job's PATH.
+            if let Some(program) = grant.remote_shell.first_mut() {
+                let mut name = OsString::from(program.as_str());
+                realsh::resolve_bare_name(&mut name, env.path.as_deref(), &self_exe()?);
+                *program = name.to_string_lossy().into_owned();
+            }
+            Err(exec(&launch::granted(&inv, &grant, &command), depth))
+        }
         Outcome::Refused(message) => Err(ShimError::Refused { host, message }),
     }
 }

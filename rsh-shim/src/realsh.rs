@@ -51,7 +51,7 @@ pub fn real_shell(
 }
 
 /// Replaces a program name without `/` by its first PATH match that is not us (if any).
-fn resolve_bare_name(program: &mut OsString, path_var: Option<&OsStr>, self_exe: &Path) {
+pub fn resolve_bare_name(program: &mut OsString, path_var: Option<&OsStr>, self_exe: &Path) {
     let Some(name) = program.to_str().filter(|p| !p.contains('/')) else {
         return;
     };

@@ -40,6 +40,40 @@ pub const DEFAULT_TIMING: Timing = Timing {
 /// A lab file for `lab`'s hosts: ssh transport, broker on the gateway.
 /// `owners` assigns owners to hosts by name.
 pub fn lab_file(lab: &lab::Lab, owners: &[(&str, &str)], timing: Timing) -> String {
+    lab_file_with(lab, &LabOptions::new(owners, timing))
+}
+
+/// What a lab-tier broker is built with beyond the host count.
+#[derive(Debug, Clone)]
+pub struct LabOptions {
+    pub owners: Vec<(String, String)>,
+    pub timing: Timing,
+    /// Run inetd + in.rshd on every host.
+    pub rsh: bool,
+    /// `job_shell` of the lab file (jobs' remote shell), e.g. `["rsh"]`.
+    pub job_shell: Option<Vec<String>>,
+    /// Hosts the broker does not manage (front-end machines where agents run).
+    pub unmanaged: Vec<String>,
+}
+
+impl LabOptions {
+    pub fn new(owners: &[(&str, &str)], timing: Timing) -> Self {
+        Self {
+            owners: owners
+                .iter()
+                .map(|(h, o)| (h.to_string(), o.to_string()))
+                .collect(),
+            timing,
+            rsh: false,
+            job_shell: None,
+            unmanaged: Vec::new(),
+        }
+    }
+}
+
+/// [`lab_file`] with every option.
+pub fn lab_file_with(lab: &lab::Lab, opts: &LabOptions) -> String {
+    let (owners, timing) = (&opts.owners, opts.timing);
     let mut text = format!(
         "[broker]\nlisten = \"{gw}:0\"\ntransport = \"ssh\"\nstate_dir = \"@STATE@\"\nsecret_file = \"@SECRET@\"\n\
          report_interval_s = {interval}\ndown_after_s = {down}\nrestart_backoff_max_s = 2\nhostd_path = \"{hostd}\"\n\
@@ -50,7 +84,13 @@ pub fn lab_file(lab: &lab::Lab, owners: &[(&str, &str)], timing: Timing) -> Stri
         hostd = crate::bin("rb-hostd").display(),
         cfg = lab.ssh_config().display(),
     );
+    if let Some(shell) = &opts.job_shell {
+        text.push_str(&format!("job_shell = {shell:?}\n"));
+    }
     for host in lab.hosts() {
+        if opts.unmanaged.contains(&host.name) {
+            continue;
+        }
         text.push_str(&format!(
             "\n[[host]]\nname = \"{}\"\naddress = \"{}\"\nlabels = [\"public\"]\n",
             host.name, host.address
@@ -75,14 +115,67 @@ impl LabWithBroker {
     }
 
     pub fn start_with(hosts: usize, owners: &[(&str, &str)], timing: Timing) -> Self {
+        Self::start_opts(hosts, &LabOptions::new(owners, timing))
+    }
+
+    pub fn start_opts(hosts: usize, opts: &LabOptions) -> Self {
         let spec = lab::LabSpec {
             hosts,
+            rsh: opts.rsh,
             ..lab::LabSpec::default()
         };
         let lab = lab::Lab::up(&spec).unwrap_or_else(|e| panic!("lab up: {e}"));
-        let broker = Broker::start(&lab_file(&lab, owners, timing));
+        let broker = Broker::start(&lab_file_with(&lab, opts));
         broker.wait_all_up(Duration::from_secs(20));
         Self { broker, lab }
+    }
+
+    /// Copies the lab secret into the lab user's home (`~/.config/rb/secret`, mode 600,
+    /// owned by the user) and returns its path: agents run by the lab user read it there.
+    pub fn user_secret(&self) -> std::path::PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let user = self.lab.user();
+        let dir = user.home.join(".config/rb");
+        std::fs::create_dir_all(&dir).expect("mkdir ~/.config/rb");
+        let path = dir.join("secret");
+        std::fs::copy(self.broker.secret(), &path).expect("copy secret");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        for p in [user.home.join(".config"), dir, path.clone()] {
+            std::os::unix::fs::chown(&p, Some(user.uid), Some(user.gid)).expect("chown");
+        }
+        path
+    }
+
+    /// `agent --broker ADDR --secret-file S --grace-s 1 [agent_args] -- app…` run by the lab
+    /// user inside `host` (stdio: stdin null; set stdout/stderr before running).
+    pub fn agent_as_user(
+        &self,
+        host: &str,
+        agent_args: &[&str],
+        app: &[&str],
+    ) -> std::process::Command {
+        let secret = self.user_secret();
+        let agent = crate::bin("agent").display().to_string();
+        let addr = self.broker.tcp_addr().to_string();
+        let secret = secret.display().to_string();
+        let mut argv = vec![
+            agent.as_str(),
+            "--broker",
+            &addr,
+            "--secret-file",
+            &secret,
+            "--grace-s",
+            "1",
+        ];
+        argv.extend_from_slice(agent_args);
+        argv.push("--");
+        argv.extend_from_slice(app);
+        let mut cmd = self
+            .lab
+            .command(host, &argv, true)
+            .unwrap_or_else(|e| panic!("agent in {host}: {e}"));
+        cmd.stdin(std::process::Stdio::null());
+        cmd
     }
 
     /// Pid (inside the host's PID namespace) of the host's running `rb-hostd`.

@@ -9,7 +9,7 @@ use std::{
 
 use tests::{
     bin,
-    labtier::{skip_unless_root, LabWithBroker},
+    labtier::{skip_unless_root, LabOptions, LabWithBroker, TEST_TIMING},
     wait_until,
 };
 
@@ -202,4 +202,43 @@ fn sigkilled_agent_leaves_no_process_on_any_lab_host() {
         freed.is_some(),
         "hosts still allocated after the agent died"
     );
+}
+
+#[test]
+fn a_lab_user_on_a_lab_host_grows_over_real_rsh() {
+    if skip_unless_root("a_lab_user_on_a_lab_host_grows_over_real_rsh") {
+        return;
+    }
+    let mut opts = LabOptions::new(&[], TEST_TIMING);
+    opts.rsh = true;
+    opts.job_shell = Some(vec!["rsh".into()]);
+    opts.unmanaged = vec!["node02".into()];
+    let env = LabWithBroker::start_opts(3, &opts);
+    let out = env
+        .agent_as_user(
+            "node02",
+            &[],
+            &[
+                "sh",
+                "-c",
+                "rsh anyLinux 'hostname; id -un'; rsh node03 hostname",
+            ],
+        )
+        .output()
+        .expect("agent");
+    assert!(
+        out.status.success(),
+        "{}\nbroker log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        env.broker.log()
+    );
+    let lines: Vec<String> = text(&out).lines().map(String::from).collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(
+        ["node03", "node04"].contains(&lines[0].as_str()),
+        "anyLinux ran on {} (node02 is not managed)",
+        lines[0]
+    );
+    assert_eq!(lines[1], env.lab.user().name, "runs as the lab user");
+    assert_eq!(lines[2], "node03");
 }
