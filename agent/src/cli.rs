@@ -27,6 +27,10 @@ pub struct Args {
     /// Grace period for the job's remote processes when a host is taken back, in seconds.
     #[arg(long, default_value_t = 5.0)]
     pub grace_s: f64,
+    /// Time limit of a module's grow and halt programs, in seconds (see modules/CONTRACT.md;
+    /// shrink gets the reclaim's grace period).
+    #[arg(long, default_value_t = 60.0)]
+    pub module_timeout_s: f64,
     /// The application and its arguments.
     #[arg(required = true, allow_hyphen_values = true)]
     pub app: Vec<String>,
@@ -42,6 +46,9 @@ pub struct AgentConfig {
     pub lab: Option<PathBuf>,
     pub secret_file: Option<PathBuf>,
     pub grace_ms: u64,
+    /// The spec's `module` (validated name), if any.
+    pub module: Option<String>,
+    pub module_timeout: std::time::Duration,
 }
 
 impl AgentConfig {
@@ -61,6 +68,16 @@ impl AgentConfig {
         if !(0.0..=3600.0).contains(&args.grace_s) {
             bail!("--grace-s {} is out of range (0–3600)", args.grace_s);
         }
+        if !(0.1..=3600.0).contains(&args.module_timeout_s) {
+            bail!(
+                "--module-timeout-s {} is out of range (0.1–3600)",
+                args.module_timeout_s
+            );
+        }
+        let module = spec.as_ref().and_then(module_name);
+        if let Some(name) = &module {
+            crate::module::check_name(name).map_err(|e| anyhow::anyhow!("job spec: {e}"))?;
+        }
         Ok(Self {
             app,
             spec,
@@ -69,6 +86,8 @@ impl AgentConfig {
             lab: args.lab,
             secret_file: args.secret_file,
             grace_ms: (args.grace_s * 1000.0) as u64,
+            module,
+            module_timeout: std::time::Duration::from_secs_f64(args.module_timeout_s),
         })
     }
 }
@@ -103,6 +122,15 @@ fn parse_spec(text: &str) -> anyhow::Result<(Option<serde_json::Value>, bool)> {
     Ok((Some(json), adaptive))
 }
 
+/// The `module` of the spec's first part that names one.
+fn module_name(spec: &serde_json::Value) -> Option<String> {
+    let of = |p: &serde_json::Value| p.get("module").and_then(|m| m.as_str()).map(String::from);
+    match spec.get("parts").and_then(|p| p.as_array()) {
+        Some(parts) => parts.iter().find_map(of),
+        None => of(spec),
+    }
+}
+
 /// `adaptive = yes` in any part of the spec.
 fn adaptive_flag(spec: &serde_json::Value) -> bool {
     let part_adaptive =
@@ -129,5 +157,24 @@ mod tests {
         let (app, spec) = split_paper_form(strings(&["make", "--", "-j4"]));
         assert_eq!(app, strings(&["make", "--", "-j4"]));
         assert!(spec.is_none());
+    }
+
+    #[test]
+    fn module_comes_from_the_spec_and_bad_names_are_refused() {
+        let parse = |argv: &[&str]| {
+            let mut all = vec!["agent"];
+            all.extend_from_slice(argv);
+            AgentConfig::from_args(Args::parse_from(all))
+        };
+        let cfg = parse(&["--rsl", "&(adaptive=yes)(module=\"pvm\")", "pvm"]).expect("ok");
+        assert_eq!(cfg.module.as_deref(), Some("pvm"));
+        assert!(cfg.adaptive);
+        let cfg = parse(&["pvm", "--", "(module=\"lam\")"]).expect("ok");
+        assert_eq!(cfg.module.as_deref(), Some("lam"));
+        assert_eq!(parse(&["sh"]).expect("ok").module, None);
+        let err = parse(&["--rsl", "&(module=\"../x\")", "sh"]).expect_err("bad name");
+        assert!(err.to_string().contains("module name `../x`"), "{err}");
+        let err = parse(&["--module-timeout-s", "0", "sh"]).expect_err("range");
+        assert!(err.to_string().contains("--module-timeout-s"), "{err}");
     }
 }

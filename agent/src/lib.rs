@@ -6,6 +6,7 @@
 //! - [`link`]: finding the broker (or starting an embedded one), authenticating, registering.
 //! - [`jobenv`]: the job's private dir, the shim first in `PATH`, launcher variables.
 //! - [`listeners`]: the shim socket and the subagent port.
+//! - [`module`]: finding and running a job's `NAME-grow|shrink|halt` programs.
 //! - [`run`]: the agent loop: app, allocations, reclaims, job end.
 //! - [`subagent`]: the subagent: runs the remote command as its own process group with the
 //!   caller's stdio, and a guardian process that reports to the agent and ends the group on
@@ -15,5 +16,6 @@ pub mod cli;
 pub mod jobenv;
 pub mod link;
 pub mod listeners;
+pub mod module;
 pub mod run;
 pub mod subagent;

@@ -52,6 +52,8 @@ pub enum Event {
         alloc: u64,
         sub: u64,
     },
+    /// A module program finished (see [`crate::module`]).
+    ModuleDone(crate::module::Outcome),
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);

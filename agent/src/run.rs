@@ -20,6 +20,8 @@ use tokio::{
 };
 use tracing::{info, warn};
 
+mod growth;
+
 use crate::{
     cli::AgentConfig,
     jobenv::{self, JobEnv},
@@ -36,6 +38,8 @@ struct Alloc {
     subs: HashMap<u64, mpsc::Sender<FromBroker>>,
     used: bool,
     reclaiming: bool,
+    /// When a reclaim must be done by (module jobs: shrink first, then the subagents).
+    deadline: Option<tokio::time::Instant>,
 }
 
 /// Everything the loop owns.
@@ -54,6 +58,8 @@ struct Agent {
     target: link::BrokerTarget,
     reg: JobRegistration,
     broker_lost: bool,
+    /// Set for module jobs (`module="NAME"` in the spec).
+    module: Option<growth::ModuleJob>,
 }
 
 /// How long the agent tries to get its broker back before ending the job.
@@ -106,6 +112,10 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
     let secret = Arc::new(Secret::load(&secret_file)?);
     let (events_tx, events) = mpsc::channel(256);
     let shim_task = tokio::spawn(listeners::serve_shims(shims, events_tx.clone()));
+    let module = cfg
+        .module
+        .as_deref()
+        .map(|name| growth::ModuleJob::start(name, cfg.module_timeout, &env, events_tx.clone()));
     let sub_task = tokio::spawn(listeners::serve_subagents(subs, secret, events_tx));
     let child = spawn_app(&cfg.app, &env)?;
     let mut agent = Agent {
@@ -121,7 +131,9 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
         target: target.clone(),
         reg,
         broker_lost: false,
+        module,
     };
+    agent.announce_module().await;
     let code = agent.drive(child, events).await;
     shim_task.abort();
     sub_task.abort();
@@ -202,6 +214,9 @@ impl Agent {
     async fn on_event(&mut self, ev: Event) {
         match ev {
             Event::ShimAllocate {
+                symbolic, reply, ..
+            } if self.module.is_some() => self.phase_one(symbolic, reply).await,
+            Event::ShimAllocate {
                 conn,
                 symbolic,
                 reply,
@@ -240,6 +255,7 @@ impl Agent {
             Event::SubConnected { alloc, sub, tx } => self.sub_connected(alloc, sub, tx).await,
             Event::SubMessage { .. } => {}
             Event::SubGone { alloc, sub } => self.sub_gone(alloc, sub).await,
+            Event::ModuleDone(outcome) => self.module_done(outcome).await,
         }
     }
 
@@ -296,6 +312,9 @@ impl Agent {
                 address,
             } => self.granted(req, alloc, host, address).await,
             FromBroker::Refused { req, message } => {
+                if self.module_refused(req, &message).await {
+                    return;
+                }
                 if let Some((_, reply, _)) = self.pending.remove(&req) {
                     let _ = reply.send(ShimReply::Refused { message }).await;
                 }
@@ -319,9 +338,13 @@ impl Agent {
                 subs: HashMap::new(),
                 used: false,
                 reclaiming: false,
+                deadline: None,
             },
         );
         self.write_hosts();
+        if self.phase_two(req, alloc, &host, &address) {
+            return;
+        }
         let reply = self.granted_reply(alloc, host, address);
         let delivered = match self.pending.remove(&req) {
             Some((_, tx, _)) => tx.send(reply).await.is_ok(),
@@ -355,6 +378,9 @@ impl Agent {
 
     async fn reclaim(&mut self, alloc: u64, host: &str, grace_ms: u64) {
         info!(alloc, %host, grace_ms, "broker reclaims host");
+        if self.module_shrink(alloc, grace_ms) {
+            return;
+        }
         let Some(a) = self.allocs.get_mut(&alloc) else {
             return self.tell_broker(ToBroker::Released { alloc }).await;
         };
@@ -371,6 +397,7 @@ impl Agent {
 
     /// The app ended: end every remote process group, then tell the broker.
     async fn end(&mut self, status: i32, events: &mut mpsc::Receiver<Event>) {
+        self.module_halt(events).await;
         for a in self.allocs.values_mut() {
             a.reclaiming = true;
             for tx in a.subs.values() {
@@ -407,11 +434,14 @@ impl Agent {
                 Ok(r) if r.job == self.job.job => {
                     info!(job = r.job, "broker is back; job resumed");
                     self.conn = conn;
-                    let waiting: Vec<(u64, String)> = self
+                    let mut waiting: Vec<(u64, String)> = self
                         .pending
                         .iter()
                         .map(|(req, (_, _, sym))| (*req, sym.clone()))
                         .collect();
+                    if let Some(m) = &self.module {
+                        waiting.extend(m.requests.iter().map(|(r, s)| (*r, s.clone())));
+                    }
                     for (req, symbolic) in waiting {
                         self.tell_broker(ToBroker::Allocate { req, symbolic }).await;
                     }

@@ -10,6 +10,11 @@
 //!   when the agent is gone for longer than [`AGENT_LOSS_LIMIT`]. It stays while any process
 //!   of the group lives (daemons such as a PVM slave outlive the command that started them),
 //!   so nothing the job started on this host is ever left unwatched.
+//!
+//! Daemons may leave the group: LAM's `hboot` calls `setsid()` before starting `lamd`. So
+//! the command also gets [`TAG_VAR`] in its environment, which every descendant inherits
+//! whatever it does to its session; the guardian's [`Watch`] counts and ends processes of
+//! the same uid carrying the tag as well as the group.
 
 use std::{
     os::fd::{AsRawFd, OwnedFd},
@@ -45,11 +50,16 @@ pub struct SubagentConfig {
     pub command: String,
 }
 
+/// The environment variable that marks every process started under one subagent.
+pub const TAG_VAR: &str = "RB_SUBAGENT_TAG";
+
 /// Runs the front and forks the guardian; returns the exit code for the front.
 pub fn run(cfg: SubagentConfig) -> i32 {
+    let tag = format!("{}.{}", cfg.alloc, std::process::id());
     let mut child = match Command::new("/bin/sh")
         .arg("-c")
         .arg(&cfg.command)
+        .env(TAG_VAR, &tag)
         .process_group(0)
         .spawn()
     {
@@ -59,7 +69,10 @@ pub fn run(cfg: SubagentConfig) -> i32 {
             return 127;
         }
     };
-    let pgid = child.id() as i32;
+    let watch = Watch {
+        pgid: child.id() as i32,
+        tag,
+    };
     let (status_rx, status_tx) = match nix::unistd::pipe() {
         Ok(p) => p,
         Err(e) => {
@@ -72,7 +85,7 @@ pub fn run(cfg: SubagentConfig) -> i32 {
     match unsafe { nix::unistd::fork() } {
         Ok(nix::unistd::ForkResult::Child) => {
             drop(status_tx);
-            std::process::exit(guardian(cfg, pgid, status_rx));
+            std::process::exit(guardian(cfg, watch, status_rx));
         }
         Ok(nix::unistd::ForkResult::Parent { .. }) => {
             drop(status_rx);
@@ -100,7 +113,7 @@ fn wait_code(status: std::io::Result<ExitStatus>) -> i32 {
 }
 
 /// The guardian process: detached, reports to the agent, ends the group when told.
-fn guardian(cfg: SubagentConfig, pgid: i32, status_rx: OwnedFd) -> i32 {
+fn guardian(cfg: SubagentConfig, watch: Watch, status_rx: OwnedFd) -> i32 {
     detach_from_session();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -108,11 +121,11 @@ fn guardian(cfg: SubagentConfig, pgid: i32, status_rx: OwnedFd) -> i32 {
     {
         Ok(rt) => rt,
         Err(_) => {
-            end_group(pgid, Duration::from_secs(1));
+            watch.end(Duration::from_secs(1));
             return 1;
         }
     };
-    runtime.block_on(guard(cfg, pgid, status_rx));
+    runtime.block_on(guard(cfg, &watch, status_rx));
     0
 }
 
@@ -130,7 +143,7 @@ fn detach_from_session() {
     }
 }
 
-async fn guard(cfg: SubagentConfig, pgid: i32, status_rx: OwnedFd) {
+async fn guard(cfg: SubagentConfig, watch: &Watch, status_rx: OwnedFd) {
     let mut exit_status: Option<i32> = None;
     let status_task = tokio::task::spawn_blocking(move || read_status(status_rx));
     tokio::pin!(status_task);
@@ -139,8 +152,8 @@ async fn guard(cfg: SubagentConfig, pgid: i32, status_rx: OwnedFd) {
         let conn = connect(&cfg).await;
         let Some(mut conn) = conn else {
             let since = *lost_since.get_or_insert_with(Instant::now);
-            if since.elapsed() > AGENT_LOSS_LIMIT || !group_alive(pgid) {
-                end_group(pgid, Duration::from_secs(1));
+            if since.elapsed() > AGENT_LOSS_LIMIT || !watch.alive() {
+                watch.end(Duration::from_secs(1));
                 return;
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -152,7 +165,7 @@ async fn guard(cfg: SubagentConfig, pgid: i32, status_rx: OwnedFd) {
             .unwrap_or_default();
         if conn
             .send(&ToBroker::SubStarted {
-                pid: pgid as u32,
+                pid: watch.pgid as u32,
                 host,
             })
             .await
@@ -163,7 +176,7 @@ async fn guard(cfg: SubagentConfig, pgid: i32, status_rx: OwnedFd) {
         if let Some(status) = exit_status {
             let _ = conn.send(&ToBroker::SubExited { status }).await;
         }
-        match session(&mut conn, pgid, &mut exit_status, &mut status_task).await {
+        match session(&mut conn, watch, &mut exit_status, &mut status_task).await {
             SessionEnd::Done => return,
             SessionEnd::Lost => lost_since = Some(Instant::now()),
         }
@@ -177,7 +190,7 @@ enum SessionEnd {
 
 async fn session(
     conn: &mut FramedConn<tokio::net::TcpStream>,
-    pgid: i32,
+    watch: &Watch,
     exit_status: &mut Option<i32>,
     status_task: &mut std::pin::Pin<&mut tokio::task::JoinHandle<Option<i32>>>,
 ) -> SessionEnd {
@@ -189,7 +202,7 @@ async fn session(
                 if conn.send(&ToBroker::Heartbeat).await.is_err() { return SessionEnd::Lost; }
             }
             _ = poll.tick() => {
-                if exit_status.is_some() && !group_alive(pgid) {
+                if exit_status.is_some() && !watch.alive() {
                     return SessionEnd::Done;
                 }
             }
@@ -200,7 +213,7 @@ async fn session(
             }
             msg = conn.recv::<FromBroker>() => match msg {
                 Ok(FromBroker::Terminate { grace_ms }) => {
-                    end_group(pgid, Duration::from_millis(grace_ms));
+                    watch.end(Duration::from_millis(grace_ms));
                     let code = exit_status.unwrap_or(128 + Signal::SIGTERM as i32);
                     let _ = conn.send(&ToBroker::SubExited { status: code }).await;
                     return SessionEnd::Done;
@@ -245,25 +258,65 @@ async fn connect(cfg: &SubagentConfig) -> Option<FramedConn<tokio::net::TcpStrea
     Some(conn)
 }
 
+/// What a guardian watches: the command's process group and every process of this uid
+/// carrying the tag (daemons that left the group).
+#[derive(Debug, Clone)]
+pub struct Watch {
+    pub pgid: i32,
+    pub tag: String,
+}
+
+impl Watch {
+    /// True while any watched process exists.
+    pub fn alive(&self) -> bool {
+        group_alive(self.pgid) || !tagged_processes(&self.tag).is_empty()
+    }
+
+    /// SIGTERM to everything watched, up to `grace` for it to go, then SIGKILL what is left.
+    pub fn end(&self, grace: Duration) {
+        self.signal(Signal::SIGTERM);
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            if !self.alive() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.signal(Signal::SIGKILL);
+    }
+
+    fn signal(&self, signal: Signal) {
+        let _ = killpg(Pid::from_raw(self.pgid), signal);
+        for pid in tagged_processes(&self.tag) {
+            let _ = nix::sys::signal::kill(Pid::from_raw(pid), signal);
+        }
+    }
+}
+
+/// Pids of this uid's live processes whose environment holds `TAG_VAR=tag`.
+pub fn tagged_processes(tag: &str) -> Vec<i32> {
+    use std::os::unix::fs::MetadataExt;
+    let needle = format!("{TAG_VAR}={tag}\0").into_bytes();
+    let uid = nix::unistd::getuid().as_raw();
+    let me = std::process::id() as i32;
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok().map(|p| (p, e)))
+        .filter(|(pid, e)| *pid != me && e.metadata().is_ok_and(|m| m.uid() == uid))
+        .filter(|(_, e)| {
+            std::fs::read(e.path().join("environ"))
+                .is_ok_and(|env| env.windows(needle.len()).any(|w| w == needle.as_slice()))
+        })
+        .map(|(pid, _)| pid)
+        .collect()
+}
+
 /// True while any process of the group exists.
 pub fn group_alive(pgid: i32) -> bool {
     killpg(Pid::from_raw(pgid), None).is_ok()
-}
-
-/// SIGTERM the group, wait up to `grace` for it to empty, then SIGKILL what is left.
-pub fn end_group(pgid: i32, grace: Duration) {
-    let pg = Pid::from_raw(pgid);
-    if killpg(pg, Signal::SIGTERM).is_err() {
-        return;
-    }
-    let deadline = Instant::now() + grace;
-    while Instant::now() < deadline {
-        if !group_alive(pgid) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = killpg(pg, Signal::SIGKILL);
 }
 
 /// `rb-subagent local-shell [-n] [-l USER] HOST CMD`: the remote shell of the `local`
@@ -298,4 +351,44 @@ pub fn local_shell(args: &[String]) -> i32 {
     let err = cmd.exec();
     eprintln!("rb-subagent local-shell: cannot run /bin/sh: {err}");
     127
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_daemon_that_left_the_group_is_still_watched_and_ended() {
+        // `setsid` puts the sleep in a new session and group, as LAM's hboot does to lamd.
+        let tag = format!("test.{}", std::process::id());
+        let mut child = Command::new("setsid")
+            .args(["sleep", "30"])
+            .env(TAG_VAR, &tag)
+            .spawn()
+            .expect("setsid");
+        let found = (0..100).find_map(|_| {
+            let pids = tagged_processes(&tag);
+            if pids.is_empty() {
+                std::thread::sleep(Duration::from_millis(10));
+                None
+            } else {
+                Some(pids)
+            }
+        });
+        assert_eq!(found, Some(vec![child.id() as i32]));
+        // A group that no longer exists: only the tag keeps it alive.
+        let watch = Watch {
+            pgid: i32::MAX - 1,
+            tag: tag.clone(),
+        };
+        assert!(watch.alive());
+        let ended = std::thread::spawn(move || child.wait());
+        watch.end(Duration::from_secs(2));
+        ended.join().expect("join").expect("wait");
+        assert!(!watch.alive());
+        assert!(
+            tagged_processes(&format!("{tag}9")).is_empty(),
+            "tags match exactly"
+        );
+    }
 }

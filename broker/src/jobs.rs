@@ -3,7 +3,7 @@
 //! allocation effects into messages for agents. Called only from the core task.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet, VecDeque},
     time::{Duration, Instant},
 };
 
@@ -34,7 +34,13 @@ pub struct JobDesk {
     remote_shell: Vec<String>,
     transport: String,
     secret_file: String,
+    /// The last [`NOTES_KEPT`] notes of each job (from its agent), oldest first.
+    notes: HashMap<JobId, VecDeque<String>>,
 }
+
+/// Notes kept per job, and the longest note kept (longer ones are cut).
+const NOTES_KEPT: usize = 8;
+const NOTE_MAX_CHARS: usize = 500;
 
 impl JobDesk {
     pub fn new(
@@ -53,6 +59,7 @@ impl JobDesk {
             agent_req: HashMap::new(),
             remote_shell,
             transport: transport.to_string(),
+            notes: HashMap::new(),
         }
     }
 
@@ -140,6 +147,10 @@ impl JobDesk {
             ToBroker::Released { alloc } if self.owns(job, alloc) => {
                 self.alloc.release_confirmed(alloc, now)
             }
+            ToBroker::JobNote { text } => {
+                self.add_note(job, &text);
+                Vec::new()
+            }
             ToBroker::EndJob { status } => {
                 info!(job, status, "job ended");
                 self.alloc.end_job(job, now)
@@ -149,6 +160,34 @@ impl JobDesk {
                 Vec::new()
             }
         }
+    }
+
+    fn add_note(&mut self, job: JobId, text: &str) {
+        let text: String = text.chars().take(NOTE_MAX_CHARS).collect();
+        info!(job, note = %text, "job note");
+        let notes = self.notes.entry(job).or_default();
+        if notes.len() == NOTES_KEPT {
+            notes.pop_front();
+        }
+        notes.push_back(text);
+    }
+
+    /// `rb jobs` rows: the allocator's, plus each job's notes.
+    fn job_rows(&mut self) -> Vec<serde_json::Value> {
+        let rows = self.alloc.jobs();
+        let known: HashSet<JobId> = rows.iter().map(|r| r.id).collect();
+        self.notes.retain(|job, _| known.contains(job));
+        rows.iter()
+            .filter_map(|row| {
+                let mut v = serde_json::to_value(row).ok()?;
+                let notes = self
+                    .notes
+                    .get(&row.id)
+                    .map(|n| n.iter().collect::<Vec<_>>());
+                v["notes"] = serde_json::json!(notes.unwrap_or_default());
+                Some(v)
+            })
+            .collect()
     }
 
     fn owns(&self, job: JobId, alloc: AllocId) -> bool {
@@ -191,12 +230,7 @@ impl JobDesk {
     pub fn admin(&mut self, req: Request, now: Instant) -> (Result<Response, String>, Vec<Effect>) {
         match req {
             Request::Jobs => {
-                let jobs = self
-                    .alloc
-                    .jobs()
-                    .iter()
-                    .filter_map(|j| serde_json::to_value(j).ok())
-                    .collect();
+                let jobs = self.job_rows();
                 (Ok(Response::Jobs { jobs }), Vec::new())
             }
             Request::Release { host, grace_ms } => {

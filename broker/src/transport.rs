@@ -167,8 +167,19 @@ mod tests {
             state_dir: PathBuf::from("/var/tmp/rb"),
             ssh_command: vec!["ssh".into(), "-F".into(), "/x/cfg".into()],
             rsh_command: vec!["rsh".into()],
+            job_shell: None,
             log_filter: None,
         }
+    }
+
+    #[test]
+    fn job_shell_overrides_the_transports_remote_shell_for_jobs() {
+        let mut s = spec(Transport::Ssh);
+        assert_eq!(s.remote_shell()[..3], ["ssh", "-F", "/x/cfg"]);
+        s.job_shell = Some(vec!["rsh".into()]);
+        assert_eq!(s.remote_shell(), ["rsh"]);
+        let daemon = s.command(&host()).expect("ssh");
+        assert_eq!(daemon[0], "ssh", "daemons keep the transport");
     }
 
     fn host() -> HostEntry {

@@ -306,6 +306,17 @@ owner = "alice"
     }
 
     #[test]
+    fn job_shell_is_optional_and_must_name_a_program() {
+        assert_eq!(parse(GOOD).expect("valid").broker.job_shell, None);
+        let text = GOOD.replace("[broker]\n", "[broker]\njob_shell = [\"rsh\"]\n");
+        let lab = parse(&text).expect("valid");
+        assert_eq!(lab.broker.job_shell, Some(vec!["rsh".to_string()]));
+        let text = GOOD.replace("[broker]\n", "[broker]\njob_shell = []\n");
+        let err = parse(&text).expect_err("empty");
+        assert_eq!(err.key.as_deref(), Some("broker.job_shell"));
+    }
+
+    #[test]
     fn bad_transport_lists_choices() {
         let err = parse(&GOOD.replace("\"ssh\"", "\"telnet\"")).expect_err("bad transport");
         assert_eq!(err.key.as_deref(), Some("broker.transport"));

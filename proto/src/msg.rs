@@ -130,6 +130,11 @@ pub enum ToBroker {
     Released {
         alloc: u64,
     },
+    /// Agent: something about the job people should see in `rb jobs` (e.g. a module that
+    /// failed). The broker keeps the last few per job.
+    JobNote {
+        text: String,
+    },
     /// Agent: the job ended with this status.
     EndJob {
         status: i32,

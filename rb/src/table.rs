@@ -147,6 +147,10 @@ pub fn render_jobs(jobs: &[serde_json::Value]) -> String {
             list("queued"),
             argv
         ));
+        if let Some(note) = j["notes"].as_array().and_then(|n| n.last()?.as_str()) {
+            let first_line = note.lines().next().unwrap_or_default();
+            out.push_str(&format!("{:<6} note: {first_line}\n", ""));
+        }
     }
     out
 }

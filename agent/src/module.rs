@@ -1,0 +1,478 @@
+//! Modules (`modules/CONTRACT.md`): finding a job's `NAME-grow`, `NAME-shrink` and
+//! `NAME-halt` programs on the search path, and running them one at a time with the job's
+//! environment, stdin from /dev/null, a time limit, and every output line logged.
+//!
+//! The agent loop hands [`Call`]s to the runner task from [`spawn_runner`]; each finished
+//! call comes back as an [`Outcome`] through the loop's event channel.
+
+use std::{
+    collections::BTreeMap,
+    ffi::OsStr,
+    path::{Path, PathBuf},
+    process::Stdio,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use tokio::{
+    io::{AsyncBufReadExt, AsyncRead, BufReader},
+    process::Command,
+    sync::mpsc,
+};
+use tracing::{info, warn};
+
+/// How long a timed-out module gets between SIGTERM and SIGKILL.
+const KILL_AFTER: Duration = Duration::from_secs(2);
+
+/// What a module program is asked to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Grow,
+    Shrink,
+    Halt,
+}
+
+impl Action {
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::Grow => "grow",
+            Action::Shrink => "shrink",
+            Action::Halt => "halt",
+        }
+    }
+}
+
+/// A module's programs as found on the search path (`None`: not found).
+#[derive(Debug, Clone)]
+pub struct Programs {
+    pub name: String,
+    pub grow: Option<PathBuf>,
+    pub shrink: Option<PathBuf>,
+    pub halt: Option<PathBuf>,
+    /// Where they were looked for, for error messages.
+    pub searched: Vec<PathBuf>,
+}
+
+impl Programs {
+    pub fn program(&self, action: Action) -> Option<&Path> {
+        match action {
+            Action::Grow => self.grow.as_deref(),
+            Action::Shrink => self.shrink.as_deref(),
+            Action::Halt => self.halt.as_deref(),
+        }
+    }
+
+    /// "module pvm: pvm-grow not found in A, B (help: …)".
+    pub fn missing(&self, action: Action) -> String {
+        let dirs: Vec<String> = self
+            .searched
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect();
+        format!(
+            "module {name}: {name}-{action} not found in {dirs}\nhelp: install it there, or \
+             add its directory to RB_MODULE_PATH (see modules/CONTRACT.md)",
+            name = self.name,
+            action = action.name(),
+            dirs = if dirs.is_empty() {
+                "(no directory)".into()
+            } else {
+                dirs.join(", ")
+            }
+        )
+    }
+}
+
+/// Checks a module name: letters, digits, `_`, `-`, `.`, not starting with `.` or `-`.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let ok_chars = name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    let ok_start = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+    if ok_chars && ok_start && name.len() <= 64 {
+        Ok(())
+    } else {
+        Err(format!(
+            "module name `{name}` is not usable: use letters, digits, `_`, `-` or `.` \
+             (e.g. module=\"pvm\")"
+        ))
+    }
+}
+
+/// The search path, in order: `RB_MODULE_PATH`'s directories, `CONFIG_HOME/rb/modules`, the
+/// installed `<prefix>/share/rb/modules` beside `<prefix>/bin/agent`, and the source tree's
+/// `modules/` (an agent run from `<tree>/target/<profile>/`, or the tree it was built from).
+pub fn search_dirs(
+    module_path: Option<&OsStr>,
+    config_home: Option<&Path>,
+    agent_exe: &Path,
+    built_from: Option<&Path>,
+) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = module_path
+        .map(|p| {
+            std::env::split_paths(p)
+                .filter(|d| d.is_absolute())
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(home) = config_home {
+        dirs.push(home.join("rb/modules"));
+    }
+    if let Some(bin) = agent_exe.parent() {
+        if let Some(prefix) = bin.parent() {
+            dirs.push(prefix.join("share/rb/modules"));
+            if let Some(tree) = prefix.parent().filter(|_| prefix.ends_with("target")) {
+                dirs.push(tree.join("modules"));
+            }
+        }
+    }
+    if let Some(tree) = built_from {
+        dirs.push(tree.join("modules"));
+    }
+    dirs.dedup();
+    dirs
+}
+
+/// The search path of this process (environment, home, own executable).
+pub fn default_search_dirs() -> Vec<PathBuf> {
+    let config_home = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")));
+    let exe = std::env::current_exe().unwrap_or_default();
+    // The workspace root this agent was compiled in (a development build's modules/).
+    let tree = Path::new(env!("CARGO_MANIFEST_DIR")).parent();
+    search_dirs(
+        std::env::var_os("RB_MODULE_PATH").as_deref(),
+        config_home.as_deref(),
+        &exe,
+        tree,
+    )
+}
+
+/// Looks up `NAME-grow|shrink|halt` in `dirs`, each on its own, first executable wins.
+pub fn find(name: &str, dirs: &[PathBuf]) -> Programs {
+    let lookup = |action: Action| {
+        let file = format!("{name}-{}", action.name());
+        dirs.iter()
+            .map(|d| d.join(&file))
+            .find(|p| is_executable(p))
+    };
+    Programs {
+        name: name.to_string(),
+        grow: lookup(Action::Grow),
+        shrink: lookup(Action::Shrink),
+        halt: lookup(Action::Halt),
+        searched: dirs.to_vec(),
+    }
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// One module program run.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub action: Action,
+    /// Host name and address (grow, shrink).
+    pub host: Option<(String, String)>,
+    /// The allocation it is about (grow, shrink).
+    pub alloc: Option<u64>,
+    pub timeout: Duration,
+}
+
+impl Call {
+    /// "pvm-grow node03".
+    pub fn describe(&self, module: &str) -> String {
+        match &self.host {
+            Some((h, _)) => format!("{module}-{} {h}", self.action.name()),
+            None => format!("{module}-{}", self.action.name()),
+        }
+    }
+}
+
+/// A finished call: `Err` carries what went wrong, for people.
+#[derive(Debug)]
+pub struct Outcome {
+    pub call: Call,
+    pub result: Result<(), String>,
+    pub elapsed: Duration,
+}
+
+/// The runner's handle: queue calls with [`Runner::submit`]; [`Runner::skip_queued`] drops
+/// calls that have not started (job ending) except halts.
+#[derive(Clone)]
+pub struct Runner {
+    tx: mpsc::UnboundedSender<Call>,
+    skipping: Arc<AtomicBool>,
+}
+
+impl Runner {
+    pub fn submit(&self, call: Call) {
+        let _ = self.tx.send(call);
+    }
+
+    pub fn skip_queued(&self) {
+        self.skipping.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Starts the task that runs calls one at a time and sends each [`Outcome`] to `done`.
+pub fn spawn_runner<E: Send + 'static>(
+    programs: Arc<Programs>,
+    env: BTreeMap<String, String>,
+    done: mpsc::Sender<E>,
+    wrap: fn(Outcome) -> E,
+) -> Runner {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Call>();
+    let skipping = Arc::new(AtomicBool::new(false));
+    let skip = skipping.clone();
+    tokio::spawn(async move {
+        while let Some(call) = rx.recv().await {
+            if skip.load(Ordering::SeqCst) && call.action != Action::Halt {
+                let outcome = Outcome {
+                    call,
+                    result: Err("skipped: the job is ending".into()),
+                    elapsed: Duration::ZERO,
+                };
+                let _ = done.send(wrap(outcome)).await;
+                continue;
+            }
+            let started = Instant::now();
+            let result = match programs.program(call.action) {
+                Some(program) => run(program, &programs.name, &call, &env).await,
+                None => Err(programs.missing(call.action)),
+            };
+            let outcome = Outcome {
+                call,
+                result,
+                elapsed: started.elapsed(),
+            };
+            if done.send(wrap(outcome)).await.is_err() {
+                break;
+            }
+        }
+    });
+    Runner { tx, skipping }
+}
+
+/// Runs one program to completion or its time limit.
+async fn run(
+    program: &Path,
+    module: &str,
+    call: &Call,
+    env: &BTreeMap<String, String>,
+) -> Result<(), String> {
+    let what = call.describe(module);
+    let mut cmd = Command::new(program);
+    cmd.envs(env)
+        .env("RB_MODULE", module)
+        .env("RB_MODULE_ACTION", call.action.name())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    if let Some((host, address)) = &call.host {
+        cmd.arg(host)
+            .env("RB_HOST", host)
+            .env("RB_HOST_ADDRESS", address);
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("{what}: cannot run {}: {e}", program.display()))?;
+    let pgid = child.id().map(|p| p as i32);
+    let out = tokio::spawn(log_lines(child.stdout.take(), what.clone()));
+    let err = tokio::spawn(log_lines(child.stderr.take(), what.clone()));
+    let status = match tokio::time::timeout(call.timeout, child.wait()).await {
+        Ok(status) => status.map_err(|e| format!("{what}: {e}"))?,
+        Err(_) => {
+            signal_group(pgid, nix::sys::signal::Signal::SIGTERM);
+            if tokio::time::timeout(KILL_AFTER, child.wait())
+                .await
+                .is_err()
+            {
+                signal_group(pgid, nix::sys::signal::Signal::SIGKILL);
+                let _ = child.wait().await;
+            }
+            return Err(format!(
+                "{what}: timed out after {:.1} s (killed)",
+                call.timeout.as_secs_f64()
+            ));
+        }
+    };
+    // A module may leave a daemon holding its pipes: do not wait for them forever.
+    let _ = tokio::time::timeout(Duration::from_millis(200), out).await;
+    let last_err = tokio::time::timeout(Duration::from_millis(200), err)
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .flatten();
+    if status.success() {
+        return Ok(());
+    }
+    let how = describe_status(status);
+    Err(match last_err {
+        Some(line) => format!("{what}: {how}: {line}"),
+        None => format!("{what}: {how}"),
+    })
+}
+
+fn describe_status(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        _ => "failed".into(),
+    }
+}
+
+fn signal_group(pgid: Option<i32>, signal: nix::sys::signal::Signal) {
+    if let Some(pgid) = pgid {
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), signal);
+    }
+}
+
+/// Logs every line of a module's output; returns the last non-empty one.
+async fn log_lines<R: AsyncRead + Unpin>(pipe: Option<R>, what: String) -> Option<String> {
+    let mut lines = BufReader::new(pipe?).lines();
+    let mut last = None;
+    while let Ok(Some(line)) = lines.next_line().await {
+        if line.trim().is_empty() {
+            continue;
+        }
+        info!(module = %what, "{line}");
+        last = Some(line);
+    }
+    last
+}
+
+/// Logs the outcome of a call the way the agent reports it.
+pub fn log_outcome(outcome: &Outcome, module: &str) {
+    let what = outcome.call.describe(module);
+    match &outcome.result {
+        Ok(()) => info!(
+            module = %what,
+            ms = outcome.elapsed.as_millis() as u64,
+            "module done"
+        ),
+        Err(e) => warn!(module = %what, "module failed: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn search_path_order_env_then_config_then_installed_then_tree() {
+        let dirs = search_dirs(
+            Some(OsStr::new("/a:relative:/b")),
+            Some(Path::new("/home/u/.config")),
+            Path::new("/opt/rb/bin/agent"),
+            None,
+        );
+        let want: Vec<PathBuf> = [
+            "/a",
+            "/b",
+            "/home/u/.config/rb/modules",
+            "/opt/rb/share/rb/modules",
+        ]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+        assert_eq!(dirs, want, "relative entries are ignored");
+        let dirs = search_dirs(None, None, Path::new("/src/rb/target/debug/agent"), None);
+        assert_eq!(dirs.last(), Some(&PathBuf::from("/src/rb/modules")));
+    }
+
+    #[test]
+    fn find_takes_the_first_executable_of_each_program() {
+        use std::os::unix::fs::PermissionsExt;
+        let a = tempfile::tempdir().expect("tempdir");
+        let b = tempfile::tempdir().expect("tempdir");
+        let write = |dir: &Path, name: &str, mode: u32| {
+            let p = dir.join(name);
+            std::fs::write(&p, "#!/bin/sh\n").expect("write");
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).expect("chmod");
+            p
+        };
+        write(a.path(), "x-grow", 0o644); // not executable: skipped
+        let grow = write(b.path(), "x-grow", 0o755);
+        let shrink = write(a.path(), "x-shrink", 0o755);
+        write(b.path(), "x-shrink", 0o755);
+        let found = find("x", &[a.path().into(), b.path().into()]);
+        assert_eq!(found.grow, Some(grow));
+        assert_eq!(found.shrink, Some(shrink));
+        assert_eq!(found.halt, None);
+        let msg = found.missing(Action::Halt);
+        assert!(msg.contains("x-halt not found in"), "{msg}");
+        assert!(msg.contains(&a.path().display().to_string()), "{msg}");
+    }
+
+    #[test]
+    fn module_names_cannot_escape_the_search_path() {
+        assert!(check_name("pvm").is_ok());
+        assert!(check_name("lam_7.1").is_ok());
+        for bad in ["", "../x", "a/b", "-x", ".x", "a b"] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    async fn run_script(body: &str, timeout: Duration) -> Result<(), String> {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("t-grow");
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).expect("write");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let call = Call {
+            action: Action::Grow,
+            host: Some(("node03".into(), "10.0.0.3".into())),
+            alloc: Some(1),
+            timeout,
+        };
+        let env = BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
+        run(&p, "t", &call, &env).await
+    }
+
+    #[tokio::test]
+    async fn run_passes_host_and_env_and_reports_failures_with_the_last_stderr_line() {
+        let ok = run_script(
+            r#"[ "$1" = node03 ] && [ "$RB_HOST_ADDRESS" = 10.0.0.3 ] && [ "$RB_MODULE_ACTION" = grow ] && [ "$RB_MODULE" = t ]"#,
+            Duration::from_secs(5),
+        )
+        .await;
+        assert_eq!(ok, Ok(()));
+        let err = run_script(
+            "echo first >&2; echo 'no such host' >&2; exit 3",
+            Duration::from_secs(5),
+        )
+        .await
+        .expect_err("fails");
+        assert_eq!(err, "t-grow node03: exit status 3: no such host");
+        let err = run_script("read x", Duration::from_secs(5)).await;
+        assert!(err.is_err(), "stdin is /dev/null: read fails at once");
+    }
+
+    #[tokio::test]
+    async fn a_hanging_module_is_killed_at_its_time_limit() {
+        let started = Instant::now();
+        let err = run_script("trap '' TERM; sleep 30", Duration::from_millis(300))
+            .await
+            .expect_err("times out");
+        assert!(err.contains("timed out after 0.3 s"), "{err}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+}

@@ -1,0 +1,273 @@
+//! Module jobs (DESIGN.md flow 6, `modules/CONTRACT.md`): a symbolic `rsh` is recorded at
+//! the broker and refused at once (phase 1); each grant runs `NAME-grow HOST` (phase 2);
+//! a reclaim runs `NAME-shrink HOST` before the subagents' TERM/grace/KILL; the job's end
+//! runs `NAME-halt`. Failures become notes in `rb jobs`, never the end of the job.
+
+use std::{collections::HashMap, sync::Arc, time::Duration};
+
+use proto::{agent::ShimReply, msg::FromBroker, msg::ToBroker};
+use tokio::{sync::mpsc, time::Instant};
+use tracing::{info, warn};
+
+use super::Agent;
+use crate::{
+    jobenv::JobEnv,
+    listeners::Event,
+    module::{self, Action, Call, Outcome, Programs, Runner},
+};
+
+/// Calls for the same symbolic name within this window count once: PVM retries a failed
+/// start and probes the host (`rsh HOST 'echo YES'`) after one `add`.
+const REPEAT_WINDOW: Duration = Duration::from_secs(2);
+
+/// Shortest time a shrink gets, even when the reclaim's grace is shorter.
+const MIN_SHRINK_TIME: Duration = Duration::from_millis(100);
+
+/// A module job's state in the agent.
+pub(super) struct ModuleJob {
+    programs: Arc<Programs>,
+    runner: Runner,
+    timeout: Duration,
+    /// Phase-1 requests waiting at the broker: request id → symbolic name.
+    pub(super) requests: HashMap<u64, String>,
+    /// Recent phase-1 calls, for [`REPEAT_WINDOW`].
+    recent: Vec<(String, Instant)>,
+}
+
+impl ModuleJob {
+    /// Finds the module's programs and starts its runner.
+    pub(super) fn start(
+        name: &str,
+        timeout: Duration,
+        env: &JobEnv,
+        events: mpsc::Sender<Event>,
+    ) -> Self {
+        let programs = Arc::new(module::find(name, &module::default_search_dirs()));
+        let runner = module::spawn_runner(
+            programs.clone(),
+            env.vars.clone(),
+            events,
+            Event::ModuleDone,
+        );
+        Self {
+            programs,
+            runner,
+            timeout,
+            requests: HashMap::new(),
+            recent: Vec::new(),
+        }
+    }
+
+    fn name(&self) -> &str {
+        &self.programs.name
+    }
+
+    /// True when `symbolic` was asked for within [`REPEAT_WINDOW`]; records this call.
+    fn repeated(&mut self, symbolic: &str, now: Instant) -> bool {
+        self.recent
+            .retain(|(_, at)| now.duration_since(*at) < REPEAT_WINDOW);
+        let seen = self.recent.iter().any(|(s, _)| s == symbolic);
+        if !seen {
+            self.recent.push((symbolic.to_string(), now));
+        }
+        seen
+    }
+}
+
+impl Agent {
+    /// At job start: log where the programs are, note the missing ones.
+    pub(super) async fn announce_module(&mut self) {
+        let Some(m) = &self.module else { return };
+        let programs = m.programs.clone();
+        for action in [Action::Grow, Action::Shrink, Action::Halt] {
+            match programs.program(action) {
+                Some(p) => {
+                    info!(module = %programs.name, action = action.name(), path = %p.display(), "module program")
+                }
+                None => self.note(programs.missing(action)).await,
+            }
+        }
+    }
+
+    /// Phase 1: record the request at the broker and refuse the shim at once.
+    pub(super) async fn phase_one(&mut self, symbolic: String, reply: mpsc::Sender<ShimReply>) {
+        let Some(m) = self.module.as_mut() else {
+            return;
+        };
+        if m.programs.grow.is_none() {
+            let message = m.programs.missing(Action::Grow);
+            let _ = reply.send(ShimReply::Refused { message }).await;
+            return;
+        }
+        let message = format!(
+            "request recorded; the {} module will add the host when one is granted",
+            m.name()
+        );
+        let _ = reply.send(ShimReply::Refused { message }).await;
+        if m.repeated(&symbolic, Instant::now()) {
+            return;
+        }
+        let req = self.next_req;
+        self.next_req += 1;
+        m.requests.insert(req, symbolic.clone());
+        info!(req, %symbolic, "phase 1: request recorded");
+        self.tell_broker(ToBroker::Allocate { req, symbolic }).await;
+    }
+
+    /// Phase 2 for a granted host: `NAME-grow HOST`. True when `req` was a module request.
+    pub(super) fn phase_two(&mut self, req: u64, alloc: u64, host: &str, address: &str) -> bool {
+        let Some(m) = self.module.as_mut() else {
+            return false;
+        };
+        if m.requests.remove(&req).is_none() {
+            return false;
+        }
+        m.runner.submit(Call {
+            action: Action::Grow,
+            host: Some((host.to_string(), address.to_string())),
+            alloc: Some(alloc),
+            timeout: m.timeout,
+        });
+        true
+    }
+
+    /// A refused module request: a note (no shim is waiting). True when it was one.
+    pub(super) async fn module_refused(&mut self, req: u64, message: &str) -> bool {
+        let Some(m) = self.module.as_mut() else {
+            return false;
+        };
+        let Some(symbolic) = m.requests.remove(&req) else {
+            return false;
+        };
+        self.note(format!("{symbolic}: {message}")).await;
+        true
+    }
+
+    /// Reclaim of a module job's host: `NAME-shrink HOST` first, by the deadline.
+    /// False when this is not a module job (the caller ends the subagents itself).
+    pub(super) fn module_shrink(&mut self, alloc: u64, grace_ms: u64) -> bool {
+        let Some(m) = self.module.as_ref() else {
+            return false;
+        };
+        let Some(a) = self.allocs.get_mut(&alloc) else {
+            return false;
+        };
+        let grace = Duration::from_millis(grace_ms);
+        a.reclaiming = true;
+        a.deadline = Some(Instant::now() + grace);
+        m.runner.submit(Call {
+            action: Action::Shrink,
+            host: Some((a.host.clone(), a.address.clone())),
+            alloc: Some(alloc),
+            timeout: grace.max(MIN_SHRINK_TIME),
+        });
+        true
+    }
+
+    /// A module program finished.
+    pub(super) async fn module_done(&mut self, outcome: Outcome) {
+        let Some(m) = &self.module else { return };
+        module::log_outcome(&outcome, m.name());
+        if let Err(e) = &outcome.result {
+            self.note(e.clone()).await;
+        }
+        let Some(alloc) = outcome.call.alloc else {
+            return;
+        };
+        match outcome.call.action {
+            Action::Grow if outcome.result.is_err() => self.drop_if_idle(alloc).await,
+            Action::Grow => {}
+            Action::Shrink => self.after_shrink(alloc).await,
+            Action::Halt => {}
+        }
+    }
+
+    /// A host the job did not take (grow failed): back to the broker unless in use.
+    async fn drop_if_idle(&mut self, alloc: u64) {
+        let Some(a) = self.allocs.get(&alloc) else {
+            return;
+        };
+        if !a.subs.is_empty() {
+            return;
+        }
+        let reclaiming = a.reclaiming;
+        self.allocs.remove(&alloc);
+        self.write_hosts();
+        let msg = match reclaiming {
+            true => ToBroker::Released { alloc },
+            false => ToBroker::GiveBack { alloc },
+        };
+        self.tell_broker(msg).await;
+    }
+
+    /// After `NAME-shrink`: released if nothing is left there, else the subagents end what
+    /// is left within what remains of the grace period.
+    async fn after_shrink(&mut self, alloc: u64) {
+        let Some(a) = self.allocs.get(&alloc) else {
+            return;
+        };
+        if a.subs.is_empty() {
+            self.allocs.remove(&alloc);
+            self.write_hosts();
+            return self.tell_broker(ToBroker::Released { alloc }).await;
+        }
+        let left = a.deadline.map_or(Duration::ZERO, |d| {
+            d.saturating_duration_since(Instant::now())
+        });
+        for tx in a.subs.values() {
+            let _ = tx
+                .send(FromBroker::Terminate {
+                    grace_ms: left.as_millis() as u64,
+                })
+                .await;
+        }
+    }
+
+    /// Job end: drop queued grows/shrinks, run `NAME-halt` and wait for it (subagents that
+    /// end meanwhile are noted).
+    pub(super) async fn module_halt(&mut self, events: &mut mpsc::Receiver<Event>) {
+        let Some(m) = &self.module else { return };
+        m.runner.skip_queued();
+        m.runner.submit(Call {
+            action: Action::Halt,
+            host: None,
+            alloc: None,
+            timeout: m.timeout,
+        });
+        let limit = m.timeout + Duration::from_secs(3);
+        let deadline = Instant::now() + limit;
+        loop {
+            match tokio::time::timeout_at(deadline, events.recv()).await {
+                Ok(Some(Event::ModuleDone(outcome))) => {
+                    let halted = outcome.call.action == Action::Halt;
+                    if let Some(m) = &self.module {
+                        module::log_outcome(&outcome, m.name());
+                    }
+                    if let Err(e) = &outcome.result {
+                        if !e.starts_with("skipped") {
+                            self.note(e.clone()).await;
+                        }
+                    }
+                    if halted {
+                        return;
+                    }
+                }
+                Ok(Some(Event::SubGone { alloc, sub })) => {
+                    if let Some(a) = self.allocs.get_mut(&alloc) {
+                        a.subs.remove(&sub);
+                    }
+                }
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => {
+                    return warn!("the module's halt did not report back in time");
+                }
+            }
+        }
+    }
+
+    /// Something people should see: the agent log and `rb jobs`.
+    pub(super) async fn note(&mut self, text: String) {
+        warn!("{text}");
+        self.tell_broker(ToBroker::JobNote { text }).await;
+    }
+}
