@@ -55,6 +55,7 @@ pub const TAG_VAR: &str = "RB_SUBAGENT_TAG";
 
 /// Runs the front and forks the guardian; returns the exit code for the front.
 pub fn run(cfg: SubagentConfig) -> i32 {
+    unblock_signals();
     let tag = format!("{}.{}", cfg.alloc, std::process::id());
     let mut child = match Command::new("/bin/sh")
         .arg("-c")
@@ -98,6 +99,17 @@ pub fn run(cfg: SubagentConfig) -> i32 {
             wait_code(child.wait())
         }
     }
+}
+
+/// Gives the command (and the guardian) an empty signal mask and the default SIGTERM
+/// action. netkit's in.rshd starts remote commands with SIGTERM *blocked*, and the mask is
+/// inherited across fork and exec: a reclaim's SIGTERM would then never arrive, and every
+/// reclaim would wait out the grace period for SIGKILL.
+fn unblock_signals() {
+    use nix::sys::signal::{signal, SigHandler, SigSet, SigmaskHow};
+    let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
+    // SAFETY: single-threaded here; SIG_DFL installs no handler code.
+    let _ = unsafe { signal(Signal::SIGTERM, SigHandler::SigDfl) };
 }
 
 /// rsh-style exit code of a finished command.

@@ -38,6 +38,7 @@ pub fn lab(state_dir: &Path, hosts: usize) -> std::io::Result<LabConfig> {
             ssh_command: vec!["ssh".into()],
             rsh_command: vec!["rsh".into()],
             job_shell: None,
+            reclaim_grace: Duration::from_secs(5),
         },
         hosts,
     })

@@ -121,16 +121,20 @@ fn job_desk(lab: &LabConfig, spec: &LaunchSpec) -> anyhow::Result<jobs::JobDesk>
     let (writer, previous) =
         persist::StoreWriter::open(&db).with_context(|| format!("cannot open {}", db.display()))?;
     let now = std::time::Instant::now();
+    let config = alloc::AllocConfig {
+        reclaim_grace: lab.broker.reclaim_grace,
+        ..alloc::AllocConfig::default()
+    };
     let allocator = match previous {
         Some(snap) => {
-            let (a, dropped) = alloc::Allocator::restore(snap, alloc::AllocConfig::default(), now);
+            let (a, dropped) = alloc::Allocator::restore(snap, config, now);
             for why in dropped {
                 tracing::warn!(%why, "dropped an inconsistent record while restoring state");
             }
             info!(jobs = a.jobs().len(), "restored broker state");
             a
         }
-        None => alloc::Allocator::new(),
+        None => alloc::Allocator::with_config(config),
     };
     let desk = jobs::JobDesk::new(
         allocator,

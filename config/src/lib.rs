@@ -91,6 +91,9 @@ pub struct BrokerSettings {
     /// Remote shell that jobs' shims use to reach allocated hosts, when it differs from the
     /// transport's (e.g. daemons over ssh, jobs over rsh); `None` = the transport's.
     pub job_shell: Option<Vec<String>>,
+    /// How long a job's processes get between SIGTERM and SIGKILL when the policy takes a
+    /// host back (another job's turn, an owner returns).
+    pub reclaim_grace: Duration,
 }
 
 /// One validated `[[host]]` entry.

@@ -34,6 +34,8 @@ pub struct RawBroker {
     pub rsh_command: Option<Spanned<Vec<String>>>,
     #[serde(default)]
     pub job_shell: Option<Spanned<Vec<String>>>,
+    #[serde(default)]
+    pub reclaim_grace_s: Option<Spanned<f64>>,
 }
 
 #[derive(Debug, Deserialize)]

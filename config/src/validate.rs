@@ -106,7 +106,16 @@ fn broker(ctx: &Ctx, raw: RawBroker) -> Result<BrokerSettings, ConfigError> {
         0.1,
         3600.0,
     )?;
+    let reclaim_grace = seconds(
+        ctx,
+        &raw.reclaim_grace_s,
+        "broker.reclaim_grace_s",
+        5.0,
+        0.0,
+        3600.0,
+    )?;
     Ok(BrokerSettings {
+        reclaim_grace,
         listen,
         transport,
         state_dir: expand_home(raw.state_dir.get_ref()),

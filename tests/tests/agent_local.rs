@@ -339,3 +339,30 @@ fn another_uid_cannot_use_a_jobs_agent_socket() {
     let _ = job.kill();
     let _ = job.wait();
 }
+
+#[test]
+fn a_command_started_with_sigterm_blocked_gets_it_unblocked() {
+    // As under netkit's in.rshd, which starts remote commands with SIGTERM blocked: the
+    // subagent must unblock it, or a reclaim's SIGTERM never arrives.
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import os,signal,sys; signal.pthread_sigmask(signal.SIG_BLOCK,[signal.SIGTERM]); \
+             os.execv(sys.argv[1], sys.argv[1:])",
+        ])
+        .arg(bin("rb-subagent"))
+        .args([
+            "--agent",
+            "127.0.0.1:1",
+            "--alloc",
+            "1",
+            "--secret-file",
+            "/nonexistent",
+            "-c",
+            "exec grep SigBlk /proc/self/status",
+        ])
+        .output()
+        .expect("python3 starts the subagent with SIGTERM blocked");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.trim(), "SigBlk:\t0000000000000000");
+}

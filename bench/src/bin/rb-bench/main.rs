@@ -1,6 +1,8 @@
 //! `rb-bench`: runs the resource-layer benchmarks and prints their BENCHMARKS.md sections.
 //! Every figure is measured beside its baseline in the same run. Lab sections need root.
 
+mod agent;
+
 use std::{
     path::Path,
     process::{Command, Stdio},
@@ -24,17 +26,33 @@ struct Args {
     /// Repetitions for latency measurements.
     #[arg(long, default_value_t = 10)]
     reps: usize,
+    /// Repetitions for the agent-layer (paper Table 1/2) measurements.
+    #[arg(long, default_value_t = 20)]
+    agent_reps: usize,
+    /// Run only these sections (resource, agent); default all.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    println!("## Resource layer (broker, host daemons)\n");
-    broker_load(&args.hosts)?;
-    hostd_footprint()?;
-    if tests::is_root() {
-        lab_latencies(args.reps)?;
-    } else {
-        println!("### Lab latencies\n\nskipped: needs root (network namespaces)\n");
+    let wanted = |s: &str| args.only.is_empty() || args.only.iter().any(|o| o == s);
+    if wanted("resource") {
+        println!("## Resource layer (broker, host daemons)\n");
+        broker_load(&args.hosts)?;
+        hostd_footprint()?;
+        if tests::is_root() {
+            lab_latencies(args.reps)?;
+        } else {
+            println!("### Lab latencies\n\nskipped: needs root (network namespaces)\n");
+        }
+    }
+    if wanted("agent") {
+        if tests::is_root() {
+            agent::run(args.agent_reps)?;
+        } else {
+            println!("## Agent layer\n\nskipped: needs root (network namespaces)\n");
+        }
     }
     Ok(())
 }

@@ -1,0 +1,418 @@
+//! Agent-layer benchmarks: the paper's Table 1 (a remote command the real way, through the
+//! shim, and as `anyLinux`), Table 2 (`anyLinux` when every host is held by an adaptive
+//! job and one must be reclaimed first), over real rsh and real ssh between lab hosts, and
+//! the resident memory of the agent and the subagent.
+//!
+//! Setting, as in the paper: commands are issued on one machine (node02, where the lab user
+//! runs the agent) and run on another (node03, the only host the broker manages). Each
+//! command is timed inside node02 by `rb-timeit`, so only the command itself is measured.
+
+use std::{path::Path, process::Output, time::Duration};
+
+use bench::{
+    procstat,
+    stats::{summarize, Summary},
+};
+use tests::{
+    bin,
+    labtier::{lab_file_with, LabOptions, LabWithBroker, TEST_TIMING},
+    wait_until, Broker,
+};
+
+const FRONT_END: &str = "node02";
+const TARGET: &str = "node03";
+/// The broker's reclaim grace in these runs (`reclaim_grace_s`).
+const GRACE_S: f64 = 1.0;
+
+pub fn run(reps: usize) -> anyhow::Result<()> {
+    println!("## Agent layer (agent, rsh shim, subagents)\n");
+    println!("Real hosts: network namespaces with their own sshd and in.rshd (netkit), the lab user `rblab` on node02 issues every command, node03 runs it (the only host the broker manages, as `n01` in the paper). Each command is timed inside node02 by `rb-timeit` (fork+exec+wait, stdio on /dev/null). `loop` is a ~1 s CPU loop (`awk`, calibrated at the start), `null` is `true`. Shim pass-through = our `rsh` with `RB_REAL_RSH` naming the real remote shell; `anyLinux` = inside a job under `agent`, i.e. allocation by the broker, the real remote shell, a subagent on node03, and the host given back when the command ends. Medians of {reps} runs (min–max). The paper's figures (16 PentiumPro 200 MHz, Fast Ethernet, 1998) beside ours.\n");
+    let spec = lab::LabSpec {
+        hosts: 2,
+        rsh: true,
+        ..lab::LabSpec::default()
+    };
+    let mut lab = lab::Lab::up(&spec).map_err(|e| anyhow::anyhow!("lab up: {e}"))?;
+    let loop_cmd = calibrated_loop()?;
+    let mut table1 = Vec::new();
+    let mut table2 = Vec::new();
+    let mut memory = None;
+    for transport in ["rsh", "ssh"] {
+        let env = start_broker(lab, transport);
+        table1.extend(table_one(&env, transport, &loop_cmd, reps)?);
+        table2.extend(table_two(&env, transport, &loop_cmd, reps)?);
+        if memory.is_none() {
+            memory = Some(footprint(&env)?);
+        }
+        let LabWithBroker { broker, lab: l } = env;
+        drop(broker);
+        lab = l;
+    }
+    print_table1(&table1);
+    print_table2(&table2);
+    if let Some(rows) = memory {
+        print_memory(&rows);
+    }
+    lab.down().map_err(|e| anyhow::anyhow!("lab down: {e}"))?;
+    Ok(())
+}
+
+/// A broker whose jobs use `transport` (daemons always over ssh), managing node03 only.
+fn start_broker(lab: lab::Lab, transport: &str) -> LabWithBroker {
+    let mut opts = LabOptions::new(&[], TEST_TIMING);
+    opts.rsh = true;
+    opts.job_shell = Some(vec![transport.to_string()]);
+    opts.unmanaged = vec![FRONT_END.to_string()];
+    let text = lab_file_with(&lab, &opts).replacen(
+        "[broker]\n",
+        &format!("[broker]\nreclaim_grace_s = {GRACE_S}\n"),
+        1,
+    );
+    let broker = Broker::start(&text);
+    broker.wait_all_up(Duration::from_secs(20));
+    LabWithBroker { broker, lab }
+}
+
+/// An awk loop that runs for about one second on this machine.
+fn calibrated_loop() -> anyhow::Result<String> {
+    let probe = 20_000_000u64;
+    let started = std::time::Instant::now();
+    let status = std::process::Command::new("awk")
+        .arg(format!("BEGIN{{for(i=0;i<{probe};i++)s+=i}}"))
+        .status()?;
+    anyhow::ensure!(status.success(), "awk failed");
+    let per_iter = started.elapsed().as_secs_f64() / probe as f64;
+    let n = (1.0 / per_iter) as u64;
+    Ok(format!("awk 'BEGIN{{for(i=0;i<{n};i++)s+=i}}'"))
+}
+
+struct Row {
+    label: String,
+    paper: &'static str,
+    ms: Summary,
+    failures: usize,
+}
+
+fn parse_times(out: &Output, what: &str) -> anyhow::Result<(Vec<f64>, usize)> {
+    let text = String::from_utf8_lossy(&out.stdout);
+    let times: Vec<f64> = text.lines().filter_map(|l| l.parse().ok()).collect();
+    let failures = text.lines().filter(|l| l.starts_with("fail")).count();
+    if times.is_empty() {
+        anyhow::bail!(
+            "{what}: no successful run ({failures} failed)\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok((times, failures))
+}
+
+fn row(label: String, paper: &'static str, (times, failures): (Vec<f64>, usize)) -> Row {
+    Row {
+        label,
+        paper,
+        ms: summarize(&times).expect("non-empty"),
+        failures,
+    }
+}
+
+/// `rb-timeit REPS ARGV…` run by the lab user on the front end, outside any job.
+fn time_direct(
+    env: &LabWithBroker,
+    reps: usize,
+    argv: &[&str],
+    vars: &[(&str, &str)],
+) -> anyhow::Result<(Vec<f64>, usize)> {
+    let timeit = bin("rb-timeit").display().to_string();
+    let reps = reps.to_string();
+    let mut all = vec![timeit.as_str(), reps.as_str()];
+    all.extend_from_slice(argv);
+    let mut cmd = env
+        .lab
+        .command(FRONT_END, &all, true)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    cmd.envs(vars.iter().copied());
+    parse_times(&cmd.output()?, &argv.join(" "))
+}
+
+/// `rb-timeit REPS ARGV…` as the app of a job under `agent` on the front end.
+fn time_in_job(
+    env: &LabWithBroker,
+    agent_args: &[&str],
+    reps: usize,
+    argv: &[&str],
+) -> anyhow::Result<(Vec<f64>, usize)> {
+    let timeit = bin("rb-timeit").display().to_string();
+    let reps = reps.to_string();
+    let mut all = vec![timeit.as_str(), reps.as_str()];
+    all.extend_from_slice(argv);
+    let out = env.agent_as_user(FRONT_END, agent_args, &all).output()?;
+    parse_times(&out, &argv.join(" "))
+}
+
+fn table_one(
+    env: &LabWithBroker,
+    transport: &str,
+    loop_cmd: &str,
+    reps: usize,
+) -> anyhow::Result<Vec<Row>> {
+    let shim = bin("rsh").display().to_string();
+    let real = format!("[\"{transport}\"]");
+    let mut rows = Vec::new();
+    for (cmd, papers) in [
+        ("true", ["0.4 s", "0.6 s", "0.6 s"]),
+        (loop_cmd, ["36.9 s", "37.0 s", "37.1 s"]),
+    ] {
+        let name = if cmd == "true" { "null" } else { "loop" };
+        rows.push(row(
+            format!("`{transport} {TARGET} {name}` (real {transport}, baseline)"),
+            papers[0],
+            time_direct(env, reps, &[transport, TARGET, cmd], &[])?,
+        ));
+        rows.push(row(
+            format!("`rsh {TARGET} {name}` (shim → {transport})"),
+            papers[1],
+            time_direct(env, reps, &[&shim, TARGET, cmd], &[("RB_REAL_RSH", &real)])?,
+        ));
+        rows.push(row(
+            format!("`rsh anyLinux {name}` (job over {transport})"),
+            papers[2],
+            time_in_job(env, &[], reps, &["rsh", "anyLinux", cmd])?,
+        ));
+    }
+    Ok(rows)
+}
+
+/// Table 2: every rep starts with node03 held by an adaptive job whose process there
+/// either ends at SIGTERM or ignores it (then SIGKILL after the grace period).
+fn table_two(
+    env: &LabWithBroker,
+    transport: &str,
+    loop_cmd: &str,
+    reps: usize,
+) -> anyhow::Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for (holder_cmd, cmd, label, paper) in [
+        (
+            "exec sleep 1000",
+            "true",
+            "null; holder ends at SIGTERM",
+            "1.5 s",
+        ),
+        (
+            "trap \"\" TERM; sleep 1000",
+            "true",
+            "null; holder ignores SIGTERM (SIGKILL after the grace)",
+            "-",
+        ),
+        (
+            "exec sleep 1000",
+            loop_cmd,
+            "loop; holder ends at SIGTERM",
+            "37.9 s",
+        ),
+    ] {
+        let times = reclaim_runs(env, holder_cmd, cmd, reps)?;
+        rows.push(row(
+            format!("`rsh anyLinux {label}` (job over {transport})"),
+            paper,
+            times,
+        ));
+    }
+    Ok(rows)
+}
+
+fn reclaim_runs(
+    env: &LabWithBroker,
+    holder_cmd: &str,
+    cmd: &str,
+    reps: usize,
+) -> anyhow::Result<(Vec<f64>, usize)> {
+    // The holder re-requests the host each time it loses it, so it gets it back after
+    // every measured command.
+    let holder_app = format!("while :; do rsh anyLinux '{holder_cmd}'; sleep 0.05; done");
+    let mut holder = env
+        .agent_as_user(
+            FRONT_END,
+            &["--rsl", "&(adaptive=yes)"],
+            &["sh", "-c", &holder_app],
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let mut times = Vec::new();
+    let mut failures = 0;
+    for _ in 0..reps {
+        if !wait_held_by_adaptive_job(&env.broker) || !wait_holder_running(env) {
+            anyhow::bail!("the adaptive holder job never got {TARGET}");
+        }
+        let (t, f) = time_in_job(env, &[], 1, &["rsh", "anyLinux", cmd])?;
+        times.extend(t);
+        failures += f;
+    }
+    let _ = env.lab.kill_spawned(&mut holder);
+    // Its agent is gone: wait until the broker has taken the host back and the holder's
+    // subagent has ended its last process (a stale one would pass for the next holder's).
+    wait_until(Duration::from_secs(20), || {
+        host_holders(&env.broker).is_empty().then_some(())
+    });
+    wait_until(Duration::from_secs(20), || {
+        let out = env.lab.exec(TARGET, &["pgrep", "-u", "rblab"]).ok()?;
+        (!out.status.success()).then_some(())
+    });
+    Ok((times, failures))
+}
+
+/// Jobs holding hosts: `(adaptive, hosts)` per running job.
+fn host_holders(broker: &Broker) -> Vec<(bool, Vec<String>)> {
+    let out = broker.rb(&["jobs", "--json"]);
+    let jobs: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    jobs.iter()
+        .filter(|j| j["state"] == "running")
+        .filter_map(|j| {
+            let hosts: Vec<String> = serde_json::from_value(j["hosts"].clone()).ok()?;
+            let adaptive = j["spec"]["parts"][0]["adaptive"].as_bool().unwrap_or(false);
+            (!hosts.is_empty()).then_some((adaptive, hosts))
+        })
+        .collect()
+}
+
+/// The holder's `sleep` runs on node03 (a grant alone is not enough: its remote shell may
+/// not have started the command yet, and a reclaim before that is free).
+fn wait_holder_running(env: &LabWithBroker) -> bool {
+    let running = wait_until(Duration::from_secs(20), || {
+        let out = env
+            .lab
+            .exec(TARGET, &["pgrep", "-u", "rblab", "-x", "sleep"])
+            .ok()?;
+        out.status.success().then_some(())
+    });
+    // Let its subagent's guardian connect to the holder's agent.
+    std::thread::sleep(Duration::from_millis(100));
+    running.is_some()
+}
+
+fn wait_held_by_adaptive_job(broker: &Broker) -> bool {
+    wait_until(Duration::from_secs(20), || {
+        let holders = host_holders(broker);
+        (holders.len() == 1 && holders[0].0).then_some(())
+    })
+    .is_some()
+}
+
+/// RSS of the agent, the subagent (front and guardian) and baselines, while a job runs a
+/// command on node03.
+fn footprint(env: &LabWithBroker) -> anyhow::Result<Vec<(String, String)>> {
+    let mut job = env
+        .agent_as_user(FRONT_END, &[], &["rsh", "anyLinux", "sleep 3"])
+        .stdout(std::process::Stdio::null())
+        .spawn()?;
+    std::thread::sleep(Duration::from_millis(1500));
+    let uid = env.lab.user().uid;
+    let mut rows = Vec::new();
+    for (name, path) in [
+        ("agent (node02)", bin("agent")),
+        (
+            "rb-subagent: front and guardian (node03)",
+            bin("rb-subagent"),
+        ),
+        (
+            "netkit rsh client (node02, baseline)",
+            "/usr/bin/netkit-rsh".into(),
+        ),
+        ("sleep (node03, baseline)", "/usr/bin/sleep".into()),
+    ] {
+        let mut kbs = rss_of(uid, &path);
+        kbs.sort_unstable();
+        let shown: Vec<String> = kbs
+            .iter()
+            .map(|kb| format!("{:.1} MiB", *kb as f64 / 1024.0))
+            .collect();
+        rows.push((name.to_string(), shown.join(", ")));
+    }
+    let _ = job.wait();
+    Ok(rows)
+}
+
+/// VmRSS (KiB) of every process of `uid` running `exe`.
+fn rss_of(uid: u32, exe: &Path) -> Vec<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let want = exe.canonicalize().unwrap_or_else(|_| exe.to_path_buf());
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            (e.metadata().ok()?.uid() == uid).then_some(())?;
+            let target = std::fs::read_link(e.path().join("exe")).ok()?;
+            (target == want).then_some(())?;
+            procstat::rss_kb(pid)
+        })
+        .collect()
+}
+
+fn show(s: &Summary) -> String {
+    if s.median >= 1000.0 {
+        format!(
+            "{:.3} s ({:.3}–{:.3})",
+            s.median / 1000.0,
+            s.min / 1000.0,
+            s.max / 1000.0
+        )
+    } else {
+        format!("{:.1} ms ({:.1}–{:.1})", s.median, s.min, s.max)
+    }
+}
+
+fn print_rows(rows: &[Row]) {
+    println!("| command | ours: median (min–max) | runs | paper |");
+    println!("|---|---|---:|---:|");
+    for r in rows {
+        let runs = match r.failures {
+            0 => r.ms.n.to_string(),
+            f => format!("{} ({f} failed)", r.ms.n),
+        };
+        println!("| {} | {} | {runs} | {} |", r.label, show(&r.ms), r.paper);
+    }
+    println!();
+}
+
+fn print_table1(rows: &[Row]) {
+    println!("### Table 1: performance of `rsh`\n");
+    print_rows(rows);
+    let by = |needle: &str| {
+        rows.iter()
+            .find(|r| r.label.contains(needle))
+            .map(|r| r.ms.median)
+    };
+    for t in ["rsh", "ssh"] {
+        let real = by(&format!("`{t} {TARGET} null` (real"));
+        let shim = by(&format!("(shim → {t})"));
+        let any = by(&format!("`rsh anyLinux null` (job over {t})"));
+        if let (Some(real), Some(shim), Some(any)) = (real, shim, any) {
+            println!(
+                "Over {t}: shim pass-through costs {:+.1} ms (target ≤ +1 ms), `anyLinux` {:+.1} ms (target ≤ +5 ms) over the real {t}.\n",
+                shim - real,
+                any - real
+            );
+        }
+    }
+}
+
+fn print_table2(rows: &[Row]) {
+    println!("### Table 2: performance of reallocation\n");
+    println!("Before every run node03 is held by another, adaptive job (`agent --rsl '&(adaptive=yes)'` running `rsh anyLinux 'sleep 1000'` in a loop, so it takes the host back after each run). The broker reclaims it (grace period {GRACE_S} s, `reclaim_grace_s`): SIGTERM to the holder's process group on node03, SIGKILL after the grace period if it is still there; the host is granted only once the holder's agent confirms its processes are gone. Target: reclaim + regrant ≤ grace + 20 ms.\n");
+    print_rows(rows);
+}
+
+fn print_memory(rows: &[(String, String)]) {
+    println!("### Agent and subagent memory\n");
+    println!("Resident set size of each process of a job running `rsh anyLinux 'sleep 3'` (measured 1.5 s in; release build). Target: < 8 MB each.\n");
+    println!("| process | RSS |");
+    println!("|---|---:|");
+    for (name, shown) in rows {
+        println!("| {name} | {shown} |");
+    }
+    println!();
+}
