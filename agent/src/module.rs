@@ -281,6 +281,11 @@ async fn run(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    if call.action == Action::Shrink {
+        // What the module may spend itself, a little below the agent's limit.
+        let budget = call.timeout.as_secs_f64() * 0.9;
+        cmd.env("RB_SHRINK_TIMEOUT_S", format!("{budget:.1}"));
+    }
     if let Some((host, address)) = &call.host {
         cmd.arg(host)
             .env("RB_HOST", host)

@@ -284,7 +284,9 @@ impl Agent {
             return;
         };
         a.subs.remove(&sub);
-        if !a.subs.is_empty() {
+        // A module job keeps its hosts between remote commands (LAM probes a host before
+        // it boots a daemon there): they go back on reclaim or at job end.
+        if !a.subs.is_empty() || (self.module.is_some() && !a.reclaiming) {
             return;
         }
         let reclaiming = a.reclaiming;

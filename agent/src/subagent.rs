@@ -102,9 +102,10 @@ pub fn run(cfg: SubagentConfig) -> i32 {
 }
 
 /// Gives the command (and the guardian) an empty signal mask and the default SIGTERM
-/// action. netkit's in.rshd starts remote commands with SIGTERM *blocked*, and the mask is
-/// inherited across fork and exec: a reclaim's SIGTERM would then never arrive, and every
-/// reclaim would wait out the grace period for SIGKILL.
+/// action. A remote-shell daemon may start commands with SIGTERM *blocked* (an inetd
+/// started with a blocked mask passes it on through in.rshd), and the mask is inherited
+/// across fork and exec: a reclaim's SIGTERM would then never arrive, and every reclaim
+/// would wait out the grace period for SIGKILL.
 fn unblock_signals() {
     use nix::sys::signal::{signal, SigHandler, SigSet, SigmaskHow};
     let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);

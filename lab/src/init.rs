@@ -79,7 +79,7 @@ pub fn main(args: &[String]) -> i32 {
         return 64;
     }
     // Block the signals we wait for before starting anything, so none is lost.
-    // Children get an empty mask back: std's Command resets it before exec.
+    // Children get an empty mask back in `spawn` (std's Command keeps the mask).
     let mut set = SigSet::empty();
     for s in [Signal::SIGCHLD, Signal::SIGTERM] {
         set.add(s);
@@ -139,7 +139,21 @@ fn start_daemons(a: &InitArgs) {
 }
 
 fn spawn(host: &str, cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
     cmd.stdin(Stdio::null());
+    // A daemon started with SIGCHLD/SIGTERM blocked never reaps its children (inetd left
+    // every in.rshd a zombie) and passes the blocked SIGTERM on to every remote command.
+    // SAFETY: between fork and exec; sigprocmask is async-signal-safe and allocates nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::signal::sigprocmask(
+                nix::sys::signal::SigmaskHow::SIG_SETMASK,
+                Some(&SigSet::empty()),
+                None,
+            )
+            .map_err(std::io::Error::from)
+        });
+    }
     if let Err(e) = cmd.spawn() {
         eprintln!(
             "rb-lab-init[{host}]: cannot start {:?}: {e}",

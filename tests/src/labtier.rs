@@ -174,7 +174,10 @@ impl LabWithBroker {
             .lab
             .command(host, &argv, true)
             .unwrap_or_else(|e| panic!("agent in {host}: {e}"));
-        cmd.stdin(std::process::Stdio::null());
+        cmd.stdin(std::process::Stdio::null()).env(
+            "RB_LOG",
+            std::env::var("RB_LOG").unwrap_or_else(|_| "info".into()),
+        );
         cmd
     }
 

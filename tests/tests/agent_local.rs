@@ -342,7 +342,7 @@ fn another_uid_cannot_use_a_jobs_agent_socket() {
 
 #[test]
 fn a_command_started_with_sigterm_blocked_gets_it_unblocked() {
-    // As under netkit's in.rshd, which starts remote commands with SIGTERM blocked: the
+    // As under an inetd started with SIGTERM blocked (in.rshd passes the mask on): the
     // subagent must unblock it, or a reclaim's SIGTERM never arrives.
     let out = Command::new("python3")
         .args([
