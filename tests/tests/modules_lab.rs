@@ -249,7 +249,12 @@ fn pvm_grows_onto_any_linux_shrinks_on_release_and_halts_at_job_end() {
     // Job end: pvm-halt; no pvmd anywhere.
     std::fs::write(env.lab.user().home.join("pvm-stop"), "").expect("stop");
     let out = finish(&env, job.take().expect("job"));
-    let left = leftovers(&env, "pvmd3?");
+    // Give the host's init a moment to reap what the halt ended.
+    let left = wait_until(Duration::from_secs(5), || {
+        let left = leftovers(&env, "pvmd3?");
+        left.is_empty().then_some(left)
+    })
+    .unwrap_or_else(|| leftovers(&env, "pvmd3?"));
     assert!(
         left.is_empty(),
         "pvmds left after the job: {left:?}\nagent log:\n{}",
@@ -320,7 +325,12 @@ fn lam_grows_onto_any_linux_shrinks_on_release_and_halts() {
     );
     std::fs::write(env.lab.user().home.join("lam-stop"), "").expect("stop");
     let out = finish(&env, job.take().expect("job"));
-    let left = leftovers(&env, "lamd");
+    // Give the host's init a moment to reap what the halt ended.
+    let left = wait_until(Duration::from_secs(5), || {
+        let left = leftovers(&env, "lamd");
+        left.is_empty().then_some(left)
+    })
+    .unwrap_or_else(|| leftovers(&env, "lamd"));
     assert!(
         left.is_empty(),
         "lamds left after the job: {left:?}\nagent log:\n{}",
