@@ -319,12 +319,37 @@ pub fn tagged_processes(tag: &str) -> Vec<i32> {
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok().map(|p| (p, e)))
         .filter(|(pid, e)| *pid != me && e.metadata().is_ok_and(|m| m.uid() == uid))
-        .filter(|(_, e)| {
-            std::fs::read(e.path().join("environ"))
-                .is_ok_and(|env| env.windows(needle.len()).any(|w| w == needle.as_slice()))
-        })
+        .filter(|(_, e)| has_tag(&e.path(), &needle))
         .map(|(pid, _)| pid)
         .collect()
+}
+
+fn is_zombie_or_gone(proc_dir: &std::path::Path) -> bool {
+    let Ok(stat) = std::fs::read_to_string(proc_dir.join("stat")) else {
+        return true;
+    };
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, r)| r.split_whitespace().next());
+    matches!(state, Some("Z" | "X") | None)
+}
+
+/// Whether `/proc/PID/environ` holds `needle`. While a process is in the middle of
+/// `execve` its environ cannot be read (nor is it empty): retry a few times so a daemon
+/// caught exec'ing is not taken for gone.
+fn has_tag(proc_dir: &std::path::Path, needle: &[u8]) -> bool {
+    for _ in 0..5 {
+        match std::fs::read(proc_dir.join("environ")) {
+            Ok(env) if !env.is_empty() => {
+                return env.windows(needle.len()).any(|w| w == needle);
+            }
+            // Empty: a zombie or a kernel thread (or an exec in progress). Gone: nothing.
+            Ok(_) if is_zombie_or_gone(proc_dir) => return false,
+            Err(_) if !proc_dir.exists() => return false,
+            _ => std::thread::sleep(Duration::from_millis(2)),
+        }
+    }
+    false
 }
 
 /// True while any process of the group exists.
@@ -379,9 +404,12 @@ mod tests {
             .env(TAG_VAR, &tag)
             .spawn()
             .expect("setsid");
-        let found = (0..100).find_map(|_| {
+        let is_sleep = |pid: &i32| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep")
+        };
+        let found = (0..200).find_map(|_| {
             let pids = tagged_processes(&tag);
-            if pids.is_empty() {
+            if pids.is_empty() || !pids.iter().all(is_sleep) {
                 std::thread::sleep(Duration::from_millis(10));
                 None
             } else {
