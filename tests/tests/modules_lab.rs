@@ -172,11 +172,20 @@ fn pvm_grows_onto_any_linux_shrinks_on_release_and_halts_at_job_end() {
     // (phase 1: PVM sees a failed add), then keep the job alive until told to stop.
     let driver = format!(
         "{PVM_ENV} echo quit | pvm >/dev/null 2>&1; \
-         rsh anyLinux true 2>~/pvm-add.out; \
+         rsh anyLinux true 2>~/pvm-add.out; touch ~/pvm-ready; \
          while [ ! -e ~/pvm-stop ]; do sleep 0.1; done"
     );
     let started = Instant::now();
     let mut job = Some(start_job(&env, "pvm", &driver));
+    // Only once the job's master runs: a console with no pvmd starts one of its own.
+    let ready = env.lab.user().home.join("pvm-ready");
+    wait_for(
+        &env,
+        &mut job,
+        "the job's PVM master started",
+        Duration::from_secs(20),
+        || ready.exists().then_some(()),
+    );
     // Phase 2: the broker grants a host, pvm-grow adds it; `conf` lists it soon after.
     let grown = wait_for(
         &env,
