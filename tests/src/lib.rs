@@ -160,6 +160,22 @@ impl Broker {
         rb(&all)
     }
 
+    /// `rb jobs --json`, parsed; empty if the broker did not answer.
+    pub fn jobs(&self) -> Vec<serde_json::Value> {
+        serde_json::from_slice(&self.rb(&["jobs", "--json"]).stdout).unwrap_or_default()
+    }
+
+    /// Hosts held by running jobs, in job order.
+    pub fn held_hosts(&self) -> Vec<String> {
+        self.jobs()
+            .iter()
+            .filter(|j| j["state"] == "running")
+            .flat_map(|j| {
+                serde_json::from_value::<Vec<String>>(j["hosts"].clone()).unwrap_or_default()
+            })
+            .collect()
+    }
+
     /// `rb status --json`, parsed; `None` if the broker did not answer.
     pub fn status(&self) -> Option<Vec<HostStatus>> {
         let out = self.rb(&["status", "--json"]);

@@ -192,9 +192,9 @@ fn sigkilled_agent_leaves_no_process_on_any_lab_host() {
         count(&env)
     );
     let freed = wait_until(Duration::from_secs(5), || {
-        let out = env.broker.rb(&["jobs", "--json"]);
-        let jobs: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        jobs.iter()
+        env.broker
+            .jobs()
+            .iter()
             .all(|j| j["hosts"].as_array().is_none_or(|h| h.is_empty()))
             .then_some(())
     });
@@ -233,7 +233,12 @@ fn a_lab_user_on_a_lab_host_grows_over_real_rsh() {
         env.broker.log()
     );
     let lines: Vec<String> = text(&out).lines().map(String::from).collect();
-    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert_eq!(
+        lines.len(),
+        3,
+        "{lines:?}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(
         ["node03", "node04"].contains(&lines[0].as_str()),
         "anyLinux ran on {} (node02 is not managed)",

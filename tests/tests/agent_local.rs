@@ -23,8 +23,7 @@ fn agent(broker: &Broker, args: &[&str]) -> Command {
 }
 
 fn jobs(broker: &Broker) -> Vec<serde_json::Value> {
-    let out = broker.rb(&["jobs", "--json"]);
-    serde_json::from_slice(&out.stdout).unwrap_or_default()
+    broker.jobs()
 }
 
 #[test]

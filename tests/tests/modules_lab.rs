@@ -72,12 +72,7 @@ fn start_job(env: &LabWithBroker, module: &str, driver: &str) -> Child {
 }
 
 fn held_hosts(env: &LabWithBroker) -> Vec<String> {
-    let out = env.broker.rb(&["jobs", "--json"]);
-    let jobs: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    jobs.iter()
-        .filter(|j| j["state"] == "running")
-        .flat_map(|j| serde_json::from_value::<Vec<String>>(j["hosts"].clone()).unwrap_or_default())
-        .collect()
+    env.broker.held_hosts()
 }
 
 /// The lab user's processes named `name` on every host (`host: pid…` lines).
@@ -94,6 +89,21 @@ fn leftovers(env: &LabWithBroker, name: &str) -> Vec<String> {
             (!found.is_empty()).then(|| format!("{}: {found}", h.name))
         })
         .collect()
+}
+
+/// No process named `name` (a pgrep pattern) of the lab user on any host, once the hosts'
+/// inits have had a moment to reap what the halt ended; the agent's log otherwise.
+fn assert_nothing_left(env: &LabWithBroker, name: &str, agent: &Output) {
+    let left = wait_until(Duration::from_secs(5), || {
+        let left = leftovers(env, name);
+        left.is_empty().then_some(left)
+    })
+    .unwrap_or_else(|| leftovers(env, name));
+    assert!(
+        left.is_empty(),
+        "{name} left after the job: {left:?}\nagent log:\n{}",
+        String::from_utf8_lossy(&agent.stderr)
+    );
 }
 
 fn finish(env: &LabWithBroker, child: Child) -> Output {
@@ -127,7 +137,7 @@ fn wait_for<T>(
             .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
             .unwrap_or_default()
     });
-    let jobs = String::from_utf8_lossy(&env.broker.rb(&["jobs", "--json"]).stdout).into_owned();
+    let jobs = serde_json::to_string_pretty(&env.broker.jobs()).unwrap_or_default();
     let home = &env.lab.user().home;
     let files: String = ["pvm-add.out", "lam-boot.out", "lam-grow.out"]
         .iter()
@@ -258,17 +268,7 @@ fn pvm_grows_onto_any_linux_shrinks_on_release_and_halts_at_job_end() {
     // Job end: pvm-halt; no pvmd anywhere.
     std::fs::write(env.lab.user().home.join("pvm-stop"), "").expect("stop");
     let out = finish(&env, job.take().expect("job"));
-    // Give the host's init a moment to reap what the halt ended.
-    let left = wait_until(Duration::from_secs(5), || {
-        let left = leftovers(&env, "pvmd3?");
-        left.is_empty().then_some(left)
-    })
-    .unwrap_or_else(|| leftovers(&env, "pvmd3?"));
-    assert!(
-        left.is_empty(),
-        "pvmds left after the job: {left:?}\nagent log:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_nothing_left(&env, "pvmd3?", &out);
     eprintln!("pvm: anyLinux add to conf in {took:?}");
 }
 
@@ -334,16 +334,6 @@ fn lam_grows_onto_any_linux_shrinks_on_release_and_halts() {
     );
     std::fs::write(env.lab.user().home.join("lam-stop"), "").expect("stop");
     let out = finish(&env, job.take().expect("job"));
-    // Give the host's init a moment to reap what the halt ended.
-    let left = wait_until(Duration::from_secs(5), || {
-        let left = leftovers(&env, "lamd");
-        left.is_empty().then_some(left)
-    })
-    .unwrap_or_else(|| leftovers(&env, "lamd"));
-    assert!(
-        left.is_empty(),
-        "lamds left after the job: {left:?}\nagent log:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_nothing_left(&env, "lamd", &out);
     eprintln!("lam: anyLinux grow to lamnodes in {took:?}");
 }

@@ -90,15 +90,11 @@ fn start_job(
 }
 
 fn job_row(broker: &Broker) -> Option<serde_json::Value> {
-    let out = broker.rb(&["jobs", "--json"]);
-    let jobs: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).ok()?;
-    jobs.into_iter().find(|j| j["state"] == "running")
+    broker.jobs().into_iter().find(|j| j["state"] == "running")
 }
 
 fn held_hosts(broker: &Broker) -> Vec<String> {
-    job_row(broker)
-        .and_then(|j| serde_json::from_value(j["hosts"].clone()).ok())
-        .unwrap_or_default()
+    broker.held_hosts()
 }
 
 fn wait_note(broker: &Broker, needle: &str) -> String {

@@ -115,6 +115,13 @@ fn row(label: String, paper: &'static str, (times, failures): (Vec<f64>, usize))
     }
 }
 
+/// `rb-timeit REPS ARGV…`.
+fn timeit_argv(reps: usize, argv: &[&str]) -> Vec<String> {
+    let mut all = vec![bin("rb-timeit").display().to_string(), reps.to_string()];
+    all.extend(argv.iter().map(|a| a.to_string()));
+    all
+}
+
 /// `rb-timeit REPS ARGV…` run by the lab user on the front end, outside any job.
 fn time_direct(
     env: &LabWithBroker,
@@ -122,10 +129,8 @@ fn time_direct(
     argv: &[&str],
     vars: &[(&str, &str)],
 ) -> anyhow::Result<(Vec<f64>, usize)> {
-    let timeit = bin("rb-timeit").display().to_string();
-    let reps = reps.to_string();
-    let mut all = vec![timeit.as_str(), reps.as_str()];
-    all.extend_from_slice(argv);
+    let all = timeit_argv(reps, argv);
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
     let mut cmd = env
         .lab
         .command(FRONT_END, &all, true)
@@ -141,10 +146,8 @@ fn time_in_job(
     reps: usize,
     argv: &[&str],
 ) -> anyhow::Result<(Vec<f64>, usize)> {
-    let timeit = bin("rb-timeit").display().to_string();
-    let reps = reps.to_string();
-    let mut all = vec![timeit.as_str(), reps.as_str()];
-    all.extend_from_slice(argv);
+    let all = timeit_argv(reps, argv);
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
     let out = env.agent_as_user(FRONT_END, agent_args, &all).output()?;
     parse_times(&out, &argv.join(" "))
 }
@@ -264,9 +267,9 @@ fn reclaim_runs(
 
 /// Jobs holding hosts: `(adaptive, hosts)` per running job.
 fn host_holders(broker: &Broker) -> Vec<(bool, Vec<String>)> {
-    let out = broker.rb(&["jobs", "--json"]);
-    let jobs: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    jobs.iter()
+    broker
+        .jobs()
+        .iter()
         .filter(|j| j["state"] == "running")
         .filter_map(|j| {
             let hosts: Vec<String> = serde_json::from_value(j["hosts"].clone()).ok()?;
