@@ -237,6 +237,9 @@ fn via_agent(
             }
             Err(exec(&launch::granted(&inv, &grant, &command), depth))
         }
+        // The hosts file said the host was the job's, but the agent has given it back
+        // meanwhile (the file trails the agent): it is an ordinary host again.
+        Outcome::Refused(_) if attach => pass_through(args, env, depth),
         Outcome::Refused(message) => Err(ShimError::Refused { host, message }),
     }
 }
