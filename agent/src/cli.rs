@@ -31,9 +31,26 @@ pub struct Args {
     /// shrink gets the reclaim's grace period).
     #[arg(long, default_value_t = 60.0)]
     pub module_timeout_s: f64,
+    /// Preload the name bridge (librb_name_bridge.so) into the job, so that symbolic names
+    /// such as `anyLinux` resolve (to a placeholder loopback address) in programs that look
+    /// a host up before they run rsh: PVM's `add anyLinux`, `lamgrow anyLinux`. `auto`: for
+    /// jobs with a module.
+    #[arg(long, value_enum, default_value_t = NameBridge::Auto)]
+    pub name_bridge: NameBridge,
     /// The application and its arguments.
     #[arg(required = true, allow_hyphen_values = true)]
     pub app: Vec<String>,
+}
+
+/// When the job gets the name bridge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum NameBridge {
+    /// For jobs whose spec names a module (PVM, LAM, …).
+    Auto,
+    /// Always; an error if the library is missing.
+    On,
+    /// Never.
+    Off,
 }
 
 /// Everything the agent needs, validated.
@@ -49,6 +66,8 @@ pub struct AgentConfig {
     /// The spec's `module` (validated name), if any.
     pub module: Option<String>,
     pub module_timeout: std::time::Duration,
+    /// Whether the job gets the name bridge, and whether its absence is an error.
+    pub name_bridge: NameBridge,
 }
 
 impl AgentConfig {
@@ -78,7 +97,12 @@ impl AgentConfig {
         if let Some(name) = &module {
             crate::module::check_name(name).map_err(|e| anyhow::anyhow!("job spec: {e}"))?;
         }
+        let name_bridge = match (args.name_bridge, &module) {
+            (NameBridge::Auto, None) => NameBridge::Off,
+            (choice, _) => choice,
+        };
         Ok(Self {
+            name_bridge,
             app,
             spec,
             adaptive,
@@ -172,6 +196,15 @@ mod tests {
         let cfg = parse(&["pvm", "--", "(module=\"lam\")"]).expect("ok");
         assert_eq!(cfg.module.as_deref(), Some("lam"));
         assert_eq!(parse(&["sh"]).expect("ok").module, None);
+        assert_eq!(parse(&["sh"]).expect("ok").name_bridge, NameBridge::Off);
+        let on = parse(&["--name-bridge", "on", "sh"]).expect("ok");
+        assert_eq!(on.name_bridge, NameBridge::On);
+        let pvm = parse(&["pvm", "--", "(module=\"pvm\")"]).expect("ok");
+        assert_eq!(
+            pvm.name_bridge,
+            NameBridge::Auto,
+            "auto stays auto for module jobs"
+        );
         let err = parse(&["--rsl", "&(module=\"../x\")", "sh"]).expect_err("bad name");
         assert!(err.to_string().contains("module name `../x`"), "{err}");
         let err = parse(&["--module-timeout-s", "0", "sh"]).expect_err("range");

@@ -28,12 +28,14 @@ pub struct JobEnv {
     pub vars: BTreeMap<String, String>,
 }
 
-/// Creates `dir` (mode 0700) with `bin/rsh` → the shim, and computes the variables.
+/// Creates `dir` (mode 0700) with `bin/rsh` → the shim, and computes the variables;
+/// `name_bridge` (the library's path) goes first in `LD_PRELOAD`.
 pub fn prepare(
     dir: &Path,
     shim_binary: &Path,
     job: u64,
     real_rsh: &[String],
+    name_bridge: Option<&Path>,
 ) -> anyhow::Result<JobEnv> {
     use std::os::unix::fs::DirBuilderExt;
     if let Some(parent) = dir.parent() {
@@ -68,6 +70,12 @@ pub fn prepare(
     vars.insert(ENV_JOB.into(), job.to_string());
     vars.insert(ENV_HOSTS_FILE.into(), hosts_file.display().to_string());
     vars.insert(ENV_REAL_RSH.into(), serde_json::to_string(real_rsh)?);
+    if let Some(lib) = name_bridge {
+        let existing = std::env::var("LD_PRELOAD").ok();
+        let preload =
+            proto::symbolic::preload_with(existing.as_deref(), &lib.display().to_string());
+        vars.insert("LD_PRELOAD".into(), preload);
+    }
     Ok(JobEnv {
         dir: dir.to_path_buf(),
         shim,
@@ -75,6 +83,17 @@ pub fn prepare(
         hosts_file,
         vars,
     })
+}
+
+/// The name bridge library: next to this program (a cargo build), else in
+/// `<prefix>/lib/rb/` for `<prefix>/bin/agent`.
+pub fn find_name_bridge() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    let file = proto::symbolic::NAME_BRIDGE_FILE;
+    [dir.join(file), dir.parent()?.join("lib/rb").join(file)]
+        .into_iter()
+        .find(|p| p.is_file())
 }
 
 /// How old a job directory without a live agent must be before another agent removes it
@@ -124,6 +143,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_name_bridge_is_preloaded_only_when_asked() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lib = Path::new("/opt/rb/lib/rb/librb_name_bridge.so");
+        let with =
+            prepare(&dir.path().join("a"), Path::new("/x"), 1, &[], Some(lib)).expect("prepare");
+        assert!(with.vars["LD_PRELOAD"].starts_with(&lib.display().to_string()));
+        let without =
+            prepare(&dir.path().join("b"), Path::new("/x"), 1, &[], None).expect("prepare");
+        assert!(!without.vars.contains_key("LD_PRELOAD"));
+    }
+
+    #[test]
     fn prepare_links_the_shim_and_sets_every_launcher_variable() {
         let dir = tempfile::tempdir().expect("tempdir");
         let env = prepare(
@@ -131,6 +162,7 @@ mod tests {
             Path::new("/opt/rb/rsh"),
             7,
             &["ssh".into()],
+            None,
         )
         .expect("prepare");
         assert_eq!(
@@ -175,7 +207,7 @@ mod tests {
         let dir = root.path().join("job-1-5047");
         std::fs::create_dir_all(&dir).expect("mkdir");
         drop(std::os::unix::net::UnixListener::bind(dir.join("agent.sock")).expect("bind"));
-        let env = prepare(&dir, Path::new("/opt/rb/rsh"), 1, &[]).expect("prepare");
+        let env = prepare(&dir, Path::new("/opt/rb/rsh"), 1, &[], None).expect("prepare");
         assert!(!env.socket.exists(), "the stale socket is gone");
         std::os::unix::net::UnixListener::bind(&env.socket).expect("the socket can be bound again");
     }

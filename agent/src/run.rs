@@ -7,7 +7,7 @@ use std::{
     time::Duration,
 };
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 use proto::{
     agent::ShimReply,
     auth::Secret,
@@ -23,7 +23,7 @@ use tracing::{info, warn};
 mod growth;
 
 use crate::{
-    cli::AgentConfig,
+    cli::{AgentConfig, NameBridge},
     jobenv::{self, JobEnv},
     link::{self, Conn, Registered},
     listeners::{self, Event},
@@ -97,7 +97,14 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
         job.job,
         std::process::id()
     ));
-    let env = jobenv::prepare(&dir, &link::sibling("rsh"), job.job, &job.remote_shell)?;
+    let bridge = name_bridge(cfg.name_bridge)?;
+    let env = jobenv::prepare(
+        &dir,
+        &link::sibling("rsh"),
+        job.job,
+        &job.remote_shell,
+        bridge.as_deref(),
+    )?;
     let shims = UnixListener::bind(&env.socket)
         .with_context(|| format!("cannot bind {}", env.socket.display()))?;
     std::fs::set_permissions(&env.socket, std::fs::Permissions::from_mode(0o600))?;
@@ -139,6 +146,27 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
     sub_task.abort();
     let _ = std::fs::remove_dir_all(&agent.env.dir);
     code
+}
+
+/// The name bridge library the job gets: found, or an error when asked for explicitly and a
+/// warning in `auto` (the job then runs without it: symbolic names do not resolve).
+fn name_bridge(choice: NameBridge) -> anyhow::Result<Option<PathBuf>> {
+    if choice == NameBridge::Off {
+        return Ok(None);
+    }
+    let found = jobenv::find_name_bridge();
+    if found.is_none() {
+        let message = format!(
+            "{} not found next to agent or in ../lib/rb (build it with `cargo build`): \
+             symbolic names will not resolve in the job",
+            proto::symbolic::NAME_BRIDGE_FILE
+        );
+        if choice == NameBridge::On {
+            bail!("--name-bridge on: {message}");
+        }
+        warn!("{message}");
+    }
+    Ok(found)
 }
 
 fn registration(cfg: &AgentConfig) -> anyhow::Result<JobRegistration> {

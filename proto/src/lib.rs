@@ -7,6 +7,7 @@
 //! - [`auth`]: the lab secret and the HMAC challenge–response used on TCP connections.
 //! - [`handshake`]: the opening exchange (hello → challenge → auth → welcome) for both sides.
 //! - [`peercred`]: SO_PEERCRED uid checks for local (unix-socket) connections.
+//! - [`symbolic`]: which host names are symbolic, and their placeholder addresses.
 //!
 //! Every connection starts with a [`msg::Hello`] carrying [`PROTOCOL_VERSION`] and the
 //! peer's [`msg::Role`]. The full description lives in `PROTOCOL.md` at the repository root.
@@ -18,6 +19,7 @@ pub mod handshake;
 pub mod msg;
 pub mod peercred;
 pub mod report;
+pub mod symbolic;
 
 /// Version spoken by this build; a peer with another version is refused at hello.
 pub const PROTOCOL_VERSION: u32 = 1;

@@ -4,13 +4,7 @@
 use std::io;
 use std::path::Path;
 
-/// `any` (any case) followed by at least one more character, and no `.` (so a fully qualified
-/// name such as `anything.example.org` stays a real host).
-pub fn is_symbolic(host: &str) -> bool {
-    host.len() > 3
-        && host.get(..3).is_some_and(|p| p.eq_ignore_ascii_case("any"))
-        && !host.contains('.')
-}
+pub use proto::symbolic::is_symbolic;
 
 /// Whether `content` (lines `NAME ADDRESS ALLOC`) lists `host` as a NAME (any case) or an
 /// ADDRESS. Blank lines and `#` comments are skipped.
@@ -40,32 +34,6 @@ pub fn hosts_file_lists(path: &Path, host: &str) -> io::Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn symbolic_names() {
-        for host in [
-            "anyHost",
-            "anyLinux",
-            "anylinux",
-            "anyPublic",
-            "ANYX86_64",
-            "AnyA",
-        ] {
-            assert!(is_symbolic(host), "{host}");
-        }
-        for host in [
-            "any",
-            "an",
-            "",
-            "node03",
-            "10.0.0.1",
-            "anything.example.org",
-            "manyhost",
-            "xanyLinux",
-        ] {
-            assert!(!is_symbolic(host), "{host}");
-        }
-    }
 
     const LIST: &str = "# name address alloc\nnode03 10.77.0.3 7\n\n  node04\t10.77.0.4  8\n";
 

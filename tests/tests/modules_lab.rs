@@ -3,10 +3,9 @@
 //! real namespaced hosts by the shipped `pvm-*` and `lam-*` modules, over real rsh.
 //! Root only (the lab); each test prints why it is skipped otherwise.
 //!
-//! Phase 1 comes from `rsh anyLinux true` in the driving script: Debian's PVM 3.4.6
-//! answers `add anyLinux` with `No such host` — it resolves the name itself before it runs
-//! `$PVM_RSH` — and LAM resolves names on the origin, so neither reaches the shim with a
-//! symbolic name yet (see modules/CONTRACT.md, Known limits). Phase 2 onwards is real.
+//! Phase 1 is what a user types: `pvm> add anyLinux`, `lamgrow anyLinux`. Both systems look
+//! the name up before they run the remote shell; the agent preloads the name bridge into
+//! module jobs, so `anyLinux` resolves (to a placeholder) and the shim gets the call.
 
 use std::{
     path::{Path, PathBuf},
@@ -182,7 +181,7 @@ fn pvm_grows_onto_any_linux_shrinks_on_release_and_halts_at_job_end() {
     // (phase 1: PVM sees a failed add), then keep the job alive until told to stop.
     let driver = format!(
         "{PVM_ENV} echo quit | pvm >/dev/null 2>&1; \
-         rsh anyLinux true 2>~/pvm-add.out; touch ~/pvm-ready; \
+         echo 'add anyLinux' | pvm >~/pvm-add.out 2>&1; touch ~/pvm-ready; \
          while [ ! -e ~/pvm-stop ]; do sleep 0.1; done"
     );
     let started = Instant::now();
@@ -213,8 +212,8 @@ fn pvm_grows_onto_any_linux_shrinks_on_release_and_halts_at_job_end() {
     );
     let add = std::fs::read_to_string(env.lab.user().home.join("pvm-add.out")).unwrap_or_default();
     assert!(
-        add.contains("anyLinux"),
-        "phase 1 is a failed add in the console: {add}"
+        add.contains("anyLinux") && !add.contains("No such host"),
+        "phase 1 is an add that reached the shim (the name resolved): {add}"
     );
     // A compiled PVM program spawns tasks on the grown host.
     let out = user_sh(
@@ -287,10 +286,10 @@ fn lam_grows_onto_any_linux_shrinks_on_release_and_halts() {
     }
     let env = lab();
     build_program(&env, "mpi_hosts", "mpicc.lam", "");
-    // The driver: boot LAM on node02 alone, ask for anyLinux (phase 1), wait for stop.
+    // The driver: boot LAM on node02 alone, `lamgrow anyLinux` (phase 1), wait for stop.
     let driver = "echo node02 >~/lam-boot.schema; \\
          lamboot -s ~/lam-boot.schema </dev/null >~/lam-boot.out 2>&1 || exit 3; \\
-         rsh anyLinux true 2>~/lam-grow.out; \\
+         lamgrow anyLinux </dev/null >~/lam-grow.out 2>&1; touch ~/lam-grow.done; \\
          while [ ! -e ~/lam-stop ]; do sleep 0.1; done";
     let started = Instant::now();
     let mut job = Some(start_job(&env, "lam", driver));
@@ -307,6 +306,12 @@ fn lam_grows_onto_any_linux_shrinks_on_release_and_halts() {
     );
     let took = started.elapsed();
     let grown = grown.split('.').next().unwrap_or_default().to_string();
+    let grow =
+        std::fs::read_to_string(env.lab.user().home.join("lam-grow.out")).unwrap_or_default();
+    assert!(
+        grow.contains("rsh anyLinux -n"),
+        "phase 1 is a lamgrow whose rsh reached the shim (the name resolved): {grow}"
+    );
     assert_eq!(held_hosts(&env), vec![grown.clone()]);
     // Not yet: an MPI program (mpi_hosts, mpicc.lam) on the grown universe fails in
     // MPI_INIT with errno 14 on n0 when run inside the job, though it runs in a LAM
