@@ -3,7 +3,7 @@
 # Run as root for the lab rows (real namespaced hosts); takes a few minutes.
 set -euo pipefail
 cd "$(dirname "$0")"
-cargo build --release --workspace --bins --examples --quiet
+cargo build --release --workspace --lib --bins --examples --quiet
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 {
