@@ -54,6 +54,11 @@ pub enum Event {
     },
     /// A module program finished (see [`crate::module`]).
     ModuleDone(crate::module::Outcome),
+    /// A host was reclaimed while its remote command was being launched: no subagent has
+    /// attached within the grace period, so there is nothing left to wait for.
+    LaunchWindowOver {
+        alloc: u64,
+    },
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);

@@ -58,6 +58,8 @@ struct Agent {
     target: link::BrokerTarget,
     reg: JobRegistration,
     broker_lost: bool,
+    /// The loop's own event queue, for timers.
+    events_tx: mpsc::Sender<Event>,
     /// Set for module jobs (`module="NAME"` in the spec).
     module: Option<growth::ModuleJob>,
 }
@@ -123,6 +125,7 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
         .module
         .as_deref()
         .map(|name| growth::ModuleJob::start(name, cfg.module_timeout, &env, events_tx.clone()));
+    let events_tx_loop = events_tx.clone();
     let sub_task = tokio::spawn(listeners::serve_subagents(subs, secret, events_tx));
     let child = spawn_app(&cfg.app, &env)?;
     let mut agent = Agent {
@@ -139,6 +142,7 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
         reg,
         broker_lost: false,
         module,
+        events_tx: events_tx_loop,
     };
     agent.announce_module().await;
     let code = agent.drive(child, events).await;
@@ -284,6 +288,7 @@ impl Agent {
             Event::SubMessage { .. } => {}
             Event::SubGone { alloc, sub } => self.sub_gone(alloc, sub).await,
             Event::ModuleDone(outcome) => self.module_done(outcome).await,
+            Event::LaunchWindowOver { alloc } => self.launch_window_over(alloc).await,
         }
     }
 
@@ -292,11 +297,12 @@ impl Agent {
             Some(a) => {
                 a.used = true;
                 if a.reclaiming {
-                    let _ = tx
-                        .send(FromBroker::Terminate {
-                            grace_ms: self.grace_ms,
-                        })
-                        .await;
+                    // What is left of the reclaim's grace period.
+                    let grace_ms = a.deadline.map_or(self.grace_ms, |d| {
+                        d.saturating_duration_since(tokio::time::Instant::now())
+                            .as_millis() as u64
+                    });
+                    let _ = tx.send(FromBroker::Terminate { grace_ms }).await;
                 }
                 a.subs.insert(sub, tx);
             }
@@ -304,6 +310,23 @@ impl Agent {
                 // Not (or no longer) ours: end it at once.
                 let _ = tx.send(FromBroker::Terminate { grace_ms: 0 }).await;
             }
+        }
+    }
+
+    /// A reclaimed host whose launch never attached a subagent goes back to the broker.
+    async fn launch_window_over(&mut self, alloc: u64) {
+        let unused = self
+            .allocs
+            .get(&alloc)
+            .is_some_and(|a| a.reclaiming && !a.used);
+        if unused {
+            info!(
+                alloc,
+                "no subagent attached within the grace period; releasing"
+            );
+            self.allocs.remove(&alloc);
+            self.write_hosts();
+            self.tell_broker(ToBroker::Released { alloc }).await;
         }
     }
 
@@ -414,12 +437,24 @@ impl Agent {
         let Some(a) = self.allocs.get_mut(&alloc) else {
             return self.tell_broker(ToBroker::Released { alloc }).await;
         };
-        if a.subs.is_empty() {
+        if a.subs.is_empty() && a.used {
             self.allocs.remove(&alloc);
             self.write_hosts();
             return self.tell_broker(ToBroker::Released { alloc }).await;
         }
         a.reclaiming = true;
+        a.deadline = Some(tokio::time::Instant::now() + Duration::from_millis(grace_ms));
+        if !a.used {
+            // Granted to a shim whose remote shell is still starting the subagent: the
+            // command may already run there. Its subagent gets Terminate when it attaches;
+            // if none attaches within the grace period (the remote shell failed), release.
+            let events = self.events_tx.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(grace_ms)).await;
+                let _ = events.send(Event::LaunchWindowOver { alloc }).await;
+            });
+            return;
+        }
         for tx in a.subs.values() {
             let _ = tx.send(FromBroker::Terminate { grace_ms }).await;
         }

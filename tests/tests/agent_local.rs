@@ -365,3 +365,61 @@ fn a_command_started_with_sigterm_blocked_gets_it_unblocked() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(text.trim(), "SigBlk:\t0000000000000000");
 }
+
+#[test]
+fn a_host_reclaimed_while_its_command_starts_is_free_only_once_that_command_is_gone() {
+    // A remote shell that takes a second to start the subagent: the reclaim arrives after
+    // the grant but before anything runs there. The host must not be given back until the
+    // command that was on its way has started, been told to end, and ended.
+    let slow_shell = format!(
+        "sleep 1; exec '{}' local-shell \"$@\"",
+        bin("rb-subagent").display()
+    );
+    let lab = local_lab(1).replacen(
+        "[broker]\n",
+        &format!(
+            "[broker]\njob_shell = [\"sh\", \"-c\", {}, \"slow-shell\"]\n",
+            serde_json::to_string(&slow_shell).expect("json")
+        ),
+        1,
+    );
+    let broker = Broker::start(&lab);
+    broker.wait_all_up(Duration::from_secs(10));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let marker = dir.path().join("started");
+    let mut holder = agent(
+        &broker,
+        &[
+            "rsh",
+            "anyLinux",
+            &format!("touch {}; exec sleep 30", marker.display()),
+        ],
+    )
+    .spawn()
+    .expect("holder");
+    wait_until(Duration::from_secs(10), || {
+        (!broker.held_hosts().is_empty()).then_some(())
+    })
+    .expect("the holder is granted the host");
+    assert!(!marker.exists(), "the slow shell has not started it yet");
+    let out = broker.rb(&["release", "vhost01", "--grace-s", "5"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_until(Duration::from_secs(10), || {
+        broker.held_hosts().is_empty().then_some(())
+    })
+    .expect("the host is released");
+    assert!(
+        marker.exists(),
+        "released before the command on its way had even started"
+    );
+    let status = holder.wait().expect("holder");
+    assert_eq!(
+        status.code(),
+        Some(128 + 15),
+        "the command ended at SIGTERM"
+    );
+}

@@ -24,7 +24,23 @@ const TARGET: &str = "node03";
 /// The broker's reclaim grace in these runs (`reclaim_grace_s`).
 const GRACE_S: f64 = 1.0;
 
-pub fn run(reps: usize) -> anyhow::Result<()> {
+/// What to measure.
+pub struct Options {
+    pub reps: usize,
+    /// Remote shells of the jobs (`rsh`, `ssh`).
+    pub transports: Vec<String>,
+    /// `table1`, `table2`, `memory`; empty = all.
+    pub parts: Vec<String>,
+}
+
+impl Options {
+    fn wants(&self, part: &str) -> bool {
+        self.parts.is_empty() || self.parts.iter().any(|p| p == part)
+    }
+}
+
+pub fn run(opts: &Options) -> anyhow::Result<()> {
+    let reps = opts.reps;
     println!("## Agent layer (agent, rsh shim, subagents)\n");
     println!("Real hosts: network namespaces with their own sshd and in.rshd (netkit), the lab user `rblab` on node02 issues every command, node03 runs it (the only host the broker manages, as `n01` in the paper). Each command is timed inside node02 by `rb-timeit` (fork+exec+wait, stdio on /dev/null). `loop` is a ~1 s CPU loop (`awk`, calibrated at the start), `null` is `true`. Shim pass-through = our `rsh` with `RB_REAL_RSH` naming the real remote shell; `anyLinux` = inside a job under `agent`, i.e. allocation by the broker, the real remote shell, a subagent on node03, and the host given back when the command ends. Medians of {reps} runs (min–max). The paper's figures (16 PentiumPro 200 MHz, Fast Ethernet, 1998) beside ours.\n");
     let spec = lab::LabSpec {
@@ -37,19 +53,27 @@ pub fn run(reps: usize) -> anyhow::Result<()> {
     let mut table1 = Vec::new();
     let mut table2 = Vec::new();
     let mut memory = None;
-    for transport in ["rsh", "ssh"] {
+    for transport in &opts.transports {
         let env = start_broker(lab, transport);
-        table1.extend(table_one(&env, transport, &loop_cmd, reps)?);
-        table2.extend(table_two(&env, transport, &loop_cmd, reps)?);
-        if memory.is_none() {
+        if opts.wants("table1") {
+            table1.extend(table_one(&env, transport, &loop_cmd, reps)?);
+        }
+        if opts.wants("table2") {
+            table2.extend(table_two(&env, transport, &loop_cmd, reps)?);
+        }
+        if memory.is_none() && opts.wants("memory") {
             memory = Some(footprint(&env)?);
         }
         let LabWithBroker { broker, lab: l } = env;
         drop(broker);
         lab = l;
     }
-    print_table1(&table1);
-    print_table2(&table2);
+    if !table1.is_empty() {
+        print_table1(&table1);
+    }
+    if !table2.is_empty() {
+        print_table2(&table2);
+    }
     if let Some(rows) = memory {
         print_memory(&rows);
     }
@@ -244,8 +268,9 @@ fn reclaim_runs(
         .spawn()?;
     let mut times = Vec::new();
     let mut failures = 0;
+    let mut last_holder = None;
     for _ in 0..reps {
-        if !wait_held_by_adaptive_job(&env.broker) || !wait_holder_running(env) {
+        if !wait_held_by_adaptive_job(&env.broker) || !wait_holder_running(env, &mut last_holder) {
             anyhow::bail!("the adaptive holder job never got {TARGET}");
         }
         let (t, f) = time_in_job(env, &[], 1, &["rsh", "anyLinux", cmd])?;
@@ -279,19 +304,25 @@ fn host_holders(broker: &Broker) -> Vec<(bool, Vec<String>)> {
         .collect()
 }
 
-/// The holder's `sleep` runs on node03 (a grant alone is not enough: its remote shell may
-/// not have started the command yet, and a reclaim before that is free).
-fn wait_holder_running(env: &LabWithBroker) -> bool {
+/// A new holder's `sleep` runs on node03 (a grant alone is not enough: its remote shell may
+/// not have started the command yet, and a reclaim before that is free). New = not the
+/// previous rep's (`last`), and running or sleeping: the killed one may linger as a zombie
+/// until its reaper gets to it, and would otherwise pass for the next.
+fn wait_holder_running(env: &LabWithBroker, last: &mut Option<String>) -> bool {
     let running = wait_until(Duration::from_secs(20), || {
         let out = env
             .lab
-            .exec(TARGET, &["pgrep", "-u", "rblab", "-x", "sleep"])
+            .exec(
+                TARGET,
+                &["pgrep", "-r", "R,S", "-u", "rblab", "-x", "sleep"],
+            )
             .ok()?;
-        out.status.success().then_some(())
+        let pid = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        (out.status.success() && Some(&pid) != last.as_ref()).then_some(pid)
     });
     // Let its subagent's guardian connect to the holder's agent.
     std::thread::sleep(Duration::from_millis(100));
-    running.is_some()
+    running.map(|pid| *last = Some(pid)).is_some()
 }
 
 fn wait_held_by_adaptive_job(broker: &Broker) -> bool {

@@ -29,6 +29,12 @@ struct Args {
     /// Repetitions for the agent-layer (paper Table 1/2) measurements.
     #[arg(long, default_value_t = 20)]
     agent_reps: usize,
+    /// Remote shells of the agent-layer jobs.
+    #[arg(long, value_delimiter = ',', default_values_t = vec!["rsh".to_string(), "ssh".to_string()])]
+    agent_transports: Vec<String>,
+    /// Agent-layer parts to run (table1, table2, memory); default all.
+    #[arg(long, value_delimiter = ',')]
+    agent_parts: Vec<String>,
     /// Run only these sections (resource, agent); default all.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -49,7 +55,11 @@ fn main() -> anyhow::Result<()> {
     }
     if wanted("agent") {
         if tests::is_root() {
-            agent::run(args.agent_reps)?;
+            agent::run(&agent::Options {
+                reps: args.agent_reps,
+                transports: args.agent_transports.clone(),
+                parts: args.agent_parts.clone(),
+            })?;
         } else {
             println!("## Agent layer\n\nskipped: needs root (network namespaces)\n");
         }
