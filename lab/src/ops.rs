@@ -186,6 +186,13 @@ impl Lab {
         kill_inside(child)
     }
 
+    /// Stops a process started by [`Lab::spawn`] or [`Lab::command`] the polite way: SIGTERM
+    /// to the process inside the host (an `agent` then ends its job and its subagents), then
+    /// waits for it.
+    pub fn stop_spawned(&self, child: &mut Child) -> Result<ExitStatus, LabError> {
+        signal_inside(child, Signal::SIGTERM)
+    }
+
     /// An `ssh` command from the root namespace to `host` (as root with the lab's root key,
     /// or as the lab user with the user's key). Append the remote command and run it.
     pub fn ssh(&self, host: &str, as_user: bool) -> Result<Command, LabError> {
@@ -267,6 +274,12 @@ impl Lab {
 /// See [`Lab::kill_spawned`]. The wrapper may not have forked its child yet: wait for the
 /// child (or the wrapper's exit) before killing, and kill the wrapper only as a last resort.
 pub(crate) fn kill_inside(child: &mut Child) -> Result<ExitStatus, LabError> {
+    signal_inside(child, Signal::SIGKILL)
+}
+
+/// Sends `signal` to the process a wrapper (`nsenter`) runs inside a host, then waits for
+/// the wrapper.
+pub(crate) fn signal_inside(child: &mut Child, signal: Signal) -> Result<ExitStatus, LabError> {
     let mut inside = Vec::new();
     let found = poll(
         Duration::from_secs(5),
@@ -284,7 +297,7 @@ pub(crate) fn kill_inside(child: &mut Child) -> Result<ExitStatus, LabError> {
         let _ = child.kill();
     }
     for p in inside.into_iter().filter_map(ProcRef::of) {
-        p.signal(Signal::SIGKILL)?;
+        p.signal(signal)?;
     }
     child.wait().map_err(LabError::io(
         "wait for",

@@ -72,7 +72,7 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
         print_table1(&table1);
     }
     if !table2.is_empty() {
-        print_table2(&table2);
+        print_table2(&table2, &table1);
     }
     if let Some(rows) = memory {
         print_memory(&rows);
@@ -273,20 +273,36 @@ fn reclaim_runs(
         if !wait_held_by_adaptive_job(&env.broker) || !wait_holder_running(env, &mut last_holder) {
             anyhow::bail!("the adaptive holder job never got {TARGET}");
         }
+        let ps = std::env::var_os("RB_BENCH_DEBUG").map(|_| {
+            env.lab
+                .exec(
+                    TARGET,
+                    &["ps", "-u", "rblab", "-o", "pid,pgid,stat,ignored,args"],
+                )
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default()
+        });
         let (t, f) = time_in_job(env, &[], 1, &["rsh", "anyLinux", cmd])?;
+        if let Some(ps) = ps {
+            eprintln!("rep: {t:?} holder={last_holder:?}\n{ps}");
+        }
         times.extend(t);
         failures += f;
     }
-    let _ = env.lab.kill_spawned(&mut holder);
-    // Its agent is gone: wait until the broker has taken the host back and the holder's
-    // subagent has ended its last process (a stale one would pass for the next holder's).
+    // SIGTERM, not SIGKILL: the agent ends the job's shell loop too (killed alone, its
+    // agent would leave the loop running one-shot jobs that compete for the host).
+    let _ = env.lab.stop_spawned(&mut holder);
+    // Wait until the broker has taken the host back and the holder's subagent has ended
+    // its last process (a stale one would pass for the next holder's).
     wait_until(Duration::from_secs(20), || {
         host_holders(&env.broker).is_empty().then_some(())
-    });
+    })
+    .ok_or_else(|| anyhow::anyhow!("{TARGET} still held after the holder job ended"))?;
     wait_until(Duration::from_secs(20), || {
         let out = env.lab.exec(TARGET, &["pgrep", "-u", "rblab"]).ok()?;
         (!out.status.success()).then_some(())
-    });
+    })
+    .ok_or_else(|| anyhow::anyhow!("the holder job left processes on {TARGET}"))?;
     Ok((times, failures))
 }
 
@@ -434,10 +450,33 @@ fn print_table1(rows: &[Row]) {
     }
 }
 
-fn print_table2(rows: &[Row]) {
+fn print_table2(rows: &[Row], table1: &[Row]) {
     println!("### Table 2: performance of reallocation\n");
     println!("Before every run node03 is held by another, adaptive job (`agent --rsl '&(adaptive=yes)'` running `rsh anyLinux 'sleep 1000'` in a loop, so it takes the host back after each run). The broker reclaims it (grace period {GRACE_S} s, `reclaim_grace_s`): SIGTERM to the holder's process group on node03, SIGKILL after the grace period if it is still there; the host is granted only once the holder's agent confirms its processes are gone. Target: reclaim + regrant ≤ grace + 20 ms.\n");
     print_rows(rows);
+    let median = |rows: &[Row], needle: &str| {
+        rows.iter()
+            .find(|r| r.label.contains(needle))
+            .map(|r| r.ms.median)
+    };
+    for t in ["rsh", "ssh"] {
+        let free = median(table1, &format!("`rsh anyLinux null` (job over {t})"));
+        let term = median(
+            rows,
+            &format!("null; holder ends at SIGTERM` (job over {t})"),
+        );
+        let kill = median(
+            rows,
+            &format!("null; holder ignores SIGTERM (SIGKILL after the grace)` (job over {t})"),
+        );
+        if let (Some(free), Some(term), Some(kill)) = (free, term, kill) {
+            println!(
+                "Over {t}, beyond `rsh anyLinux null` on a free host ({free:.1} ms, Table 1): reclaiming from a holder that ends at SIGTERM costs {:+.1} ms; from one that ignores it, the grace period {:+.1} ms (target: grace + 20 ms).\n",
+                term - free,
+                kill - GRACE_S * 1000.0 - free
+            );
+        }
+    }
 }
 
 fn print_memory(rows: &[(String, String)]) {
