@@ -1,12 +1,20 @@
 //! The `rsh` binary: everything happens in the library ([`rsh_shim::run`]); on success the
 //! process has become the real remote shell, so reaching the end means an error (exit 1).
+//!
+//! `no_main`: the C library calls `main` directly, without Rust's runtime set-up (a read
+//! of /proc/self/maps for the stack guard, an alternate signal stack, SIGPIPE ignored).
+//! A drop-in rsh is one extra exec on every remote-shell call, so its start-up is the
+//! pass-through cost; and the real remote shell it becomes inherits the caller's signal
+//! dispositions untouched. `std::env::args_os` still works (glibc hands argv to std's
+//! initialiser).
+#![no_main]
 
-use std::ffi::OsString;
-use std::process::ExitCode;
+use std::ffi::{c_char, c_int, OsString};
 
-fn main() -> ExitCode {
+#[no_mangle]
+pub extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
     let args: Vec<OsString> = std::env::args_os().collect();
     let err = rsh_shim::run(&args, &rsh_shim::Env::from_process());
     rsh_shim::print_error(&err);
-    ExitCode::from(1)
+    1
 }
