@@ -42,7 +42,7 @@ else
 fi
 
 # Tear down labs left behind by an earlier run that was killed before its cleanup.
-cargo build --workspace --quiet   # every binary and the name bridge library
+cargo build --workspace --quiet   # every binary and the job preload library
 if [ "$(id -u)" = 0 ]; then
   ./target/debug/rb lab down --stale || true
 fi

@@ -31,20 +31,20 @@ pub struct Args {
     /// shrink gets the reclaim's grace period).
     #[arg(long, default_value_t = 60.0)]
     pub module_timeout_s: f64,
-    /// Preload the name bridge (librb_name_bridge.so) into the job, so that symbolic names
-    /// such as `anyLinux` resolve (to a placeholder loopback address) in programs that look
-    /// a host up before they run rsh: PVM's `add anyLinux`, `lamgrow anyLinux`. `auto`: for
-    /// jobs with a module.
-    #[arg(long, value_enum, default_value_t = NameBridge::Auto)]
-    pub name_bridge: NameBridge,
+    /// Load librb_preload.so into the job (LD_PRELOAD): symbolic names such as `anyLinux`
+    /// resolve (to a placeholder loopback address) in programs that look a host up before
+    /// they run rsh (PVM's `add anyLinux`, `lamgrow anyLinux`), and LAM's MPI_Init errno 14
+    /// bug is guarded. `auto`: for jobs with a module.
+    #[arg(long, value_enum, default_value_t = Preload::Auto)]
+    pub preload: Preload,
     /// The application and its arguments.
     #[arg(required = true, allow_hyphen_values = true)]
     pub app: Vec<String>,
 }
 
-/// When the job gets the name bridge.
+/// When the job gets the preload library.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum NameBridge {
+pub enum Preload {
     /// For jobs whose spec names a module (PVM, LAM, …).
     Auto,
     /// Always; an error if the library is missing.
@@ -66,8 +66,8 @@ pub struct AgentConfig {
     /// The spec's `module` (validated name), if any.
     pub module: Option<String>,
     pub module_timeout: std::time::Duration,
-    /// Whether the job gets the name bridge, and whether its absence is an error.
-    pub name_bridge: NameBridge,
+    /// Whether the job gets the preload library, and whether its absence is an error.
+    pub preload: Preload,
 }
 
 impl AgentConfig {
@@ -97,12 +97,12 @@ impl AgentConfig {
         if let Some(name) = &module {
             crate::module::check_name(name).map_err(|e| anyhow::anyhow!("job spec: {e}"))?;
         }
-        let name_bridge = match (args.name_bridge, &module) {
-            (NameBridge::Auto, None) => NameBridge::Off,
+        let preload = match (args.preload, &module) {
+            (Preload::Auto, None) => Preload::Off,
             (choice, _) => choice,
         };
         Ok(Self {
-            name_bridge,
+            preload,
             app,
             spec,
             adaptive,
@@ -196,13 +196,13 @@ mod tests {
         let cfg = parse(&["pvm", "--", "(module=\"lam\")"]).expect("ok");
         assert_eq!(cfg.module.as_deref(), Some("lam"));
         assert_eq!(parse(&["sh"]).expect("ok").module, None);
-        assert_eq!(parse(&["sh"]).expect("ok").name_bridge, NameBridge::Off);
-        let on = parse(&["--name-bridge", "on", "sh"]).expect("ok");
-        assert_eq!(on.name_bridge, NameBridge::On);
+        assert_eq!(parse(&["sh"]).expect("ok").preload, Preload::Off);
+        let on = parse(&["--preload", "on", "sh"]).expect("ok");
+        assert_eq!(on.preload, Preload::On);
         let pvm = parse(&["pvm", "--", "(module=\"pvm\")"]).expect("ok");
         assert_eq!(
-            pvm.name_bridge,
-            NameBridge::Auto,
+            pvm.preload,
+            Preload::Auto,
             "auto stays auto for module jobs"
         );
         let err = parse(&["--rsl", "&(module=\"../x\")", "sh"]).expect_err("bad name");

@@ -29,13 +29,13 @@ pub struct JobEnv {
 }
 
 /// Creates `dir` (mode 0700) with `bin/rsh` → the shim, and computes the variables;
-/// `name_bridge` (the library's path) goes first in `LD_PRELOAD`.
+/// `preload` (the library's path) goes first in `LD_PRELOAD`.
 pub fn prepare(
     dir: &Path,
     shim_binary: &Path,
     job: u64,
     real_rsh: &[String],
-    name_bridge: Option<&Path>,
+    preload: Option<&Path>,
 ) -> anyhow::Result<JobEnv> {
     use std::os::unix::fs::DirBuilderExt;
     if let Some(parent) = dir.parent() {
@@ -70,7 +70,7 @@ pub fn prepare(
     vars.insert(ENV_JOB.into(), job.to_string());
     vars.insert(ENV_HOSTS_FILE.into(), hosts_file.display().to_string());
     vars.insert(ENV_REAL_RSH.into(), serde_json::to_string(real_rsh)?);
-    if let Some(lib) = name_bridge {
+    if let Some(lib) = preload {
         let existing = std::env::var("LD_PRELOAD").ok();
         let preload =
             proto::symbolic::preload_with(existing.as_deref(), &lib.display().to_string());
@@ -85,12 +85,12 @@ pub fn prepare(
     })
 }
 
-/// The name bridge library: next to this program (a cargo build), else in
+/// The job preload library: next to this program (a cargo build), else in
 /// `<prefix>/lib/rb/` for `<prefix>/bin/agent`.
-pub fn find_name_bridge() -> Option<PathBuf> {
+pub fn find_preload() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let dir = exe.parent()?;
-    let file = proto::symbolic::NAME_BRIDGE_FILE;
+    let file = proto::symbolic::PRELOAD_FILE;
     [dir.join(file), dir.parent()?.join("lib/rb").join(file)]
         .into_iter()
         .find(|p| p.is_file())
@@ -143,9 +143,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_name_bridge_is_preloaded_only_when_asked() {
+    fn the_preload_library_is_loaded_only_when_asked() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let lib = Path::new("/opt/rb/lib/rb/librb_name_bridge.so");
+        let lib = Path::new("/opt/rb/lib/rb/librb_preload.so");
         let with =
             prepare(&dir.path().join("a"), Path::new("/x"), 1, &[], Some(lib)).expect("prepare");
         assert!(with.vars["LD_PRELOAD"].starts_with(&lib.display().to_string()));

@@ -23,7 +23,7 @@ use tracing::{info, warn};
 mod growth;
 
 use crate::{
-    cli::{AgentConfig, NameBridge},
+    cli::{AgentConfig, Preload},
     jobenv::{self, JobEnv},
     link::{self, Conn, Registered},
     listeners::{self, Event},
@@ -58,6 +58,8 @@ struct Agent {
     target: link::BrokerTarget,
     reg: JobRegistration,
     broker_lost: bool,
+    /// The job's preload library (module jobs), for remote commands too.
+    preload: Option<PathBuf>,
     /// The loop's own event queue, for timers.
     events_tx: mpsc::Sender<Event>,
     /// Set for module jobs (`module="NAME"` in the spec).
@@ -99,13 +101,13 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
         job.job,
         std::process::id()
     ));
-    let bridge = name_bridge(cfg.name_bridge)?;
+    let preload = preload_library(cfg.preload)?;
     let env = jobenv::prepare(
         &dir,
         &link::sibling("rsh"),
         job.job,
         &job.remote_shell,
-        bridge.as_deref(),
+        preload.as_deref(),
     )?;
     let shims = UnixListener::bind(&env.socket)
         .with_context(|| format!("cannot bind {}", env.socket.display()))?;
@@ -143,6 +145,7 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
         broker_lost: false,
         module,
         events_tx: events_tx_loop,
+        preload,
     };
     agent.announce_module().await;
     let code = agent.drive(child, events).await;
@@ -152,21 +155,21 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
     code
 }
 
-/// The name bridge library the job gets: found, or an error when asked for explicitly and a
+/// The preload library the job gets: found, or an error when asked for explicitly and a
 /// warning in `auto` (the job then runs without it: symbolic names do not resolve).
-fn name_bridge(choice: NameBridge) -> anyhow::Result<Option<PathBuf>> {
-    if choice == NameBridge::Off {
+fn preload_library(choice: Preload) -> anyhow::Result<Option<PathBuf>> {
+    if choice == Preload::Off {
         return Ok(None);
     }
-    let found = jobenv::find_name_bridge();
+    let found = jobenv::find_preload();
     if found.is_none() {
         let message = format!(
             "{} not found next to agent or in ../lib/rb (build it with `cargo build`): \
              symbolic names will not resolve in the job",
-            proto::symbolic::NAME_BRIDGE_FILE
+            proto::symbolic::PRELOAD_FILE
         );
-        if choice == NameBridge::On {
-            bail!("--name-bridge on: {message}");
+        if choice == Preload::On {
+            bail!("--preload on: {message}");
         }
         warn!("{message}");
     }
@@ -411,7 +414,7 @@ impl Agent {
     }
 
     fn granted_reply(&self, alloc: u64, host: String, address: String) -> ShimReply {
-        let subagent = vec![
+        let mut subagent = vec![
             link::sibling("rb-subagent").display().to_string(),
             "--agent".into(),
             self.sub_addr.clone(),
@@ -420,6 +423,9 @@ impl Agent {
             "--secret-file".into(),
             self.secret_file.display().to_string(),
         ];
+        if let Some(lib) = &self.preload {
+            subagent.extend(["--preload".into(), lib.display().to_string()]);
+        }
         ShimReply::Granted {
             alloc,
             host,

@@ -48,6 +48,8 @@ pub struct SubagentConfig {
     pub alloc: u64,
     pub secret_file: PathBuf,
     pub command: String,
+    /// The job's preload library, present on this host: in the command's `LD_PRELOAD`.
+    pub preload: Option<PathBuf>,
 }
 
 /// The environment variable that marks every process started under one subagent.
@@ -57,13 +59,19 @@ pub const TAG_VAR: &str = "RB_SUBAGENT_TAG";
 pub fn run(cfg: SubagentConfig) -> i32 {
     unblock_signals();
     let tag = format!("{}.{}", cfg.alloc, std::process::id());
-    let mut child = match Command::new("/bin/sh")
+    let mut command = Command::new("/bin/sh");
+    command
         .arg("-c")
         .arg(&cfg.command)
         .env(TAG_VAR, &tag)
-        .process_group(0)
-        .spawn()
-    {
+        .process_group(0);
+    if let Some(lib) = &cfg.preload {
+        let existing = std::env::var("LD_PRELOAD").ok();
+        let preload =
+            proto::symbolic::preload_with(existing.as_deref(), &lib.display().to_string());
+        command.env("LD_PRELOAD", preload);
+    }
+    let mut child = match command.spawn() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("rb-subagent: cannot run /bin/sh: {e}");

@@ -1,7 +1,7 @@
 //! Symbolic host names (`anyHost`, `anyLinux`, `any<Label>`): which names are symbolic, and
 //! the placeholder address a symbolic name resolves to inside jobs that need every host name
 //! to resolve (PVM and LAM look a name up before they run the remote shell). The shim, the
-//! name bridge (`name-bridge/`) and the agent all take the rule from here.
+//! job preload library (`preload/`) and the agent all take the rule from here.
 
 use std::net::Ipv4Addr;
 
@@ -31,13 +31,13 @@ pub fn placeholder_address(name: &str) -> Ipv4Addr {
     Ipv4Addr::new(PLACEHOLDER_NET[0], PLACEHOLDER_NET[1], x, y)
 }
 
-/// File name of the name bridge library (`name-bridge/`), preloaded into module jobs.
-pub const NAME_BRIDGE_FILE: &str = "librb_name_bridge.so";
+/// File name of the job preload library (`preload/`), loaded into module jobs.
+pub const PRELOAD_FILE: &str = "librb_preload.so";
 
 /// `LD_PRELOAD` (entries separated by spaces or colons, as the dynamic loader reads it) with
 /// `lib` in front, once.
 pub fn preload_with(existing: Option<&str>, lib: &str) -> String {
-    let rest = existing.map(without_name_bridge).unwrap_or_default();
+    let rest = existing.map(without_preload).unwrap_or_default();
     if rest.is_empty() {
         lib.to_string()
     } else {
@@ -45,11 +45,12 @@ pub fn preload_with(existing: Option<&str>, lib: &str) -> String {
     }
 }
 
-/// `LD_PRELOAD` without the name bridge: what the shim hands to the real remote shell.
-pub fn without_name_bridge(preload: &str) -> String {
+/// `LD_PRELOAD` without the job preload library: what the shim hands to the real remote
+/// shell.
+pub fn without_preload(preload: &str) -> String {
     preload
         .split([' ', ':'])
-        .filter(|e| !e.is_empty() && !e.ends_with(NAME_BRIDGE_FILE))
+        .filter(|e| !e.is_empty() && !e.ends_with(PRELOAD_FILE))
         .collect::<Vec<_>>()
         .join(":")
 }
@@ -95,8 +96,8 @@ mod tests {
     }
 
     #[test]
-    fn the_bridge_goes_first_once_and_comes_off_cleanly() {
-        let lib = "/opt/rb/lib/librb_name_bridge.so";
+    fn the_preload_goes_first_once_and_comes_off_cleanly() {
+        let lib = "/opt/rb/lib/librb_preload.so";
         assert_eq!(preload_with(None, lib), lib);
         assert_eq!(preload_with(Some(""), lib), lib);
         assert_eq!(
@@ -105,8 +106,8 @@ mod tests {
         );
         let twice = preload_with(Some(&preload_with(Some("/x/a.so"), lib)), lib);
         assert_eq!(twice, format!("{lib}:/x/a.so"));
-        assert_eq!(without_name_bridge(&twice), "/x/a.so");
-        assert_eq!(without_name_bridge(lib), "");
+        assert_eq!(without_preload(&twice), "/x/a.so");
+        assert_eq!(without_preload(lib), "");
     }
 
     #[test]

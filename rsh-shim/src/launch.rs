@@ -116,14 +116,14 @@ pub fn find_agent(self_exe: &Path, path_var: Option<&OsStr>) -> Option<PathBuf> 
 }
 
 /// Replaces this process with `plan`, with `RB_SHIM_DEPTH` = `depth + 1` and without the
-/// job's name bridge in `LD_PRELOAD` (the remote shell resolves real names only). Returns
+/// job's preload library in `LD_PRELOAD` (the remote shell resolves real names only). Returns
 /// only on failure.
 pub fn exec(plan: &Plan, depth: u32) -> io::Error {
     let mut cmd = Command::new(&plan.program);
     cmd.args(&plan.args)
         .env(ENV_SHIM_DEPTH, depth.saturating_add(1).to_string());
     if let Some(preload) = std::env::var_os("LD_PRELOAD") {
-        match proto::symbolic::without_name_bridge(&preload.to_string_lossy()) {
+        match proto::symbolic::without_preload(&preload.to_string_lossy()) {
             rest if rest.is_empty() => cmd.env_remove("LD_PRELOAD"),
             rest => cmd.env("LD_PRELOAD", rest),
         };

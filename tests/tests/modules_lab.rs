@@ -4,7 +4,7 @@
 //! Root only (the lab); each test prints why it is skipped otherwise.
 //!
 //! Phase 1 is what a user types: `pvm> add anyLinux`, `lamgrow anyLinux`. Both systems look
-//! the name up before they run the remote shell; the agent preloads the name bridge into
+//! the name up before they run the remote shell; the agent preloads librb_preload.so into
 //! module jobs, so `anyLinux` resolves (to a placeholder) and the shim gets the call.
 
 use std::{
@@ -138,7 +138,7 @@ fn wait_for<T>(
     });
     let jobs = serde_json::to_string_pretty(&env.broker.jobs()).unwrap_or_default();
     let home = &env.lab.user().home;
-    let files: String = ["pvm-add.out", "lam-boot.out", "lam-grow.out"]
+    let files: String = ["pvm-add.out", "lam-boot.out", "lam-grow.out", "lam-mpi.out"]
         .iter()
         .filter_map(|f| {
             Some(format!(
@@ -290,6 +290,9 @@ fn lam_grows_onto_any_linux_shrinks_on_release_and_halts() {
     let driver = "echo node02 >~/lam-boot.schema; \\
          lamboot -s ~/lam-boot.schema </dev/null >~/lam-boot.out 2>&1 || exit 3; \\
          lamgrow anyLinux </dev/null >~/lam-grow.out 2>&1; touch ~/lam-grow.done; \\
+         while [ ! -e ~/lam-mpi.go ]; do sleep 0.1; done; \\
+         for i in 1 2 3 4 5; do mpirun.lam N ~/mpi_hosts; done >~/lam-mpi.out 2>&1; \\
+         touch ~/lam-mpi.done; \\
          while [ ! -e ~/lam-stop ]; do sleep 0.1; done";
     let started = Instant::now();
     let mut job = Some(start_job(&env, "lam", driver));
@@ -313,9 +316,31 @@ fn lam_grows_onto_any_linux_shrinks_on_release_and_halts() {
         "phase 1 is a lamgrow whose rsh reached the shim (the name resolved): {grow}"
     );
     assert_eq!(held_hosts(&env), vec![grown.clone()]);
-    // Not yet: an MPI program (mpi_hosts, mpicc.lam) on the grown universe fails in
-    // MPI_INIT with errno 14 on n0 when run inside the job, though it runs in a LAM
-    // universe booted by hand (issue 5 notes).
+    // An MPI program in the grown universe, run by the job: one rank per node, so one on the
+    // grown host. Five runs: without librb_preload's `nsend` guard, LAM 7.1's MPI_Init
+    // failed with errno 14 in about half of the processes the job's lamd started.
+    let home = env.lab.user().home.clone();
+    std::fs::write(home.join("lam-mpi.go"), "").expect("go");
+    wait_for(
+        &env,
+        &mut job,
+        "five mpirun.lam N runs in the job",
+        Duration::from_secs(60),
+        || home.join("lam-mpi.done").exists().then_some(()),
+    );
+    let mpi = std::fs::read_to_string(home.join("lam-mpi.out")).unwrap_or_default();
+    let on_grown = mpi
+        .lines()
+        .filter(|l| l.starts_with("rank ") && l.ends_with(&format!(" on {grown}")))
+        .count();
+    let on_front = mpi
+        .lines()
+        .filter(|l| l.starts_with("rank ") && l.ends_with(&format!(" on {FRONT_END}")))
+        .count();
+    assert!(
+        on_grown == 5 && on_front == 5 && !mpi.contains("errno"),
+        "mpirun.lam N ~/mpi_hosts five times: one rank on {FRONT_END} and one on {grown} each:\n{mpi}"
+    );
     // rb release: lam-shrink; lamnodes and the broker forget the host.
     let out = env.broker.rb(&["release", &grown, "--grace-s", "5"]);
     assert!(

@@ -18,6 +18,10 @@ struct Args {
     /// The lab secret file.
     #[arg(long, default_value = "~/.config/rb/secret")]
     secret_file: String,
+    /// The job's preload library (module jobs): put first in the command's LD_PRELOAD when
+    /// this host has it at the same path, else ignored.
+    #[arg(long)]
+    preload: Option<PathBuf>,
     /// The command, as the remote shell would receive it.
     #[arg(short = 'c')]
     command: String,
@@ -34,7 +38,7 @@ fn main() {
         alloc: args.alloc,
         secret_file: config::expand_home(&args.secret_file),
         command: args.command,
+        preload: args.preload.filter(|p| p.is_file()),
     };
-    let _ = PathBuf::new();
     std::process::exit(agent::subagent::run(cfg));
 }

@@ -1,22 +1,18 @@
-//! `librb_name_bridge.so`: an `LD_PRELOAD` library that makes symbolic host names
-//! (`anyLinux`, `anyHost`, `any<Label>`) resolve, so that programs which look a host name up
-//! before they run the remote shell still reach the `rsh` shim with it.
+//! Symbolic host names resolve inside module jobs.
 //!
 //! Debian's PVM 3.4 (`pvm> add anyLinux`, `pvm_addhosts`) and LAM/MPI 7.1 (`lamgrow anyLinux`,
 //! boot schemas) call `gethostbyname` on every host name first and give up with "No such host"
-//! when it fails. The agent preloads this library into module jobs (`agent --name-bridge`),
-//! and the resolver then answers for symbolic names with a placeholder loopback address
-//! (`proto::symbolic::placeholder_address`, 127.77.X.Y) and the name itself as the official
-//! name; the program goes on to run `rsh anyLinux …`, which the shim turns into a request to
-//! the broker. Every other name goes to the C library's resolver untouched, and a symbolic
-//! name never reaches DNS.
+//! when it fails. Here the resolver answers for symbolic names with a placeholder loopback
+//! address (`proto::symbolic::placeholder_address`, 127.77.X.Y) and the name itself as the
+//! official name; the program goes on to run `rsh anyLinux …`, which the shim turns into a
+//! request to the broker. A symbolic name never reaches DNS.
 //!
 //! Interposed: `gethostbyname`, `gethostbyname2`, `gethostbyname_r`, `gethostbyname2_r`,
 //! `getaddrinfo` (IPv4 answers only; an IPv6-only question about a symbolic name gets "no such
-//! name"). The real functions are found with `dlsym(RTLD_NEXT, …)`. Nothing here allocates
-//! what the caller frees except through the real `getaddrinfo`, so `freeaddrinfo` stays the
-//! C library's.
+//! name"). Nothing here allocates what the caller frees except through the real
+//! `getaddrinfo`, so `freeaddrinfo` stays the C library's.
 
+use crate::next;
 use std::{
     cell::Cell,
     ffi::{c_char, c_int, CStr},
@@ -49,15 +45,6 @@ unsafe fn symbolic(name: *const c_char) -> Option<(&'static CStr, Ipv4Addr)> {
     let cname: &'static CStr = unsafe { CStr::from_ptr(name) };
     let text = cname.to_str().ok()?;
     proto::symbolic::is_symbolic(text).then(|| (cname, proto::symbolic::placeholder_address(text)))
-}
-
-/// The next definition of `symbol` after this library (normally the C library's).
-fn next(symbol: &CStr, cache: &OnceLock<usize>) -> Option<NonNull<libc::c_void>> {
-    let addr = *cache.get_or_init(|| {
-        // SAFETY: dlsym with a valid NUL-terminated name.
-        unsafe { libc::dlsym(libc::RTLD_NEXT, symbol.as_ptr()) as usize }
-    });
-    NonNull::new(addr as *mut libc::c_void)
 }
 
 fn set_h_errno(value: c_int) {
