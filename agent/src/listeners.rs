@@ -29,6 +29,8 @@ pub enum Event {
     ShimAllocate {
         conn: u64,
         symbolic: String,
+        /// The shim's pid (its caller is its parent).
+        pid: u32,
         reply: mpsc::Sender<ShimReply>,
     },
     ShimAttach {
@@ -83,9 +85,10 @@ async fn shim_conn(mut conn: FramedConn<tokio::net::UnixStream>, events: mpsc::S
     let id = next_id();
     let (tx, mut rx) = mpsc::channel(8);
     let event = match conn.recv::<ShimRequest>().await {
-        Ok(ShimRequest::Allocate { symbolic, .. }) => Event::ShimAllocate {
+        Ok(ShimRequest::Allocate { symbolic, pid }) => Event::ShimAllocate {
             conn: id,
             symbolic,
+            pid,
             reply: tx,
         },
         Ok(ShimRequest::Attach { host, .. }) => Event::ShimAttach { host, reply: tx },

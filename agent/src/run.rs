@@ -249,12 +249,16 @@ impl Agent {
     async fn on_event(&mut self, ev: Event) {
         match ev {
             Event::ShimAllocate {
-                symbolic, reply, ..
-            } if self.module.is_some() => self.phase_one(symbolic, reply).await,
+                symbolic,
+                pid,
+                reply,
+                ..
+            } if self.module.is_some() => self.phase_one(symbolic, pid, reply).await,
             Event::ShimAllocate {
                 conn,
                 symbolic,
                 reply,
+                ..
             } => {
                 let req = self.next_req;
                 self.next_req += 1;

@@ -182,6 +182,8 @@ fn pvm_grows_onto_any_linux_shrinks_on_release_and_halts_at_job_end() {
     let driver = format!(
         "{PVM_ENV} echo quit | pvm >/dev/null 2>&1; \
          echo 'add anyLinux' | pvm >~/pvm-add.out 2>&1; touch ~/pvm-ready; \
+         while [ ! -e ~/pvm-add2 ]; do sleep 0.1; done; \
+         echo 'add anyLinux' | pvm >~/pvm-add2.out 2>&1; \
          while [ ! -e ~/pvm-stop ]; do sleep 0.1; done"
     );
     let started = Instant::now();
@@ -231,6 +233,21 @@ fn pvm_grows_onto_any_linux_shrinks_on_release_and_halts_at_job_end() {
         task_hosts.lines().any(|l| l.trim() == grown),
         "no task ran on {grown}: {task_hosts}"
     );
+    // A second `add anyLinux` from the script, right after the first was answered: a new
+    // request (not a retry of the first), so the job grows onto the other host too.
+    std::fs::write(env.lab.user().home.join("pvm-add2"), "").expect("add2");
+    let both = wait_for(
+        &env,
+        &mut job,
+        "a second add anyLinux: two hosts in conf",
+        Duration::from_secs(30),
+        || {
+            let mut hosts = pvm_hosts_in_conf(&env);
+            hosts.sort();
+            (hosts.len() == 2).then_some(hosts)
+        },
+    );
+    let other = both.iter().find(|h| **h != grown).cloned().expect("other");
     // rb release: pvm-shrink deletes the host; PVM's conf and the broker forget it.
     let out = env.broker.rb(&["release", &grown, "--grace-s", "5"]);
     assert!(
@@ -248,9 +265,9 @@ fn pvm_grows_onto_any_linux_shrinks_on_release_and_halts_at_job_end() {
     wait_for(
         &env,
         &mut job,
-        "the released host free",
+        "the released host free, the other still held",
         Duration::from_secs(10),
-        || held_hosts(&env).is_empty().then_some(()),
+        || (held_hosts(&env) == vec![other.clone()]).then_some(()),
     );
     wait_for(
         &env,

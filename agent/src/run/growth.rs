@@ -7,7 +7,7 @@ use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use proto::{agent::ShimReply, msg::FromBroker, msg::ToBroker};
 use tokio::{sync::mpsc, time::Instant};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::Agent;
 use crate::{
@@ -16,8 +16,11 @@ use crate::{
     module::{self, Action, Call, Outcome, Programs, Runner},
 };
 
-/// Calls for the same symbolic name within this window count once: PVM retries a failed
-/// start and probes the host (`rsh HOST 'echo YES'`) after one `add`.
+/// Calls for the same symbolic name within this window count once while the first is still
+/// open (not yet grown): one `pvm> add anyLinux` makes three calls within milliseconds (the
+/// start, a retry with the Windows command, and the console's `rsh HOST 'echo YES'` probe).
+/// Once `NAME-grow` has answered the request, the next call for that name is a new request
+/// (a script adding hosts one at a time).
 const REPEAT_WINDOW: Duration = Duration::from_secs(2);
 
 /// Shortest time a shrink gets, even when the reclaim's grace is shorter.
@@ -32,6 +35,8 @@ pub(super) struct ModuleJob {
     pub(super) requests: HashMap<u64, String>,
     /// Recent phase-1 calls, for [`REPEAT_WINDOW`].
     recent: Vec<(String, Instant)>,
+    /// Grants whose `NAME-grow` runs: allocation → the symbolic name asked for.
+    growing: HashMap<u64, String>,
 }
 
 impl ModuleJob {
@@ -55,6 +60,7 @@ impl ModuleJob {
             timeout,
             requests: HashMap::new(),
             recent: Vec::new(),
+            growing: HashMap::new(),
         }
     }
 
@@ -90,7 +96,12 @@ impl Agent {
     }
 
     /// Phase 1: record the request at the broker and refuse the shim at once.
-    pub(super) async fn phase_one(&mut self, symbolic: String, reply: mpsc::Sender<ShimReply>) {
+    pub(super) async fn phase_one(
+        &mut self,
+        symbolic: String,
+        shim_pid: u32,
+        reply: mpsc::Sender<ShimReply>,
+    ) {
         let Some(m) = self.module.as_mut() else {
             return;
         };
@@ -105,6 +116,7 @@ impl Agent {
         );
         let _ = reply.send(ShimReply::Refused { message }).await;
         if m.repeated(&symbolic, Instant::now()) {
+            debug!(%symbolic, shim_pid, "phase 1: a retry of the open request; ignored");
             return;
         }
         let req = self.next_req;
@@ -119,9 +131,10 @@ impl Agent {
         let Some(m) = self.module.as_mut() else {
             return false;
         };
-        if m.requests.remove(&req).is_none() {
+        let Some(symbolic) = m.requests.remove(&req) else {
             return false;
-        }
+        };
+        m.growing.insert(alloc, symbolic);
         m.runner.submit(Call {
             action: Action::Grow,
             host: Some((host.to_string(), address.to_string())),
@@ -174,11 +187,25 @@ impl Agent {
         let Some(alloc) = outcome.call.alloc else {
             return;
         };
+        if outcome.call.action == Action::Grow {
+            self.grow_done(alloc);
+        }
         match outcome.call.action {
             Action::Grow if outcome.result.is_err() => self.drop_if_idle(alloc).await,
             Action::Grow => {}
             Action::Shrink => self.after_shrink(alloc).await,
             Action::Halt => {}
+        }
+    }
+
+    /// The request behind `alloc` is answered (grown, or failed for good): a new request
+    /// for the same name is a new one, not a retry.
+    fn grow_done(&mut self, alloc: u64) {
+        let Some(m) = self.module.as_mut() else {
+            return;
+        };
+        if let Some(symbolic) = m.growing.remove(&alloc) {
+            m.recent.retain(|(s, _)| s != &symbolic);
         }
     }
 
