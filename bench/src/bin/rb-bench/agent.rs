@@ -402,7 +402,7 @@ fn rss_of(uid: u32, exe: &Path) -> Vec<u64> {
         .collect()
 }
 
-fn show(s: &Summary) -> String {
+pub(crate) fn show(s: &Summary) -> String {
     if s.median >= 1000.0 {
         format!(
             "{:.3} s ({:.3}–{:.3})",

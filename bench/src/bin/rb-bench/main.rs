@@ -2,6 +2,7 @@
 //! Every figure is measured beside its baseline in the same run. Lab sections need root.
 
 mod agent;
+mod modules;
 
 use std::{
     path::Path,
@@ -35,7 +36,10 @@ struct Args {
     /// Agent-layer parts to run (table1, table2, memory); default all.
     #[arg(long, value_delimiter = ',')]
     agent_parts: Vec<String>,
-    /// Run only these sections (resource, agent); default all.
+    /// Repetitions for the module (paper Table 3) measurements.
+    #[arg(long, default_value_t = 5)]
+    module_reps: usize,
+    /// Run only these sections (resource, agent, modules); default all.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -62,6 +66,13 @@ fn main() -> anyhow::Result<()> {
             })?;
         } else {
             println!("## Agent layer\n\nskipped: needs root (network namespaces)\n");
+        }
+    }
+    if wanted("modules") {
+        if tests::is_root() {
+            modules::run(args.module_reps)?;
+        } else {
+            println!("## Modules\n\nskipped: needs root (network namespaces; PVM and LAM run as the lab user)\n");
         }
     }
     Ok(())

@@ -1,0 +1,325 @@
+//! Module benchmarks: the paper's Table 3 — how long it takes to add 1, 2, 4 and 8 machines
+//! to a running PVM virtual machine and to a running LAM universe, three ways:
+//!
+//! - `w/ rsh`: the user names the hosts, the system runs the real rsh (no ResourceBroker);
+//! - `w/ rsh host`: the same inside a job under `agent` (the system's rsh is our shim, which
+//!   passes named, unallocated hosts straight through);
+//! - `w/ rsh anyLinux`: a module job asks for `anyLinux` (phase 1, through the job preload
+//!   library and the shim), the broker grants a host and `NAME-grow HOST` adds it (phase 2).
+//!
+//! Hosts are added one per command, each after the previous one joined, the same way in all
+//! three rows, so the difference between rows is what ResourceBroker adds per machine. A
+//! driver script on node02 (the lab user's front end, not managed) times the additions with
+//! `date +%s%N`; set-up (master pvmd, `lamboot`) and tear-down are outside the timing.
+
+use std::{process::Output, time::Duration};
+
+use bench::stats::summarize;
+use tests::{
+    labtier::{LabOptions, LabWithBroker, TEST_TIMING},
+    wait_until,
+};
+
+use crate::agent::show;
+
+const FRONT_END: &str = "node02";
+const MACHINES: [usize; 4] = [1, 2, 4, 8];
+
+#[derive(Clone, Copy, PartialEq)]
+enum Way {
+    Real,
+    ShimHost,
+    AnyLinux,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum System {
+    Pvm,
+    Lam,
+}
+
+impl System {
+    fn name(self) -> &'static str {
+        match self {
+            System::Pvm => "pvm",
+            System::Lam => "lam",
+        }
+    }
+
+    /// The paper's Table 3 row (seconds for 1, 2, 4, 8 machines).
+    fn paper(self, way: Way) -> [&'static str; 4] {
+        match (self, way) {
+            (System::Pvm, Way::Real) => ["0.5", "1.1", "2.3", "6.7"],
+            (System::Pvm, Way::ShimHost) => ["0.6", "1.4", "3.2", "7.1"],
+            (System::Pvm, Way::AnyLinux) => ["2.1", "3.6", "9.1", "17.6"],
+            (System::Lam, Way::Real) => ["1.8", "1.8", "2.1", "2.0"],
+            (System::Lam, Way::ShimHost) => ["2.5", "2.8", "2.4", "2.4"],
+            (System::Lam, Way::AnyLinux) => ["4.2", "8.8", "16.8", "33.5"],
+        }
+    }
+}
+
+fn label(system: System, way: Way) -> String {
+    let name = system.name();
+    match way {
+        Way::Real => format!("`{name} w/ rsh` (real rsh, baseline)"),
+        Way::ShimHost => format!("`{name} w/ rsh host` (through the shim)"),
+        Way::AnyLinux => format!("`{name} w/ rsh anyLinux` (module job)"),
+    }
+}
+
+pub fn run(reps: usize) -> anyhow::Result<()> {
+    println!("## Modules: PVM and LAM/MPI jobs (paper Table 3)\n");
+    println!("Real PVM 3.4.6 and LAM/MPI 7.1.4 from Debian, run by the lab user `rblab` on node02 (the front end, not managed by the broker); node03–node10 are the machines added, over real rsh (netkit in.rshd). Each figure is the time to add N machines to a running virtual machine (master pvmd on node02) or LAM universe (booted on node02), one machine per command, each once the previous one has joined: `add HOST` at the `pvm` console or `lamgrow HOST` for named hosts; for `anyLinux`, `pvm> add anyLinux` or `lamgrow anyLinux` in a job under `agent --rsl '&(module=\"NAME\")(adaptive=yes)'`, timed until the granted host is in the virtual machine (`pvm_config`, polled every ms) or in `lamnodes` (polled back to back); the next request waits, untimed, for the module's `NAME-grow` to exit. Medians of {reps} runs (min–max). The paper's figures (seconds; 16 PentiumPro 200 MHz, Fast Ethernet, 1998) beside ours. Target: `anyLinux` costs ≤ 20 ms per machine over naming the host, on the same transport.\n");
+    let env = start_env();
+    build_wait_program(&env)?;
+    let mut rows = Vec::new();
+    for system in [System::Pvm, System::Lam] {
+        for way in [Way::Real, Way::ShimHost, Way::AnyLinux] {
+            let mut cells = Vec::new();
+            for n in MACHINES {
+                let mut times = Vec::new();
+                let mut failures = Vec::new();
+                for _ in 0..reps {
+                    match run_once(&env, system, way, n) {
+                        Ok(ms) => times.push(ms),
+                        Err(e) => failures.push(e.to_string()),
+                    }
+                    wait_clean(&env)?;
+                }
+                if let Some(first) = failures.first() {
+                    eprintln!(
+                        "rb-bench: {} with {n}: {} of {reps} runs failed, e.g.: {first}",
+                        label(system, way),
+                        failures.len()
+                    );
+                }
+                cells.push((summarize(&times), failures.len()));
+            }
+            rows.push((system, way, cells));
+        }
+    }
+    print_table(&rows);
+    Ok(())
+}
+
+type Cells = Vec<(Option<bench::stats::Summary>, usize)>;
+
+fn print_table(rows: &[(System, Way, Cells)]) {
+    println!("| operation | 1 machine | 2 machines | 4 machines | 8 machines |");
+    println!("|---|---|---|---|---|");
+    for (system, way, cells) in rows {
+        let paper = system.paper(*way);
+        let shown: Vec<String> = cells
+            .iter()
+            .zip(paper)
+            .map(|((summary, failed), paper)| {
+                let ours = summary.as_ref().map_or_else(|| "failed".to_string(), show);
+                let failed = match failed {
+                    0 => String::new(),
+                    f => format!(", {f} failed"),
+                };
+                format!("{ours}{failed} · paper {paper} s")
+            })
+            .collect();
+        println!("| {} | {} |", label(*system, *way), shown.join(" | "));
+    }
+    println!();
+    for system in [System::Pvm, System::Lam] {
+        let median = |way: Way, i: usize| {
+            rows.iter()
+                .find(|(s, w, _)| *s == system && *w == way)
+                .and_then(|(_, _, cells)| cells[i].0.as_ref().map(|s| s.median))
+        };
+        let per_machine: Vec<String> = MACHINES
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| {
+                let host = median(Way::ShimHost, i)?;
+                let any = median(Way::AnyLinux, i)?;
+                let real = median(Way::Real, i)?;
+                Some(format!(
+                    "{n}: {:+.1} ms ({:+.2} ms for the shim)",
+                    (any - host) / *n as f64,
+                    (host - real) / *n as f64
+                ))
+            })
+            .collect();
+        println!(
+            "{}: `anyLinux` over naming the host, per machine, for N machines (target ≤ 20 ms) — {}.\n",
+            system.name().to_uppercase(),
+            per_machine.join("; ")
+        );
+    }
+}
+
+/// node02 (front end, not managed) and node03–node10, jobs over real rsh.
+fn start_env() -> LabWithBroker {
+    let mut opts = LabOptions::new(&[], TEST_TIMING);
+    opts.rsh = true;
+    opts.job_shell = Some(vec!["rsh".into()]);
+    opts.unmanaged = vec![FRONT_END.into()];
+    LabWithBroker::start_opts(1 + MACHINES[MACHINES.len() - 1], &opts)
+}
+
+/// `~/pvm_wait_hosts`, compiled in the lab user's shared home.
+fn build_wait_program(env: &LabWithBroker) -> anyhow::Result<()> {
+    let src =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/programs/pvm_wait_hosts.c");
+    let home = env.lab.user().home.clone();
+    std::fs::copy(&src, home.join("pvm_wait_hosts.c"))?;
+    let out = user_sh(env, "gcc -O2 -o ~/pvm_wait_hosts ~/pvm_wait_hosts.c -lpvm3")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "compiling pvm_wait_hosts: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+fn user_sh(env: &LabWithBroker, script: &str) -> anyhow::Result<Output> {
+    env.lab
+        .exec_as_user(FRONT_END, &["sh", "-c", script])
+        .map_err(|e| anyhow::anyhow!("{FRONT_END}: {e}"))
+}
+
+/// The machines to add, by name.
+fn hosts(n: usize) -> String {
+    (3..3 + n)
+        .map(|i| format!("node{i:02}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+const PVM_ENV: &str = "PVM_ROOT=/usr/lib/pvm3; export PVM_ROOT;";
+
+/// The driver: prints `hosts K` (hosts or nodes at the end, the front end included) and
+/// `elapsed_us T` (the additions).
+fn driver(system: System, way: Way, n: usize) -> String {
+    let hosts = hosts(n);
+    let want = n + 1;
+    match (system, way) {
+        (System::Pvm, Way::AnyLinux) => format!(
+            "{PVM_ENV} echo quit | pvm >/dev/null 2>&1
+             total=0; k=1
+             while [ $k -le {n} ]; do
+               t0=$(date +%s%N)
+               echo 'add anyLinux' | pvm >/dev/null 2>&1
+               ~/pvm_wait_hosts $((k + 1)) 10000 >/dev/null || break
+               t1=$(date +%s%N); total=$((total + t1 - t0))
+               while pgrep -u \"$(id -u)\" -f 'pvm-gro[w] ' >/dev/null; do :; done
+               k=$((k + 1))
+             done
+             echo \"hosts $(~/pvm_wait_hosts {want} 0)\"
+             echo \"elapsed_us $((total / 1000))\""
+        ),
+        (System::Pvm, _) => {
+            let rsh = if way == Way::Real {
+                "PVM_RSH=/usr/bin/rsh; export PVM_RSH;"
+            } else {
+                ""
+            };
+            format!(
+                "{PVM_ENV} {rsh} echo quit | pvm >/dev/null 2>&1
+                 t0=$(date +%s%N)
+                 for h in {hosts}; do echo \"add $h\" | pvm >/dev/null 2>&1; done
+                 t1=$(date +%s%N)
+                 echo \"hosts $(~/pvm_wait_hosts {want} 0)\"
+                 echo \"elapsed_us $(( (t1 - t0) / 1000 ))\"
+                 echo halt | pvm >/dev/null 2>&1; exit 0"
+            )
+        }
+        (System::Lam, way) => {
+            let rsh = if way == Way::Real {
+                "LAMRSH=/usr/bin/rsh; export LAMRSH;"
+            } else {
+                ""
+            };
+            let grow = if way == Way::AnyLinux {
+                format!(
+                    "total=0; k=1
+                     while [ $k -le {n} ]; do
+                       t0=$(date +%s%N)
+                       lamgrow anyLinux </dev/null >/dev/null 2>&1
+                       i=0
+                       until [ \"$(lamnodes 2>/dev/null | wc -l)\" -ge $((k + 1)) ]; do
+                         i=$((i + 1)); [ $i -gt 5000 ] && break 2
+                       done
+                       t1=$(date +%s%N); total=$((total + t1 - t0))
+                       while pgrep -u \"$(id -u)\" -f 'lam-gro[w] ' >/dev/null; do :; done
+                       k=$((k + 1))
+                     done"
+                )
+            } else {
+                format!(
+                    "t0=$(date +%s%N)
+                     for h in {hosts}; do lamgrow $h </dev/null >/dev/null 2>&1; done
+                     total=$(($(date +%s%N) - t0))"
+                )
+            };
+            let halt = if way == Way::AnyLinux {
+                ""
+            } else {
+                "lamhalt </dev/null >/dev/null 2>&1"
+            };
+            format!(
+                "{rsh} echo {FRONT_END} >~/lam-bench.schema
+                 lamboot -s ~/lam-bench.schema </dev/null >/dev/null 2>&1 || {{ echo 'lamboot failed'; exit 3; }}
+                 {grow}
+                 echo \"hosts $(lamnodes 2>/dev/null | wc -l)\"
+                 echo \"elapsed_us $((total / 1000))\"
+                 {halt}; exit 0"
+            )
+        }
+    }
+}
+
+/// One measurement: milliseconds to add `n` machines.
+fn run_once(env: &LabWithBroker, system: System, way: Way, n: usize) -> anyhow::Result<f64> {
+    let script = driver(system, way, n);
+    let argv = ["sh", "-c", script.as_str()];
+    let out = match way {
+        Way::Real => user_sh(env, &script)?,
+        Way::ShimHost => env.agent_as_user(FRONT_END, &[], &argv).output()?,
+        Way::AnyLinux => {
+            let spec = format!("&(module=\"{}\")(adaptive=yes)", system.name());
+            env.agent_as_user(FRONT_END, &["--rsl", &spec], &argv)
+                .output()?
+        }
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key)?.trim().parse::<f64>().ok())
+    };
+    match (field("hosts "), field("elapsed_us ")) {
+        (Some(hosts), Some(us)) if hosts as usize == n + 1 => Ok(us / 1000.0),
+        (hosts, _) => anyhow::bail!(
+            "{} hosts instead of {}; stdout: {text}; stderr: {}",
+            hosts.map_or("no count of".into(), |h| h.to_string()),
+            n + 1,
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .rev()
+                .take(5)
+                .collect::<Vec<_>>()
+                .join(" / ")
+        ),
+    }
+}
+
+/// Before the next run: no host held, no pvmd or lamd of the lab user on any host.
+fn wait_clean(env: &LabWithBroker) -> anyhow::Result<()> {
+    let clean = wait_until(Duration::from_secs(30), || {
+        if !env.broker.held_hosts().is_empty() {
+            return None;
+        }
+        let busy = env.lab.hosts().iter().any(|h| {
+            env.lab
+                .exec(&h.name, &["pgrep", "-u", "rblab", "pvmd|lamd"])
+                .is_ok_and(|o| o.status.success())
+        });
+        (!busy).then_some(())
+    });
+    clean.ok_or_else(|| anyhow::anyhow!("hosts still held or daemons left after a run"))
+}
