@@ -18,6 +18,11 @@ pub const LAUNCHER_VARS: &[&str] = &[
     "HYDRA_LAUNCHER_EXEC",
 ];
 
+/// Open MPI's remote-shell variable (one of [`LAUNCHER_VARS`], with fallbacks: see [`prepare`]).
+pub const OMPI_AGENT_VAR: &str = "OMPI_MCA_plm_rsh_agent";
+/// Open MPI's tree-spawn switch, set to 1 unless the user's environment has it.
+pub const OMPI_NO_TREE_SPAWN_VAR: &str = "OMPI_MCA_plm_rsh_no_tree_spawn";
+
 /// The job's private directory and what the app's environment gets.
 #[derive(Debug, Clone)]
 pub struct JobEnv {
@@ -65,6 +70,21 @@ pub fn prepare(
     vars.insert("PATH".into(), format!("{}:{path}", bin.display()));
     for var in LAUNCHER_VARS {
         vars.insert((*var).into(), shim.display().to_string());
+    }
+    // Open MPI hands its agent to every remote orted (`-mca plm_rsh_agent …`), whose
+    // plm/rsh component aborts when the program is missing there — and the shim's path is
+    // private to this machine (/tmp). ` : rsh : ssh` are alternatives, first found in PATH
+    // wins: the shim here, a plain remote shell on the granted hosts.
+    vars.insert(
+        OMPI_AGENT_VAR.into(),
+        format!("{} : rsh : ssh", shim.display()),
+    );
+    // Tree spawn would have remote orteds start further orteds with that plain remote
+    // shell, outside the job (no agent there: `anyLinux` is an unknown host, a real host
+    // bypasses the subagent). Every orted starts from here through the shim instead,
+    // unless the user chose otherwise.
+    if std::env::var_os(OMPI_NO_TREE_SPAWN_VAR).is_none() {
+        vars.insert(OMPI_NO_TREE_SPAWN_VAR.into(), "1".into());
     }
     vars.insert(ENV_AGENT.into(), socket.display().to_string());
     vars.insert(ENV_JOB.into(), job.to_string());
@@ -170,8 +190,13 @@ mod tests {
             Path::new("/opt/rb/rsh")
         );
         assert!(env.vars["PATH"].starts_with(&format!("{}:", env.dir.join("bin").display())));
-        for var in LAUNCHER_VARS {
-            assert_eq!(env.vars[*var], env.shim.display().to_string());
+        let shim = env.shim.display().to_string();
+        for var in LAUNCHER_VARS.iter().filter(|v| **v != OMPI_AGENT_VAR) {
+            assert_eq!(env.vars[*var], shim);
+        }
+        assert_eq!(env.vars[OMPI_AGENT_VAR], format!("{shim} : rsh : ssh"));
+        if std::env::var_os(OMPI_NO_TREE_SPAWN_VAR).is_none() {
+            assert_eq!(env.vars[OMPI_NO_TREE_SPAWN_VAR], "1");
         }
         assert_eq!(env.vars[ENV_JOB], "7");
         assert_eq!(env.vars[ENV_REAL_RSH], r#"["ssh"]"#);
