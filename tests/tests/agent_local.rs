@@ -371,8 +371,13 @@ fn a_host_reclaimed_while_its_command_starts_is_free_only_once_that_command_is_g
     // A remote shell that takes a second to start the subagent: the reclaim arrives after
     // the grant but before anything runs there. The host must not be given back until the
     // command that was on its way has started, been told to end, and ended.
+    // It marks the moment the launch reaches the host (the command itself may be ended
+    // before it does anything).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let marker = dir.path().join("launched");
     let slow_shell = format!(
-        "sleep 1; exec '{}' local-shell \"$@\"",
+        "sleep 1; touch '{}'; exec '{}' local-shell \"$@\"",
+        marker.display(),
         bin("rb-subagent").display()
     );
     let lab = local_lab(1).replacen(
@@ -385,18 +390,9 @@ fn a_host_reclaimed_while_its_command_starts_is_free_only_once_that_command_is_g
     );
     let broker = Broker::start(&lab);
     broker.wait_all_up(Duration::from_secs(10));
-    let dir = tempfile::tempdir().expect("tempdir");
-    let marker = dir.path().join("started");
-    let mut holder = agent(
-        &broker,
-        &[
-            "rsh",
-            "anyLinux",
-            &format!("touch {}; exec sleep 30", marker.display()),
-        ],
-    )
-    .spawn()
-    .expect("holder");
+    let mut holder = agent(&broker, &["rsh", "anyLinux", "exec sleep 30"])
+        .spawn()
+        .expect("holder");
     wait_until(Duration::from_secs(10), || {
         (!broker.held_hosts().is_empty()).then_some(())
     })
@@ -414,7 +410,7 @@ fn a_host_reclaimed_while_its_command_starts_is_free_only_once_that_command_is_g
     .expect("the host is released");
     assert!(
         marker.exists(),
-        "released before the command on its way had even started"
+        "released before the launch on its way had even reached the host"
     );
     let status = holder.wait().expect("holder");
     assert_eq!(
