@@ -102,6 +102,9 @@ pub fn lab_file_with(lab: &lab::Lab, opts: &LabOptions) -> String {
     text
 }
 
+/// The lab user's own machine in [`LabWithBroker::start_with_front_end`].
+pub const FRONT_END: &str = "node02";
+
 /// A lab with `hosts` hosts and a broker managing them, every host up.
 pub struct LabWithBroker {
     // Field order matters: the broker stops (and its daemons with it) before the lab goes.
@@ -128,6 +131,46 @@ impl LabWithBroker {
         let broker = Broker::start(&lab_file_with(&lab, opts));
         broker.wait_all_up(Duration::from_secs(20));
         Self { broker, lab }
+    }
+
+    /// node02 as the lab user's front end (not managed: the broker never grants it, so a
+    /// job there cannot be given its own machine) and node03.. for the broker, jobs over
+    /// real rsh: the setting of the module and MPI lab tests and of their benchmarks.
+    pub fn start_with_front_end(hosts: usize) -> Self {
+        let mut opts = LabOptions::new(&[], TEST_TIMING);
+        opts.rsh = true;
+        opts.job_shell = Some(vec!["rsh".into()]);
+        opts.unmanaged = vec![FRONT_END.into()];
+        Self::start_opts(hosts, &opts)
+    }
+
+    /// `tests/programs/SOURCE.c` copied into the lab user's (shared) home and compiled
+    /// there by the lab user on the front end: `COMPILER -O2 -o ~/OUT ~/SOURCE.c LIBS`.
+    /// Returns the binary's path, or the compiler's complaint.
+    pub fn build_program(
+        &self,
+        source: &str,
+        compiler: &str,
+        out: &str,
+        libs: &str,
+    ) -> Result<std::path::PathBuf, String> {
+        let src =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("programs/{source}.c"));
+        let home = self.lab.user().home.clone();
+        std::fs::copy(&src, home.join(format!("{source}.c")))
+            .map_err(|e| format!("copy {}: {e}", src.display()))?;
+        let script = format!("{compiler} -O2 -o ~/{out} ~/{source}.c {libs}");
+        let done = self
+            .lab
+            .exec_as_user(FRONT_END, &["sh", "-c", &script])
+            .map_err(|e| format!("{FRONT_END}: {e}"))?;
+        if !done.status.success() {
+            return Err(format!(
+                "compiling {source} with {compiler}: {}",
+                String::from_utf8_lossy(&done.stderr)
+            ));
+        }
+        Ok(home.join(out))
     }
 
     /// Copies the lab secret into the lab user's home (`~/.config/rb/secret`, mode 600,

@@ -8,25 +8,19 @@
 //! module jobs, so `anyLinux` resolves (to a placeholder) and the shim gets the call.
 
 use std::{
-    path::{Path, PathBuf},
+    path::PathBuf,
     process::{Child, Output},
     time::{Duration, Instant},
 };
 
 use tests::{
-    labtier::{skip_unless_root, LabOptions, LabWithBroker, TEST_TIMING},
+    labtier::{skip_unless_root, LabWithBroker, FRONT_END},
     wait_until,
 };
 
-const FRONT_END: &str = "node02";
-
 /// node02 (where the job runs, not managed) and node03, node04 for the broker to grant.
 fn lab() -> LabWithBroker {
-    let mut opts = LabOptions::new(&[], TEST_TIMING);
-    opts.rsh = true;
-    opts.job_shell = Some(vec!["rsh".into()]);
-    opts.unmanaged = vec![FRONT_END.into()];
-    LabWithBroker::start_opts(3, &opts)
+    LabWithBroker::start_with_front_end(3)
 }
 
 fn text(out: &Output) -> String {
@@ -40,24 +34,11 @@ fn user_sh(env: &LabWithBroker, host: &str, script: &str) -> Output {
         .unwrap_or_else(|e| panic!("{host}: {e}"))
 }
 
-/// Source file of a test program, copied into the lab user's (shared) home, compiled
-/// there as the lab user with `compiler … libs`; returns the binary's path.
+/// A test program compiled by the lab user (binary `~/NAME`); panics with the compiler's
+/// complaint.
 fn build_program(env: &LabWithBroker, name: &str, compiler: &str, libs: &str) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("programs/{name}.c"));
-    let home = env.lab.user().home.clone();
-    let dst = home.join(format!("{name}.c"));
-    std::fs::copy(&src, &dst).expect("copy program source");
-    let out = user_sh(
-        env,
-        FRONT_END,
-        &format!("{compiler} -O2 -o ~/{name} ~/{name}.c {libs}"),
-    );
-    assert!(
-        out.status.success(),
-        "compiling {name}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    home.join(name)
+    env.build_program(name, compiler, name, libs)
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The job: `agent --rsl '&(module=NAME)(adaptive=yes)' sh -c DRIVER` as the lab user.

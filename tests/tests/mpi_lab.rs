@@ -13,26 +13,16 @@
 //! fails in MPI_Init trying shared memory between them (`mm ep failed to connect to remote
 //! FIFO`), with or without the broker: MPICH jobs here run with `UCX_TLS=^sm`.
 
-use std::{
-    path::{Path, PathBuf},
-    process::Output,
-    time::Duration,
-};
+use std::{path::PathBuf, process::Output, time::Duration};
 
 use tests::{
-    labtier::{skip_unless_root, LabOptions, LabWithBroker, TEST_TIMING},
+    labtier::{skip_unless_root, LabWithBroker, FRONT_END},
     wait_until,
 };
 
-const FRONT_END: &str = "node02";
-
 /// node02 (where the job runs, not managed) and node03, node04 for the broker to grant.
 fn lab() -> LabWithBroker {
-    let mut opts = LabOptions::new(&[], TEST_TIMING);
-    opts.rsh = true;
-    opts.job_shell = Some(vec!["rsh".into()]);
-    opts.unmanaged = vec![FRONT_END.into()];
-    LabWithBroker::start_opts(3, &opts)
+    LabWithBroker::start_with_front_end(3)
 }
 
 fn text(out: &Output) -> String {
@@ -41,20 +31,8 @@ fn text(out: &Output) -> String {
 
 /// `programs/NAME.c` compiled by the lab user with `compiler` into `~/OUT`.
 fn build_program(env: &LabWithBroker, name: &str, compiler: &str, out_name: &str) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("programs/{name}.c"));
-    let home = env.lab.user().home.clone();
-    std::fs::copy(&src, home.join(format!("{name}.c"))).expect("copy program source");
-    let script = format!("{compiler} -O2 -o ~/{out_name} ~/{name}.c");
-    let out = env
-        .lab
-        .exec_as_user(FRONT_END, &["sh", "-c", &script])
-        .expect("compile");
-    assert!(
-        out.status.success(),
-        "compiling {name} with {compiler}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    home.join(out_name)
+    env.build_program(name, compiler, out_name, "")
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// `agent [--rsl SPEC] sh -c SCRIPT` as the lab user on node02, to completion. The script

@@ -16,13 +16,12 @@ use std::{process::Output, time::Duration};
 
 use bench::stats::summarize;
 use tests::{
-    labtier::{LabOptions, LabWithBroker, TEST_TIMING},
+    labtier::{LabWithBroker, FRONT_END},
     wait_until,
 };
 
 use crate::agent::show;
 
-const FRONT_END: &str = "node02";
 const MACHINES: [usize; 4] = [1, 2, 4, 8];
 
 #[derive(Clone, Copy, PartialEq)]
@@ -155,26 +154,14 @@ fn print_table(rows: &[(System, Way, Cells)]) {
 
 /// node02 (front end, not managed) and node03–node10, jobs over real rsh.
 fn start_env() -> LabWithBroker {
-    let mut opts = LabOptions::new(&[], TEST_TIMING);
-    opts.rsh = true;
-    opts.job_shell = Some(vec!["rsh".into()]);
-    opts.unmanaged = vec![FRONT_END.into()];
-    LabWithBroker::start_opts(1 + MACHINES[MACHINES.len() - 1], &opts)
+    LabWithBroker::start_with_front_end(1 + MACHINES[MACHINES.len() - 1])
 }
 
 /// `~/pvm_wait_hosts`, compiled in the lab user's shared home.
 fn build_wait_program(env: &LabWithBroker) -> anyhow::Result<()> {
-    let src =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/programs/pvm_wait_hosts.c");
-    let home = env.lab.user().home.clone();
-    std::fs::copy(&src, home.join("pvm_wait_hosts.c"))?;
-    let out = user_sh(env, "gcc -O2 -o ~/pvm_wait_hosts ~/pvm_wait_hosts.c -lpvm3")?;
-    anyhow::ensure!(
-        out.status.success(),
-        "compiling pvm_wait_hosts: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(())
+    env.build_program("pvm_wait_hosts", "gcc", "pvm_wait_hosts", "-lpvm3")
+        .map(drop)
+        .map_err(|e| anyhow::anyhow!(e))
 }
 
 fn user_sh(env: &LabWithBroker, script: &str) -> anyhow::Result<Output> {
