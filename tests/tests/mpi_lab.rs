@@ -184,10 +184,13 @@ fn open_mpi_daemon_is_ended_when_the_broker_takes_its_host_back() {
         Some(0),
         "mpirun survived losing a daemon"
     );
+    // Which loss mpirun reports first is a race inside Open MPI: the orted's connection,
+    // or a rank that the SIGTERM to the host's process group ended before its orted.
+    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("lost communication with a remote daemon"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        stderr.contains("lost communication with a remote daemon")
+            || stderr.contains("exited on signal 15"),
+        "mpirun did not report the lost daemon or rank:\n{stderr}"
     );
     assert_all_given_back(&env, "orted|sleep");
 }
