@@ -14,6 +14,7 @@
 
 pub mod cli;
 pub mod jobenv;
+pub mod launcher;
 pub mod link;
 pub mod listeners;
 pub mod module;

@@ -61,6 +61,10 @@ pub enum Event {
     LaunchWindowOver {
         alloc: u64,
     },
+    /// The process that was granted `alloc` (shim, then remote shell) ended some time ago.
+    LauncherGone {
+        alloc: u64,
+    },
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);

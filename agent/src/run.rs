@@ -31,6 +31,9 @@ use crate::{
 
 /// How long the end of a job waits for subagents to report their processes gone.
 const END_WAIT: Duration = Duration::from_secs(4);
+/// How long after its launcher ended a subagent may still attach: as long as a guardian keeps
+/// trying to reach its agent before it ends its command by itself.
+const LATE_ATTACH: Duration = crate::subagent::AGENT_LOSS_LIMIT;
 
 struct Alloc {
     host: String,
@@ -42,6 +45,16 @@ struct Alloc {
     deadline: Option<tokio::time::Instant>,
 }
 
+/// A shim's request the broker has not answered yet.
+struct PendingRequest {
+    /// The shim's connection (to cancel the request when it goes away).
+    conn: u64,
+    reply: mpsc::Sender<ShimReply>,
+    symbolic: String,
+    /// The shim's pid: after a grant it execs the real remote shell, the launcher.
+    launcher: u32,
+}
+
 /// Everything the loop owns.
 struct Agent {
     conn: Conn,
@@ -51,8 +64,8 @@ struct Agent {
     secret_file: PathBuf,
     grace_ms: u64,
     next_req: u64,
-    /// Requests waiting for a grant: shim connection, reply channel, symbolic name.
-    pending: HashMap<u64, (u64, mpsc::Sender<ShimReply>, String)>,
+    /// Requests waiting for a grant, by request id.
+    pending: HashMap<u64, PendingRequest>,
     allocs: HashMap<u64, Alloc>,
     /// How to reach the broker again after losing it (e.g. it restarted).
     target: link::BrokerTarget,
@@ -257,12 +270,18 @@ impl Agent {
             Event::ShimAllocate {
                 conn,
                 symbolic,
+                pid,
                 reply,
-                ..
             } => {
                 let req = self.next_req;
                 self.next_req += 1;
-                self.pending.insert(req, (conn, reply, symbolic.clone()));
+                let request = PendingRequest {
+                    conn,
+                    reply,
+                    symbolic: symbolic.clone(),
+                    launcher: pid,
+                };
+                self.pending.insert(req, request);
                 self.tell_broker(ToBroker::Allocate { req, symbolic }).await;
             }
             Event::ShimAttach { host, reply } => {
@@ -283,7 +302,7 @@ impl Agent {
                 let reqs: Vec<u64> = self
                     .pending
                     .iter()
-                    .filter(|(_, (c, _, _))| *c == conn)
+                    .filter(|(_, r)| r.conn == conn)
                     .map(|(r, _)| *r)
                     .collect();
                 for req in reqs {
@@ -296,6 +315,7 @@ impl Agent {
             Event::SubGone { alloc, sub } => self.sub_gone(alloc, sub).await,
             Event::ModuleDone(outcome) => self.module_done(outcome).await,
             Event::LaunchWindowOver { alloc } => self.launch_window_over(alloc).await,
+            Event::LauncherGone { alloc } => self.launcher_gone(alloc).await,
         }
     }
 
@@ -318,6 +338,43 @@ impl Agent {
                 let _ = tx.send(FromBroker::Terminate { grace_ms: 0 }).await;
             }
         }
+    }
+
+    /// Once the process that got `alloc` (the shim, then the real remote shell) has ended,
+    /// and a late subagent has had [`LATE_ATTACH`] to attach, `LauncherGone` checks that
+    /// the host is in use.
+    fn watch_launcher(&self, alloc: u64, launcher: u32) {
+        let events = self.events_tx.clone();
+        tokio::spawn(async move {
+            crate::launcher::exited(launcher).await;
+            tokio::time::sleep(LATE_ATTACH).await;
+            let _ = events.send(Event::LauncherGone { alloc }).await;
+        });
+    }
+
+    /// The launcher of `alloc` is gone: if no subagent ever attached, the remote shell
+    /// failed before starting one, and the host goes back instead of staying held until the
+    /// job ends.
+    async fn launcher_gone(&mut self, alloc: u64) {
+        let Some(a) = self.allocs.get(&alloc) else {
+            return;
+        };
+        if a.used || !a.subs.is_empty() {
+            return;
+        }
+        info!(
+            alloc,
+            host = %a.host,
+            "the remote shell given this host ended without starting a subagent; giving it back"
+        );
+        let msg = if a.reclaiming {
+            ToBroker::Released { alloc }
+        } else {
+            ToBroker::GiveBack { alloc }
+        };
+        self.allocs.remove(&alloc);
+        self.write_hosts();
+        self.tell_broker(msg).await;
     }
 
     /// A reclaimed host whose launch never attached a subagent goes back to the broker.
@@ -361,8 +418,8 @@ impl Agent {
     async fn on_broker(&mut self, msg: FromBroker) {
         match msg {
             FromBroker::Queued { req, position } => {
-                if let Some((_, reply, _)) = self.pending.get(&req) {
-                    let _ = reply.send(ShimReply::Queued { position }).await;
+                if let Some(r) = self.pending.get(&req) {
+                    let _ = r.reply.send(ShimReply::Queued { position }).await;
                 }
             }
             FromBroker::Granted {
@@ -375,8 +432,8 @@ impl Agent {
                 if self.module_refused(req, &message).await {
                     return;
                 }
-                if let Some((_, reply, _)) = self.pending.remove(&req) {
-                    let _ = reply.send(ShimReply::Refused { message }).await;
+                if let Some(r) = self.pending.remove(&req) {
+                    let _ = r.reply.send(ShimReply::Refused { message }).await;
                 }
             }
             FromBroker::Reclaim {
@@ -407,7 +464,13 @@ impl Agent {
         }
         let reply = self.granted_reply(alloc, host, address);
         let delivered = match self.pending.remove(&req) {
-            Some((_, tx, _)) => tx.send(reply).await.is_ok(),
+            Some(r) => {
+                let delivered = r.reply.send(reply).await.is_ok();
+                if delivered {
+                    self.watch_launcher(alloc, r.launcher);
+                }
+                delivered
+            }
             None => false,
         };
         if !delivered {
@@ -512,7 +575,7 @@ impl Agent {
                     let mut waiting: Vec<(u64, String)> = self
                         .pending
                         .iter()
-                        .map(|(req, (_, _, sym))| (*req, sym.clone()))
+                        .map(|(req, r)| (*req, r.symbolic.clone()))
                         .collect();
                     if let Some(m) = &self.module {
                         waiting.extend(m.requests.iter().map(|(r, s)| (*r, s.clone())));

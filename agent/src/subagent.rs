@@ -231,6 +231,11 @@ async fn session(
                 let code = status.ok().flatten().unwrap_or(1);
                 *exit_status = Some(code);
                 if conn.send(&ToBroker::SubExited { status: code }).await.is_err() { return SessionEnd::Lost; }
+                // Usually nothing outlives the command: the host goes back now, not at the
+                // next poll (up to GROUP_POLL later, while the next request waits for it).
+                if !watch.alive() {
+                    return SessionEnd::Done;
+                }
             }
             msg = conn.recv::<FromBroker>() => match msg {
                 Ok(FromBroker::Terminate { grace_ms }) => {

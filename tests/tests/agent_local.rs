@@ -367,6 +367,50 @@ fn a_command_started_with_sigterm_blocked_gets_it_unblocked() {
 }
 
 #[test]
+fn a_host_whose_remote_shell_fails_goes_back_while_the_job_runs_on() {
+    // The remote shell fails before it starts the subagent there (as ssh does when the host
+    // refuses the login). The job goes on; the host must not stay held until it ends.
+    let lab = local_lab(1).replacen(
+        "[broker]\n",
+        "[broker]\njob_shell = [\"sh\", \"-c\", \"echo refused >&2; exit 255\", \"failing-shell\"]\n",
+        1,
+    );
+    let broker = Broker::start(&lab);
+    broker.wait_all_up(Duration::from_secs(10));
+    let mut job = agent(
+        &broker,
+        &[
+            "sh",
+            "-c",
+            "rsh anyLinux true; echo \"rsh: $?\"; exec sleep 60",
+        ],
+    )
+    .stdout(std::process::Stdio::piped())
+    .spawn()
+    .expect("job");
+    let mut stdout = std::io::BufReader::new(job.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).expect("read");
+    assert_eq!(
+        line.trim(),
+        "rsh: 255",
+        "the remote shell's failure reaches the job"
+    );
+    let freed = wait_until(Duration::from_secs(20), || {
+        broker.held_hosts().is_empty().then_some(())
+    });
+    let still_running = job.try_wait().expect("try_wait").is_none();
+    // SIGTERM: the agent passes it to the job's processes and ends.
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(job.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = job.wait();
+    freed.expect("the host goes back while the job still runs");
+    assert!(still_running, "the job was still running");
+}
+
+#[test]
 fn a_host_reclaimed_while_its_command_starts_is_free_only_once_that_command_is_gone() {
     // A remote shell that takes a second to start the subagent: the reclaim arrives after
     // the grant but before anything runs there. The host must not be given back until the

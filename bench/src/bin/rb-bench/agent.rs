@@ -42,7 +42,7 @@ impl Options {
 pub fn run(opts: &Options) -> anyhow::Result<()> {
     let reps = opts.reps;
     println!("## Agent layer (agent, rsh shim, subagents)\n");
-    println!("Real hosts: network namespaces with their own sshd and in.rshd (netkit), the lab user `rblab` on node02 issues every command, node03 runs it (the only host the broker manages, as `n01` in the paper). Each command is timed inside node02 by `rb-timeit` (fork+exec+wait, stdio on /dev/null). `loop` is a ~1 s CPU loop (`awk`, calibrated at the start), `null` is `true`. Shim pass-through = our `rsh` with `RB_REAL_RSH` naming the real remote shell; `anyLinux` = inside a job under `agent`, i.e. allocation by the broker, the real remote shell, a subagent on node03, and the host given back when the command ends. Medians of {reps} runs (min–max). The paper's figures (16 PentiumPro 200 MHz, Fast Ethernet, 1998) beside ours.\n");
+    println!("Real hosts: network namespaces with their own sshd and in.rshd (netkit), the lab user `rblab` on node02 issues every command, node03 runs it (the only host the broker manages, as `n01` in the paper). Each command is timed inside node02 by `rb-timeit` (fork+exec+wait, stdio on /dev/null); in Table 1 the three ways of a row group run interleaved, run by run (rotating which goes first), in one job under `agent`, the first two with the job's variables unset so they behave as outside any job — so machine drift hits all three alike. `loop` is a ~1 s CPU loop (`awk`, calibrated at the start), `null` is `true`. Shim pass-through = our `rsh` with `RB_REAL_RSH` naming the real remote shell; `anyLinux` = inside a job under `agent`, i.e. allocation by the broker, the real remote shell, a subagent on node03, and the host given back when the command ends. Medians of {reps} runs (min–max). The paper's figures (16 PentiumPro 200 MHz, Fast Ethernet, 1998) beside ours.\n");
     let spec = lab::LabSpec {
         hosts: 2,
         rsh: true,
@@ -146,23 +146,6 @@ fn timeit_argv(reps: usize, argv: &[&str]) -> Vec<String> {
     all
 }
 
-/// `rb-timeit REPS ARGV…` run by the lab user on the front end, outside any job.
-fn time_direct(
-    env: &LabWithBroker,
-    reps: usize,
-    argv: &[&str],
-    vars: &[(&str, &str)],
-) -> anyhow::Result<(Vec<f64>, usize)> {
-    let all = timeit_argv(reps, argv);
-    let all: Vec<&str> = all.iter().map(String::as_str).collect();
-    let mut cmd = env
-        .lab
-        .command(FRONT_END, &all, true)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    cmd.envs(vars.iter().copied());
-    parse_times(&cmd.output()?, &argv.join(" "))
-}
-
 /// `rb-timeit REPS ARGV…` as the app of a job under `agent` on the front end.
 fn time_in_job(
     env: &LabWithBroker,
@@ -176,6 +159,78 @@ fn time_in_job(
     parse_times(&out, &argv.join(" "))
 }
 
+/// The job's variables, unset for a command that must run as if outside any job.
+const OUTSIDE_JOB: [&str; 8] = [
+    "-u",
+    proto::agent::ENV_AGENT,
+    "-u",
+    proto::agent::ENV_JOB,
+    "-u",
+    proto::agent::ENV_HOSTS_FILE,
+    "-u",
+    proto::agent::ENV_SHIM_DEPTH,
+];
+
+/// Times `ways` interleaved run by run (`rb-timeit … --then …`) in one job under `agent`:
+/// each way's times and failures, in the order given.
+fn time_interleaved(
+    env: &LabWithBroker,
+    reps: usize,
+    ways: &[Vec<String>],
+) -> anyhow::Result<Vec<(Vec<f64>, usize)>> {
+    let mut argv = vec![bin("rb-timeit").display().to_string(), reps.to_string()];
+    for (k, way) in ways.iter().enumerate() {
+        if k > 0 {
+            argv.push("--then".into());
+        }
+        argv.extend(way.iter().cloned());
+    }
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let out = env.agent_as_user(FRONT_END, &[], &argv).output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if std::env::var_os("RB_BENCH_DEBUG").is_some() {
+        eprintln!(
+            "rb-timeit {}:\n{text}\nagent stderr:\n{}",
+            ways.len(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let mut per_way = vec![(Vec::new(), 0usize); ways.len()];
+    for line in text.lines() {
+        let Some((k, figure)) = line.split_once(' ') else {
+            continue;
+        };
+        let Some(slot) = k.parse::<usize>().ok().and_then(|k| per_way.get_mut(k)) else {
+            continue;
+        };
+        match figure.parse::<f64>() {
+            Ok(ms) => slot.0.push(ms),
+            Err(_) => slot.1 += 1,
+        }
+    }
+    for (way, (times, failures)) in ways.iter().zip(&per_way) {
+        anyhow::ensure!(
+            !times.is_empty(),
+            "{}: no successful run ({failures} failed)\nstderr:\n{}",
+            way.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(per_way)
+}
+
+/// The real remote shell's absolute path: inside a job `rsh` is the shim.
+fn real_program(name: &str) -> anyhow::Result<String> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+        .map(|p| p.display().to_string())
+        .ok_or_else(|| anyhow::anyhow!("no {name} in PATH"))
+}
+
+/// Table 1: the real remote shell, the shim passing through to it (both as outside any
+/// job) and `rsh anyLinux` in the job, interleaved run by run.
 fn table_one(
     env: &LabWithBroker,
     transport: &str,
@@ -183,28 +238,29 @@ fn table_one(
     reps: usize,
 ) -> anyhow::Result<Vec<Row>> {
     let shim = bin("rsh").display().to_string();
-    let real = format!("[\"{transport}\"]");
+    let real = real_program(transport)?;
+    let real_rsh = format!("{}=[\"{real}\"]", proto::agent::ENV_REAL_RSH);
+    let owned = |words: &[&str]| words.iter().map(|w| w.to_string()).collect::<Vec<_>>();
     let mut rows = Vec::new();
     for (cmd, papers) in [
         ("true", ["0.4 s", "0.6 s", "0.6 s"]),
         (loop_cmd, ["36.9 s", "37.0 s", "37.1 s"]),
     ] {
         let name = if cmd == "true" { "null" } else { "loop" };
-        rows.push(row(
+        let ways = [
+            owned(&[&OUTSIDE_JOB[..], &[real.as_str(), TARGET, cmd]].concat()),
+            owned(&[&OUTSIDE_JOB[..], &[real_rsh.as_str(), &shim, TARGET, cmd]].concat()),
+            owned(&["rsh", "anyLinux", cmd]),
+        ];
+        let mut times = time_interleaved(env, reps, &ways)?.into_iter();
+        let labels = [
             format!("`{transport} {TARGET} {name}` (real {transport}, baseline)"),
-            papers[0],
-            time_direct(env, reps, &[transport, TARGET, cmd], &[])?,
-        ));
-        rows.push(row(
             format!("`rsh {TARGET} {name}` (shim → {transport})"),
-            papers[1],
-            time_direct(env, reps, &[&shim, TARGET, cmd], &[("RB_REAL_RSH", &real)])?,
-        ));
-        rows.push(row(
             format!("`rsh anyLinux {name}` (job over {transport})"),
-            papers[2],
-            time_in_job(env, &[], reps, &["rsh", "anyLinux", cmd])?,
-        ));
+        ];
+        for (label, paper) in labels.into_iter().zip(papers) {
+            rows.push(row(label, paper, times.next().expect("one per way")));
+        }
     }
     Ok(rows)
 }
