@@ -219,6 +219,9 @@ fn time_interleaved(
     Ok(per_way)
 }
 
+/// Table 1's exec-floor row: `tests/programs/exec_floor.c`, built static.
+const EXEC_FLOOR: &str = "exec_floor";
+
 /// The real remote shell's absolute path: inside a job `rsh` is the shim.
 fn real_program(name: &str) -> anyhow::Result<String> {
     let path = std::env::var_os("PATH").unwrap_or_default();
@@ -239,6 +242,11 @@ fn table_one(
 ) -> anyhow::Result<Vec<Row>> {
     let shim = bin("rsh").display().to_string();
     let real = real_program(transport)?;
+    let floor = env
+        .build_program("exec_floor", "gcc -static", "exec_floor", "")
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .display()
+        .to_string();
     let real_rsh = format!("{}=[\"{real}\"]", proto::agent::ENV_REAL_RSH);
     let owned = |words: &[&str]| words.iter().map(|w| w.to_string()).collect::<Vec<_>>();
     let mut rows = Vec::new();
@@ -247,19 +255,36 @@ fn table_one(
         (loop_cmd, ["36.9 s", "37.0 s", "37.1 s"]),
     ] {
         let name = if cmd == "true" { "null" } else { "loop" };
-        let ways = [
+        let mut ways = vec![
             owned(&[&OUTSIDE_JOB[..], &[real.as_str(), TARGET, cmd]].concat()),
             owned(&[&OUTSIDE_JOB[..], &[real_rsh.as_str(), &shim, TARGET, cmd]].concat()),
             owned(&["rsh", "anyLinux", cmd]),
         ];
-        let mut times = time_interleaved(env, reps, &ways)?.into_iter();
-        let labels = [
-            format!("`{transport} {TARGET} {name}` (real {transport}, baseline)"),
-            format!("`rsh {TARGET} {name}` (shim → {transport})"),
-            format!("`rsh anyLinux {name}` (job over {transport})"),
+        let mut labels = vec![
+            (
+                format!("`{transport} {TARGET} {name}` (real {transport}, baseline)"),
+                papers[0],
+            ),
+            (
+                format!("`rsh {TARGET} {name}` (shim → {transport})"),
+                papers[1],
+            ),
+            (
+                format!("`rsh anyLinux {name}` (job over {transport})"),
+                papers[2],
+            ),
         ];
-        for (label, paper) in labels.into_iter().zip(papers) {
-            rows.push(row(label, paper, times.next().expect("one per way")));
+        if cmd == "true" {
+            // The least any wrapper can cost: one exec of a static program that does nothing
+            // but exec the real remote shell.
+            ways.push(owned(
+                &[&OUTSIDE_JOB[..], &[floor.as_str(), real.as_str(), TARGET, cmd]].concat(),
+            ));
+            labels.push((format!("`{EXEC_FLOOR} {transport} {TARGET} {name}`"), "-"));
+        }
+        let times = time_interleaved(env, reps, &ways)?;
+        for ((label, paper), times) in labels.into_iter().zip(times) {
+            rows.push(row(label, paper, times));
         }
     }
     Ok(rows)
@@ -496,12 +521,21 @@ fn print_table1(rows: &[Row]) {
         let real = by(&format!("`{t} {TARGET} null` (real"));
         let shim = by(&format!("(shim → {t})"));
         let any = by(&format!("`rsh anyLinux null` (job over {t})"));
+        let floor = by(&format!("`{EXEC_FLOOR} {t} {TARGET} null`"));
         if let (Some(real), Some(shim), Some(any)) = (real, shim, any) {
-            println!(
-                "Over {t}: shim pass-through costs {:+.1} ms (target ≤ +1 ms), `anyLinux` {:+.1} ms (target ≤ +5 ms) over the real {t}.\n",
+            print!(
+                "Over {t}: shim pass-through costs {:+.1} ms (target ≤ +1 ms), `anyLinux` {:+.1} ms (target ≤ +5 ms) over the real {t}.",
                 shim - real,
                 any - real
             );
+            if let Some(floor) = floor {
+                print!(
+                    " One exec of the smallest static program that only execs {t} (`{EXEC_FLOOR}`, C) costs {:+.1} ms here: any wrapper pays that; the shim's own work is {:+.1} ms beyond it.",
+                    floor - real,
+                    shim - floor
+                );
+            }
+            println!("\n");
         }
     }
 }
