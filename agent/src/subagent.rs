@@ -337,29 +337,45 @@ pub fn tagged_processes(tag: &str) -> Vec<i32> {
         .collect()
 }
 
-fn is_zombie_or_gone(proc_dir: &std::path::Path) -> bool {
+/// Whether the process is a zombie, gone, or a kernel thread: none has an environment.
+fn is_zombie_gone_or_kernel_thread(proc_dir: &std::path::Path) -> bool {
+    /// `PF_KTHREAD` in the flags field of `/proc/PID/stat`.
+    const KERNEL_THREAD: u64 = 0x0020_0000;
     let Ok(stat) = std::fs::read_to_string(proc_dir.join("stat")) else {
         return true;
     };
-    let state = stat
+    // After "PID (COMM)": state, ppid, pgrp, session, tty_nr, tpgid, flags, …
+    let fields: Vec<&str> = stat
         .rsplit_once(')')
-        .and_then(|(_, r)| r.split_whitespace().next());
-    matches!(state, Some("Z" | "X") | None)
+        .map(|(_, rest)| rest.split_whitespace().take(7).collect())
+        .unwrap_or_default();
+    let Some(flags) = fields.get(6).and_then(|f| f.parse::<u64>().ok()) else {
+        return true;
+    };
+    matches!(fields.first(), Some(&("Z" | "X"))) || flags & KERNEL_THREAD != 0
 }
 
 /// Whether `/proc/PID/environ` holds `needle`. While a process is in the middle of
-/// `execve` its environ cannot be read (nor is it empty): retry a few times so a daemon
-/// caught exec'ing is not taken for gone.
+/// `execve` its environ may not be readable (nor is it empty): retry a few times so a daemon
+/// caught exec'ing is not taken for gone. Processes whose environment we may not read (other
+/// users', setuid programs) were not started under us, and zombies and kernel threads have
+/// none: those are answered at once (a scan as root meets many of them).
 fn has_tag(proc_dir: &std::path::Path, needle: &[u8]) -> bool {
+    has_tag_pausing(proc_dir, needle, || {
+        std::thread::sleep(Duration::from_millis(2))
+    })
+}
+
+/// [`has_tag`], calling `pause` between attempts.
+fn has_tag_pausing(proc_dir: &std::path::Path, needle: &[u8], mut pause: impl FnMut()) -> bool {
     for _ in 0..5 {
         match std::fs::read(proc_dir.join("environ")) {
             Ok(env) if !env.is_empty() => {
                 return env.windows(needle.len()).any(|w| w == needle);
             }
-            // Empty: a zombie or a kernel thread (or an exec in progress). Gone: nothing.
-            Ok(_) if is_zombie_or_gone(proc_dir) => return false,
-            Err(_) if !proc_dir.exists() => return false,
-            _ => std::thread::sleep(Duration::from_millis(2)),
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return false,
+            _ if is_zombie_gone_or_kernel_thread(proc_dir) => return false,
+            _ => pause(),
         }
     }
     false
@@ -407,6 +423,40 @@ pub fn local_shell(args: &[String]) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn proc_dir_with_stat(stat: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("stat"), stat).expect("write stat");
+        dir
+    }
+
+    #[test]
+    fn kernel_threads_zombies_and_vanished_processes_have_no_environment_to_wait_for() {
+        // Fields as in proc(5); the flags of a kernel thread carry PF_KTHREAD (0x200000).
+        let kthread = proc_dir_with_stat("2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0");
+        let zombie = proc_dir_with_stat("77 (sh) Z 1 77 77 0 -1 4194304 0 0");
+        let user = proc_dir_with_stat("78 (a (b) c) S 1 78 78 0 -1 4194560 0 0");
+        let empty = tempfile::tempdir().expect("tempdir");
+        assert!(is_zombie_gone_or_kernel_thread(kthread.path()));
+        assert!(is_zombie_gone_or_kernel_thread(zombie.path()));
+        assert!(is_zombie_gone_or_kernel_thread(empty.path()));
+        assert!(!is_zombie_gone_or_kernel_thread(user.path()));
+    }
+
+    #[test]
+    fn a_kernel_thread_is_answered_at_once_a_live_process_is_retried() {
+        // No environ file and a kernel thread's stat: not tagged, and no 5 × 2 ms retries.
+        let kthread = proc_dir_with_stat("2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0");
+        let mut pauses = 0;
+        let tagged = has_tag_pausing(kthread.path(), b"RB_SUBAGENT_TAG=x\0", || pauses += 1);
+        assert!(!tagged);
+        assert_eq!(pauses, 0);
+        // A live process caught without a readable environment is retried.
+        let user = proc_dir_with_stat("78 (lamd) S 1 78 78 0 -1 4194560 0 0");
+        let tagged = has_tag_pausing(user.path(), b"RB_SUBAGENT_TAG=x\0", || pauses += 1);
+        assert!(!tagged);
+        assert_eq!(pauses, 5);
+    }
 
     #[test]
     fn a_daemon_that_left_the_group_is_still_watched_and_ended() {
