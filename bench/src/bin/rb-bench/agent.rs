@@ -278,7 +278,11 @@ fn table_one(
             // The least any wrapper can cost: one exec of a static program that does nothing
             // but exec the real remote shell.
             ways.push(owned(
-                &[&OUTSIDE_JOB[..], &[floor.as_str(), real.as_str(), TARGET, cmd]].concat(),
+                &[
+                    &OUTSIDE_JOB[..],
+                    &[floor.as_str(), real.as_str(), TARGET, cmd],
+                ]
+                .concat(),
             ));
             labels.push((format!("`{EXEC_FLOOR} {transport} {TARGET} {name}`"), "-"));
         }
