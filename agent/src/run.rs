@@ -367,13 +367,21 @@ impl Agent {
             host = %a.host,
             "the remote shell given this host ended without starting a subagent; giving it back"
         );
+        self.hand_back(alloc).await;
+    }
+
+    /// The job is done with `alloc`: forget it, and tell the broker — `Released` when the
+    /// broker had asked for it back, else `GiveBack`.
+    async fn hand_back(&mut self, alloc: u64) {
+        let Some(a) = self.allocs.remove(&alloc) else {
+            return;
+        };
+        self.write_hosts();
         let msg = if a.reclaiming {
             ToBroker::Released { alloc }
         } else {
             ToBroker::GiveBack { alloc }
         };
-        self.allocs.remove(&alloc);
-        self.write_hosts();
         self.tell_broker(msg).await;
     }
 
@@ -388,9 +396,7 @@ impl Agent {
                 alloc,
                 "no subagent attached within the grace period; releasing"
             );
-            self.allocs.remove(&alloc);
-            self.write_hosts();
-            self.tell_broker(ToBroker::Released { alloc }).await;
+            self.hand_back(alloc).await;
         }
     }
 
@@ -404,15 +410,7 @@ impl Agent {
         if !a.subs.is_empty() || (self.module.is_some() && !a.reclaiming) {
             return;
         }
-        let reclaiming = a.reclaiming;
-        self.allocs.remove(&alloc);
-        self.write_hosts();
-        let msg = if reclaiming {
-            ToBroker::Released { alloc }
-        } else {
-            ToBroker::GiveBack { alloc }
-        };
-        self.tell_broker(msg).await;
+        self.hand_back(alloc).await;
     }
 
     async fn on_broker(&mut self, msg: FromBroker) {
