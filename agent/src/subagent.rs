@@ -40,6 +40,8 @@ use proto::{
 pub const AGENT_LOSS_LIMIT: Duration = Duration::from_secs(6);
 const HEARTBEAT: Duration = Duration::from_secs(2);
 const GROUP_POLL: Duration = Duration::from_millis(200);
+/// The longest pause between checks while a reclaimed command is given its grace period.
+const END_POLL_MAX: Duration = Duration::from_millis(20);
 
 /// What the subagent was asked to do.
 #[derive(Debug, Clone)]
@@ -302,11 +304,15 @@ impl Watch {
     pub fn end(&self, grace: Duration) {
         self.signal(Signal::SIGTERM);
         let deadline = Instant::now() + grace;
+        // Most commands are gone within a millisecond or two of SIGTERM, and the host is
+        // held until we see it: look again soon, then less and less often.
+        let mut pause = Duration::from_millis(1);
         while Instant::now() < deadline {
             if !self.alive() {
                 return;
             }
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
+            pause = (pause * 2).min(END_POLL_MAX);
         }
         self.signal(Signal::SIGKILL);
     }
