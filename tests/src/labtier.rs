@@ -144,6 +144,24 @@ impl LabWithBroker {
         Self::start_opts(hosts, &opts)
     }
 
+    /// The lab user's processes matching the pgrep pattern `name`, on every host, as
+    /// `host: pid command` lines: empty when none is left anywhere.
+    pub fn user_processes(&self, name: &str) -> Vec<String> {
+        let user = self.lab.user().name.clone();
+        self.lab
+            .hosts()
+            .iter()
+            .filter_map(|h| {
+                let out = self
+                    .lab
+                    .exec(&h.name, &["pgrep", "-u", &user, "-a", name])
+                    .ok()?;
+                let found = String::from_utf8_lossy(&out.stdout).trim().to_string();
+                (!found.is_empty()).then(|| format!("{}: {found}", h.name))
+            })
+            .collect()
+    }
+
     /// `tests/programs/SOURCE.c` copied into the lab user's (shared) home and compiled
     /// there by the lab user on the front end: `COMPILER -O2 -o ~/OUT ~/SOURCE.c LIBS`.
     /// Returns the binary's path, or the compiler's complaint.

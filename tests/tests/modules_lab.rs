@@ -55,30 +55,14 @@ fn held_hosts(env: &LabWithBroker) -> Vec<String> {
     env.broker.held_hosts()
 }
 
-/// The lab user's processes named `name` on every host (`host: pid…` lines).
-fn leftovers(env: &LabWithBroker, name: &str) -> Vec<String> {
-    env.lab
-        .hosts()
-        .iter()
-        .filter_map(|h| {
-            let out = env
-                .lab
-                .exec(&h.name, &["pgrep", "-u", "rblab", "-a", name])
-                .ok()?;
-            let found = text(&out).trim().to_string();
-            (!found.is_empty()).then(|| format!("{}: {found}", h.name))
-        })
-        .collect()
-}
-
 /// No process named `name` (a pgrep pattern) of the lab user on any host, once the hosts'
 /// inits have had a moment to reap what the halt ended; the agent's log otherwise.
 fn assert_nothing_left(env: &LabWithBroker, name: &str, agent: &Output) {
     let left = wait_until(Duration::from_secs(5), || {
-        let left = leftovers(env, name);
+        let left = env.user_processes(name);
         left.is_empty().then_some(left)
     })
-    .unwrap_or_else(|| leftovers(env, name));
+    .unwrap_or_else(|| env.user_processes(name));
     assert!(
         left.is_empty(),
         "{name} left after the job: {left:?}\nagent log:\n{}",
@@ -256,7 +240,7 @@ fn pvm_grows_onto_any_linux_shrinks_on_release_and_halts_at_job_end() {
         "no pvmd left on the released host",
         Duration::from_secs(10),
         || {
-            leftovers(&env, "pvmd3?")
+            env.user_processes("pvmd3?")
                 .iter()
                 .all(|l| !l.starts_with(&grown))
                 .then_some(())

@@ -70,20 +70,7 @@ fn assert_all_given_back(env: &LabWithBroker, name: &str) {
         env.broker.held_hosts().is_empty().then_some(())
     });
     assert!(held.is_some(), "still held: {:?}", env.broker.held_hosts());
-    let leftovers = || -> Vec<String> {
-        env.lab
-            .hosts()
-            .iter()
-            .filter_map(|h| {
-                let out = env
-                    .lab
-                    .exec(&h.name, &["pgrep", "-u", "rblab", "-a", name])
-                    .ok()?;
-                let found = text(&out).trim().to_string();
-                (!found.is_empty()).then(|| format!("{}: {found}", h.name))
-            })
-            .collect()
-    };
+    let leftovers = || env.user_processes(name);
     let left = wait_until(Duration::from_secs(5), || {
         let l = leftovers();
         l.is_empty().then_some(l)
