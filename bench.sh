@@ -4,6 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 cargo build --release --workspace --lib --bins --examples --quiet
+# The production build (README, "Static build"): the two programs every remote call execs.
+cargo rustc --release --quiet -p rsh-shim --bin rsh -- -C target-feature=+crt-static
+cargo rustc --release --quiet -p agent --bin rb-subagent -- -C target-feature=+crt-static
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 {
@@ -11,7 +14,7 @@ trap 'rm -f "$out"' EXIT
   echo
   echo "Regenerate with \`./bench.sh\` (as root for the lab rows). Generated $(date -u +%Y-%m-%dT%H:%MZ)."
   echo
-  echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $(free -g | awk '/Mem:/{print $2}') GiB, $(. /etc/os-release; echo "$PRETTY_NAME"), kernel $(uname -r); release build."
+  echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $(free -g | awk '/Mem:/{print $2}') GiB, $(. /etc/os-release; echo "$PRETTY_NAME"), kernel $(uname -r); release build, shim and subagent static (README, \"Static build\")."
   echo
   ./target/release/rb-bench "$@"
   rsl/bench/run.sh

@@ -8,6 +8,7 @@
 //! - [`listeners`]: the shim socket and the subagent port.
 //! - [`module`]: finding and running a job's `NAME-grow|shrink|halt` programs.
 //! - [`run`]: the agent loop: app, allocations, reclaims, job end.
+//! - [`simple_command`]: remote commands that need no shell (exec'd directly).
 //! - [`subagent`]: the subagent: runs the remote command as its own process group with the
 //!   caller's stdio, and a guardian process that reports to the agent and ends the group on
 //!   reclaim or when the agent disappears.
@@ -19,4 +20,5 @@ pub mod link;
 pub mod listeners;
 pub mod module;
 pub mod run;
+pub mod simple_command;
 pub mod subagent;

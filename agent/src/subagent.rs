@@ -1,7 +1,8 @@
 //! `rb-subagent`: started by the shim (through the real remote shell) on an allocated host.
 //!
 //! Two processes, split before any thread exists:
-//! - the **front** runs `/bin/sh -c CMD` as a new process group with the caller's stdio, waits
+//! - the **front** runs `/bin/sh -c CMD` as a new process group with the caller's stdio (or
+//!   CMD's words directly when it is plain words, see [`crate::simple_command`]), waits
 //!   for it and exits with its status (128+signal when killed), so the remote shell returns
 //!   exactly as plain rsh/ssh would;
 //! - the **guardian** (forked right after the command starts, detached from the terminal and
@@ -61,19 +62,16 @@ pub const TAG_VAR: &str = "RB_SUBAGENT_TAG";
 pub fn run(cfg: SubagentConfig) -> i32 {
     unblock_signals();
     let tag = format!("{}.{}", cfg.alloc, std::process::id());
-    let mut command = Command::new("/bin/sh");
-    command
-        .arg("-c")
-        .arg(&cfg.command)
-        .env(TAG_VAR, &tag)
-        .process_group(0);
-    if let Some(lib) = &cfg.preload {
-        let existing = std::env::var("LD_PRELOAD").ok();
-        let preload =
-            proto::symbolic::preload_with(existing.as_deref(), &lib.display().to_string());
-        command.env("LD_PRELOAD", preload);
-    }
-    let mut child = match command.spawn() {
+    // Plain words are exec'd as `sh -c` would, without starting the shell; should that
+    // fail (not found, not executable, a script without `#!`), the shell runs the command
+    // after all and says why, with its usual exit code.
+    let plain = crate::simple_command::plain_argv(&cfg.command)
+        .and_then(|argv| spawn_command(&cfg, &tag, Some(&argv)).ok());
+    let spawned = match plain {
+        Some(child) => Ok(child),
+        None => spawn_command(&cfg, &tag, None),
+    };
+    let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
             eprintln!("rb-subagent: cannot run /bin/sh: {e}");
@@ -109,6 +107,35 @@ pub fn run(cfg: SubagentConfig) -> i32 {
             wait_code(child.wait())
         }
     }
+}
+
+/// Starts the command as its own process group, tagged, with the job's preload library:
+/// `argv` directly, or `/bin/sh -c COMMAND` when `argv` is `None`.
+fn spawn_command(
+    cfg: &SubagentConfig,
+    tag: &str,
+    argv: Option<&Vec<String>>,
+) -> std::io::Result<std::process::Child> {
+    let mut command = match argv {
+        Some(argv) => {
+            let mut c = Command::new(&argv[0]);
+            c.args(&argv[1..]);
+            c
+        }
+        None => {
+            let mut c = Command::new("/bin/sh");
+            c.arg("-c").arg(&cfg.command);
+            c
+        }
+    };
+    command.env(TAG_VAR, tag).process_group(0);
+    if let Some(lib) = &cfg.preload {
+        let existing = std::env::var("LD_PRELOAD").ok();
+        let preload =
+            proto::symbolic::preload_with(existing.as_deref(), &lib.display().to_string());
+        command.env("LD_PRELOAD", preload);
+    }
+    command.spawn()
 }
 
 /// Gives the command (and the guardian) an empty signal mask and the default SIGTERM

@@ -24,7 +24,7 @@ pub fn bin_dir() -> &'static Path {
             .parent()
             .expect("executable has a directory")
             .to_path_buf();
-        if dir.ends_with("deps") {
+        if dir.ends_with("deps") || dir.ends_with("examples") {
             dir.pop();
         }
         build_binaries(&dir);

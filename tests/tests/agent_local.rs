@@ -366,6 +366,73 @@ fn a_command_started_with_sigterm_blocked_gets_it_unblocked() {
     assert_eq!(text.trim(), "SigBlk:\t0000000000000000");
 }
 
+/// Runs `rb-subagent -c COMMAND` with no agent to reach (the guardian gives up quietly).
+fn subagent_run(command: &str, path: &std::path::Path) -> std::process::Output {
+    Command::new(bin("rb-subagent"))
+        .args([
+            "--agent",
+            "127.0.0.1:1",
+            "--alloc",
+            "1",
+            "--secret-file",
+            "/nonexistent",
+            "-c",
+            command,
+        ])
+        .env("PATH", format!("{}:/usr/bin:/bin", path.display()))
+        .output()
+        .expect("rb-subagent runs")
+}
+
+#[test]
+fn a_remote_command_runs_as_sh_c_would_whether_or_not_it_needs_a_shell() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A script without `#!`: exec fails with ENOEXEC, sh runs it as a shell script.
+    let script = dir.path().join("no-hash-bang");
+    std::fs::write(&script, "echo \"script: $*\"\n").expect("write");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let cases: &[(&str, &str, i32)] = &[
+        // Plain words, exec'd directly: quotes removed, blanks inside quotes kept, and the
+        // program looked up in PATH.
+        (r#"printf '%s|' 'a  b' c"d e" x'y'"#, "a  b|cd e|xy|", 0),
+        ("no-hash-bang one two", "script: one two\n", 0),
+        ("sh -c 'exit 3'", "", 3),
+        // Needs the shell.
+        ("echo $((1 + 2)) | tr 3 4", "4\n", 0),
+        ("X=5; echo $X", "5\n", 0),
+    ];
+    for (command, stdout, code) in cases {
+        let out = subagent_run(command, dir.path());
+        assert_eq!(
+            (
+                String::from_utf8_lossy(&out.stdout).as_ref(),
+                out.status.code()
+            ),
+            (*stdout, Some(*code)),
+            "{command}: stderr {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // Plain words start with no shell in between.
+    let out = subagent_run(
+        r#"python3 -c 'import os; print(open("/proc/%d/comm" % os.getppid()).read().strip())'"#,
+        dir.path(),
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "rb-subagent");
+    // Not found, or not executable: the shell's message and exit code.
+    let out = subagent_run("no-such-program-rb arg", dir.path());
+    assert_eq!(out.status.code(), Some(127));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no-such-program-rb: not found"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let out = subagent_run(&format!("{} x", script.display()), dir.path());
+    assert_eq!(out.status.code(), Some(126), "not executable");
+}
+
 #[test]
 fn a_host_whose_remote_shell_fails_goes_back_while_the_job_runs_on() {
     // The remote shell fails before it starts the subagent there (as ssh does when the host

@@ -48,12 +48,14 @@ impl ModuleJob {
         events: mpsc::Sender<Event>,
     ) -> Self {
         let programs = Arc::new(module::find(name, &module::default_search_dirs()));
-        let runner = module::spawn_runner(
-            programs.clone(),
-            env.vars.clone(),
-            events,
-            Event::ModuleDone,
-        );
+        let mut vars = env.vars.clone();
+        match module::scratch_dir(&env.dir) {
+            Ok(dir) => {
+                vars.insert(module::ENV_MODULE_DIR.into(), dir.display().to_string());
+            }
+            Err(e) => warn!("module {name}: no private directory for its programs: {e:#}"),
+        }
+        let runner = module::spawn_runner(programs.clone(), vars, events, Event::ModuleDone);
         Self {
             programs,
             runner,

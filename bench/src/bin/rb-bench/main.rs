@@ -39,6 +39,12 @@ struct Args {
     /// Repetitions for the module (paper Table 3) measurements.
     #[arg(long, default_value_t = 5)]
     module_reps: usize,
+    /// Systems of the module measurements (pvm, lam); default both.
+    #[arg(long, value_delimiter = ',')]
+    module_systems: Vec<String>,
+    /// Machine counts of the module measurements, each 1 to 8; default 1,2,4,8.
+    #[arg(long, value_delimiter = ',')]
+    module_machines: Vec<usize>,
     /// Run only these sections (resource, agent, modules); default all.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -70,7 +76,11 @@ fn main() -> anyhow::Result<()> {
     }
     if wanted("modules") {
         if tests::is_root() {
-            modules::run(args.module_reps)?;
+            modules::run(&modules::Options {
+                reps: args.module_reps,
+                systems: args.module_systems.clone(),
+                machines: args.module_machines.clone(),
+            })?;
         } else {
             println!("## Modules\n\nskipped: needs root (network namespaces; PVM and LAM run as the lab user)\n");
         }

@@ -22,7 +22,19 @@ use tests::{
 
 use crate::agent::show;
 
-const MACHINES: [usize; 4] = [1, 2, 4, 8];
+/// The machine counts of the paper's Table 3 (the default of `--module-machines`).
+pub const MACHINES: [usize; 4] = [1, 2, 4, 8];
+/// node03..node10: the most machines a run can add.
+const MAX_MACHINES: usize = 8;
+
+/// What `--only modules` measures.
+pub struct Options {
+    pub reps: usize,
+    /// `pvm`, `lam` (empty: both).
+    pub systems: Vec<String>,
+    /// Machine counts, each 1..=8 (empty: [`MACHINES`]).
+    pub machines: Vec<usize>,
+}
 
 #[derive(Clone, Copy, PartialEq)]
 enum Way {
@@ -30,6 +42,8 @@ enum Way {
     ShimHost,
     AnyLinux,
 }
+
+const WAYS: [Way; 3] = [Way::Real, Way::ShimHost, Way::AnyLinux];
 
 #[derive(Clone, Copy, PartialEq)]
 enum System {
@@ -45,16 +59,20 @@ impl System {
         }
     }
 
-    /// The paper's Table 3 row (seconds for 1, 2, 4, 8 machines).
-    fn paper(self, way: Way) -> [&'static str; 4] {
-        match (self, way) {
+    /// The paper's Table 3 figure (seconds) for `n` machines, "—" where it has none.
+    fn paper(self, way: Way, n: usize) -> &'static str {
+        let row = match (self, way) {
             (System::Pvm, Way::Real) => ["0.5", "1.1", "2.3", "6.7"],
             (System::Pvm, Way::ShimHost) => ["0.6", "1.4", "3.2", "7.1"],
             (System::Pvm, Way::AnyLinux) => ["2.1", "3.6", "9.1", "17.6"],
             (System::Lam, Way::Real) => ["1.8", "1.8", "2.1", "2.0"],
             (System::Lam, Way::ShimHost) => ["2.5", "2.8", "2.4", "2.4"],
             (System::Lam, Way::AnyLinux) => ["4.2", "8.8", "16.8", "33.5"],
-        }
+        };
+        MACHINES
+            .iter()
+            .position(|&m| m == n)
+            .map_or("—", |i| row[i])
     }
 }
 
@@ -67,25 +85,54 @@ fn label(system: System, way: Way) -> String {
     }
 }
 
-pub fn run(reps: usize) -> anyhow::Result<()> {
-    println!("## Modules: PVM and LAM/MPI jobs (paper Table 3)\n");
-    println!("Real PVM 3.4.6 and LAM/MPI 7.1.4 from Debian, run by the lab user `rblab` on node02 (the front end, not managed by the broker); node03–node10 are the machines added, over real rsh (netkit in.rshd). Each figure is the time to add N machines to a running virtual machine (master pvmd on node02) or LAM universe (booted on node02), one machine per command, each once the previous one has joined: `add HOST` at the `pvm` console or `lamgrow HOST` for named hosts; for `anyLinux`, `pvm> add anyLinux` or `lamgrow anyLinux` in a job under `agent --rsl '&(module=\"NAME\")(adaptive=yes)'`, timed until the granted host is in the virtual machine (a PvmHostAdd notification from the master pvmd, then `pvm_config`: nothing polls the pvmd while it adds the host) or in `lamnodes` (polled every 5 ms: polling back to back competed with `lamgrow` for the lamd and the 2 CPUs, and slowed the very addition it timed); the next request waits, untimed, for the module's `NAME-grow` to exit. Medians of {reps} runs (min–max). The paper's figures (seconds; 16 PentiumPro 200 MHz, Fast Ethernet, 1998) beside ours. Target: `anyLinux` costs ≤ 20 ms per machine over naming the host, on the same transport.\n");
-    let env = start_env();
-    build_wait_program(&env)?;
-    let mut rows = Vec::new();
+pub fn run(opts: &Options) -> anyhow::Result<()> {
+    let reps = opts.reps;
+    let machines: Vec<usize> = match opts.machines.is_empty() {
+        true => MACHINES.to_vec(),
+        false => opts.machines.clone(),
+    };
+    if let Some(n) = machines.iter().find(|&&n| n == 0 || n > MAX_MACHINES) {
+        anyhow::bail!("--module-machines: {n} is not between 1 and {MAX_MACHINES}");
+    }
+    let mut systems = Vec::new();
     for system in [System::Pvm, System::Lam] {
-        for way in [Way::Real, Way::ShimHost, Way::AnyLinux] {
-            let mut cells = Vec::new();
-            for n in MACHINES {
-                let mut times = Vec::new();
-                let mut failures = Vec::new();
-                for _ in 0..reps {
-                    match run_once(&env, system, way, n) {
+        if opts.systems.is_empty() || opts.systems.iter().any(|s| s == system.name()) {
+            systems.push(system);
+        }
+    }
+    if let Some(bad) = opts
+        .systems
+        .iter()
+        .find(|s| !["pvm", "lam"].contains(&s.as_str()))
+    {
+        anyhow::bail!("--module-systems: unknown system {bad:?} (pvm, lam)");
+    }
+    println!("## Modules: PVM and LAM/MPI jobs (paper Table 3)\n");
+    println!("Real PVM 3.4.6 and LAM/MPI 7.1.4 from Debian, run by the lab user `rblab` on node02 (the front end, not managed by the broker); node03–node10 are the machines added, over real rsh (netkit in.rshd). Each figure is the time to add N machines to a running virtual machine (master pvmd on node02) or LAM universe (booted on node02), one machine per command, each once the previous one has joined: `add HOST` at the `pvm` console or `lamgrow HOST` for named hosts; for `anyLinux`, `pvm> add anyLinux` or `lamgrow anyLinux` in a job under `agent --rsl '&(module=\"NAME\")(adaptive=yes)'`, timed until the granted host is in the virtual machine (a PvmHostAdd notification from the master pvmd, then `pvm_config`: nothing polls the pvmd while it adds the host) or in the LAM universe (`lam_wait_nodes`: one `getnall()` request to the local lamd every millisecond from one process; a shell loop of `lamnodes | wc -l` cost three processes per poll and competed with `lamgrow` for the 2 CPUs); the next request waits, untimed, for the module's `NAME-grow` to exit. Medians of {reps} runs (min–max); for each N the three ways take turns run by run. The paper's figures (seconds; 16 PentiumPro 200 MHz, Fast Ethernet, 1998) beside ours. Target: `anyLinux` costs ≤ 20 ms per machine over naming the host, on the same transport.\n");
+    let env = start_env(*machines.iter().max().unwrap_or(&MAX_MACHINES));
+    build_wait_programs(&env)?;
+    let mut rows = Vec::new();
+    for &system in &systems {
+        // Per machine count, the three ways take turns run by run (round r starts with way
+        // r mod 3), so a slow spell of the machine hits them alike.
+        let mut results: Vec<Vec<(Vec<f64>, Vec<String>)>> =
+            vec![vec![Default::default(); machines.len()]; WAYS.len()];
+        for (i, &n) in machines.iter().enumerate() {
+            for round in 0..reps {
+                for turn in 0..WAYS.len() {
+                    let w = (round + turn) % WAYS.len();
+                    let (times, failures) = &mut results[w][i];
+                    match run_once(&env, system, WAYS[w], n) {
                         Ok(ms) => times.push(ms),
                         Err(e) => failures.push(e.to_string()),
                     }
                     wait_clean(&env)?;
                 }
+            }
+        }
+        for (way, per_n) in WAYS.into_iter().zip(results) {
+            let mut cells = Vec::new();
+            for (&n, (times, failures)) in machines.iter().zip(per_n) {
                 if let Some(first) = failures.first() {
                     eprintln!(
                         "rb-bench: {} with {n}: {} of {reps} runs failed, e.g.: {first}",
@@ -98,21 +145,28 @@ pub fn run(reps: usize) -> anyhow::Result<()> {
             rows.push((system, way, cells));
         }
     }
-    print_table(&rows);
+    print_table(&rows, &machines);
     Ok(())
 }
 
 type Cells = Vec<(Option<bench::stats::Summary>, usize)>;
 
-fn print_table(rows: &[(System, Way, Cells)]) {
-    println!("| operation | 1 machine | 2 machines | 4 machines | 8 machines |");
-    println!("|---|---|---|---|---|");
+fn print_table(rows: &[(System, Way, Cells)], machines: &[usize]) {
+    let heads: Vec<String> = machines
+        .iter()
+        .map(|&n| match n {
+            1 => "1 machine".to_string(),
+            n => format!("{n} machines"),
+        })
+        .collect();
+    println!("| operation | {} |", heads.join(" | "));
+    println!("|---|{}", "---|".repeat(machines.len()));
     for (system, way, cells) in rows {
-        let paper = system.paper(*way);
         let shown: Vec<String> = cells
             .iter()
-            .zip(paper)
-            .map(|((summary, failed), paper)| {
+            .zip(machines)
+            .map(|((summary, failed), &n)| {
+                let paper = system.paper(*way, n);
                 let ours = summary.as_ref().map_or_else(|| "failed".to_string(), show);
                 let failed = match failed {
                     0 => String::new(),
@@ -124,13 +178,17 @@ fn print_table(rows: &[(System, Way, Cells)]) {
         println!("| {} | {} |", label(*system, *way), shown.join(" | "));
     }
     println!();
+    let systems: Vec<System> = rows.iter().map(|(s, _, _)| *s).collect();
     for system in [System::Pvm, System::Lam] {
+        if !systems.contains(&system) {
+            continue;
+        }
         let median = |way: Way, i: usize| {
             rows.iter()
                 .find(|(s, w, _)| *s == system && *w == way)
                 .and_then(|(_, _, cells)| cells[i].0.as_ref().map(|s| s.median))
         };
-        let per_machine: Vec<String> = MACHINES
+        let per_machine: Vec<String> = machines
             .iter()
             .enumerate()
             .filter_map(|(i, n)| {
@@ -152,16 +210,24 @@ fn print_table(rows: &[(System, Way, Cells)]) {
     }
 }
 
-/// node02 (front end, not managed) and node03–node10, jobs over real rsh.
-fn start_env() -> LabWithBroker {
-    LabWithBroker::start_with_front_end(1 + MACHINES[MACHINES.len() - 1])
+/// node02 (front end, not managed) and node03 onwards (`machines` of them), jobs over
+/// real rsh.
+fn start_env(machines: usize) -> LabWithBroker {
+    LabWithBroker::start_with_front_end(1 + machines)
 }
 
-/// `~/pvm_wait_hosts`, compiled in the lab user's shared home.
-fn build_wait_program(env: &LabWithBroker) -> anyhow::Result<()> {
+/// `~/pvm_wait_hosts` and `~/lam_wait_nodes`, compiled in the lab user's shared home.
+fn build_wait_programs(env: &LabWithBroker) -> anyhow::Result<()> {
     env.build_program("pvm_wait_hosts", "gcc", "pvm_wait_hosts", "-lpvm3")
-        .map(drop)
-        .map_err(|e| anyhow::anyhow!(e))
+        .map_err(|e| anyhow::anyhow!(e))?;
+    env.build_program(
+        "lam_wait_nodes",
+        "gcc -I/usr/include/lam",
+        "lam_wait_nodes",
+        "-llam",
+    )
+    .map(drop)
+    .map_err(|e| anyhow::anyhow!(e))
 }
 
 fn user_sh(env: &LabWithBroker, script: &str) -> anyhow::Result<Output> {
@@ -228,11 +294,7 @@ fn driver(system: System, way: Way, n: usize) -> String {
                      while [ $k -le {n} ]; do
                        t0=$(date +%s%N)
                        lamgrow anyLinux </dev/null >/dev/null 2>&1
-                       i=0
-                       until [ \"$(lamnodes 2>/dev/null | wc -l)\" -ge $((k + 1)) ]; do
-                         i=$((i + 1)); [ $i -gt 2000 ] && break 2
-                         sleep 0.005
-                       done
+                       ~/lam_wait_nodes $((k + 1)) 10000 >/dev/null || break
                        t1=$(date +%s%N); total=$((total + t1 - t0))
                        while pgrep -u \"$(id -u)\" -f 'lam-gro[w] ' >/dev/null; do :; done
                        k=$((k + 1))
