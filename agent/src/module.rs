@@ -229,6 +229,18 @@ impl Runner {
 /// [`scratch_dir`]).
 pub const ENV_MODULE_DIR: &str = "RB_MODULE_DIR";
 
+/// The variable naming the directory of the agent's own programs, where modules find
+/// helpers shipped with ResourceBroker (`rb-pvm-add`).
+pub const ENV_BIN_DIR: &str = "RB_BIN_DIR";
+
+/// The directory of the running agent's executable.
+pub fn agent_bin_dir() -> Option<PathBuf> {
+    std::env::current_exe()
+        .ok()?
+        .parent()
+        .map(Path::to_path_buf)
+}
+
 /// Creates `JOB_DIR/module` (mode 0700), where the job's module programs may keep files:
 /// private to the user, used by one call at a time, removed with the job directory. It
 /// spares a module a `mktemp` per call (a process, a millisecond or more, while the job

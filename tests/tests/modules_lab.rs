@@ -253,6 +253,81 @@ fn pvm_grows_onto_any_linux_shrinks_on_release_and_halts_at_job_end() {
     eprintln!("pvm: anyLinux add to conf in {took:?}");
 }
 
+#[test]
+fn pvm_grow_answers_alike_with_the_pvm_task_and_with_the_console() {
+    if skip_unless_root("pvm_grow_answers_alike_with_the_pvm_task_and_with_the_console") {
+        return;
+    }
+    let env = lab();
+    let grow = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../modules/pvm-grow");
+    let bin_dir = tests::bin_dir().display().to_string();
+    // A stand-in rb-pvm-add that cannot use PVM (exit 3): pvm-grow must fall back to the
+    // console.
+    let fake = env.lab.user().home.join("fake-bin");
+    std::fs::create_dir_all(&fake).expect("mkdir");
+    let fake_adder = fake.join("rb-pvm-add");
+    std::fs::write(
+        &fake_adder,
+        "#!/bin/sh\necho \"$@\" >>~/fake-adder-calls\nexit 3\n",
+    )
+    .expect("write");
+    std::fs::set_permissions(
+        &fake_adder,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    // The same calls three ways: with RB_BIN_DIR (rb-pvm-add does the add), without (the
+    // console does), and with the stand-in (tried, then the console). Each prints
+    // "WAY CALL rc=N stderr=…" lines.
+    let script = format!(
+        "{PVM_ENV} echo quit | pvm >/dev/null 2>&1
+         for way in task console fallback; do
+           case $way in
+             task) RB_BIN_DIR={bin_dir}; export RB_BIN_DIR ;;
+             console) unset RB_BIN_DIR ;;
+             fallback) RB_BIN_DIR={fake}; export RB_BIN_DIR ;;
+           esac
+           for call in node03 node03 nosuchhost; do
+             err=$({grow} $call 2>&1 >/dev/null); echo \"$way $call rc=$? stderr=$err\"
+           done
+           echo 'conf' | pvm 2>/dev/null | grep -cw node03 | sed \"s/^/$way conf=/\"
+           echo 'delete node03' | pvm >/dev/null 2>&1; sleep 1
+         done
+          echo halt | pvm >/dev/null 2>&1",
+        grow = grow.display(),
+        fake = fake.display()
+    );
+    let out = text(&user_sh(&env, FRONT_END, &script));
+    let calls =
+        std::fs::read_to_string(env.lab.user().home.join("fake-adder-calls")).unwrap_or_default();
+    assert_eq!(
+        calls.lines().filter(|l| l.ends_with(" node03")).count(),
+        2,
+        "pvm-grow tried RB_BIN_DIR/rb-pvm-add first: {calls}"
+    );
+    for way in ["task", "console", "fallback"] {
+        let lines: Vec<&str> = out.lines().filter(|l| l.starts_with(way)).collect();
+        assert_eq!(
+            lines
+                .iter()
+                .filter(|l| l.contains("node03 rc=0 stderr="))
+                .count(),
+            2,
+            "{way}: added, then already there (Duplicate host): {out}"
+        );
+        assert!(
+            lines.iter().any(|l| l.ends_with(
+                "nosuchhost rc=1 stderr=pvm-grow: PVM could not add nosuchhost: No such host"
+            )),
+            "{way}: PVM's refusal, in its words: {out}"
+        );
+        assert!(
+            lines.contains(&format!("{way} conf=1").as_str()),
+            "{way}: node03 in conf: {out}"
+        );
+    }
+}
+
 /// `lamnodes` of the job's running LAM universe: node names.
 fn lam_nodes(env: &LabWithBroker) -> Vec<String> {
     text(&user_sh(env, FRONT_END, "lamnodes 2>/dev/null"))

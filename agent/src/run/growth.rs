@@ -55,6 +55,9 @@ impl ModuleJob {
             }
             Err(e) => warn!("module {name}: no private directory for its programs: {e:#}"),
         }
+        if let Some(dir) = module::agent_bin_dir() {
+            vars.insert(module::ENV_BIN_DIR.into(), dir.display().to_string());
+        }
         let runner = module::spawn_runner(programs.clone(), vars, events, Event::ModuleDone);
         Self {
             programs,
