@@ -42,7 +42,6 @@ pub fn prepare(
     real_rsh: &[String],
     preload: Option<&Path>,
 ) -> anyhow::Result<JobEnv> {
-    use std::os::unix::fs::DirBuilderExt;
     if let Some(parent) = dir.parent() {
         sweep_stale_job_dirs(parent, STALE_AFTER);
     }
@@ -53,11 +52,7 @@ pub fn prepare(
             .with_context(|| format!("cannot remove the stale {}", dir.display()))?;
     }
     let bin = dir.join("bin");
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&bin)
-        .with_context(|| format!("cannot create {}", bin.display()))?;
+    create_private_dir(&bin)?;
     let shim = bin.join("rsh");
     let _ = std::fs::remove_file(&shim);
     std::os::unix::fs::symlink(shim_binary, &shim)
@@ -103,6 +98,16 @@ pub fn prepare(
         hosts_file,
         vars,
     })
+}
+
+/// Creates `dir` and its missing parents, mode 0700 (this user only).
+pub fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("cannot create {}", dir.display()))
 }
 
 /// The job preload library: next to this program (a cargo build), else in

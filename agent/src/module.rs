@@ -246,14 +246,8 @@ pub fn agent_bin_dir() -> Option<PathBuf> {
 /// spares a module a `mktemp` per call (a process, a millisecond or more, while the job
 /// waits for its host).
 pub fn scratch_dir(job_dir: &Path) -> anyhow::Result<PathBuf> {
-    use anyhow::Context;
-    use std::os::unix::fs::DirBuilderExt;
     let dir = job_dir.join("module");
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir)
-        .with_context(|| format!("cannot create {}", dir.display()))?;
+    crate::jobenv::create_private_dir(&dir)?;
     Ok(dir)
 }
 

@@ -350,35 +350,34 @@ fn a_command_started_with_sigterm_blocked_gets_it_unblocked() {
              os.execv(sys.argv[1], sys.argv[1:])",
         ])
         .arg(bin("rb-subagent"))
-        .args([
-            "--agent",
-            "127.0.0.1:1",
-            "--alloc",
-            "1",
-            "--secret-file",
-            "/nonexistent",
-            "-c",
+        .args(agentless_subagent_args(
             "exec grep SigBlk /proc/self/status",
-        ])
+        ))
         .output()
         .expect("python3 starts the subagent with SIGTERM blocked");
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(text.trim(), "SigBlk:\t0000000000000000");
 }
 
-/// Runs `rb-subagent -c COMMAND` with no agent to reach (the guardian gives up quietly).
+/// rb-subagent's arguments for `command` with no agent to reach (its guardian gives up
+/// quietly once the command is gone).
+fn agentless_subagent_args(command: &str) -> [&str; 8] {
+    [
+        "--agent",
+        "127.0.0.1:1",
+        "--alloc",
+        "1",
+        "--secret-file",
+        "/nonexistent",
+        "-c",
+        command,
+    ]
+}
+
+/// Runs `rb-subagent -c COMMAND` with no agent to reach, `path` first in PATH.
 fn subagent_run(command: &str, path: &std::path::Path) -> std::process::Output {
     Command::new(bin("rb-subagent"))
-        .args([
-            "--agent",
-            "127.0.0.1:1",
-            "--alloc",
-            "1",
-            "--secret-file",
-            "/nonexistent",
-            "-c",
-            command,
-        ])
+        .args(agentless_subagent_args(command))
         .env("PATH", format!("{}:/usr/bin:/bin", path.display()))
         .output()
         .expect("rb-subagent runs")
