@@ -2,7 +2,8 @@
 
 use std::ffi::{c_char, c_int, CString};
 
-/// PVM's status codes this program acts on (`pvm3.h`).
+/// PVM's status codes this program acts on or returns (`pvm3.h`).
+const PVM_BAD_PARAM: i32 = -2;
 pub const PVM_DUP_HOST: i32 = -28;
 pub const PVM_ALREADY: i32 = -30;
 /// `pvm_setopt` option: automatic error messages on stderr.
@@ -84,7 +85,7 @@ impl Pvm {
     /// `pvm_addhosts` for one host: its status (0 when added, else a Pvm* code).
     pub fn add_host(&self, host: &str) -> i32 {
         let Ok(name) = CString::new(host) else {
-            return -2; // PvmBadParam
+            return PVM_BAD_PARAM;
         };
         let mut names = [name.as_ptr().cast_mut()];
         let mut info: c_int = 0;
@@ -102,9 +103,7 @@ impl Pvm {
         // SAFETY: pvm_exit takes no arguments.
         unsafe { (self.exit)() };
     }
-}
 
-impl Pvm {
     /// PVM's own message for a status code (`pvm_errlist[-code]`, as the console prints
     /// it), or "PVM error CODE" when it has none.
     pub fn describe(&self, code: i32) -> String {
