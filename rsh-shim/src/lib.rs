@@ -17,6 +17,7 @@
 //!
 //! # Layout
 //! - [`args`]: argv parsing (`Invocation`), exactly as rsh callers need.
+//! - [`callers`]: what particular callers (PVM's hoster) read from a refusal on stdout.
 //! - [`hosts`]: symbolic names and the job's hosts file.
 //! - [`realsh`]: finding the real remote shell, never ourselves.
 //! - [`conversation`]: the request/reply exchange with the agent (`proto::agent`).
@@ -24,6 +25,7 @@
 //! - [`launch`]: exec plans (pass-through, granted host, one-shot agent) and `exec`.
 
 pub mod args;
+pub mod callers;
 pub mod conversation;
 pub mod hosts;
 pub mod launch;
@@ -59,8 +61,13 @@ pub enum ShimError {
     SymbolicWithoutCommand { host: String },
     #[error("{host}: a host allocated to this job needs a command")]
     AttachWithoutCommand { host: String },
+    /// `stdout`: a line for callers that read the refusal there ([`callers`]).
     #[error("{host}: {message}")]
-    Refused { host: String, message: String },
+    Refused {
+        host: String,
+        message: String,
+        stdout: Option<String>,
+    },
     #[error("cannot reach the agent at ${ENV_AGENT} ({path}): {source}")]
     AgentUnreachable { path: String, source: io::Error },
     #[error("{host}: the agent at ${ENV_AGENT} ({path}): {source}")]
@@ -123,7 +130,8 @@ pub fn run(args: &[OsString], env: &Env) -> ShimError {
     }
 }
 
-/// Prints `err` the way rsh does: `rsh: MESSAGE`, plus the usage line for usage errors.
+/// Prints `err` the way rsh does: `rsh: MESSAGE`, plus the usage line for usage errors;
+/// then, for a refusal its caller reads on stdout ([`callers`]), that line on stdout.
 pub fn print_error(err: &ShimError) {
     let mut stderr = io::stderr().lock();
     let _ = match err {
@@ -133,6 +141,13 @@ pub fn print_error(err: &ShimError) {
         },
         other => writeln!(stderr, "rsh: {other}"),
     };
+    // After the stderr line: the caller may stop reading once it has this one.
+    if let ShimError::Refused {
+        stdout: Some(line), ..
+    } = err
+    {
+        let _ = writeln!(io::stdout().lock(), "{line}");
+    }
 }
 
 fn try_run(args: &[OsString], env: &Env) -> Result<Infallible, ShimError> {
@@ -240,7 +255,11 @@ fn via_agent(
         // The hosts file said the host was the job's, but the agent has given it back
         // meanwhile (the file trails the agent): it is an ordinary host again.
         Outcome::Refused(_) if attach => pass_through(args, env, depth),
-        Outcome::Refused(message) => Err(ShimError::Refused { host, message }),
+        Outcome::Refused(message) => Err(ShimError::Refused {
+            stdout: callers::refusal_stdout(&inv.words, &host, &message),
+            host,
+            message,
+        }),
     }
 }
 
