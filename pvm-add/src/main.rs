@@ -23,9 +23,20 @@ use std::time::{Duration, Instant};
 use pvm::{Pvm, PVM_ALREADY, PVM_DUP_HOST};
 
 /// How long to keep asking while the master pvmd is busy with an earlier add (the job's
-/// own phase-1 `add anyLinux` may still be failing), and the pauses between asks.
+/// own phase-1 `add anyLinux` is usually still failing when the grant arrives).
 const BUSY_LIMIT: Duration = Duration::from_secs(5);
-const BUSY_PAUSES_MS: [u64; 5] = [5, 10, 20, 50, 100];
+
+/// The pause before asking again, after `elapsed` of "Already in progress". A refused ask
+/// is one round trip to the local pvmd (tens of microseconds of its time), and the job
+/// waits for its host meanwhile: every millisecond while an earlier add would normally
+/// end, then less often for one that is stuck (PVM waits up to 60 s for a slave).
+fn busy_pause(elapsed: Duration) -> Duration {
+    Duration::from_millis(match elapsed.as_millis() {
+        0..100 => 1,
+        100..1000 => 10,
+        _ => 100,
+    })
+}
 
 #[derive(Debug)]
 struct Args {
@@ -99,16 +110,12 @@ fn run(args: &Args) -> i32 {
 /// Asks the master to add `host`, again while it is busy with another add.
 fn add(pvm: &Pvm, host: &str) -> i32 {
     let started = Instant::now();
-    let mut pauses = BUSY_PAUSES_MS.iter().copied();
     loop {
         let status = pvm.add_host(host);
         if status != PVM_ALREADY || started.elapsed() >= BUSY_LIMIT {
             return status;
         }
-        let pause = pauses
-            .next()
-            .unwrap_or(BUSY_PAUSES_MS[BUSY_PAUSES_MS.len() - 1]);
-        std::thread::sleep(Duration::from_millis(pause));
+        std::thread::sleep(busy_pause(started.elapsed()));
     }
 }
 
@@ -118,6 +125,15 @@ mod tests {
 
     fn parse(words: &[&str]) -> Result<Args, String> {
         parse_args(words.iter().map(|w| w.to_string()))
+    }
+
+    #[test]
+    fn asks_every_millisecond_at_first_then_less_often() {
+        let ms = |m| busy_pause(Duration::from_millis(m)).as_millis();
+        assert_eq!(
+            (ms(0), ms(99), ms(100), ms(999), ms(1000)),
+            (1, 1, 10, 10, 100)
+        );
     }
 
     #[test]
