@@ -33,8 +33,9 @@ pub struct Args {
     pub module_timeout_s: f64,
     /// Load librb_preload.so into the job (LD_PRELOAD): symbolic names such as `anyLinux`
     /// resolve (to a placeholder loopback address) in programs that look a host up before
-    /// they run rsh (PVM's `add anyLinux`, `lamgrow anyLinux`), and LAM's MPI_Init errno 14
-    /// bug is guarded. `auto`: for jobs with a module.
+    /// they run rsh (PVM's `add anyLinux`, `lamgrow anyLinux`; in a module job the lookup
+    /// starts the request), and LAM's MPI_Init errno 14 bug is guarded. `auto`: for jobs
+    /// with a module.
     #[arg(long, value_enum, default_value_t = Preload::Auto)]
     pub preload: Preload,
     /// The application and its arguments.

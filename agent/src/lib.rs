@@ -2,6 +2,7 @@
 //! job's processes on each machine the job reaches.
 //!
 //! # Layout
+//! - [`ancestry`]: which process descends from which (`/proc/PID/stat`).
 //! - [`cli`]: flags and the job spec → [`cli::AgentConfig`].
 //! - [`link`]: finding the broker (or starting an embedded one), authenticating, registering.
 //! - [`jobenv`]: the job's private dir, the shim first in `PATH`, launcher variables.
@@ -13,6 +14,7 @@
 //!   caller's stdio, and a guardian process that reports to the agent and ends the group on
 //!   reclaim or when the agent disappears.
 
+pub mod ancestry;
 pub mod cli;
 pub mod jobenv;
 pub mod launcher;

@@ -37,6 +37,11 @@ pub enum Event {
         host: String,
         reply: mpsc::Sender<ShimReply>,
     },
+    /// A job process looked a symbolic name up (`librb_preload.so`).
+    Resolved {
+        symbolic: String,
+        pid: u32,
+    },
     ShimGone {
         conn: u64,
     },
@@ -96,6 +101,10 @@ async fn shim_conn(mut conn: FramedConn<tokio::net::UnixStream>, events: mpsc::S
             reply: tx,
         },
         Ok(ShimRequest::Attach { host, .. }) => Event::ShimAttach { host, reply: tx },
+        Ok(ShimRequest::Resolved { symbolic, pid }) => {
+            let _ = events.send(Event::Resolved { symbolic, pid }).await;
+            return;
+        }
         Err(e) => return debug!(error = %e, "bad shim request"),
     };
     if events.send(event).await.is_err() {

@@ -284,6 +284,7 @@ impl Agent {
                 self.pending.insert(req, request);
                 self.tell_broker(ToBroker::Allocate { req, symbolic }).await;
             }
+            Event::Resolved { symbolic, pid } => self.resolved(symbolic, pid).await,
             Event::ShimAttach { host, reply } => {
                 let found = self
                     .allocs

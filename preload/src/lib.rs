@@ -5,6 +5,8 @@
 //!   placeholder loopback address, so that programs which look a host name up before they
 //!   run the remote shell still reach the `rsh` shim with it (PVM's `add anyLinux`,
 //!   `lamgrow anyLinux`). Every other name goes to the C library's resolver untouched.
+//! - [`hint`]: the lookup of a symbolic name tells the job's agent at once, so a module
+//!   job's request starts before the program's `rsh` (`proto::agent`, `resolved`).
 //! - [`lam`]: LAM/MPI 7.1's `nsend` never hands an uninitialized body pointer to `writev`,
 //!   which made `MPI_Init` fail at random with errno 14 in processes a job's `lamd` starts.
 //!
@@ -15,6 +17,7 @@
 
 use std::{ffi::CStr, ptr::NonNull, sync::OnceLock};
 
+pub mod hint;
 pub mod lam;
 pub mod names;
 

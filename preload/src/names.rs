@@ -5,7 +5,8 @@
 //! when it fails. Here the resolver answers for symbolic names with a placeholder loopback
 //! address (`proto::symbolic::placeholder_address`, 127.77.X.Y) and the name itself as the
 //! official name; the program goes on to run `rsh anyLinux …`, which the shim turns into a
-//! request to the broker. A symbolic name never reaches DNS.
+//! request to the broker (in a module job the lookup itself starts the request,
+//! [`crate::hint`]). A symbolic name never reaches DNS.
 //!
 //! Interposed: `gethostbyname`, `gethostbyname2`, `gethostbyname_r`, `gethostbyname2_r`,
 //! `getaddrinfo` (IPv4 answers only; an IPv6-only question about a symbolic name gets "no such
@@ -32,7 +33,8 @@ extern "C" {
 const HOST_NOT_FOUND: c_int = 1;
 const NETDB_INTERNAL: c_int = -1;
 
-/// The placeholder address of `name` when it is a symbolic host name.
+/// The placeholder address of `name` when it is a symbolic host name (the job's agent
+/// hears of the lookup: [`crate::hint`]).
 ///
 /// # Safety
 /// `name` is null or a NUL-terminated string.
@@ -44,7 +46,11 @@ unsafe fn symbolic(name: *const c_char) -> Option<(&'static CStr, Ipv4Addr)> {
     // during the call that lent it (the 'static is never stored).
     let cname: &'static CStr = unsafe { CStr::from_ptr(name) };
     let text = cname.to_str().ok()?;
-    proto::symbolic::is_symbolic(text).then(|| (cname, proto::symbolic::placeholder_address(text)))
+    if !proto::symbolic::is_symbolic(text) {
+        return None;
+    }
+    crate::hint::resolved(text);
+    Some((cname, proto::symbolic::placeholder_address(text)))
 }
 
 fn set_h_errno(value: c_int) {

@@ -12,7 +12,14 @@
 //!                "remote_shell":["ssh","-F","/x/cfg"],"subagent":["/opt/rb/bin/rb-subagent","--agent","10.77.0.2:41234","--alloc","7"]}
 //! agent → shim  {"t":"refused","message":"no host matches anyFoo"}
 //! shim → agent  {"t":"attach","host":"node03","pid":4712}  (a real host already allocated to the job)
+//! job  → agent  {"t":"resolved","symbolic":"anyLinux","pid":4713}  (no reply; see below)
 //! ```
+//!
+//! `resolved` comes from `librb_preload.so` in a module job's processes when one looks a
+//! symbolic name up (PVM's master pvmd on `add anyLinux`, `lamgrow anyLinux`): the program
+//! will run `rsh anyLinux …` next, so a module job's request (phase 1) starts there, some
+//! milliseconds before the shim's own call, which then counts as the same request. The
+//! sender connects, writes the line and closes without waiting.
 
 use serde::{Deserialize, Serialize};
 
@@ -37,6 +44,9 @@ pub enum ShimRequest {
     /// `host` (a real name or address) is listed in `RB_HOSTS_FILE`: run there under a
     /// subagent so the broker can reclaim it. Answered with `Granted` or `Refused`.
     Attach { host: String, pid: u32 },
+    /// A process of the job looked `symbolic` up; the phase-1 request of a module job
+    /// starts now (ignored in other jobs). Not answered.
+    Resolved { symbolic: String, pid: u32 },
 }
 
 /// Agent → shim.
@@ -72,5 +82,11 @@ mod tests {
         })
         .expect("encode");
         assert_eq!(text, r#"{"t":"allocate","symbolic":"anyLinux","pid":1}"#);
+        let text = serde_json::to_string(&ShimRequest::Resolved {
+            symbolic: "anyLinux".into(),
+            pid: 2,
+        })
+        .expect("encode");
+        assert_eq!(text, r#"{"t":"resolved","symbolic":"anyLinux","pid":2}"#);
     }
 }

@@ -179,8 +179,22 @@ fn pvm_grows_onto_any_linux_shrinks_on_release_and_halts_at_job_end() {
     );
     let add = std::fs::read_to_string(env.lab.user().home.join("pvm-add.out")).unwrap_or_default();
     assert!(
-        add.contains("anyLinux") && !add.contains("No such host"),
-        "phase 1 is an add that reached the shim (the name resolved): {add}"
+        add.contains("anyLinux Can't start pvmd") && !add.contains("No such host"),
+        "phase 1 is an add that reached the shim (the name resolved) and failed: {add}"
+    );
+    // The master's log: PVM took the shim's stdout line as the start's answer, so it made
+    // one attempt, not a second with the Windows command (a second refusal on stderr).
+    let log = text(&user_sh(&env, FRONT_END, "cat /tmp/pvml.$(id -u)"));
+    assert!(
+        log.contains(
+            "startack() host anyLinux expected version, got \"ddpro<refused-by-the-rsh-shim\""
+        ),
+        "{log}"
+    );
+    assert_eq!(
+        log.matches("stderr@anyLinux: rsh: anyLinux:").count(),
+        1,
+        "{log}"
     );
     // A compiled PVM program spawns tasks on the grown host.
     let out = user_sh(
@@ -423,4 +437,47 @@ fn lam_grows_onto_any_linux_shrinks_on_release_and_halts() {
     let out = finish(&env, job.take().expect("job"));
     assert_nothing_left(&env, "lamd", &out);
     eprintln!("lam: anyLinux grow to lamnodes in {took:?}");
+}
+
+#[test]
+fn lam_grow_waits_while_another_lamgrow_of_the_universe_runs() {
+    if skip_unless_root("lam_grow_waits_while_another_lamgrow_of_the_universe_runs") {
+        return;
+    }
+    let env = lab();
+    let grow = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../modules/lam-grow");
+    // A lamgrow of node04 whose remote shell takes a second to fail holds LAM's one-lamgrow
+    // lock meanwhile, as a job's own phase-1 `lamgrow anyLinux` does for milliseconds.
+    // A plain lamgrow is refused ("already running"); lam-grow waits and then grows.
+    let script = format!(
+        "printf '#!/bin/sh\\ncase \"$*\" in *node04*) sleep 1; exit 1;; esac\\nexec rsh \"$@\"\\n' >~/slowrsh
+         chmod +x ~/slowrsh
+         echo {FRONT_END} >~/lam-lock.schema
+         LAMRSH=rsh lamboot -s ~/lam-lock.schema </dev/null >/dev/null 2>&1 || exit 3
+         LAMRSH=~/slowrsh lamgrow node04 </dev/null >~/slow.out 2>&1 &
+         sleep 0.3
+         LAMRSH=rsh lamgrow node05 </dev/null 2>&1 | grep -c 'already running' | sed 's/^/plain=/'
+         t0=$(date +%s%N)
+         LAMRSH=rsh {grow} node03; echo \"rc=$?\"
+         echo \"waited_ms=$(( ($(date +%s%N) - t0) / 1000000 ))\"
+         wait
+         lamnodes 2>&1
+         lamhalt </dev/null >/dev/null 2>&1",
+        grow = grow.display()
+    );
+    let out = text(&user_sh(&env, FRONT_END, &script));
+    assert!(
+        out.contains("plain=1"),
+        "LAM refuses a second lamgrow: {out}"
+    );
+    assert!(out.contains("rc=0"), "lam-grow waited, then grew: {out}");
+    let waited: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("waited_ms=")?.parse().ok())
+        .unwrap_or(0);
+    assert!(waited >= 300, "lam-grow waited for the slow lamgrow: {out}");
+    assert!(
+        out.lines().any(|l| l.contains("\tnode03")),
+        "node03 in lamnodes: {out}"
+    );
 }

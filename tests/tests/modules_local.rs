@@ -71,13 +71,25 @@ fn start_job(
     scratch: &Scratch,
     extra: &[&str],
 ) -> Child {
+    start_app(broker, module, modules, scratch, extra, APP)
+}
+
+/// [`start_job`] with another app.
+fn start_app(
+    broker: &Broker,
+    module: &str,
+    modules: &Path,
+    scratch: &Scratch,
+    extra: &[&str],
+    app: &str,
+) -> Child {
     Command::new(bin("agent"))
         .arg("--broker")
         .arg(broker.socket())
         .args(["--grace-s", "1", "--rsl"])
         .arg(format!("&(adaptive=yes)(module=\"{module}\")"))
         .args(extra)
-        .args(["--", "sh", "-c", APP])
+        .args(["--", "sh", "-c", app])
         .env("RB_MODULE_PATH", modules)
         .env("SCRATCH", scratch.dir.path())
         .env_remove("RB_AGENT")
@@ -294,6 +306,94 @@ fn a_host_freed_later_triggers_growth_by_itself() {
     std::fs::write(&holder_stop, "").expect("stop holder");
     assert!(holder.wait().expect("holder").success());
     scratch.wait_log("grow vhost01", "the freed host is grown onto");
+    scratch.stop_job();
+    finish(child);
+}
+
+/// How many `grow` lines the modules logged.
+fn grows(scratch: &Scratch) -> usize {
+    scratch
+        .log()
+        .lines()
+        .filter(|l| l.starts_with("grow "))
+        .count()
+}
+
+#[test]
+fn a_lookup_of_a_symbolic_name_starts_the_request_and_the_rsh_after_it_joins_it() {
+    let broker = Broker::start(&local_lab(3));
+    broker.wait_all_up(Duration::from_secs(10));
+    let scratch = Scratch::new();
+    let modules = module_dir(
+        "t",
+        Some(r#"echo "grow $1" >>"$SCRATCH/log""#),
+        Some("exit 0"),
+        Some("exit 0"),
+    );
+    // First a lookup alone (getent, through librb_preload.so): the job then waits for the
+    // grow, which only a request made by the lookup brings. Then one process looks the
+    // name up and, once that request has been grown, runs rsh (PVM's master and LAM's
+    // lamgrow look up, then start the shim): the same request, no third grow.
+    let app = r#"getent hosts anyLinux >"$SCRATCH/getent"
+until grep -q '^grow ' "$SCRATCH/log" 2>/dev/null; do sleep 0.01; done
+perl -e 'gethostbyname("anyLinux"); select(undef, undef, undef, 0.5);
+  exit(system("rsh", "anyLinux", "true") >> 8)' 2>"$SCRATCH/rsh.err"
+echo "rsh=$?" >>"$SCRATCH/log"
+while [ ! -e "$SCRATCH/stop" ]; do sleep 0.05; done"#;
+    let child = start_app(&broker, "t", modules.path(), &scratch, &[], app);
+    scratch.wait_log("grow vhost", "the lookup alone made a request");
+    let looked_up = std::fs::read_to_string(scratch.path("getent")).unwrap_or_default();
+    assert!(looked_up.starts_with("127.77."), "placeholder: {looked_up}");
+    let grown = wait_until(Duration::from_secs(10), || {
+        (grows(&scratch) == 2).then_some(())
+    });
+    assert!(grown.is_some(), "{}", scratch.log());
+    scratch.wait_log("rsh=1", "the rsh after the lookup is refused (phase 1)");
+    let err = std::fs::read_to_string(scratch.path("rsh.err")).unwrap_or_default();
+    assert!(err.contains("request recorded"), "phase-1 message: {err}");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        grows(&scratch),
+        2,
+        "lookup + rsh = one request: {}",
+        scratch.log()
+    );
+    assert_eq!(held_hosts(&broker).len(), 2, "{:?}", held_hosts(&broker));
+    scratch.stop_job();
+    finish(child);
+}
+
+#[test]
+fn a_lookup_in_a_job_without_a_module_asks_for_nothing() {
+    let broker = Broker::start(&local_lab(1));
+    broker.wait_all_up(Duration::from_secs(10));
+    let scratch = Scratch::new();
+    let child = Command::new(bin("agent"))
+        .arg("--broker")
+        .arg(broker.socket())
+        .args(["--preload", "on", "--", "sh", "-c"])
+        .arg(
+            r#"getent hosts anyLinux >"$SCRATCH/getent"; echo "looked up" >>"$SCRATCH/log"
+while [ ! -e "$SCRATCH/stop" ]; do sleep 0.05; done"#,
+        )
+        .env("SCRATCH", scratch.dir.path())
+        .env_remove("RB_AGENT")
+        .env_remove("RB_LAB")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("agent");
+    scratch.wait_log("looked up", "the job looked anyLinux up");
+    let looked_up = std::fs::read_to_string(scratch.path("getent")).unwrap_or_default();
+    assert!(looked_up.starts_with("127.77."), "placeholder: {looked_up}");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(job_row(&broker).is_some(), "the job runs");
+    assert_eq!(
+        held_hosts(&broker),
+        Vec::<String>::new(),
+        "no module, no request"
+    );
     scratch.stop_job();
     finish(child);
 }

@@ -11,16 +11,18 @@ use tracing::{debug, info, warn};
 
 use super::Agent;
 use crate::{
+    ancestry,
     jobenv::JobEnv,
     listeners::Event,
     module::{self, Action, Call, Outcome, Programs, Runner},
 };
 
 /// Calls for the same symbolic name within this window count once while the first is still
-/// open (not yet grown): one `pvm> add anyLinux` makes three calls within milliseconds (the
-/// start, a retry with the Windows command, and the console's `rsh HOST 'echo YES'` probe).
-/// Once `NAME-grow` has answered the request, the next call for that name is a new request
-/// (a script adding hosts one at a time).
+/// open (not yet grown): one `pvm> add anyLinux` makes a lookup (the master pvmd's) and two
+/// shim calls within milliseconds (the start and the console's `rsh HOST 'echo YES'`
+/// probe; a third, PVM's retry with the Windows command, unless the shim's refusal stops
+/// it). Once `NAME-grow` has answered the request, the next call for that name is a new
+/// request (a script adding hosts one at a time).
 const REPEAT_WINDOW: Duration = Duration::from_secs(2);
 
 /// Shortest time a shrink gets, even when the reclaim's grace is shorter.
@@ -35,6 +37,10 @@ pub(super) struct ModuleJob {
     pub(super) requests: HashMap<u64, String>,
     /// Recent phase-1 calls, for [`REPEAT_WINDOW`].
     recent: Vec<(String, Instant)>,
+    /// Recent lookups of symbolic names that made a request: name, process, when. A shim
+    /// call from that process or its descendants within [`REPEAT_WINDOW`] is part of the
+    /// same request, even once `NAME-grow` has answered it (a quick grow program can).
+    lookups: Vec<(String, u32, Instant)>,
     /// Grants whose `NAME-grow` runs: allocation → the symbolic name asked for.
     growing: HashMap<u64, String>,
 }
@@ -65,6 +71,7 @@ impl ModuleJob {
             timeout,
             requests: HashMap::new(),
             recent: Vec::new(),
+            lookups: Vec::new(),
             growing: HashMap::new(),
         }
     }
@@ -82,6 +89,23 @@ impl ModuleJob {
             self.recent.push((symbolic.to_string(), now));
         }
         seen
+    }
+
+    /// Records a lookup of `symbolic` by process `pid`.
+    fn looked_up(&mut self, symbolic: &str, pid: u32, now: Instant) {
+        self.lookups
+            .retain(|(_, _, at)| now.duration_since(*at) < REPEAT_WINDOW);
+        self.lookups.push((symbolic.to_string(), pid, now));
+    }
+
+    /// True when a shim call for `symbolic` from `shim_pid` comes from a process that looked
+    /// the name up within [`REPEAT_WINDOW`], or from one of its descendants.
+    fn started_by_lookup(&self, symbolic: &str, shim_pid: u32, now: Instant) -> bool {
+        self.lookups.iter().any(|(name, pid, at)| {
+            name == symbolic
+                && now.duration_since(*at) < REPEAT_WINDOW
+                && ancestry::descends_from(shim_pid, *pid, ancestry::parent_of)
+        })
     }
 }
 
@@ -107,27 +131,50 @@ impl Agent {
         shim_pid: u32,
         reply: mpsc::Sender<ShimReply>,
     ) {
+        let Some(m) = self.module.as_ref() else {
+            return;
+        };
+        let message = match m.programs.grow {
+            None => m.programs.missing(Action::Grow),
+            Some(_) => format!(
+                "request recorded; the {} module will add the host when one is granted",
+                m.name()
+            ),
+        };
+        let _ = reply.send(ShimReply::Refused { message }).await;
+        if m.started_by_lookup(&symbolic, shim_pid, Instant::now()) {
+            return debug!(%symbolic, shim_pid, "phase 1: the rsh of a lookup's request");
+        }
+        self.record_request(symbolic, shim_pid, "rsh").await;
+    }
+
+    /// A job process looked a symbolic name up: in a module job, phase 1 starts now, before
+    /// the program's `rsh` (`proto::agent`, `resolved`), which then joins this request.
+    pub(super) async fn resolved(&mut self, symbolic: String, pid: u32) {
+        let Some(m) = self.module.as_mut() else {
+            return debug!(%symbolic, pid, "a lookup of a symbolic name; not a module job");
+        };
+        m.looked_up(&symbolic, pid, Instant::now());
+        self.record_request(symbolic, pid, "lookup").await;
+    }
+
+    /// Records a phase-1 request for `symbolic` at the broker, unless one is open already
+    /// ([`REPEAT_WINDOW`]) or the module cannot grow.
+    async fn record_request(&mut self, symbolic: String, pid: u32, by: &str) {
         let Some(m) = self.module.as_mut() else {
             return;
         };
         if m.programs.grow.is_none() {
-            let message = m.programs.missing(Action::Grow);
-            let _ = reply.send(ShimReply::Refused { message }).await;
             return;
         }
-        let message = format!(
-            "request recorded; the {} module will add the host when one is granted",
-            m.name()
-        );
-        let _ = reply.send(ShimReply::Refused { message }).await;
         if m.repeated(&symbolic, Instant::now()) {
-            debug!(%symbolic, shim_pid, "phase 1: a retry of the open request; ignored");
+            debug!(%symbolic, pid, by, "phase 1: part of the open request; ignored");
             return;
         }
         let req = self.next_req;
         self.next_req += 1;
         m.requests.insert(req, symbolic.clone());
-        info!(req, %symbolic, "phase 1: request recorded");
+        info!(req, %symbolic, pid, by, "phase 1: request recorded");
         self.tell_broker(ToBroker::Allocate { req, symbolic }).await;
     }
 

@@ -1,0 +1,130 @@
+//! Tells the job's agent that a process looked a symbolic name up (`proto::agent`,
+//! `resolved`), so a module job's request (phase 1) starts at the lookup rather than at the
+//! `rsh` the program runs next: PVM's master pvmd looks `anyLinux` up, then forks its
+//! hoster, which closes every descriptor up to the limit, forks rsh, which does the same,
+//! and only then execs the shim; LAM's `lamgrow` spends milliseconds between the two too.
+//!
+//! Called from inside the resolver, in programs we do not control (a pvmd's event loop): it
+//! never blocks (a non-blocking socket; a full backlog or buffer drops the hint, and the
+//! shim's call makes the request as before), never leaves a descriptor behind, never
+//! changes `errno`, and says nothing. Without `RB_AGENT` (not a job) it does nothing.
+
+use std::ffi::{c_int, CString, OsStr};
+
+use proto::agent::{ShimRequest, ENV_AGENT};
+
+/// Sends the hint for `symbolic` to the agent at `$RB_AGENT`, best effort.
+pub fn resolved(symbolic: &str) {
+    if let Some(path) = std::env::var_os(ENV_AGENT) {
+        resolved_to(&path, symbolic);
+    }
+}
+
+/// Sends the hint for `symbolic` to the agent socket at `path`; `errno` is kept.
+fn resolved_to(path: &OsStr, symbolic: &str) {
+    let saved = errno();
+    let request = ShimRequest::Resolved {
+        symbolic: symbolic.to_string(),
+        pid: std::process::id(),
+    };
+    if let Ok(mut line) = proto::frame::encode(&request) {
+        line.push('\n');
+        send(path.as_encoded_bytes(), line.as_bytes());
+    }
+    set_errno(saved);
+}
+
+/// Connects to the unix socket at `path` without blocking, writes `data` if it fits at
+/// once, closes. Any failure drops the data.
+fn send(path: &[u8], data: &[u8]) {
+    let Ok(cpath) = CString::new(path) else {
+        return;
+    };
+    // SAFETY: zeroed sockaddr_un is valid; we fill sun_family and a NUL-terminated path.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    let bytes = cpath.as_bytes_with_nul();
+    if bytes.len() > addr.sun_path.len() {
+        return;
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (slot, byte) in addr.sun_path.iter_mut().zip(bytes) {
+        *slot = *byte as libc::c_char;
+    }
+    // SAFETY: plain socket call.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    if fd < 0 {
+        return;
+    }
+    let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+    // SAFETY: addr is a valid sockaddr_un of `len` bytes; fd is ours.
+    let connected = unsafe { libc::connect(fd, (&raw const addr).cast(), len) } == 0;
+    if connected {
+        // SAFETY: data is valid for its length; MSG_NOSIGNAL: no SIGPIPE if the agent left.
+        unsafe { libc::send(fd, data.as_ptr().cast(), data.len(), libc::MSG_NOSIGNAL) };
+    }
+    // SAFETY: fd is ours and closed once.
+    unsafe { libc::close(fd) };
+}
+
+fn errno() -> c_int {
+    // SAFETY: glibc returns a valid per-thread location.
+    unsafe { *libc::__errno_location() }
+}
+
+fn set_errno(value: c_int) {
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = value };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::os::unix::net::UnixListener;
+
+    #[test]
+    fn the_agent_receives_one_resolved_line_and_errno_is_kept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("agent.sock");
+        let listener = UnixListener::bind(&path).expect("bind");
+        set_errno(libc::ENOENT);
+        resolved_to(path.as_os_str(), "anyLinux");
+        assert_eq!(errno(), libc::ENOENT);
+        let (mut conn, _) = listener.accept().expect("accept");
+        let mut text = String::new();
+        conn.read_to_string(&mut text)
+            .expect("read to the sender's close");
+        assert!(
+            text.ends_with('\n') && text.lines().count() == 1,
+            "{text:?}"
+        );
+        let request: ShimRequest = proto::frame::decode(text.trim_end()).expect("decode");
+        let pid = std::process::id();
+        let symbolic = "anyLinux".to_string();
+        assert_eq!(request, ShimRequest::Resolved { symbolic, pid });
+    }
+
+    #[test]
+    fn nobody_listening_is_no_error_and_leaves_no_descriptor_behind() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let none = dir.path().join("none.sock");
+        let long = OsStr::new(std::str::from_utf8(&[b'x'; 200]).expect("ascii"));
+        let before = open_fds();
+        for _ in 0..200 {
+            resolved_to(none.as_os_str(), "anyLinux");
+            resolved_to(long, "anyLinux");
+        }
+        // Other tests of this process may hold a few descriptors meanwhile; a leak is 400.
+        assert!(open_fds() < before + 20);
+    }
+
+    fn open_fds() -> usize {
+        std::fs::read_dir("/proc/self/fd").expect("fds").count()
+    }
+}
