@@ -60,9 +60,10 @@ impl Scratch {
     }
 }
 
-/// The app: one symbolic rsh (its status and stderr logged), then wait for `stop`.
+/// The app: one symbolic rsh (its status and stderr logged), then wait for `stop` (or for
+/// the scratch directory to go: a failed test leaves no app looping).
 const APP: &str = r#"rsh anyLinux true 2>"$SCRATCH/rsh.err"; echo "rsh=$?" >>"$SCRATCH/log";
-while [ ! -e "$SCRATCH/stop" ]; do sleep 0.05; done"#;
+while [ ! -e "$SCRATCH/stop" ] && [ -d "$SCRATCH" ]; do sleep 0.05; done"#;
 
 fn start_job(
     broker: &Broker,
@@ -335,11 +336,11 @@ fn a_lookup_of_a_symbolic_name_starts_the_request_and_the_rsh_after_it_joins_it(
     // name up and, once that request has been grown, runs rsh (PVM's master and LAM's
     // lamgrow look up, then start the shim): the same request, no third grow.
     let app = r#"getent hosts anyLinux >"$SCRATCH/getent"
-until grep -q '^grow ' "$SCRATCH/log" 2>/dev/null; do sleep 0.01; done
+until grep -q '^grow ' "$SCRATCH/log" 2>/dev/null || [ ! -d "$SCRATCH" ]; do sleep 0.01; done
 perl -e 'gethostbyname("anyLinux"); select(undef, undef, undef, 0.5);
   exit(system("rsh", "anyLinux", "true") >> 8)' 2>"$SCRATCH/rsh.err"
 echo "rsh=$?" >>"$SCRATCH/log"
-while [ ! -e "$SCRATCH/stop" ]; do sleep 0.05; done"#;
+while [ ! -e "$SCRATCH/stop" ] && [ -d "$SCRATCH" ]; do sleep 0.05; done"#;
     let child = start_app(&broker, "t", modules.path(), &scratch, &[], app);
     scratch.wait_log("grow vhost", "the lookup alone made a request");
     let looked_up = std::fs::read_to_string(scratch.path("getent")).unwrap_or_default();
@@ -374,7 +375,7 @@ fn a_lookup_in_a_job_without_a_module_asks_for_nothing() {
         .args(["--preload", "on", "--", "sh", "-c"])
         .arg(
             r#"getent hosts anyLinux >"$SCRATCH/getent"; echo "looked up" >>"$SCRATCH/log"
-while [ ! -e "$SCRATCH/stop" ]; do sleep 0.05; done"#,
+while [ ! -e "$SCRATCH/stop" ] && [ -d "$SCRATCH" ]; do sleep 0.05; done"#,
         )
         .env("SCRATCH", scratch.dir.path())
         .env_remove("RB_AGENT")
