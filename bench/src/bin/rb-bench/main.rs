@@ -37,8 +37,9 @@ struct Args {
     #[arg(long, value_delimiter = ',')]
     agent_parts: Vec<String>,
     /// Repetitions for the module (paper Table 3) measurements (LAM's own start-up varies
-    /// by tens of ms from run to run, so more than the other tables).
-    #[arg(long, default_value_t = 7)]
+    /// by tens of ms from run to run, with ~45 ms stalls in about one run in three, so more
+    /// than the other tables).
+    #[arg(long, default_value_t = 9)]
     module_reps: usize,
     /// Systems of the module measurements (pvm, lam); default both.
     #[arg(long, value_delimiter = ',')]
