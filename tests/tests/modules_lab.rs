@@ -273,7 +273,7 @@ fn pvm_grow_answers_alike_with_the_pvm_task_and_with_the_console() {
         return;
     }
     let env = lab();
-    let grow = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../modules/pvm-grow");
+    let grow = shipped_module("pvm-grow");
     let bin_dir = tests::bin_dir().display().to_string();
     // A stand-in rb-pvm-add that cannot use PVM (exit 3): pvm-grow must fall back to the
     // console.
@@ -340,6 +340,13 @@ fn pvm_grow_answers_alike_with_the_pvm_task_and_with_the_console() {
             "{way}: node03 in conf: {out}"
         );
     }
+}
+
+/// A program of the shipped modules (`modules/` of this repository).
+fn shipped_module(name: &str) -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../modules")
+        .join(name)
 }
 
 /// `lamnodes` of the job's running LAM universe: node names.
@@ -445,7 +452,7 @@ fn lam_grow_waits_while_another_lamgrow_of_the_universe_runs() {
         return;
     }
     let env = lab();
-    let grow = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../modules/lam-grow");
+    let grow = shipped_module("lam-grow");
     // A lamgrow of node04 whose remote shell takes a second to fail holds LAM's one-lamgrow
     // lock meanwhile, as a job's own phase-1 `lamgrow anyLinux` does for milliseconds.
     // A plain lamgrow is refused ("already running"); lam-grow waits and then grows.

@@ -84,22 +84,30 @@ fn start_app(
     extra: &[&str],
     app: &str,
 ) -> Child {
-    Command::new(bin("agent"))
-        .arg("--broker")
-        .arg(broker.socket())
+    agent_command(broker, scratch)
         .args(["--grace-s", "1", "--rsl"])
         .arg(format!("&(adaptive=yes)(module=\"{module}\")"))
         .args(extra)
         .args(["--", "sh", "-c", app])
         .env("RB_MODULE_PATH", modules)
+        .spawn()
+        .expect("agent")
+}
+
+/// `agent --broker …` for a test job: `$SCRATCH` set, no outer job's variables, output
+/// captured.
+fn agent_command(broker: &Broker, scratch: &Scratch) -> Command {
+    let mut command = Command::new(bin("agent"));
+    command
+        .arg("--broker")
+        .arg(broker.socket())
         .env("SCRATCH", scratch.dir.path())
         .env_remove("RB_AGENT")
         .env_remove("RB_LAB")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("agent")
+        .stderr(Stdio::piped());
+    command
 }
 
 fn job_row(broker: &Broker) -> Option<serde_json::Value> {
@@ -369,20 +377,12 @@ fn a_lookup_in_a_job_without_a_module_asks_for_nothing() {
     let broker = Broker::start(&local_lab(1));
     broker.wait_all_up(Duration::from_secs(10));
     let scratch = Scratch::new();
-    let child = Command::new(bin("agent"))
-        .arg("--broker")
-        .arg(broker.socket())
+    let child = agent_command(&broker, &scratch)
         .args(["--preload", "on", "--", "sh", "-c"])
         .arg(
             r#"getent hosts anyLinux >"$SCRATCH/getent"; echo "looked up" >>"$SCRATCH/log"
 while [ ! -e "$SCRATCH/stop" ] && [ -d "$SCRATCH" ]; do sleep 0.05; done"#,
         )
-        .env("SCRATCH", scratch.dir.path())
-        .env_remove("RB_AGENT")
-        .env_remove("RB_LAB")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .spawn()
         .expect("agent");
     scratch.wait_log("looked up", "the job looked anyLinux up");

@@ -20,8 +20,7 @@ use crate::{
 /// Calls for the same symbolic name within this window count once while the first is still
 /// open (not yet grown): one `pvm> add anyLinux` makes a lookup (the master pvmd's) and two
 /// shim calls within milliseconds (the start and the console's `rsh HOST 'echo YES'`
-/// probe; a third, PVM's retry with the Windows command, unless the shim's refusal stops
-/// it). Once `NAME-grow` has answered the request, the next call for that name is a new
+/// probe). Once `NAME-grow` has answered the request, the next call for that name is a new
 /// request (a script adding hosts one at a time).
 const REPEAT_WINDOW: Duration = Duration::from_secs(2);
 
