@@ -1,4 +1,5 @@
-//! Which process descends from which, through the parent field of `/proc/PID/stat`. A
+//! Which process descends from which, through the parent field of `/proc/PID/stat` (and
+//! the agent's one reading of that line's fields, [`stat_fields`]). A
 //! module job's phase-1 request can start at a lookup of the symbolic name (the master
 //! pvmd's, `lamgrow`'s); the shim that process then starts, directly or through a helper
 //! (PVM's hoster), belongs to the same request.
@@ -12,11 +13,18 @@ pub fn parent_of(pid: u32) -> Option<u32> {
     parse_parent(&stat)
 }
 
-/// The parent field of a `/proc/PID/stat` line: `PID (COMM) STATE PPID …`, where COMM may
-/// hold spaces and parentheses.
+/// The parent field of a `/proc/PID/stat` line.
 fn parse_parent(stat: &str) -> Option<u32> {
-    let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_whitespace().nth(1)?.parse().ok()
+    stat_fields(stat).nth(1)?.parse().ok()
+}
+
+/// The fields of a `/proc/PID/stat` line after `PID (COMM)`, from the state on (`S`, ppid,
+/// pgrp, session, tty_nr, tpgid, flags, …). COMM may hold spaces and parentheses, so the
+/// split is at its last `)`; a line without one has no fields.
+pub fn stat_fields(stat: &str) -> impl Iterator<Item = &str> {
+    stat.rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
 }
 
 /// Whether `pid` is `ancestor` or descends from it within [`MAX_STEPS`] parents, following

@@ -50,11 +50,7 @@ fn pidfd_open(pid: libc::pid_t) -> std::io::Result<OwnedFd> {
 async fn poll_until_gone(pid: libc::pid_t) {
     loop {
         let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| {
-                s.rsplit(')')
-                    .next()
-                    .is_some_and(|r| r.trim_start().starts_with('Z'))
-            })
+            .map(|s| crate::ancestry::stat_fields(&s).next() == Some("Z"))
             .unwrap_or(true);
         if zombie {
             return;

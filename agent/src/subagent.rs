@@ -377,11 +377,7 @@ fn is_zombie_gone_or_kernel_thread(proc_dir: &std::path::Path) -> bool {
     let Ok(stat) = std::fs::read_to_string(proc_dir.join("stat")) else {
         return true;
     };
-    // After "PID (COMM)": state, ppid, pgrp, session, tty_nr, tpgid, flags, …
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().take(7).collect())
-        .unwrap_or_default();
+    let fields: Vec<&str> = crate::ancestry::stat_fields(&stat).take(7).collect();
     let Some(flags) = fields.get(6).and_then(|f| f.parse::<u64>().ok()) else {
         return true;
     };

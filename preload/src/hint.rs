@@ -9,7 +9,14 @@
 //! shim's call makes the request as before), never leaves a descriptor behind, never
 //! changes `errno`, and says nothing. Without `RB_AGENT` (not a job) it does nothing.
 
-use std::ffi::{c_int, CString, OsStr};
+use std::{
+    ffi::{c_int, OsStr},
+    os::fd::AsRawFd,
+};
+
+use nix::sys::socket::{
+    self, connect, socket, AddressFamily, MsgFlags, SockFlag, SockType, UnixAddr,
+};
 
 use proto::agent::{ShimRequest, ENV_AGENT};
 
@@ -29,47 +36,26 @@ fn resolved_to(path: &OsStr, symbolic: &str) {
     };
     if let Ok(mut line) = proto::frame::encode(&request) {
         line.push('\n');
-        send(path.as_encoded_bytes(), line.as_bytes());
+        send(path, line.as_bytes());
     }
     set_errno(saved);
 }
 
 /// Connects to the unix socket at `path` without blocking, writes `data` if it fits at
-/// once, closes. Any failure drops the data.
-fn send(path: &[u8], data: &[u8]) {
-    let Ok(cpath) = CString::new(path) else {
+/// once, closes. Any failure (a path too long for a socket address included) drops the data.
+fn send(path: &OsStr, data: &[u8]) {
+    let Ok(addr) = UnixAddr::new(path) else {
         return;
     };
-    // SAFETY: zeroed sockaddr_un is valid; we fill sun_family and a NUL-terminated path.
-    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    let bytes = cpath.as_bytes_with_nul();
-    if bytes.len() > addr.sun_path.len() {
+    let flags = SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC;
+    let Ok(fd) = socket(AddressFamily::Unix, SockType::Stream, flags, None) else {
         return;
-    }
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    for (slot, byte) in addr.sun_path.iter_mut().zip(bytes) {
-        *slot = *byte as libc::c_char;
-    }
-    // SAFETY: plain socket call.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_UNIX,
-            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-            0,
-        )
     };
-    if fd < 0 {
-        return;
+    if connect(fd.as_raw_fd(), &addr).is_ok() {
+        // MSG_NOSIGNAL: no SIGPIPE if the agent has gone meanwhile.
+        let _ = socket::send(fd.as_raw_fd(), data, MsgFlags::MSG_NOSIGNAL);
     }
-    let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
-    // SAFETY: addr is a valid sockaddr_un of `len` bytes; fd is ours.
-    let connected = unsafe { libc::connect(fd, (&raw const addr).cast(), len) } == 0;
-    if connected {
-        // SAFETY: data is valid for its length; MSG_NOSIGNAL: no SIGPIPE if the agent left.
-        unsafe { libc::send(fd, data.as_ptr().cast(), data.len(), libc::MSG_NOSIGNAL) };
-    }
-    // SAFETY: fd is ours and closed once.
-    unsafe { libc::close(fd) };
+    // `fd` is closed here.
 }
 
 fn errno() -> c_int {
