@@ -453,38 +453,149 @@ fn lam_grow_waits_while_another_lamgrow_of_the_universe_runs() {
     }
     let env = lab();
     let grow = shipped_module("lam-grow");
+    let bin_dir = tests::bin_dir().display().to_string();
     // A lamgrow of node04 whose remote shell takes a second to fail holds LAM's one-lamgrow
     // lock meanwhile, as a job's own phase-1 `lamgrow anyLinux` does for milliseconds.
-    // A plain lamgrow is refused ("already running"); lam-grow waits and then grows.
+    // A plain lamgrow is refused ("already running"); lam-grow waits and then grows, both
+    // when rb-lam-add does the add (it waits itself) and when lamgrow does (asked again).
+    for (way, bin_dir_setting) in [
+        (
+            "rb-lam-add",
+            format!("RB_BIN_DIR={bin_dir}; export RB_BIN_DIR"),
+        ),
+        ("lamgrow", "unset RB_BIN_DIR".to_string()),
+    ] {
+        let script = format!(
+            "{bin_dir_setting}
+             printf '#!/bin/sh\\ncase \"$*\" in *node04*) sleep 1; exit 1;; esac\\nexec rsh \"$@\"\\n' >~/slowrsh
+             chmod +x ~/slowrsh
+             echo {FRONT_END} >~/lam-lock.schema
+             LAMRSH=rsh lamboot -s ~/lam-lock.schema </dev/null >/dev/null 2>&1 || exit 3
+             LAMRSH=~/slowrsh lamgrow node04 </dev/null >~/slow.out 2>&1 &
+             sleep 0.3
+             LAMRSH=rsh lamgrow node05 </dev/null 2>&1 | grep -c 'already running' | sed 's/^/plain=/'
+             t0=$(date +%s%N)
+             LAMRSH=rsh {grow} node03; echo \"rc=$?\"
+             echo \"waited_ms=$(( ($(date +%s%N) - t0) / 1000000 ))\"
+             wait
+             lamnodes 2>&1
+             lamhalt </dev/null >/dev/null 2>&1",
+            grow = grow.display()
+        );
+        let out = text(&user_sh(&env, FRONT_END, &script));
+        assert!(
+            out.contains("plain=1"),
+            "{way}: LAM refuses a second lamgrow: {out}"
+        );
+        assert!(
+            out.contains("rc=0"),
+            "{way}: lam-grow waited, then grew: {out}"
+        );
+        let waited: u64 = out
+            .lines()
+            .find_map(|l| l.strip_prefix("waited_ms=")?.parse().ok())
+            .unwrap_or(0);
+        assert!(
+            waited >= 300,
+            "{way}: lam-grow waited for the slow lamgrow: {out}"
+        );
+        assert!(
+            out.lines().any(|l| l.contains("\tnode03")),
+            "{way}: node03 in lamnodes: {out}"
+        );
+    }
+}
+
+#[test]
+fn lam_grow_answers_alike_with_rb_lam_add_and_with_lamgrow() {
+    if skip_unless_root("lam_grow_answers_alike_with_rb_lam_add_and_with_lamgrow") {
+        return;
+    }
+    let env = lab();
+    let grow = shipped_module("lam-grow");
+    let bin_dir = tests::bin_dir().display().to_string();
+    let home = env.lab.user().home.clone();
+    // A stand-in rb-lam-add that cannot use LAM (exit 3), and a lamgrow first on PATH that
+    // notes each call and runs LAM's: lam-grow must use lamgrow only when rb-lam-add is
+    // absent or answers 3.
+    let fake = home.join("fake-bin");
+    let spy = home.join("spy-bin");
+    write_script(
+        &fake.join("rb-lam-add"),
+        "#!/bin/sh\necho \"$@\" >>~/fake-adder-calls\nexit 3\n",
+    );
+    write_script(
+        &spy.join("lamgrow"),
+        "#!/bin/sh\necho \"$@\" >>~/lamgrow-calls\nexec /usr/bin/lamgrow \"$@\"\n",
+    );
+    // The same calls three ways: with RB_BIN_DIR (rb-lam-add does the add), without
+    // (lamgrow does), and with the stand-in (tried, then lamgrow). Each prints
+    // "WAY CALL rc=N stderr=…" lines, the number of lamgrow calls and of node03 nodes.
     let script = format!(
-        "printf '#!/bin/sh\\ncase \"$*\" in *node04*) sleep 1; exit 1;; esac\\nexec rsh \"$@\"\\n' >~/slowrsh
-         chmod +x ~/slowrsh
-         echo {FRONT_END} >~/lam-lock.schema
-         LAMRSH=rsh lamboot -s ~/lam-lock.schema </dev/null >/dev/null 2>&1 || exit 3
-         LAMRSH=~/slowrsh lamgrow node04 </dev/null >~/slow.out 2>&1 &
-         sleep 0.3
-         LAMRSH=rsh lamgrow node05 </dev/null 2>&1 | grep -c 'already running' | sed 's/^/plain=/'
-         t0=$(date +%s%N)
-         LAMRSH=rsh {grow} node03; echo \"rc=$?\"
-         echo \"waited_ms=$(( ($(date +%s%N) - t0) / 1000000 ))\"
-         wait
-         lamnodes 2>&1
+        "LAMRSH=rsh; export LAMRSH
+         echo {FRONT_END} >~/alike.schema
+         lamboot -s ~/alike.schema </dev/null >/dev/null 2>&1 || exit 3
+         PATH={spy}:$PATH
+         for way in rb-lam-add lamgrow fallback; do
+           case $way in
+             rb-lam-add) RB_BIN_DIR={bin_dir}; export RB_BIN_DIR ;;
+             lamgrow) unset RB_BIN_DIR ;;
+             fallback) RB_BIN_DIR={fake}; export RB_BIN_DIR ;;
+           esac
+           : >~/lamgrow-calls
+           for call in node03 node03 nosuchhost; do
+             err=$({grow} $call 2>&1 >/dev/null); echo \"$way $call rc=$? stderr=$err\"
+           done
+           echo \"$way lamgrow-calls=$(wc -l <~/lamgrow-calls)\"
+           echo \"$way node03=$(lamnodes 2>/dev/null | grep -c node03)\"
+           lamshrink $(lamnodes 2>/dev/null | awk -F '\\t' '/node03/ {{ print $1 }}') >/dev/null 2>&1
+         done
          lamhalt </dev/null >/dev/null 2>&1",
-        grow = grow.display()
+        grow = grow.display(),
+        spy = spy.display(),
+        fake = fake.display()
     );
     let out = text(&user_sh(&env, FRONT_END, &script));
-    assert!(
-        out.contains("plain=1"),
-        "LAM refuses a second lamgrow: {out}"
+    let fake_calls = std::fs::read_to_string(home.join("fake-adder-calls")).unwrap_or_default();
+    assert_eq!(
+        fake_calls.lines().count(),
+        3,
+        "lam-grow tried RB_BIN_DIR/rb-lam-add first: {fake_calls}"
     );
-    assert!(out.contains("rc=0"), "lam-grow waited, then grew: {out}");
-    let waited: u64 = out
-        .lines()
-        .find_map(|l| l.strip_prefix("waited_ms=")?.parse().ok())
-        .unwrap_or(0);
-    assert!(waited >= 300, "lam-grow waited for the slow lamgrow: {out}");
-    assert!(
-        out.lines().any(|l| l.contains("\tnode03")),
-        "node03 in lamnodes: {out}"
-    );
+    for (way, lamgrow_calls) in [("rb-lam-add", 0), ("lamgrow", 3), ("fallback", 3)] {
+        let lines: Vec<&str> = out.lines().filter(|l| l.starts_with(way)).collect();
+        assert_eq!(
+            lines
+                .iter()
+                .filter(|l| l.contains("node03 rc=0 stderr="))
+                .count(),
+            2,
+            "{way}: added, then already there: {out}"
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("nosuchhost rc=1 stderr=lam-grow: ")
+                    && l.contains(
+                        " nosuchhost failed (exit 1): The host 'nosuchhost' cannot be resolved"
+                    )),
+            "{way}: LAM's refusal, in its words: {out}"
+        );
+        assert!(
+            lines.contains(&format!("{way} lamgrow-calls={lamgrow_calls}").as_str()),
+            "{way}: {lamgrow_calls} lamgrow calls: {out}"
+        );
+        assert!(
+            lines.contains(&format!("{way} node03=1").as_str()),
+            "{way}: node03 once in lamnodes: {out}"
+        );
+    }
+}
+
+/// Writes an executable script (and its directory).
+fn write_script(path: &std::path::Path, body: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(path.parent().expect("a directory")).expect("mkdir");
+    std::fs::write(path, body).expect("write");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
 }

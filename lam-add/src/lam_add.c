@@ -1,0 +1,282 @@
+/*
+ * rb-lam-add's LAM part: add one host to the running LAM/MPI 7.1 universe of this user, as
+ * `lamgrow HOST` does, through LAM's own boot framework (the boot SSI module LAM selects,
+ * normally rsh, so the job's LAMRSH -- the rsh shim -- starts the new lamd), then tell
+ * every node of the universe about the new one.
+ *
+ * The difference from lamgrow: LAM runs one lamgrow per universe, and lamgrow makes sure
+ * of that by asking *every* node for its process table before it starts (one remote round
+ * per node, 1-2 ms each on a loaded lab host, while the job waits for its machine). This
+ * program enrols under the same name ("lamgrow", so a lamgrow started meanwhile anywhere
+ * still sees it and refuses) and asks only this node, where the job's own lamgrows run,
+ * waiting while another lamgrow is enrolled here (the job's phase-1 `lamgrow anyLinux` is
+ * often still failing when its grant arrives). A lamgrow run at the same moment from
+ * another node of the universe is not seen; lam-grow's callers never do that.
+ *
+ * Exit status (see main.rs): 0 added; 1 LAM refused or failed (its message on stderr, e.g.
+ * "already a part of the existing LAM universe"); 4 no lamd of this user here; 5 another
+ * lamgrow stayed enrolled on this node for BUSY_LIMIT_MS.
+ */
+#include <lam_config.h>
+
+#include <errno.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <all_opt.h>
+#include <dl_inet.h>
+#include <etc_misc.h>
+#include <events.h>
+#include <kio.h>
+#include <lam-ssi-boot.h>
+#include <lam-ssi.h>
+#include <laminternal.h>
+#include <lamnet.h>
+#include <mpisys.h>
+#include <net.h>
+#include <preq.h>
+#include <priority.h>
+#include <t_types.h>
+
+extern char **environ;
+
+enum {
+    EXIT_ADDED = 0,
+    EXIT_FAILED = 1,
+    EXIT_NO_UNIVERSE = 4,
+    EXIT_BUSY = 5,
+};
+
+/* How long to wait for another lamgrow of this node to end, and how often to look. */
+#define BUSY_LIMIT_MS 5000
+
+/* The name LAM's lamgrow enrols under and looks for. */
+#define LAMGROW_NAME "lamgrow"
+
+static long ms_since(const struct timespec *start)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (now.tv_sec - start->tv_sec) * 1000 + (now.tv_nsec - start->tv_nsec) / 1000000;
+}
+
+/* The pause after `waited_ms` of a busy node: every ms while a phase-1 lamgrow would
+   normally end, then less often for one that hangs on its remote shell. */
+static void busy_pause(long waited_ms)
+{
+    long ms = waited_ms < 100 ? 1 : waited_ms < 1000 ? 10 : 100;
+    struct timespec pause = {0, ms * 1000000L};
+    nanosleep(&pause, NULL);
+}
+
+/* 1 if a process other than us is enrolled on this node as lamgrow, 0 if none, -1 when
+   the node cannot be asked. */
+static int other_lamgrow_here(void)
+{
+    static struct pstate table[PMAX];
+    int count = rpstate(getnodeid(), SELECT_ALL, 0, table, PMAX);
+    if (count < 0)
+        return -1;
+    for (int i = 0; i < count; ++i)
+        if (strcmp(table[i].ps_name, LAMGROW_NAME) == 0 && table[i].ps_pid != lam_getpid())
+            return 1;
+    return 0;
+}
+
+static void wait_for_other_lamgrows(void)
+{
+    struct timespec start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        int busy = other_lamgrow_here();
+        if (busy < 0) {
+            fprintf(stderr, "rb-lam-add: cannot read the process table of n%d: %s\n",
+                    getnodeid(), strerror(errno));
+            kexit(EXIT_FAILED);
+        }
+        if (busy == 0)
+            return;
+        long waited = ms_since(&start);
+        if (waited >= BUSY_LIMIT_MS) {
+            fprintf(stderr, "rb-lam-add: lamgrow: already running on n%d (waited %ld ms)\n",
+                    getnodeid(), waited);
+            kexit(EXIT_BUSY);
+        }
+        busy_pause(waited);
+    }
+}
+
+/* Starts a lamd on the host named in `options` through the boot SSI. On success fills in
+   the new node's id, address and host name (malloc'ed). LAM prints its own messages. */
+static int boot_new_node(OPT *options, int *new_id, struct sockaddr_in *address, char **name)
+{
+    struct lamnode *nodes = NULL;
+    int count = 0;
+    int origin = -1;
+    int started = 0;
+
+    if (lam_ssi_boot_open(options) != 0 || lam_ssi_boot_select(LAM_SSI_BOOT_LOCATION_ROOT) != 0)
+        return -1;
+    if (lam_ssi_boot.lsba_parse_options(options, 0) != 0 ||
+        lam_ssi_boot.lsba_allocate_nodes(&nodes, &count, &origin) != 0)
+        return -1;
+    *new_id = -1;
+    for (int i = 0; i < count; ++i)
+        if (nodes[i].lnd_type & NT_BOOT) {
+            *new_id = i;
+            break;
+        }
+    if (*new_id < 0) {
+        fprintf(stderr, "rb-lam-add: LAM's boot module named no node to boot\n");
+        return -1;
+    }
+    nodes[*new_id].lnd_ncpus = 1;
+    if (lam_ssi_boot.lsba_verify_nodes(nodes, count) != 0)
+        return -1;
+    _kio.ki_origin = origin;
+    if (lam_ssi_boot.lsba_prepare_boot() != 0)
+        return -1;
+    if (lam_ssi_boot.lsba_start_rte_procs(nodes, count, LAM_SSI_BOOT_PROC_LAMD, &started) != 0 ||
+        started != 1)
+        return -1;
+    /* The start-up exchange filled in the new lamd's UDP port. */
+    *address = nodes[*new_id].lnd_addr;
+    *name = strdup(nodes[*new_id].lnd_hname);
+    lam_ssi_boot.lsba_deallocate_nodes(&nodes, &count);
+    lam_ssi_boot_close();
+    return 0;
+}
+
+/* Sends `node` the link to the new node (a DIQSETLINK request to its link daemon) and
+   waits for its answer. 0 on success, else -1 with errno set. */
+static int tell_node(int node, int new_id, struct sockaddr_in address)
+{
+    struct dilink link;
+    struct nmsg message;
+    struct direq *request = (struct direq *) message.nh_data;
+    struct direply *reply = (struct direply *) message.nh_data;
+
+    memset(&link, 0, sizeof link);
+    memset(&message, 0, sizeof message);
+    link.dil_link = ltot(new_id);
+    link.dil_addr = address;
+
+    request->diq_req = DIQSETLINK;
+    request->diq_src_node = getnodeid();
+    request->diq_src_event = -lam_getpid();
+    request->diq_type = 0;
+    request->diq_ncpus = 1;
+    message.nh_flags = NOBUF;
+    message.nh_msg = (char *) &link;
+    message.nh_node = node;
+    message.nh_event = EVDLI;
+    message.nh_type = 0;
+    message.nh_length = sizeof link;
+    if (getroute(&message) != 0)
+        return -1;
+    if (message.nh_dl_event == message.nh_event) {
+        /* This node's own link daemon: deliver locally. */
+        message.nh_dl_event = EVDL0;
+        message.nh_dl_link = getnodeid();
+    }
+    if (dsend(&message) != 0)
+        return -1;
+    message.nh_event = -lam_getpid();
+    message.nh_length = 0;
+    if (drecv(&message) != 0)
+        return -1;
+    if (reply->dir_reply != 0) {
+        errno = reply->dir_reply;
+        return -1;
+    }
+    return 0;
+}
+
+/* Takes down the lamd just booted on `host` when the universe could not be told about it
+   (as lamgrow does): `lamwipe` with a one-line boot schema. */
+static void wipe_new_node(const char *host)
+{
+    char schema[] = "/tmp/rb-lam-add-wipe-XXXXXX";
+    int fd = mkstemp(schema);
+    if (fd < 0)
+        return;
+    FILE *out = fdopen(fd, "w");
+    if (out == NULL) {
+        close(fd);
+        unlink(schema);
+        return;
+    }
+    fprintf(out, "%s\n", host);
+    fclose(out);
+    char *argv[] = {"lamwipe", schema, NULL};
+    pid_t pid;
+    if (posix_spawnp(&pid, "lamwipe", NULL, NULL, argv, environ) == 0)
+        waitpid(pid, NULL, 0);
+    unlink(schema);
+}
+
+int rb_lam_add(const char *host)
+{
+    char *argv[] = {"rb-lam-add", (char *) host, NULL};
+    int argc = 2;
+    OPT *options = ao_init();
+    if (options == NULL) {
+        perror("rb-lam-add");
+        return EXIT_FAILED;
+    }
+    /* The boot SSI reads the host from the arguments left over, and LAM's settings from
+       LAM_MPI_SSI_* in the environment (the job's LAMRSH, boot_rsh_fast, ...). */
+    ao_setflags(options, AOPRESERVE_ARGV);
+    lam_ssi_base_open(options);
+    lam_ssi_base_ao_setup(options);
+    if (ao_parse(options, &argc, argv) != 0) {
+        fprintf(stderr, "rb-lam-add: LAM did not take the arguments\n");
+        return EXIT_FAILED;
+    }
+    lam_tmpdir_init_opt(NULL, NULL, 0);
+    if (lam_ssi_base_ao_process_args(options) != 0)
+        return EXIT_FAILED;
+    if (kenter(LAMGROW_NAME, PRCMD) != 0) {
+        char here[256] = "";
+        gethostname(here, sizeof here - 1);
+        fprintf(stderr, "rb-lam-add: no LAM universe of this user on %s (no lamd answers)\n",
+                here);
+        return EXIT_NO_UNIVERSE;
+    }
+
+    int count = getnall();
+    if (count <= 0) {
+        fprintf(stderr, "rb-lam-add: the local lamd lists no nodes\n");
+        kexit(EXIT_FAILED);
+    }
+    int *nodes = malloc((size_t) count * sizeof *nodes);
+    if (nodes == NULL || getall(nodes, count) < 0) {
+        perror("rb-lam-add: getall");
+        kexit(EXIT_FAILED);
+    }
+
+    wait_for_other_lamgrows();
+
+    int new_id = -1;
+    struct sockaddr_in address;
+    char *name = NULL;
+    if (boot_new_node(options, &new_id, &address, &name) != 0)
+        kexit(EXIT_FAILED);
+    lam_ssi_base_close();
+
+    for (int i = 0; i < count; ++i)
+        if (tell_node(nodes[i], new_id, address) != 0) {
+            fprintf(stderr, "rb-lam-add: could not tell n%d about n%d (%s): %s; taking %s down\n",
+                    nodes[i], new_id, name, strerror(errno), name);
+            wipe_new_node(name);
+            kexit(EXIT_FAILED);
+        }
+    kexit(EXIT_ADDED);
+    return EXIT_ADDED;
+}
