@@ -6,7 +6,7 @@
  *
  * The difference from lamgrow: LAM runs one lamgrow per universe, and lamgrow makes sure
  * of that by asking *every* node for its process table before it starts (one remote round
- * per node, 1-2 ms each on a loaded lab host, while the job waits for its machine). This
+ * per node, about 1 ms each on the loaded test lab, while the job waits for its machine). This
  * program enrols under the same name ("lamgrow", so a lamgrow started meanwhile anywhere
  * still sees it and refuses) and asks only this node, where the job's own lamgrows run,
  * waiting while another lamgrow is enrolled here (the job's phase-1 `lamgrow anyLinux` is

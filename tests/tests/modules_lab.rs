@@ -278,18 +278,10 @@ fn pvm_grow_answers_alike_with_the_pvm_task_and_with_the_console() {
     // A stand-in rb-pvm-add that cannot use PVM (exit 3): pvm-grow must fall back to the
     // console.
     let fake = env.lab.user().home.join("fake-bin");
-    std::fs::create_dir_all(&fake).expect("mkdir");
-    let fake_adder = fake.join("rb-pvm-add");
-    std::fs::write(
-        &fake_adder,
+    write_script(
+        &fake.join("rb-pvm-add"),
         "#!/bin/sh\necho \"$@\" >>~/fake-adder-calls\nexit 3\n",
-    )
-    .expect("write");
-    std::fs::set_permissions(
-        &fake_adder,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .expect("chmod");
+    );
     // The same calls three ways: with RB_BIN_DIR (rb-pvm-add does the add), without (the
     // console does), and with the stand-in (tried, then the console). Each prints
     // "WAY CALL rc=N stderr=…" lines.
