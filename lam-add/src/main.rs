@@ -5,8 +5,8 @@
 //! per node: with 8 nodes, lamgrow took 17 ms from its start to its remote shell in the
 //! test lab, this program 6-8 ms), while this program asks only the node it runs on,
 //! where the job's own lamgrows run, and waits there while one does. It enrols under
-//! lamgrow's name, so a lamgrow started meanwhile still refuses. The boot itself is LAM's (`src/lam_add.c`, built against
-//! LAM's headers when they are installed; see `build.rs`).
+//! lamgrow's name, so a lamgrow started meanwhile still refuses. The boot itself is LAM's
+//! (`src/lam_add.c`, built against LAM's headers when they are installed; see `build.rs`).
 //!
 //! Exit status:
 //! - 0: HOST was added;
