@@ -27,7 +27,8 @@ struct Args {
     /// Repetitions for latency measurements.
     #[arg(long, default_value_t = 10)]
     reps: usize,
-    /// Repetitions for the agent-layer (paper Table 1/2) measurements.
+    /// Repetitions for the agent-layer (paper Table 1/2) measurements (Table 1's `null` rows
+    /// run three times as many: cheap, and their targets are a few ms).
     #[arg(long, default_value_t = 20)]
     agent_reps: usize,
     /// Remote shells of the agent-layer jobs.
