@@ -16,7 +16,9 @@ fn main() {
     let include = std::env::var_os("LAM_INCLUDE_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/usr/include/lam"));
-    // A directory that appears later (lam4-dev installed after a first build) reruns this.
+    // A directory that appears later (lam4-dev installed after a first build) reruns this;
+    // while it is absent, cargo reruns this script (and relinks rb-lam-add) at each build,
+    // a fraction of a second.
     println!("cargo::rerun-if-changed={}", include.display());
     if !include.join("lam-ssi-boot.h").is_file() {
         return;
