@@ -312,15 +312,8 @@ fn pvm_grow_answers_alike_with_the_pvm_task_and_with_the_console() {
         "pvm-grow tried RB_BIN_DIR/rb-pvm-add first: {calls}"
     );
     for way in ["task", "console", "fallback"] {
-        let lines: Vec<&str> = out.lines().filter(|l| l.starts_with(way)).collect();
-        assert_eq!(
-            lines
-                .iter()
-                .filter(|l| l.contains("node03 rc=0 stderr="))
-                .count(),
-            2,
-            "{way}: added, then already there (Duplicate host): {out}"
-        );
+        let lines = way_lines(&out, way);
+        assert_added_then_already_there(&lines, way, &out);
         assert!(
             lines.iter().any(|l| l.ends_with(
                 "nosuchhost rc=1 stderr=pvm-grow: PVM could not add nosuchhost: No such host"
@@ -555,15 +548,8 @@ fn lam_grow_answers_alike_with_rb_lam_add_and_with_lamgrow() {
         "lam-grow tried RB_BIN_DIR/rb-lam-add first: {fake_calls}"
     );
     for (way, lamgrow_calls) in [("rb-lam-add", 0), ("lamgrow", 3), ("fallback", 3)] {
-        let lines: Vec<&str> = out.lines().filter(|l| l.starts_with(way)).collect();
-        assert_eq!(
-            lines
-                .iter()
-                .filter(|l| l.contains("node03 rc=0 stderr="))
-                .count(),
-            2,
-            "{way}: added, then already there: {out}"
-        );
+        let lines = way_lines(&out, way);
+        assert_added_then_already_there(&lines, way, &out);
         assert!(
             lines
                 .iter()
@@ -582,6 +568,24 @@ fn lam_grow_answers_alike_with_rb_lam_add_and_with_lamgrow() {
             "{way}: node03 once in lamnodes: {out}"
         );
     }
+}
+
+/// The output lines of one way of an "answers alike" test ("WAY CALL rc=N stderr=…").
+fn way_lines<'a>(out: &'a str, way: &str) -> Vec<&'a str> {
+    out.lines().filter(|l| l.starts_with(way)).collect()
+}
+
+/// What every way of an "answers alike" test shares: the first `node03` call added the
+/// host, the second found it there already; both exit 0 and say nothing.
+fn assert_added_then_already_there(lines: &[&str], way: &str, out: &str) {
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.contains("node03 rc=0 stderr="))
+            .count(),
+        2,
+        "{way}: added, then already there: {out}"
+    );
 }
 
 /// Writes an executable script (and its directory).
