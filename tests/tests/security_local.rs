@@ -352,3 +352,94 @@ fn preload_hint_is_not_sent_to_an_agent_socket_served_by_another_uid() {
         "the hint reaches an agent of our own uid"
     );
 }
+
+/// Runs `cmd` for at most `limit`; `None` when it was still running (then killed).
+fn run_for(mut cmd: Command, limit: Duration) -> Option<Output> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let ended = tests::wait_until(limit, || child.try_wait().expect("wait"));
+    if ended.is_none() {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().expect("output");
+    ended.map(|_| out)
+}
+
+/// A lab file whose `broker.state_dir` is `state`; returns its path (in `dir`).
+fn lab_file_with_state_dir(dir: &Path, state: &Path) -> PathBuf {
+    let secret = dir.join("secret");
+    proto::auth::write_new_secret(&secret, false).expect("secret");
+    let text = tests::local_lab(1)
+        .replace("@STATE@", &state.display().to_string())
+        .replace("@SECRET@", &secret.display().to_string());
+    let path = dir.join("lab.toml");
+    std::fs::write(&path, text).expect("write lab");
+    path
+}
+
+#[test]
+fn a_state_dir_another_user_owns_or_others_can_write_is_refused_by_rb_check_and_rb_broker() {
+    if skip_unless_root("a_state_dir_another_user_owns_or_others_can_write_is_refused") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    let lab = lab_file_with_state_dir(dir.path(), &state);
+    let lab = lab.to_str().expect("UTF-8");
+    std::fs::create_dir(&state).expect("mkdir");
+    for (owner, mode, says) in [
+        (0, 0o777, "can be written by group or others (mode 0777)"),
+        (4740, 0o700, "is owned by uid 4740, not by you"),
+    ] {
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        std::os::unix::fs::chown(&state, Some(owner), Some(owner)).expect("chown");
+        let check = tests::rb(&["check", lab]);
+        let err = stderr(&check);
+        assert_eq!(check.status.code(), Some(64), "rb check: {err}");
+        assert!(
+            err.contains("broker.state_dir") && err.contains(says),
+            "{err}"
+        );
+        assert!(err.contains("help:"), "{err}");
+        let mut cmd = Command::new(bin("rb-broker"));
+        cmd.args(["--lab", lab]).env_remove("RB_LAB");
+        let broker = run_for(cmd, Duration::from_secs(10)).expect("rb-broker started anyway");
+        let err = stderr(&broker);
+        assert_eq!(broker.status.code(), Some(64), "rb-broker: {err}");
+        assert!(
+            err.contains("broker.state_dir") && err.contains(says),
+            "{err}"
+        );
+        assert!(
+            !state.join("broker.sock").exists(),
+            "the broker bound its socket there"
+        );
+    }
+}
+
+#[test]
+fn rb_hostd_refuses_a_lock_dir_another_user_owns() {
+    if skip_unless_root("rb_hostd_refuses_a_lock_dir_another_user_owns") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let locks = dir.path().join("locks");
+    open_dir_of(&locks, 4741);
+    let secret = dir.path().join("secret");
+    proto::auth::write_new_secret(&secret, false).expect("secret");
+    let mut cmd = Command::new(bin("rb-hostd"));
+    cmd.args(["--broker", "127.0.0.1:9", "--host", "vhost01", "--lock-dir"])
+        .arg(&locks)
+        .arg("--secret-file")
+        .arg(&secret);
+    let out = run_for(cmd, Duration::from_secs(10)).expect("rb-hostd kept running");
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("is owned by uid 4741, not by you"), "{err}");
+    let lock = locks.join("hostd-vhost01.lock");
+    assert!(!lock.exists(), "the lock was taken in user B's directory");
+}
