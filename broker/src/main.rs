@@ -65,9 +65,7 @@ fn load_lab(args: &Args) -> Result<config::LabConfig, String> {
         (!args.embedded && default.exists()).then_some(default)
     });
     match lab_path {
-        Some(path) => config::LabConfig::load(&path)
-            .and_then(|lab| lab.check_state_dir().map(|()| lab))
-            .map_err(|e| e.to_string()),
+        Some(path) => config::LabConfig::load_checked(&path).map_err(|e| e.to_string()),
         None => {
             let dir = args
                 .state_dir

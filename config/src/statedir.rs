@@ -6,6 +6,14 @@
 use crate::{error::ConfigError, LabConfig};
 
 impl LabConfig {
+    /// [`LabConfig::load`], then [`LabConfig::check_state_dir`]: what `rb-broker` needs
+    /// before it starts, and what `rb check` reports.
+    pub fn load_checked(path: &std::path::Path) -> Result<Self, ConfigError> {
+        let lab = Self::load(path)?;
+        lab.check_state_dir()?;
+        Ok(lab)
+    }
+
     /// Refuses a `broker.state_dir` that exists and is owned by someone else or writable by
     /// group or others ([`privdir::check_configured`]); a missing one is created 0700 later.
     pub fn check_state_dir(&self) -> Result<(), ConfigError> {

@@ -168,7 +168,7 @@ fn cmd_init(lab: Option<&Path>, secret: Option<&Path>, force: bool) -> anyhow::R
 
 fn cmd_check(file: Option<&Path>) -> ExitCode {
     let path = file.map_or_else(config::default_lab_path, Path::to_path_buf);
-    match config::LabConfig::load(&path).and_then(|lab| lab.check_state_dir().map(|()| lab)) {
+    match config::LabConfig::load_checked(&path) {
         Ok(lab) => {
             println!(
                 "{}: ok: {} hosts, transport {}, listen {}",
