@@ -95,8 +95,20 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("rb: error: {e:#}");
-            ExitCode::from(1)
+            ExitCode::from(exit_code(&e))
         }
+    }
+}
+
+/// 77 (permission) when a directory or socket is not this user's alone (issue 14), else 1.
+fn exit_code(e: &anyhow::Error) -> u8 {
+    let unsafe_place = |c: &(dyn std::error::Error + 'static)| {
+        c.is::<privdir::Error>() || c.is::<proto::peercred::PeerError>()
+    };
+    if e.chain().any(unsafe_place) {
+        77
+    } else {
+        1
     }
 }
 

@@ -284,7 +284,10 @@ fn another_uid_cannot_use_the_control_socket() {
     assert!(!out.status.success());
     // `rb` itself refuses first: the socket is served by uid 0, not by nobody.
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("served by uid 0, not you (uid 65534)"), "{err}");
+    assert!(
+        err.contains("served by uid 0, not you (uid 65534)"),
+        "{err}"
+    );
     // A client that does not check (raw hello from perl, as nobody): the broker refuses.
     let hello = proto::frame::encode(&proto::msg::ToBroker::Hello(proto::msg::Hello {
         proto: proto::PROTOCOL_VERSION,

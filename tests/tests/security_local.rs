@@ -183,7 +183,7 @@ fn rb_demo_refuses_a_symlinked_runtime_dir_and_overwrites_nothing() {
         .output()
         .expect("run rb demo");
     let err = stderr(&out);
-    assert!(!out.status.success(), "the demo ran: {err}");
+    assert_eq!(out.status.code(), Some(77), "the demo ran: {err}");
     assert!(
         err.contains(&format!("/tmp/rb-{victim} is a symbolic link")),
         "{err}"
@@ -289,6 +289,7 @@ fn rb_refuses_a_broker_socket_served_by_another_uid() {
     let cmd = as_uid(4730, &bin("rb"), &["--broker", impostor.path(), "status"]);
     let (out, heard) = impostor.hears(cmd);
     assert_refused_unheard(&out, &heard, 4730);
+    assert_eq!(out.status.code(), Some(77), "{}", stderr(&out));
 }
 
 #[test]
