@@ -27,7 +27,7 @@ pub mod verdict;
 
 use std::{
     fmt,
-    fs::{DirBuilder, File, OpenOptions, Permissions},
+    fs::{DirBuilder, OpenOptions, Permissions},
     io,
     os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt},
     path::{Path, PathBuf},
@@ -52,19 +52,6 @@ pub enum Error {
     },
     #[error("{path} can be written by group or others (mode {mode:04o}): refusing to use it, they could replace your files\nhelp: `chmod go-w {path}`, or choose another directory")]
     Writable { path: PathBuf, mode: u32 },
-}
-
-impl Error {
-    /// The directory concerned.
-    pub fn path(&self) -> &Path {
-        match self {
-            Self::Io { path, .. }
-            | Self::Symlink { path }
-            | Self::NotADirectory { path }
-            | Self::NotOurs { path, .. }
-            | Self::Writable { path, .. } => path,
-        }
-    }
 }
 
 /// A uid, shown with its user name when the user database has one.
@@ -133,7 +120,7 @@ pub fn ensure_dir(dir: &Path) -> Result<(), Error> {
             })
         }
     }
-    verify(dir, Policy::Tighten).map(drop)
+    verify(dir, Policy::Tighten)
 }
 
 /// Creates a private directory anywhere: under [`runtime_root`], the root and every
@@ -179,20 +166,17 @@ pub fn check_configured(dir: &Path) -> Result<(), Error> {
     }
 }
 
-/// Verifies an existing `dir` under `policy`: `lstat` first (for a clear message about a
-/// symlink), then the decision on `fstat` of the directory opened with `O_NOFOLLOW`, and
-/// `fchmod` on that same descriptor, so a swap between the two cannot fool us.
-fn verify(dir: &Path, policy: Policy) -> Result<File, Error> {
+/// Verifies an existing `dir` under `policy`: judged on `lstat` first (a clear message for
+/// a symlink, or for another user's directory we could not even open), then again on
+/// `fstat` of the directory opened with `O_NOFOLLOW`, and `fchmod` on that same
+/// descriptor, so a swap between the two cannot fool us.
+fn verify(dir: &Path, policy: Policy) -> Result<(), Error> {
     let io_err = |source| Error::Io {
         path: dir.to_path_buf(),
         source,
     };
     let lmeta = std::fs::symlink_metadata(dir).map_err(io_err)?;
-    if lmeta.file_type().is_symlink() {
-        return Err(Error::Symlink {
-            path: dir.to_path_buf(),
-        });
-    }
+    verdict::judge(&Facts::of(&lmeta), euid(), policy).map_err(|kind| kind.at(dir))?;
     let file = OpenOptions::new()
         .read(true)
         .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_DIRECTORY | nix::libc::O_CLOEXEC)
@@ -208,12 +192,10 @@ fn verify(dir: &Path, policy: Policy) -> Result<File, Error> {
         })?;
     let meta = file.metadata().map_err(io_err)?;
     match verdict::judge(&Facts::of(&meta), euid(), policy) {
-        Ok(Verdict::Use) => Ok(file),
-        Ok(Verdict::Tighten) => {
-            file.set_permissions(Permissions::from_mode(0o700))
-                .map_err(io_err)?;
-            Ok(file)
-        }
+        Ok(Verdict::Use) => Ok(()),
+        Ok(Verdict::Tighten) => file
+            .set_permissions(Permissions::from_mode(0o700))
+            .map_err(io_err),
         Err(kind) => Err(kind.at(dir)),
     }
 }

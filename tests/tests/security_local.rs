@@ -100,8 +100,16 @@ fn agent_refuses_a_runtime_dir_another_user_made_and_runs_nothing() {
         return;
     }
     let (victim, attacker) = (4710, 4711);
+    // Open to all (user B waits to swap `bin/rsh`), then closed (we could not even look).
+    for mode in [0o777, 0o700] {
+        agent_refuses_the_runtime_dir_of(victim, attacker, mode);
+    }
+}
+
+fn agent_refuses_the_runtime_dir_of(victim: u32, attacker: u32, mode: u32) {
     let root = Planted::new(format!("/tmp/rb-{victim}"));
     open_dir_of(&root.0, attacker);
+    std::fs::set_permissions(&root.0, std::fs::Permissions::from_mode(mode)).expect("chmod");
     let marks = scratch();
     let marker = marks.path().join("ran");
     let script = format!("echo ran > {}", marker.display());
