@@ -34,7 +34,9 @@ pub struct JobEnv {
 }
 
 /// Creates `dir` (mode 0700) with `bin/rsh` → the shim, and computes the variables;
-/// `preload` (the library's path) goes first in `LD_PRELOAD`.
+/// `preload` (the library's path) goes first in `LD_PRELOAD`. `dir`'s parent, `dir` and
+/// `bin` are each created or verified private ([`privdir::ensure_dir`]): a parent another
+/// user made or opened would let them swap the job's `rsh` (issue 14).
 pub fn prepare(
     dir: &Path,
     shim_binary: &Path,
@@ -43,6 +45,7 @@ pub fn prepare(
     preload: Option<&Path>,
 ) -> anyhow::Result<JobEnv> {
     if let Some(parent) = dir.parent() {
+        privdir::ensure_dir(parent)?;
         sweep_stale_job_dirs(parent, STALE_AFTER);
     }
     // The name carries this agent's pid: anything already there was left by a dead agent
@@ -51,8 +54,9 @@ pub fn prepare(
         std::fs::remove_dir_all(dir)
             .with_context(|| format!("cannot remove the stale {}", dir.display()))?;
     }
+    privdir::ensure_dir(dir)?;
     let bin = dir.join("bin");
-    create_private_dir(&bin)?;
+    privdir::ensure_dir(&bin)?;
     let shim = bin.join("rsh");
     let _ = std::fs::remove_file(&shim);
     std::os::unix::fs::symlink(shim_binary, &shim)
@@ -98,16 +102,6 @@ pub fn prepare(
         hosts_file,
         vars,
     })
-}
-
-/// Creates `dir` and its missing parents, mode 0700 (this user only).
-pub fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .with_context(|| format!("cannot create {}", dir.display()))
 }
 
 /// The job preload library: next to this program (a cargo build), else in

@@ -85,6 +85,7 @@ pub async fn connect(t: &BrokerTarget, label: &str) -> anyhow::Result<(Conn, IpA
                         path.display()
                     )
                 })?;
+            proto::peercred::check_server(&stream, path, "broker")?;
             let mut conn: Conn =
                 FramedConn::with_limit(Box::new(stream), proto::MAX_RESPONSE_BYTES);
             client_handshake(&mut conn, Role::Agent, label, ClientAuth::PeerCred).await?;
@@ -138,12 +139,7 @@ pub struct EmbeddedBroker {
 impl EmbeddedBroker {
     /// Starts `rb-broker --embedded` in a fresh state dir and waits for its socket.
     pub fn start() -> anyhow::Result<(Self, BrokerTarget)> {
-        let dir = PathBuf::from(format!(
-            "/tmp/rb-{}/embedded-{}",
-            nix::unistd::getuid(),
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir)?;
+        let dir = privdir::in_root(&format!("embedded-{}", std::process::id()))?;
         let log = std::fs::File::create(dir.with_extension("log"))?;
         let child = Command::new(sibling("rb-broker"))
             .arg("--embedded")

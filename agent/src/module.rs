@@ -247,7 +247,7 @@ pub fn agent_bin_dir() -> Option<PathBuf> {
 /// waits for its host).
 pub fn scratch_dir(job_dir: &Path) -> anyhow::Result<PathBuf> {
     let dir = job_dir.join("module");
-    crate::jobenv::create_private_dir(&dir)?;
+    privdir::ensure_dir(&dir)?;
     Ok(dir)
 }
 

@@ -84,6 +84,9 @@ const RECONNECT_WINDOW: Duration = Duration::from_secs(60);
 
 /// Runs the job; returns the app's exit code.
 pub async fn run(cfg: AgentConfig) -> anyhow::Result<i32> {
+    // Before anything else (an embedded broker, a registration): the directory every job
+    // and embedded broker of this user lives in must be ours alone, or we run nothing.
+    privdir::ensure_root()?;
     let (embedded, target) = match link::resolve(
         cfg.broker.as_deref(),
         cfg.lab.as_deref(),
@@ -108,12 +111,7 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
     let reg = registration(cfg)?;
     let job = link::register(&mut conn, reg.clone()).await?;
     info!(job = job.job, transport = %job.transport, "job registered");
-    let dir = PathBuf::from(format!(
-        "/tmp/rb-{}/job-{}-{}",
-        nix::unistd::getuid(),
-        job.job,
-        std::process::id()
-    ));
+    let dir = privdir::runtime_root().join(format!("job-{}-{}", job.job, std::process::id()));
     let preload = preload_library(cfg.preload)?;
     let env = jobenv::prepare(
         &dir,

@@ -8,10 +8,11 @@ use config::{BrokerSettings, HostEntry, LabConfig, Transport};
 /// Default number of virtual hosts.
 pub const DEFAULT_HOSTS: usize = 4;
 
-/// Builds the embedded lab in `state_dir`, creating its secret (mode 0600) if missing.
+/// Builds the embedded lab in `state_dir` (created or verified private, see
+/// [`privdir::create_private`]), creating its secret (mode 0600) if missing.
 /// Hosts are `vhost01`…; all public, labelled `virtual`.
 pub fn lab(state_dir: &Path, hosts: usize) -> std::io::Result<LabConfig> {
-    std::fs::create_dir_all(state_dir)?;
+    privdir::create_private(state_dir).map_err(std::io::Error::other)?;
     let secret_file = state_dir.join("secret");
     if !secret_file.exists() {
         proto::auth::write_new_secret(&secret_file, false)?;
@@ -44,7 +45,8 @@ pub fn lab(state_dir: &Path, hosts: usize) -> std::io::Result<LabConfig> {
     })
 }
 
-/// The embedded lab's default state dir: `/tmp/rb-embedded-<uid>`.
+/// The embedded lab's default state dir: `embedded` in the private runtime root
+/// (`$XDG_RUNTIME_DIR/rb/embedded`, else `/tmp/rb-<uid>/embedded`).
 pub fn default_state_dir() -> std::path::PathBuf {
-    std::path::PathBuf::from(format!("/tmp/rb-embedded-{}", nix::unistd::getuid()))
+    privdir::runtime_root().join("embedded")
 }

@@ -145,13 +145,17 @@ fn job_desk(lab: &LabConfig, spec: &LaunchSpec) -> anyhow::Result<jobs::JobDesk>
     Ok(desk.with_store(writer, now))
 }
 
+/// Creates the state dir (mode 0700) if missing and refuses one another user owns or
+/// group/others can write ([`privdir::check_configured`]): it holds the control socket,
+/// the database and, for the embedded lab, the secret.
 fn prepare_state_dir(dir: &Path) -> anyhow::Result<()> {
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)
         .with_context(|| format!("cannot create state dir {}", dir.display()))?;
-    std::fs::create_dir_all(dir.join("logs"))?;
+    privdir::check_configured(dir)?;
+    privdir::ensure_dir(&dir.join("logs"))?;
     Ok(())
 }
 

@@ -17,7 +17,8 @@ struct Args {
     /// Number of virtual hosts of the embedded lab.
     #[arg(long, default_value_t = broker::embedded::DEFAULT_HOSTS, requires = "embedded")]
     hosts: usize,
-    /// State dir of the embedded lab (default /tmp/rb-embedded-<uid>).
+    /// State dir of the embedded lab (default $XDG_RUNTIME_DIR/rb/embedded, else
+    /// /tmp/rb-<uid>/embedded); created 0700, refused if another user owns it.
     #[arg(long, requires = "embedded")]
     state_dir: Option<PathBuf>,
 }
@@ -64,7 +65,7 @@ fn load_lab(args: &Args) -> Result<config::LabConfig, String> {
         (!args.embedded && default.exists()).then_some(default)
     });
     match lab_path {
-        Some(path) => config::LabConfig::load(&path).map_err(|e| e.to_string()),
+        Some(path) => config::LabConfig::load_checked(&path).map_err(|e| e.to_string()),
         None => {
             let dir = args
                 .state_dir

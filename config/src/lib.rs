@@ -23,6 +23,7 @@
 
 mod error;
 pub mod raw;
+mod statedir;
 mod validate;
 
 use std::{

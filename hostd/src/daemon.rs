@@ -215,13 +215,11 @@ async fn send_report(
 /// Ensures one daemon per (user, host name) on this machine: takes the lock in `dir`,
 /// terminating the daemon that holds it (an older instance, e.g. from before a broker
 /// restart or a partition). The returned file keeps the lock for the process's life.
+/// `dir` is created or verified private ([`privdir::create_private`]): in a directory
+/// another user controls, they could hold our lock or swap the file.
 pub fn take_over(dir: &Path, host: &str) -> std::io::Result<std::fs::File> {
     use std::io::{Read, Seek, Write};
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
+    privdir::create_private(dir).map_err(std::io::Error::other)?;
     let path = dir.join(format!("hostd-{}.lock", sanitize(host)));
     let mut file = std::fs::OpenOptions::new()
         .read(true)

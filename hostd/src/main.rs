@@ -31,7 +31,8 @@ struct Args {
     /// Exit when stdin reaches end-of-file (set by the broker's transports).
     #[arg(long)]
     lifeline_stdin: bool,
-    /// Directory for the per-host lock that keeps one daemon per host (default /tmp/rb-<uid>).
+    /// Directory for the per-host lock that keeps one daemon per host (default
+    /// $XDG_RUNTIME_DIR/rb, else /tmp/rb-<uid>); created 0700, refused if another user owns it.
     #[arg(long)]
     lock_dir: Option<PathBuf>,
     /// Sensor-overlay file (test and demo facility, see hostd/OVERLAY.md).
@@ -102,10 +103,7 @@ fn run(args: Args, sensors: Sensors) -> anyhow::Result<()> {
     let (Some(broker), Some(host)) = (args.broker.clone(), args.host.clone()) else {
         anyhow::bail!("--broker and --host are required");
     };
-    let lock_dir = args
-        .lock_dir
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("/tmp/rb-{}", nix::unistd::getuid())));
+    let lock_dir = args.lock_dir.clone().unwrap_or_else(privdir::runtime_root);
     let _lock = daemon::take_over(&lock_dir, &host)
         .map_err(|e| anyhow::anyhow!("cannot take the host lock in {}: {e}", lock_dir.display()))?;
     let cfg = DaemonConfig {

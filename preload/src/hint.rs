@@ -7,11 +7,12 @@
 //! Called from inside the resolver, in programs we do not control (a pvmd's event loop): it
 //! never blocks (a non-blocking socket; a full backlog or buffer drops the hint, and the
 //! shim's call makes the request as before), never leaves a descriptor behind, never
-//! changes `errno`, and says nothing. Without `RB_AGENT` (not a job) it does nothing.
+//! changes `errno`, and says nothing. Without `RB_AGENT` (not a job) it does nothing, and a
+//! socket served by another uid (SO_PEERCRED) gets nothing either.
 
 use std::{
     ffi::{c_int, OsStr},
-    os::fd::AsRawFd,
+    os::fd::{AsRawFd, OwnedFd},
 };
 
 use nix::sys::socket::{
@@ -51,11 +52,18 @@ fn send(path: &OsStr, data: &[u8]) {
     let Ok(fd) = socket(AddressFamily::Unix, SockType::Stream, flags, None) else {
         return;
     };
-    if connect(fd.as_raw_fd(), &addr).is_ok() {
+    // Only an agent of our own uid hears the hint; another uid's server gets nothing.
+    if connect(fd.as_raw_fd(), &addr).is_ok() && served_by_us(&fd) {
         // MSG_NOSIGNAL: no SIGPIPE if the agent has gone meanwhile.
         let _ = socket::send(fd.as_raw_fd(), data, MsgFlags::MSG_NOSIGNAL);
     }
     // `fd` is closed here.
+}
+
+/// The server at the other end runs as our effective uid (SO_PEERCRED).
+fn served_by_us(fd: &OwnedFd) -> bool {
+    proto::peercred::peer_uid(fd)
+        .is_some_and(|uid| proto::peercred::server_allowed(uid, nix::unistd::geteuid().as_raw()))
 }
 
 fn errno() -> c_int {

@@ -160,9 +160,12 @@ pub fn random_nonce() -> std::io::Result<String> {
 /// Writes a new secret file with mode 0600, creating parent directories (mode 0700).
 pub fn write_new_secret(path: &Path, overwrite: bool) -> std::io::Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
     }
     let mut opts = std::fs::OpenOptions::new();
     opts.write(true).mode(0o600);
@@ -219,5 +222,17 @@ mod tests {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).expect("chmod");
         let err = Secret::load(&path).expect_err("must refuse");
         assert!(err.to_string().contains("chmod 600"), "{err}");
+    }
+
+    #[test]
+    fn write_new_secret_creates_missing_directories_private() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("config/rb/secret");
+        write_new_secret(&path, false).expect("write");
+        for d in ["config", "config/rb"] {
+            let mode = std::fs::metadata(dir.path().join(d)).expect("stat").mode() & 0o777;
+            assert_eq!(mode, 0o700, "{d}");
+        }
     }
 }

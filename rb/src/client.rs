@@ -1,6 +1,6 @@
 //! Reaching the broker: `--broker`/`RB_BROKER` (a socket path or IP:port), else the lab
-//! file's control socket, else the embedded lab's. TCP uses the lab secret; the local
-//! socket is checked by the broker with SO_PEERCRED.
+//! file's control socket, else the embedded lab's. TCP uses the lab secret; on the local
+//! socket each side checks the other with SO_PEERCRED (we talk only to a broker of our uid).
 
 use std::{
     net::SocketAddr,
@@ -81,6 +81,7 @@ async fn request_inner(target: &Target, req: Request) -> anyhow::Result<Response
             let stream = tokio::net::UnixStream::connect(path).await.with_context(|| {
                 format!("cannot reach the broker at {}\nhelp: is rb-broker running? start it with `rb-broker --lab LAB.toml`", path.display())
             })?;
+            proto::peercred::check_server(&stream, path, "broker")?;
             exchange(
                 FramedConn::with_limit(stream, proto::MAX_RESPONSE_BYTES),
                 ClientAuth::PeerCred,

@@ -1,10 +1,15 @@
 //! `rb demo`: the embedded single-machine lab, end to end. Starts `rb-broker --embedded`
 //! (virtual hosts on this machine, each with its own `rb-hostd`), waits until every host
 //! is up, prints the status table, and stops the broker (unless `--keep`).
+//!
+//! Everything lives in one private state dir (created or verified by
+//! [`privdir::create_private`]: another user's directory or symlink there is refused), the
+//! broker's log included (`broker.log`, opened `O_NOFOLLOW | O_EXCL`), so no fixed `/tmp`
+//! path is ever followed or written by whoever made it first (issue 14).
 
 use std::{
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Child, Command},
     time::{Duration, Instant},
 };
 
@@ -21,31 +26,60 @@ pub async fn run(
     timeout: Duration,
 ) -> anyhow::Result<Vec<HostStatus>> {
     let broker = sibling("rb-broker");
-    let log = std::fs::File::create(state_dir.with_extension("log")).ok();
-    std::fs::create_dir_all(state_dir)?;
+    privdir::create_private(state_dir)?;
+    let log = new_log(&log_path(state_dir))?;
     let mut cmd = Command::new(&broker);
     cmd.arg("--embedded")
         .arg("--hosts")
         .arg(hosts.to_string())
         .arg("--state-dir")
-        .arg(state_dir);
-    match log {
-        Some(f) => cmd.stderr(f),
-        None => cmd.stderr(Stdio::null()),
-    };
+        .arg(state_dir)
+        .stderr(log);
     let mut child = cmd
         .spawn()
         .with_context(|| format!("cannot start {}", broker.display()))?;
     let target = Target::Socket(state_dir.join("broker.sock"));
-    let result = wait_all_up(&target, hosts, timeout, &mut child).await;
+    let result = wait_all_up(&target, state_dir, hosts, timeout, &mut child).await;
     if !keep || result.is_err() {
         stop(&target, &mut child).await;
     }
     result
 }
 
+/// The demo's default state dir: `demo` in the private runtime root
+/// (`$XDG_RUNTIME_DIR/rb/demo`, else `/tmp/rb-<uid>/demo`).
+pub fn default_dir() -> PathBuf {
+    privdir::runtime_root().join("demo")
+}
+
+/// Where the demo broker's log goes: inside its (private) state dir.
+pub fn log_path(state_dir: &Path) -> PathBuf {
+    state_dir.join("broker.log")
+}
+
+/// Opens a fresh log at `path` (in a verified private directory): a previous run's file is
+/// removed (`unlink` never follows a link), and the new one is created with
+/// `O_CREAT | O_EXCL | O_NOFOLLOW`, so nothing that appeared meanwhile is followed or reused.
+fn new_log(path: &Path) -> anyhow::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(e).with_context(|| format!("cannot remove the old log {}", path.display()))
+        }
+        _ => {}
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)
+        .with_context(|| format!("cannot create the log {}", path.display()))
+}
+
 async fn wait_all_up(
     target: &Target,
+    state_dir: &Path,
     hosts: usize,
     timeout: Duration,
     child: &mut Child,
@@ -54,7 +88,10 @@ async fn wait_all_up(
     let mut last = Vec::new();
     while Instant::now() < deadline {
         if let Some(status) = child.try_wait()? {
-            bail!("rb-broker exited early ({status}); see its log next to the state dir");
+            bail!(
+                "rb-broker exited early ({status}); see its log {}",
+                log_path(state_dir).display()
+            );
         }
         if let Ok(rows) = client::status(target).await {
             if rows.len() == hosts && rows.iter().all(|h| h.state == HostState::Up) {

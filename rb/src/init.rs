@@ -23,8 +23,13 @@ pub fn init(secret: &Path, lab: &Path, force: bool) -> anyhow::Result<InitOutcom
     }
     let lab_created = force || !lab.exists();
     if lab_created {
-        if let Some(dir) = lab.parent() {
-            std::fs::create_dir_all(dir)?;
+        if let Some(dir) = lab.parent().filter(|d| !d.as_os_str().is_empty()) {
+            use std::os::unix::fs::DirBuilderExt;
+            // ~/.config/rb also holds the secret: new directories are this user's only.
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)?;
         }
         std::fs::write(lab, example_lab(secret))
             .with_context(|| format!("cannot write {}", lab.display()))?;

@@ -74,7 +74,8 @@ enum Cmd {
         /// Leave the broker running afterwards.
         #[arg(long)]
         keep: bool,
-        /// State dir (default /tmp/rb-demo-<uid>).
+        /// State dir, holding the broker's log `broker.log` (default $XDG_RUNTIME_DIR/rb/demo,
+        /// else /tmp/rb-<uid>/demo); created 0700, refused if another user owns it.
         #[arg(long)]
         state_dir: Option<PathBuf>,
     },
@@ -94,8 +95,20 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("rb: error: {e:#}");
-            ExitCode::from(1)
+            ExitCode::from(exit_code(&e))
         }
+    }
+}
+
+/// 77 (permission) when a directory or socket is not this user's alone (issue 14), else 1.
+fn exit_code(e: &anyhow::Error) -> u8 {
+    let unsafe_place = |c: &(dyn std::error::Error + 'static)| {
+        c.is::<privdir::Error>() || c.is::<proto::peercred::PeerError>()
+    };
+    if e.chain().any(unsafe_place) {
+        77
+    } else {
+        1
     }
 }
 
@@ -128,9 +141,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             keep,
             state_dir,
         } => {
-            let dir = state_dir.clone().unwrap_or_else(|| {
-                PathBuf::from(format!("/tmp/rb-demo-{}", nix::unistd::getuid()))
-            });
+            let dir = state_dir.clone().unwrap_or_else(demo::default_dir);
             block_on(cmd_demo(*hosts, dir, *keep))
         }
     }
@@ -169,7 +180,7 @@ fn cmd_init(lab: Option<&Path>, secret: Option<&Path>, force: bool) -> anyhow::R
 
 fn cmd_check(file: Option<&Path>) -> ExitCode {
     let path = file.map_or_else(config::default_lab_path, Path::to_path_buf);
-    match config::LabConfig::load(&path) {
+    match config::LabConfig::load_checked(&path) {
         Ok(lab) => {
             println!(
                 "{}: ok: {} hosts, transport {}, listen {}",
@@ -235,8 +246,9 @@ async fn cmd_admin(cli: &Cli, req: Request) -> anyhow::Result<ExitCode> {
 
 async fn cmd_demo(hosts: usize, dir: PathBuf, keep: bool) -> anyhow::Result<ExitCode> {
     println!(
-        "starting an embedded broker with {hosts} virtual hosts (state dir {})…",
-        dir.display()
+        "starting an embedded broker with {hosts} virtual hosts (state dir {}, log {})…",
+        dir.display(),
+        demo::log_path(&dir).display()
     );
     let rows = demo::run(hosts, &dir, keep, Duration::from_secs(30)).await?;
     print!("{}", table::render(&rows));

@@ -70,6 +70,9 @@ pub enum ShimError {
     },
     #[error("cannot reach the agent at ${ENV_AGENT} ({path}): {source}")]
     AgentUnreachable { path: String, source: io::Error },
+    /// The socket is served by another uid: nothing was sent to it.
+    #[error("{0}")]
+    NotOurAgent(#[from] proto::peercred::PeerError),
     #[error("{host}: the agent at ${ENV_AGENT} ({path}): {source}")]
     Agent {
         path: String,
@@ -270,6 +273,7 @@ fn ask_agent(socket: &Path, request: &ShimRequest, host: &str) -> Result<Outcome
         path: path.clone(),
         source,
     })?;
+    proto::peercred::check_server(&stream, socket, "job's agent")?;
     let tty = io::stderr().is_terminal();
     let mut told = false;
     let notice = |position: u32| {

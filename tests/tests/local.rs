@@ -282,10 +282,38 @@ fn another_uid_cannot_use_the_control_socket() {
         .output()
         .expect("run rb as nobody");
     assert!(!out.status.success());
+    // `rb` itself refuses first: the socket is served by uid 0, not by nobody.
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("uid 65534 may not use the control socket"),
+        err.contains("served by uid 0, not you (uid 65534)"),
         "{err}"
+    );
+    // A client that does not check (raw hello from perl, as nobody): the broker refuses.
+    let hello = proto::frame::encode(&proto::msg::ToBroker::Hello(proto::msg::Hello {
+        proto: proto::PROTOCOL_VERSION,
+        role: proto::msg::Role::Client,
+        name: "raw".into(),
+        nonce: String::new(),
+    }))
+    .expect("encode");
+    let raw = std::process::Command::new("perl")
+        .args([
+            "-MIO::Socket::UNIX",
+            "-e",
+            r#"my $s = IO::Socket::UNIX->new(Peer => $ARGV[0]) or die "connect: $!";
+               print $s "$ARGV[1]\n"; print scalar <$s>;"#,
+            broker.socket().to_str().expect("utf8"),
+            &hello,
+        ])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .expect("run perl as nobody");
+    let reply = String::from_utf8_lossy(&raw.stdout);
+    assert!(
+        reply.contains("uid 65534 may not use the control socket"),
+        "{reply} {}",
+        String::from_utf8_lossy(&raw.stderr)
     );
     assert!(
         wait_until(Duration::from_secs(2), || broker.status()).is_some(),

@@ -32,7 +32,19 @@ fn main() {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             eprintln!("agent: error: {e:#}");
-            std::process::exit(1);
+            std::process::exit(exit_code(&e));
         }
+    }
+}
+
+/// 77 (permission) when a directory or socket is not this user's alone (issue 14), else 1.
+fn exit_code(e: &anyhow::Error) -> i32 {
+    let unsafe_place = |c: &(dyn std::error::Error + 'static)| {
+        c.is::<privdir::Error>() || c.is::<proto::peercred::PeerError>()
+    };
+    if e.chain().any(unsafe_place) {
+        77
+    } else {
+        1
     }
 }
