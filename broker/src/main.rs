@@ -33,7 +33,12 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let lab = match load_lab(&args) {
-        Ok(lab) => lab,
+        Ok(lab) => {
+            for warning in lab.warnings() {
+                tracing::warn!("{warning}");
+            }
+            lab
+        }
         Err(e) => {
             eprintln!("rb-broker: error: {e}");
             return ExitCode::from(EXIT_CONFIG);
@@ -64,7 +69,9 @@ fn load_lab(args: &Args) -> Result<config::LabConfig, String> {
         (!args.embedded && default.exists()).then_some(default)
     });
     match lab_path {
-        Some(path) => config::LabConfig::load(&path).map_err(|e| e.to_string()),
+        Some(path) => config::LabConfig::load(&path)
+            .and_then(|lab| lab.check_secret_file().map(|()| lab))
+            .map_err(|e| e.to_string()),
         None => {
             let dir = args
                 .state_dir

@@ -167,24 +167,30 @@ fn cmd_init(lab: Option<&Path>, secret: Option<&Path>, force: bool) -> anyhow::R
     Ok(ExitCode::SUCCESS)
 }
 
+/// `rb check`: the lab file as `rb-broker` will load it, and what the broker checks at start
+/// (the secret file); warnings go to stderr and do not fail.
 fn cmd_check(file: Option<&Path>) -> ExitCode {
     let path = file.map_or_else(config::default_lab_path, Path::to_path_buf);
-    match config::LabConfig::load(&path) {
-        Ok(lab) => {
-            println!(
-                "{}: ok: {} hosts, transport {}, listen {}",
-                path.display(),
-                lab.hosts.len(),
-                lab.broker.transport.name(),
-                lab.broker.listen
-            );
-            ExitCode::SUCCESS
-        }
+    let checked =
+        config::LabConfig::load(&path).and_then(|lab| lab.check_secret_file().map(|()| lab));
+    let lab = match checked {
+        Ok(lab) => lab,
         Err(e) => {
             eprintln!("error: {e}");
-            ExitCode::from(EXIT_CONFIG)
+            return ExitCode::from(EXIT_CONFIG);
         }
+    };
+    for warning in lab.warnings() {
+        eprintln!("{warning}");
     }
+    println!(
+        "{}: ok: {} hosts, transport {}, listen {}",
+        path.display(),
+        lab.hosts.len(),
+        lab.broker.transport.name(),
+        lab.broker.listen
+    );
+    ExitCode::SUCCESS
 }
 
 fn target(cli: &Cli) -> anyhow::Result<client::Target> {
