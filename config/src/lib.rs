@@ -190,7 +190,8 @@ impl LabConfig {
         })
     }
 
-    fn source_name(&self) -> String {
+    /// The file this lab came from, for messages (`<lab>` when it was built in memory).
+    pub fn source_name(&self) -> String {
         self.source
             .as_ref()
             .map_or_else(|| "<lab>".to_string(), |p| p.display().to_string())

@@ -1,6 +1,6 @@
 //! Reaching the broker: `--broker`/`RB_BROKER` (a socket path or IP:port), else the lab
-//! file's control socket, else the embedded lab's. TCP uses the lab secret; the local
-//! socket is checked by the broker with SO_PEERCRED.
+//! file's control socket, else a running `rb demo --keep` or embedded broker. TCP uses the
+//! lab secret; the local socket is checked by the broker with SO_PEERCRED.
 
 use std::{
     net::SocketAddr,
@@ -30,37 +30,95 @@ pub enum Target {
     },
 }
 
-/// Resolves the target from flags/env (`broker`), a lab file, or the defaults.
+/// Why no broker could be chosen: the flags or the lab file are wrong (exit 64), or no
+/// broker is running where they point.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error("--broker `{0}` is neither a control-socket path nor an IP:port address\nhelp: e.g. --broker /var/tmp/rb-$USER/broker.sock or --broker 10.77.0.1:7700")]
+    BadBroker(String),
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    #[error("no broker is running for {lab} (no control socket {socket})\nhelp: start it with `rb-broker --lab {lab} &`{also}")]
+    NotRunning {
+        lab: String,
+        socket: String,
+        also: &'static str,
+    },
+    #[error("no broker configured\nhelp: pass --broker ADDR or --lab FILE, set RB_BROKER, create ~/.config/rb/lab.toml with `rb init`, or try `rb demo --keep`")]
+    NoneConfigured,
+}
+
+impl ResolveError {
+    /// True when the flags or the lab file are at fault (exit 64).
+    pub fn is_usage(&self) -> bool {
+        matches!(self, Self::BadBroker(_) | Self::Config(_))
+    }
+}
+
+/// The broker to talk to, and a note for stderr when it is not the one the user may expect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    pub target: Target,
+    pub note: Option<String>,
+}
+
+/// Resolves the target: `broker` (flag or `RB_BROKER`), else the control socket of `lab`
+/// (flag or `RB_LAB`), else of `~/.config/rb/lab.toml`; when that implicit lab's broker is not
+/// running, or there is no lab file, a running `rb demo --keep` or embedded broker.
+/// `demo_sockets` are those brokers' sockets, in order of preference.
 pub fn resolve(
     broker: Option<&str>,
     lab: Option<&Path>,
     secret_file: Option<&Path>,
-) -> anyhow::Result<Target> {
-    let lab_cfg = config::load_lab(lab).map_err(|e| anyhow!("{e}"))?;
+    demo_sockets: &[PathBuf],
+) -> Result<Resolved, ResolveError> {
+    let found = |target| Resolved { target, note: None };
+    let lab_cfg = config::load_lab(lab)?;
     if let Some(value) = broker {
-        return parse_target(value, secret_file, lab_cfg.as_ref());
+        return parse_target(value, secret_file, lab_cfg.as_ref()).map(found);
     }
-    if let Some(cfg) = lab_cfg {
-        return Ok(Target::Socket(cfg.control_socket()));
+    let running_demo = demo_sockets.iter().find(|s| s.exists());
+    let Some(cfg) = lab_cfg else {
+        return running_demo
+            .map(|s| found(Target::Socket(s.clone())))
+            .ok_or(ResolveError::NoneConfigured);
+    };
+    let socket = cfg.control_socket();
+    if socket.symlink_metadata().is_ok() {
+        return Ok(found(Target::Socket(socket)));
     }
-    let embedded = broker::embedded::default_state_dir().join("broker.sock");
-    if embedded.exists() {
-        return Ok(Target::Socket(embedded));
+    let (lab_name, socket_name) = (cfg.source_name(), socket.display().to_string());
+    let not_running = |also| ResolveError::NotRunning {
+        lab: lab_name.clone(),
+        socket: socket_name.clone(),
+        also,
+    };
+    match (lab, running_demo) {
+        (None, Some(demo)) => Ok(Resolved {
+            target: Target::Socket(demo.clone()),
+            note: Some(format!(
+                "no broker is running for {lab_name} (no control socket {socket_name}); \
+                 showing the `rb demo --keep` or embedded broker at {}\n\
+                 help: to use the lab, start its broker with `rb-broker --lab {lab_name} &`",
+                demo.display()
+            )),
+        }),
+        (None, None) => Err(not_running(", or try `rb demo --keep`")),
+        (Some(_), _) => Err(not_running("")),
     }
-    bail!("no broker configured\nhelp: pass --broker ADDR or --lab FILE, set RB_BROKER, create ~/.config/rb/lab.toml with `rb init`, or try `rb demo`")
 }
 
 fn parse_target(
     value: &str,
     secret_file: Option<&Path>,
     lab: Option<&config::LabConfig>,
-) -> anyhow::Result<Target> {
+) -> Result<Target, ResolveError> {
     if value.contains('/') {
         return Ok(Target::Socket(PathBuf::from(value)));
     }
-    let addr: SocketAddr = value.parse().map_err(|_| {
-        anyhow!("--broker `{value}` is neither a socket path nor an IP:port address")
-    })?;
+    let addr: SocketAddr = value
+        .parse()
+        .map_err(|_| ResolveError::BadBroker(value.to_string()))?;
     let secret_file = secret_file
         .map(Path::to_path_buf)
         .or_else(|| lab.map(|l| l.broker.secret_file.clone()))
@@ -78,9 +136,9 @@ pub async fn request(target: &Target, req: Request) -> anyhow::Result<Response> 
 async fn request_inner(target: &Target, req: Request) -> anyhow::Result<Response> {
     match target {
         Target::Socket(path) => {
-            let stream = tokio::net::UnixStream::connect(path).await.with_context(|| {
-                format!("cannot reach the broker at {}\nhelp: is rb-broker running? start it with `rb-broker --lab LAB.toml`", path.display())
-            })?;
+            let stream = tokio::net::UnixStream::connect(path)
+                .await
+                .map_err(|e| socket_error(path, e))?;
             exchange(
                 FramedConn::with_limit(stream, proto::MAX_RESPONSE_BYTES),
                 ClientAuth::PeerCred,
@@ -101,6 +159,20 @@ async fn request_inner(target: &Target, req: Request) -> anyhow::Result<Response
             .await
         }
     }
+}
+
+/// Why a Unix socket could not be reached, in words a user can act on: a permission error
+/// is not a missing broker.
+fn socket_error(path: &Path, err: std::io::Error) -> anyhow::Error {
+    let help = if err.kind() == std::io::ErrorKind::PermissionDenied {
+        "the socket or a directory above it is not yours (another user's broker?); use your own lab file's broker, or --broker IP:PORT with the lab secret"
+    } else {
+        "is rb-broker running? start it with `rb-broker --lab LAB.toml`"
+    };
+    anyhow::Error::new(err).context(format!(
+        "cannot reach the broker at {}\nhelp: {help}",
+        path.display()
+    ))
 }
 
 async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(

@@ -84,6 +84,12 @@ async fn stop(target: &Target, child: &mut Child) {
     let _ = child.wait();
 }
 
+/// Where `rb demo` keeps its broker unless told otherwise (`rb status` looks there for a
+/// `rb demo --keep` broker): `/tmp/rb-demo-<uid>`.
+pub fn default_state_dir() -> PathBuf {
+    PathBuf::from(format!("/tmp/rb-demo-{}", nix::unistd::getuid()))
+}
+
 /// A program installed next to this one (see [`config::sibling_program`]).
 pub fn sibling(name: &str) -> PathBuf {
     config::sibling_program(name)

@@ -1,123 +1,86 @@
-//! `rb`: flags → one subcommand → exit code (64 for bad configuration, 1 for other errors).
+//! `rb`: flags ([`rb::cli`]) → one subcommand → exit code (64 bad flags, configuration or
+//! input; 77 permission denied; 1 other errors).
 
 use std::{
+    io::IsTerminal,
     path::{Path, PathBuf},
     process::ExitCode,
     time::Duration,
 };
 
-use clap::{Parser, Subcommand};
+use clap::Parser;
 use proto::msg::{Request, Response};
-use rb::{client, demo, init, table};
-
-/// ResourceBroker: hand idle lab machines to adaptive parallel jobs.
-#[derive(Debug, Parser)]
-#[command(name = "rb", version)]
-struct Cli {
-    /// Broker to talk to: a control-socket path or IP:port (default: from the lab file).
-    #[arg(long, global = true, env = "RB_BROKER")]
-    broker: Option<String>,
-    /// Lab file (default ~/.config/rb/lab.toml).
-    #[arg(long, global = true, env = "RB_LAB")]
-    lab: Option<PathBuf>,
-    /// Lab secret for TCP connections (default: the lab file's, else ~/.config/rb/secret).
-    #[arg(long, global = true)]
-    secret_file: Option<PathBuf>,
-    #[command(subcommand)]
-    command: Cmd,
-}
-
-#[derive(Debug, Subcommand)]
-enum Cmd {
-    /// Create the lab secret and an example lab file (never overwrites without --force).
-    Init {
-        #[arg(long)]
-        force: bool,
-    },
-    /// Validate a lab file without starting anything (exit 64 when invalid).
-    Check { file: Option<PathBuf> },
-    /// Show every host: state, load, CPUs, users, idleness, labels, owner.
-    Status {
-        /// Machine-readable output: a JSON array of host objects.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Stop the broker (local control socket only).
-    Shutdown,
-    /// Show jobs: id, user, state, hosts, queued requests, spec.
-    Jobs {
-        /// Machine-readable output: a JSON array of job objects.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Take HOST back from whatever job holds it (TERM, grace period, then KILL).
-    Release {
-        host: String,
-        /// Grace period in seconds before remaining processes are killed.
-        #[arg(long)]
-        grace_s: Option<f64>,
-    },
-    /// Stop granting HOST to jobs (jobs already on it keep it).
-    Drain { host: String },
-    /// Grant HOST to jobs again.
-    Resume { host: String },
-    /// Test hosts on this machine (root): network namespaces with their own sshd.
-    #[command(subcommand)]
-    Lab(lab::cli::LabCommand),
-    /// Globus RSL job specifications: check them, turn them into job specs.
-    #[command(subcommand)]
-    Rsl(rsl::cli::RslCommand),
-    /// Run the embedded single-machine lab: start a broker with virtual hosts, show them up.
-    Demo {
-        #[arg(long, default_value_t = 4)]
-        hosts: usize,
-        /// Leave the broker running afterwards.
-        #[arg(long)]
-        keep: bool,
-        /// State dir (default /tmp/rb-demo-<uid>).
-        #[arg(long)]
-        state_dir: Option<PathBuf>,
-    },
-}
-
-const EXIT_CONFIG: u8 = 64;
+use rb::{
+    cli::{self, BrokerFlags, Cli, Cmd, EXIT_PERMISSION, EXIT_USAGE},
+    client, demo, init, table,
+};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::from(EXIT_USAGE);
+        }
+        Err(e) => e.exit(),
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("RB_LOG").unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     match dispatch(cli) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("rb: error: {e:#}");
-            ExitCode::from(1)
+            ExitCode::from(exit_code(&e))
         }
     }
 }
 
+/// 64 for bad flags or lab file, 77 for permission denied, else 1.
+fn exit_code(e: &anyhow::Error) -> u8 {
+    let usage = e.downcast_ref::<cli::UsageError>().is_some()
+        || e.downcast_ref::<client::ResolveError>()
+            .is_some_and(client::ResolveError::is_usage);
+    let denied = e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied)
+    });
+    match (usage, denied) {
+        (true, _) => EXIT_USAGE,
+        (false, true) => EXIT_PERMISSION,
+        _ => 1,
+    }
+}
+
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    cli.check_flags()?;
+    let env = |key: &str| std::env::var(key).ok();
+    let before = &cli.broker;
+    if let Some(flags) = cli.command.broker_flags() {
+        let flags = flags.or(before, env);
+        return block_on(talk(&cli.command, &flags));
+    }
     match &cli.command {
-        Cmd::Init { force } => cmd_init(cli.lab.as_deref(), cli.secret_file.as_deref(), *force),
-        Cmd::Check { file } => Ok(cmd_check(file.as_deref().or(cli.lab.as_deref()))),
-        Cmd::Status { json } => block_on(cmd_status(&cli, *json)),
-        Cmd::Shutdown => block_on(cmd_shutdown(&cli)),
-        Cmd::Jobs { json } => block_on(cmd_jobs(&cli, *json)),
-        Cmd::Release { host, grace_s } => {
-            let grace_ms = grace_s.map(|g| (g.max(0.0) * 1000.0) as u64);
-            block_on(cmd_admin(
-                &cli,
-                Request::Release {
-                    host: host.clone(),
-                    grace_ms,
-                },
-            ))
+        Cmd::Init {
+            force,
+            lab,
+            secret_file,
+        } => {
+            let lab = lab.clone().or_else(|| before.lab.clone());
+            let lab = lab.or_else(|| env("RB_LAB").filter(|v| !v.is_empty()).map(PathBuf::from));
+            let secret = secret_file.as_deref().or(before.secret_file.as_deref());
+            cmd_init(lab.as_deref(), secret, *force)
         }
-        Cmd::Drain { host } => block_on(cmd_admin(&cli, Request::Drain { host: host.clone() })),
-        Cmd::Resume { host } => block_on(cmd_admin(&cli, Request::Resume { host: host.clone() })),
+        Cmd::Check { file } => {
+            let file = file.clone().or_else(|| before.lab.clone());
+            let file = file.or_else(|| env("RB_LAB").filter(|v| !v.is_empty()).map(PathBuf::from));
+            Ok(cmd_check(file.as_deref()))
+        }
         Cmd::Lab(cmd) => lab::cli::run(cmd.clone()).map(|()| ExitCode::SUCCESS),
         Cmd::Rsl(cmd) => {
             let code = rsl::cli::run(cmd, &mut std::io::stdout(), &mut std::io::stderr());
@@ -128,11 +91,36 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             keep,
             state_dir,
         } => {
-            let dir = state_dir.clone().unwrap_or_else(|| {
-                PathBuf::from(format!("/tmp/rb-demo-{}", nix::unistd::getuid()))
-            });
+            let dir = state_dir.clone().unwrap_or_else(demo::default_state_dir);
             block_on(cmd_demo(*hosts, dir, *keep))
         }
+        other => unreachable!("`rb {}` talks to a broker", other.name()),
+    }
+}
+
+/// The commands that talk to a broker.
+async fn talk(cmd: &Cmd, flags: &BrokerFlags) -> anyhow::Result<ExitCode> {
+    let grace = match cmd {
+        Cmd::Release { grace_s, .. } => cli::grace_ms(*grace_s)?,
+        _ => None,
+    };
+    let target = target(flags)?;
+    match cmd {
+        Cmd::Status { json, .. } => cmd_status(&target, *json).await,
+        Cmd::Shutdown { .. } => cmd_shutdown(&target).await,
+        Cmd::Jobs { json, .. } => cmd_jobs(&target, *json).await,
+        Cmd::Release { host, .. } => {
+            let req = Request::Release {
+                host: host.clone(),
+                grace_ms: grace,
+            };
+            cmd_admin(&target, req).await
+        }
+        Cmd::Drain { host, .. } => cmd_admin(&target, Request::Drain { host: host.clone() }).await,
+        Cmd::Resume { host, .. } => {
+            cmd_admin(&target, Request::Resume { host: host.clone() }).await
+        }
+        other => unreachable!("`rb {}` does not talk to a broker", other.name()),
     }
 }
 
@@ -177,7 +165,7 @@ fn cmd_check(file: Option<&Path>) -> ExitCode {
         Ok(lab) => lab,
         Err(e) => {
             eprintln!("error: {e}");
-            return ExitCode::from(EXIT_CONFIG);
+            return ExitCode::from(EXIT_USAGE);
         }
     };
     for warning in lab.warnings() {
@@ -193,16 +181,25 @@ fn cmd_check(file: Option<&Path>) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn target(cli: &Cli) -> anyhow::Result<client::Target> {
-    client::resolve(
-        cli.broker.as_deref(),
-        cli.lab.as_deref(),
-        cli.secret_file.as_deref(),
-    )
+fn target(flags: &BrokerFlags) -> anyhow::Result<client::Target> {
+    let demos = [
+        demo::default_state_dir().join("broker.sock"),
+        broker::embedded::default_state_dir().join("broker.sock"),
+    ];
+    let resolved = client::resolve(
+        flags.broker.as_deref(),
+        flags.lab.as_deref(),
+        flags.secret_file.as_deref(),
+        &demos,
+    )?;
+    if let Some(note) = resolved.note {
+        eprintln!("rb: note: {note}");
+    }
+    Ok(resolved.target)
 }
 
-async fn cmd_status(cli: &Cli, json: bool) -> anyhow::Result<ExitCode> {
-    let hosts = client::status(&target(cli)?).await?;
+async fn cmd_status(target: &client::Target, json: bool) -> anyhow::Result<ExitCode> {
+    let hosts = client::status(target).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&hosts)?);
     } else {
@@ -211,14 +208,14 @@ async fn cmd_status(cli: &Cli, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn cmd_shutdown(cli: &Cli) -> anyhow::Result<ExitCode> {
-    client::request(&target(cli)?, proto::msg::Request::Shutdown).await?;
+async fn cmd_shutdown(target: &client::Target) -> anyhow::Result<ExitCode> {
+    client::request(target, proto::msg::Request::Shutdown).await?;
     println!("broker stopping");
     Ok(ExitCode::SUCCESS)
 }
 
-async fn cmd_jobs(cli: &Cli, json: bool) -> anyhow::Result<ExitCode> {
-    let jobs = match client::request(&target(cli)?, Request::Jobs).await? {
+async fn cmd_jobs(target: &client::Target, json: bool) -> anyhow::Result<ExitCode> {
+    let jobs = match client::request(target, Request::Jobs).await? {
         Response::Jobs { jobs } => jobs,
         other => anyhow::bail!("unexpected answer from broker: {other:?}"),
     };
@@ -230,8 +227,8 @@ async fn cmd_jobs(cli: &Cli, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn cmd_admin(cli: &Cli, req: Request) -> anyhow::Result<ExitCode> {
-    match client::request(&target(cli)?, req).await? {
+async fn cmd_admin(target: &client::Target, req: Request) -> anyhow::Result<ExitCode> {
+    match client::request(target, req).await? {
         Response::Done { message } => println!("{message}"),
         Response::Ok => println!("ok"),
         other => anyhow::bail!("unexpected answer from broker: {other:?}"),
