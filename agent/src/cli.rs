@@ -11,8 +11,9 @@ use clap::Parser;
 #[derive(Debug, Parser)]
 #[command(name = "agent", version, trailing_var_arg = true)]
 pub struct Args {
-    /// Job spec in Globus RSL (e.g. '&(adaptive=yes)(module="pvm")'), or @FILE.
-    #[arg(long)]
+    /// Job spec in Globus RSL (e.g. '&(adaptive=yes)(module="pvm")'), or @FILE. With
+    /// --rsl every word after the app is the app's, a trailing `-- '(…)'` included.
+    #[arg(long, value_name = "SPEC|@FILE")]
     pub rsl: Option<String>,
     /// Broker: control-socket path or IP:port (default: $RB_BROKER, the lab file, else an
     /// embedded single-machine broker started for this job).
@@ -210,6 +211,19 @@ mod tests {
         assert_eq!(cfg.module, None);
         let cfg = parse(&["--rsl", "&(count=1)", "make", "--", "-j4"]).expect("ok");
         assert_eq!(cfg.app, strings(&["make", "--", "-j4"]));
+    }
+
+    #[test]
+    fn every_flag_and_argument_has_help() {
+        use clap::CommandFactory;
+        let cmd = Args::command();
+        let missing: Vec<_> = cmd
+            .get_arguments()
+            .filter(|a| !matches!(a.get_id().as_str(), "help" | "version"))
+            .filter(|a| a.get_help().is_none())
+            .map(|a| a.get_id().to_string())
+            .collect();
+        assert!(missing.is_empty(), "without help: {missing:?}");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! `rb-broker`: flags → validated lab config → [`broker::run`]. Exit 64 on bad configuration.
 
-use std::{path::PathBuf, process::ExitCode};
+use std::{io::IsTerminal, path::PathBuf, process::ExitCode};
 
 use clap::Parser;
 
@@ -22,15 +22,25 @@ struct Args {
     state_dir: Option<PathBuf>,
 }
 
+/// Bad flags or configuration.
 const EXIT_CONFIG: u8 = 64;
+const EXIT_USAGE: u8 = EXIT_CONFIG;
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = match Args::try_parse() {
+        Ok(args) => args,
+        Err(e) if e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::from(EXIT_USAGE);
+        }
+        Err(e) => e.exit(),
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("RB_LOG").unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let lab = match load_lab(&args) {
         Ok(lab) => {
@@ -93,5 +103,24 @@ async fn shutdown_signal() {
             tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
         }
         _ => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn every_flag_has_help() {
+        let cmd = Args::command();
+        let missing: Vec<_> = cmd
+            .get_arguments()
+            .filter(|a| !matches!(a.get_id().as_str(), "help" | "version"))
+            .filter(|a| a.get_help().is_none())
+            .map(|a| a.get_id().to_string())
+            .collect();
+        assert!(missing.is_empty(), "without help: {missing:?}");
     }
 }

@@ -73,7 +73,8 @@ pub(crate) fn unknown_keys(text: &str, path: Option<&Path>) -> Option<ConfigErro
     }
     found.sort_by_key(|(offset, _, _)| *offset);
     let mut errors = found.into_iter().map(|(offset, key, help)| {
-        ConfigError::at(text, path, Some(offset), &key).msg("unknown key", help)
+        let name = key.rsplit('.').next().unwrap_or(&key).to_string();
+        ConfigError::at(text, path, Some(offset), &key).msg(format!("unknown field `{name}`"), help)
     });
     let first = errors.next()?;
     Some(first.with_more(errors.collect()))

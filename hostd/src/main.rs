@@ -3,7 +3,7 @@
 //! Normally started by the broker over the lab's transport; can also be run by hand
 //! (`--once` prints one report as JSON and exits, handy to see what a machine reports).
 
-use std::{path::PathBuf, process::ExitCode, time::Duration};
+use std::{io::IsTerminal, path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::Parser;
 use hostd::{
@@ -49,13 +49,24 @@ struct Args {
     once: bool,
 }
 
+/// Bad flags.
+const EXIT_USAGE: u8 = 64;
+
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = match Args::try_parse() {
+        Ok(args) => args,
+        Err(e) if e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::from(EXIT_USAGE);
+        }
+        Err(e) => e.exit(),
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("RB_LOG").unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let sensors = Sensors::new(sensor_config(&args));
     if args.once {
@@ -175,5 +186,24 @@ fn wait_for_eof_on_stdin() -> String {
             Ok(_) | Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::EINTR) => continue,
             Err(e) => return format!("read: {e}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn every_flag_has_help() {
+        let cmd = Args::command();
+        let missing: Vec<_> = cmd
+            .get_arguments()
+            .filter(|a| !matches!(a.get_id().as_str(), "help" | "version"))
+            .filter(|a| a.get_help().is_none())
+            .map(|a| a.get_id().to_string())
+            .collect();
+        assert!(missing.is_empty(), "without help: {missing:?}");
     }
 }

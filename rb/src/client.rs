@@ -62,18 +62,30 @@ pub struct Resolved {
     pub note: Option<String>,
 }
 
+/// Where to look when no flag says: the implicit lab file (`~/.config/rb/lab.toml`) and
+/// the sockets of a running `rb demo --keep` or embedded broker, in order of preference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Defaults {
+    pub lab_file: PathBuf,
+    pub demo_sockets: Vec<PathBuf>,
+}
+
 /// Resolves the target: `broker` (flag or `RB_BROKER`), else the control socket of `lab`
 /// (flag or `RB_LAB`), else of `~/.config/rb/lab.toml`; when that implicit lab's broker is not
 /// running, or there is no lab file, a running `rb demo --keep` or embedded broker.
-/// `demo_sockets` are those brokers' sockets, in order of preference.
 pub fn resolve(
     broker: Option<&str>,
     lab: Option<&Path>,
     secret_file: Option<&Path>,
-    demo_sockets: &[PathBuf],
+    defaults: &Defaults,
 ) -> Result<Resolved, ResolveError> {
     let found = |target| Resolved { target, note: None };
-    let lab_cfg = config::load_lab(lab)?;
+    let lab_cfg = match lab {
+        Some(path) => Some(config::LabConfig::load(path)?),
+        None if defaults.lab_file.exists() => Some(config::LabConfig::load(&defaults.lab_file)?),
+        None => None,
+    };
+    let demo_sockets = &defaults.demo_sockets;
     if let Some(value) = broker {
         return parse_target(value, secret_file, lab_cfg.as_ref()).map(found);
     }
@@ -214,5 +226,71 @@ mod tests {
             }
         );
         assert!(parse_target("node01", None, None).is_err());
+    }
+
+    /// A lab file in `dir` whose state dir is `dir/state`, and the defaults around it.
+    fn setup(dir: &Path) -> (PathBuf, Defaults) {
+        let lab = dir.join("lab.toml");
+        let text = format!(
+            "[broker]\nlisten = \"127.0.0.1:0\"\ntransport = \"local\"\nstate_dir = \"{}\"\n",
+            dir.join("state").display()
+        );
+        std::fs::write(&lab, text).expect("write lab");
+        let defaults = Defaults {
+            lab_file: dir.join("absent.toml"),
+            demo_sockets: vec![dir.join("demo/broker.sock")],
+        };
+        (lab, defaults)
+    }
+
+    fn make_socket_file(path: &Path) {
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(path, "").expect("stand-in for a socket");
+    }
+
+    #[test]
+    fn a_running_demo_keep_broker_is_found_without_flags() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (_, defaults) = setup(dir.path());
+        assert!(matches!(
+            resolve(None, None, None, &defaults),
+            Err(ResolveError::NoneConfigured)
+        ));
+        make_socket_file(&defaults.demo_sockets[0]);
+        let got = resolve(None, None, None, &defaults).expect("demo");
+        assert_eq!(got.target, Target::Socket(defaults.demo_sockets[0].clone()));
+        assert_eq!(got.note, None);
+    }
+
+    #[test]
+    fn only_the_implicit_lab_file_falls_back_and_says_so() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (lab, mut defaults) = setup(dir.path());
+        defaults.lab_file = lab.clone();
+        let err = resolve(None, None, None, &defaults).expect_err("nothing runs");
+        let shown = err.to_string();
+        assert!(
+            shown.contains(&format!("no broker is running for {}", lab.display())),
+            "{shown}"
+        );
+        assert!(
+            shown.contains(&format!("rb-broker --lab {} &", lab.display())),
+            "{shown}"
+        );
+        make_socket_file(&defaults.demo_sockets[0]);
+        let got = resolve(None, None, None, &defaults).expect("falls back to the demo");
+        assert_eq!(got.target, Target::Socket(defaults.demo_sockets[0].clone()));
+        let note = got.note.expect("says so");
+        assert!(note.contains(&lab.display().to_string()), "{note}");
+        let err = resolve(None, Some(&lab), None, &defaults).expect_err("named lab: no fallback");
+        assert!(matches!(err, ResolveError::NotRunning { .. }), "{err}");
+        make_socket_file(&dir.path().join("state/broker.sock"));
+        let got = resolve(None, Some(&lab), None, &defaults).expect("its broker");
+        assert_eq!(
+            got.target,
+            Target::Socket(dir.path().join("state/broker.sock"))
+        );
+        let err = resolve(Some("node01"), None, None, &defaults).expect_err("bad value");
+        assert!(err.is_usage(), "{err}");
     }
 }

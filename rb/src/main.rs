@@ -182,15 +182,18 @@ fn cmd_check(file: Option<&Path>) -> ExitCode {
 }
 
 fn target(flags: &BrokerFlags) -> anyhow::Result<client::Target> {
-    let demos = [
-        demo::default_state_dir().join("broker.sock"),
-        broker::embedded::default_state_dir().join("broker.sock"),
-    ];
+    let defaults = client::Defaults {
+        lab_file: config::default_lab_path(),
+        demo_sockets: vec![
+            demo::default_state_dir().join("broker.sock"),
+            broker::embedded::default_state_dir().join("broker.sock"),
+        ],
+    };
     let resolved = client::resolve(
         flags.broker.as_deref(),
         flags.lab.as_deref(),
         flags.secret_file.as_deref(),
-        &demos,
+        &defaults,
     )?;
     if let Some(note) = resolved.note {
         eprintln!("rb: note: {note}");

@@ -156,3 +156,232 @@ fn rb_check_refuses_a_secret_file_the_broker_would_refuse() {
         stderr(&out)
     );
 }
+
+/// `PROGRAM ARGS` with no broker named in the environment and `HOME` at `home` (so no lab
+/// file unless the test writes one).
+fn command_in(home: &Path, program: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(bin(program));
+    cmd.args(args)
+        .env_remove("RB_BROKER")
+        .env_remove("RB_LAB")
+        .env("HOME", home)
+        .stdin(std::process::Stdio::null());
+    cmd
+}
+
+fn run(mut cmd: Command) -> Output {
+    cmd.output().expect("run")
+}
+
+#[test]
+fn agent_exits_127_for_a_missing_app_and_126_for_an_unexecutable_one() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let out = run(command_in(home.path(), "agent", &["/nonexistent"]));
+    assert_eq!(out.status.code(), Some(127), "{}", stderr(&out));
+    assert!(stderr(&out).contains("/nonexistent: No such file or directory"));
+    let out = run(command_in(
+        home.path(),
+        "agent",
+        &["no-such-program-rb", "x"],
+    ));
+    assert_eq!(out.status.code(), Some(127), "{}", stderr(&out));
+    assert!(stderr(&out).contains("no-such-program-rb: command not found"));
+    let script = home.path().join("job.sh");
+    std::fs::write(&script, "#!/bin/sh\necho ran\n").expect("write");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let out = run(command_in(
+        home.path(),
+        "agent",
+        &[script.to_str().expect("utf8")],
+    ));
+    assert_eq!(out.status.code(), Some(126), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("Permission denied"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn bad_broker_values_and_release_grace_periods_exit_64() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let out = run(command_in(
+        home.path(),
+        "agent",
+        &["--broker", "node01", "true"],
+    ));
+    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--broker `node01`"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run(command_in(
+        home.path(),
+        "rb",
+        &["--broker", "node01", "status"],
+    ));
+    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
+    assert!(stderr(&out).contains("help: "), "{}", stderr(&out));
+    let sock = home.path().join("broker.sock");
+    let sock = sock.to_str().expect("utf8");
+    for grace in ["NaN", "-1", "inf", "1e9"] {
+        let flag = format!("--grace-s={grace}");
+        let out = run(command_in(
+            home.path(),
+            "rb",
+            &["release", "node03", &flag, "--broker", sock],
+        ));
+        assert_eq!(out.status.code(), Some(64), "{grace}: {}", stderr(&out));
+        assert!(stderr(&out).contains("--grace-s"), "{}", stderr(&out));
+    }
+    // A broker flag where it means nothing is refused, not ignored.
+    let out = run(command_in(
+        home.path(),
+        "rb",
+        &["--broker", sock, "rsl", "check", "x=1"],
+    ));
+    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
+    let out = run(command_in(home.path(), "rb", &["rsl", "check", "&(x=1"]));
+    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
+}
+
+#[test]
+fn agent_with_rsl_leaves_the_apps_own_trailing_dash_dash_alone() {
+    let broker = tests::Broker::start(&tests::local_lab(1));
+    let home = tempfile::tempdir().expect("tempdir");
+    let sock = broker.socket();
+    let argv = [
+        "--broker",
+        sock.to_str().expect("utf8"),
+        "--rsl",
+        "&(count=1)",
+        "--",
+        "sh",
+        "-c",
+        "printf '%s\\n' \"$@\"",
+        "sh",
+        "--",
+        "(module=\"pvm\")",
+    ];
+    let out = run(command_in(home.path(), "agent", &argv));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "--\n(module=\"pvm\")\n");
+}
+
+#[test]
+fn after_rb_init_the_readme_command_runs_on_an_embedded_broker_and_says_so() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let user = format!("rbcli{}", std::process::id());
+    let mut init = command_in(home.path(), "rb", &["init"]);
+    init.env("USER", &user);
+    let out = run(init);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lab = home.path().join(".config/rb/lab.toml");
+    let text = std::fs::read_to_string(&lab).expect("lab file");
+    assert!(text.contains("listen = \"127.0.0.1:0\""), "{text}");
+    let readme = [
+        "sh",
+        "-c",
+        "rsh anyLinux echo hello from a just-in-time host",
+    ];
+    let out = run(command_in(home.path(), "agent", &readme));
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(stdout(&out), "hello from a just-in-time host\n");
+    assert!(
+        err.contains(&format!("no broker is running for {}", lab.display()))
+            && err.contains("embedded single-machine broker"),
+        "{err}"
+    );
+    // A lab named by --lab or RB_LAB never falls back: the error names it and its start.
+    let lab_arg = lab.to_str().expect("utf8");
+    let start = format!("rb-broker --lab {lab_arg} &");
+    let out = run(command_in(
+        home.path(),
+        "agent",
+        &["--lab", lab_arg, "true"],
+    ));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains(&start), "{}", stderr(&out));
+    let mut env_lab = command_in(home.path(), "agent", &["true"]);
+    env_lab.env("RB_LAB", lab_arg);
+    let out = run(env_lab);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains(&start), "{}", stderr(&out));
+    let out = run(command_in(home.path(), "rb", &["--lab", lab_arg, "status"]));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains(&start), "{}", stderr(&out));
+}
+
+#[test]
+fn rb_init_without_user_writes_no_made_up_owner() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let mut init = command_in(home.path(), "rb", &["init"]);
+    init.env_remove("USER");
+    let out = run(init);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = std::fs::read_to_string(home.path().join(".config/rb/lab.toml")).expect("lab file");
+    assert!(!text.contains("owner = \"me\""), "{text}");
+    let lab = home.path().join(".config/rb/lab.toml");
+    let out = rb(&["check", lab.to_str().expect("utf8")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn logs_written_to_files_carry_no_colour_codes() {
+    let broker = tests::Broker::start(&tests::local_lab(1));
+    broker.wait_all_up(std::time::Duration::from_secs(10));
+    let log = broker.log();
+    assert!(log.contains("INFO"), "the broker logs at info: {log}");
+    assert!(
+        !log.contains('\u{1b}'),
+        "escape codes in broker.log:\n{log:?}"
+    );
+    let hostd_log = broker.state_dir().join("logs/hostd-vhost01.log");
+    let hostd_log = std::fs::read_to_string(&hostd_log).unwrap_or_default();
+    assert!(!hostd_log.contains('\u{1b}'), "{hostd_log:?}");
+    let home = tempfile::tempdir().expect("tempdir");
+    let sock = broker.socket();
+    let mut agent = command_in(
+        home.path(),
+        "agent",
+        &["--broker", sock.to_str().expect("utf8"), "true"],
+    );
+    agent.env("RB_LOG", "info");
+    let out = run(agent);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("INFO"), "{}", stderr(&out));
+    assert!(!stderr(&out).contains('\u{1b}'), "{:?}", stderr(&out));
+}
+
+#[test]
+fn a_permission_error_on_the_socket_says_so_instead_of_asking_if_the_broker_runs() {
+    if !tests::is_root() {
+        eprintln!("skipped: needs root to act as another uid");
+        return;
+    }
+    use std::os::unix::process::CommandExt;
+    let broker = tests::Broker::start(&tests::local_lab(1));
+    std::fs::set_permissions(broker.socket(), std::fs::Permissions::from_mode(0o777))
+        .expect("chmod");
+    let home = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let sock = broker.socket();
+    let sock = sock.to_str().expect("utf8");
+    for (program, args) in [
+        ("rb", vec!["--broker", sock, "status"]),
+        ("agent", vec!["--broker", sock, "true"]),
+    ] {
+        let mut cmd = command_in(home.path(), program, &args);
+        cmd.uid(65534).gid(65534);
+        let out = run(cmd);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(77), "{program}: {err}");
+        assert!(
+            err.contains("Permission denied") && err.contains("not yours"),
+            "{program}: {err}"
+        );
+        assert!(!err.contains("is rb-broker running"), "{program}: {err}");
+    }
+}
