@@ -79,9 +79,11 @@ fn load_lab(args: &Args) -> Result<config::LabConfig, String> {
         (!args.embedded && default.exists()).then_some(default)
     });
     match lab_path {
-        Some(path) => config::LabConfig::load(&path)
-            .and_then(|lab| lab.check_secret_file().map(|()| lab))
-            .map_err(|e| e.to_string()),
+        Some(path) => {
+            let lab = config::LabConfig::load(&path).map_err(|e| e.to_string())?;
+            lab.check_secret_file().map_err(|e| e.to_string())?;
+            Ok(lab)
+        }
         None => {
             let dir = args
                 .state_dir

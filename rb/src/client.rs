@@ -37,7 +37,7 @@ pub enum ResolveError {
     #[error("--broker `{0}` is neither a control-socket path nor an IP:port address\nhelp: e.g. --broker /var/tmp/rb-$USER/broker.sock or --broker 10.77.0.1:7700")]
     BadBroker(String),
     #[error(transparent)]
-    Config(#[from] config::ConfigError),
+    Config(Box<config::ConfigError>),
     #[error("no broker is running for {lab} (no control socket {socket})\nhelp: start it with `rb-broker --lab {lab} &`{also}")]
     NotRunning {
         lab: String,
@@ -46,6 +46,12 @@ pub enum ResolveError {
     },
     #[error("no broker configured\nhelp: pass --broker ADDR or --lab FILE, set RB_BROKER, create ~/.config/rb/lab.toml with `rb init`, or try `rb demo --keep`")]
     NoneConfigured,
+}
+
+impl From<config::ConfigError> for ResolveError {
+    fn from(e: config::ConfigError) -> Self {
+        Self::Config(Box::new(e))
+    }
 }
 
 impl ResolveError {

@@ -159,8 +159,11 @@ fn cmd_init(lab: Option<&Path>, secret: Option<&Path>, force: bool) -> anyhow::R
 /// (the secret file); warnings go to stderr and do not fail.
 fn cmd_check(file: Option<&Path>) -> ExitCode {
     let path = file.map_or_else(config::default_lab_path, Path::to_path_buf);
-    let checked =
-        config::LabConfig::load(&path).and_then(|lab| lab.check_secret_file().map(|()| lab));
+    let checked = config::LabConfig::load(&path).map_err(Box::new);
+    let checked = checked.and_then(|lab| match lab.check_secret_file() {
+        Ok(()) => Ok(lab),
+        Err(e) => Err(Box::new(e)),
+    });
     let lab = match checked {
         Ok(lab) => lab,
         Err(e) => {
