@@ -65,7 +65,7 @@ fn broker_refuses(lab: &Path) -> Output {
 #[test]
 fn rb_check_and_the_broker_refuse_an_address_that_reads_as_an_ssh_option() {
     let lab = LabFile::new(&format!(
-        "{HEADER}\n[[host]]\nname = \"node02\"\naddress = \"-oProxyCommand=touch /tmp/pwned\"\n"
+        "{HEADER}\n[[host]]\nname = \"node02\"\naddress = \"-oProxyCommand=/tmp/pwned\"\n"
     ));
     let out = rb(&["check", lab.arg()]);
     let err = stderr(&out);
