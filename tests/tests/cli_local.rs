@@ -203,7 +203,7 @@ fn agent_exits_127_for_a_missing_app_and_126_for_an_unexecutable_one() {
 }
 
 #[test]
-fn bad_broker_values_and_release_grace_periods_exit_64() {
+fn a_bad_broker_value_exits_64_from_agent_and_rb() {
     let home = tempfile::tempdir().expect("tempdir");
     let out = run(command_in(
         home.path(),
@@ -223,6 +223,11 @@ fn bad_broker_values_and_release_grace_periods_exit_64() {
     ));
     assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
     assert!(stderr(&out).contains("help: "), "{}", stderr(&out));
+}
+
+#[test]
+fn rb_release_refuses_a_nan_negative_or_infinite_grace_period() {
+    let home = tempfile::tempdir().expect("tempdir");
     let sock = home.path().join("broker.sock");
     let sock = sock.to_str().expect("utf8");
     for grace in ["NaN", "-1", "inf", "1e9"] {
@@ -235,15 +240,30 @@ fn bad_broker_values_and_release_grace_periods_exit_64() {
         assert_eq!(out.status.code(), Some(64), "{grace}: {}", stderr(&out));
         assert!(stderr(&out).contains("--grace-s"), "{}", stderr(&out));
     }
-    // A broker flag where it means nothing is refused, not ignored.
-    let out = run(command_in(
-        home.path(),
-        "rb",
-        &["--broker", sock, "rsl", "check", "x=1"],
-    ));
+}
+
+#[test]
+fn rb_refuses_a_broker_flag_where_it_means_nothing() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let argv = ["--broker", "/tmp/x.sock", "rsl", "check", "x=1"];
+    let out = run(command_in(home.path(), "rb", &argv));
     assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
-    let out = run(command_in(home.path(), "rb", &["rsl", "check", "&(x=1"]));
-    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--broker means nothing to `rb rsl`"));
+    let out = run(command_in(home.path(), "rb", &["rsl", "check", "--help"]));
+    assert!(!stdout(&out).contains("--broker"), "{}", stdout(&out));
+}
+
+#[test]
+fn rb_rsl_exits_64_for_every_kind_of_bad_input() {
+    let home = tempfile::tempdir().expect("tempdir");
+    for argv in [
+        ["rsl", "check", "&(x=1"],
+        ["rsl", "check", "@/nonexistent/job.rsl"],
+        ["rsl", "spec", "(cuont=4)"],
+    ] {
+        let out = run(command_in(home.path(), "rb", &argv));
+        assert_eq!(out.status.code(), Some(64), "{argv:?}: {}", stderr(&out));
+    }
 }
 
 #[test]
