@@ -59,27 +59,43 @@ fn exit_code(e: &anyhow::Error) -> u8 {
 
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     cli.check_flags()?;
-    let env = |key: &str| std::env::var(key).ok();
     let before = &cli.broker;
-    if let Some(flags) = cli.command.broker_flags() {
-        let flags = flags.or(before, env);
-        return block_on(talk(&cli.command, &flags));
-    }
+    let env = |key: &str| std::env::var(key).ok();
+    let env_lab = || env("RB_LAB").filter(|v| !v.is_empty()).map(PathBuf::from);
+    let broker = |flags: &BrokerFlags| target(&flags.or(before, env));
     match &cli.command {
         Cmd::Init {
             force,
             lab,
             secret_file,
         } => {
-            let lab = lab.clone().or_else(|| before.lab.clone());
-            let lab = lab.or_else(|| env("RB_LAB").filter(|v| !v.is_empty()).map(PathBuf::from));
+            let lab = lab.clone().or_else(|| before.lab.clone()).or_else(env_lab);
             let secret = secret_file.as_deref().or(before.secret_file.as_deref());
             cmd_init(lab.as_deref(), secret, *force)
         }
         Cmd::Check { file } => {
-            let file = file.clone().or_else(|| before.lab.clone());
-            let file = file.or_else(|| env("RB_LAB").filter(|v| !v.is_empty()).map(PathBuf::from));
+            let file = file.clone().or_else(|| before.lab.clone()).or_else(env_lab);
             Ok(cmd_check(file.as_deref()))
+        }
+        Cmd::Status { json, broker: b } => block_on(cmd_status(broker(b)?, *json)),
+        Cmd::Shutdown { broker: b } => block_on(cmd_shutdown(broker(b)?)),
+        Cmd::Jobs { json, broker: b } => block_on(cmd_jobs(broker(b)?, *json)),
+        Cmd::Release {
+            host,
+            grace_s,
+            broker: b,
+        } => {
+            let grace_ms = cli::grace_ms(*grace_s)?;
+            let host = host.clone();
+            block_on(cmd_admin(broker(b)?, Request::Release { host, grace_ms }))
+        }
+        Cmd::Drain { host, broker: b } => {
+            let host = host.clone();
+            block_on(cmd_admin(broker(b)?, Request::Drain { host }))
+        }
+        Cmd::Resume { host, broker: b } => {
+            let host = host.clone();
+            block_on(cmd_admin(broker(b)?, Request::Resume { host }))
         }
         Cmd::Lab(cmd) => lab::cli::run(cmd.clone()).map(|()| ExitCode::SUCCESS),
         Cmd::Rsl(cmd) => {
@@ -94,33 +110,6 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let dir = state_dir.clone().unwrap_or_else(demo::default_state_dir);
             block_on(cmd_demo(*hosts, dir, *keep))
         }
-        other => unreachable!("`rb {}` talks to a broker", other.name()),
-    }
-}
-
-/// The commands that talk to a broker.
-async fn talk(cmd: &Cmd, flags: &BrokerFlags) -> anyhow::Result<ExitCode> {
-    let grace = match cmd {
-        Cmd::Release { grace_s, .. } => cli::grace_ms(*grace_s)?,
-        _ => None,
-    };
-    let target = target(flags)?;
-    match cmd {
-        Cmd::Status { json, .. } => cmd_status(&target, *json).await,
-        Cmd::Shutdown { .. } => cmd_shutdown(&target).await,
-        Cmd::Jobs { json, .. } => cmd_jobs(&target, *json).await,
-        Cmd::Release { host, .. } => {
-            let req = Request::Release {
-                host: host.clone(),
-                grace_ms: grace,
-            };
-            cmd_admin(&target, req).await
-        }
-        Cmd::Drain { host, .. } => cmd_admin(&target, Request::Drain { host: host.clone() }).await,
-        Cmd::Resume { host, .. } => {
-            cmd_admin(&target, Request::Resume { host: host.clone() }).await
-        }
-        other => unreachable!("`rb {}` does not talk to a broker", other.name()),
     }
 }
 
@@ -204,8 +193,8 @@ fn target(flags: &BrokerFlags) -> anyhow::Result<client::Target> {
     Ok(resolved.target)
 }
 
-async fn cmd_status(target: &client::Target, json: bool) -> anyhow::Result<ExitCode> {
-    let hosts = client::status(target).await?;
+async fn cmd_status(target: client::Target, json: bool) -> anyhow::Result<ExitCode> {
+    let hosts = client::status(&target).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&hosts)?);
     } else {
@@ -214,14 +203,14 @@ async fn cmd_status(target: &client::Target, json: bool) -> anyhow::Result<ExitC
     Ok(ExitCode::SUCCESS)
 }
 
-async fn cmd_shutdown(target: &client::Target) -> anyhow::Result<ExitCode> {
-    client::request(target, proto::msg::Request::Shutdown).await?;
+async fn cmd_shutdown(target: client::Target) -> anyhow::Result<ExitCode> {
+    client::request(&target, proto::msg::Request::Shutdown).await?;
     println!("broker stopping");
     Ok(ExitCode::SUCCESS)
 }
 
-async fn cmd_jobs(target: &client::Target, json: bool) -> anyhow::Result<ExitCode> {
-    let jobs = match client::request(target, Request::Jobs).await? {
+async fn cmd_jobs(target: client::Target, json: bool) -> anyhow::Result<ExitCode> {
+    let jobs = match client::request(&target, Request::Jobs).await? {
         Response::Jobs { jobs } => jobs,
         other => anyhow::bail!("unexpected answer from broker: {other:?}"),
     };
@@ -233,8 +222,8 @@ async fn cmd_jobs(target: &client::Target, json: bool) -> anyhow::Result<ExitCod
     Ok(ExitCode::SUCCESS)
 }
 
-async fn cmd_admin(target: &client::Target, req: Request) -> anyhow::Result<ExitCode> {
-    match client::request(target, req).await? {
+async fn cmd_admin(target: client::Target, req: Request) -> anyhow::Result<ExitCode> {
+    match client::request(&target, req).await? {
         Response::Done { message } => println!("{message}"),
         Response::Ok => println!("ok"),
         other => anyhow::bail!("unexpected answer from broker: {other:?}"),
