@@ -3,6 +3,9 @@
 //! Two stages, as everywhere in ResourceBroker: [`raw`] mirrors the TOML exactly
 //! (`deny_unknown_fields`, spans kept), and [`LabConfig`] is the validated result the
 //! programs use. Every error names the file, line, column and key, and says how to fix it.
+//! Before the typed parse, `keys` finds every unknown key of the file at once; after it,
+//! `validate` checks values, names, addresses and duplicates. [`LabConfig::warnings`] and
+//! [`LabConfig::check_secret_file`] are what `rb check` and `rb-broker` add at start.
 //!
 //! ```toml
 //! [broker]
