@@ -68,6 +68,10 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
+    if let Some(Err(e)) = args.broker.as_deref().map(check_broker) {
+        eprintln!("rb-hostd: error: {e}");
+        return ExitCode::from(EXIT_USAGE);
+    }
     let sensors = Sensors::new(sensor_config(&args));
     if args.once {
         return print_once(sensors);
@@ -78,6 +82,27 @@ fn main() -> ExitCode {
             eprintln!("rb-hostd: error: {e:#}");
             ExitCode::from(1)
         }
+    }
+}
+
+/// `--broker` is HOST:PORT (an IP or a name, and a port number): anything else could never
+/// be reached, and retrying it for ever would only hide the mistake.
+fn check_broker(value: &str) -> Result<(), String> {
+    if value.parse::<std::net::SocketAddr>().is_ok() {
+        return Ok(());
+    }
+    let ok = value.rsplit_once(':').is_some_and(|(host, port)| {
+        !host.is_empty()
+            && !host.starts_with('-')
+            && !host.contains(char::is_whitespace)
+            && port.parse::<u16>().is_ok()
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "--broker `{value}` is not HOST:PORT\nhelp: e.g. --broker 10.77.0.1:7700 (the broker's listen address)"
+        ))
     }
 }
 
@@ -194,6 +219,23 @@ mod tests {
     use clap::CommandFactory;
 
     use super::*;
+
+    #[test]
+    fn a_broker_that_is_not_host_and_port_is_refused() {
+        assert!(check_broker("10.77.0.1:7700").is_ok());
+        assert!(check_broker("[::1]:7700").is_ok());
+        assert!(check_broker("broker.lab:7700").is_ok());
+        for bad in [
+            "nonsense",
+            "10.77.0.1",
+            ":7700",
+            "host:port",
+            "-oX=y:22",
+            "a b:1",
+        ] {
+            assert!(check_broker(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn every_flag_has_help() {

@@ -405,3 +405,36 @@ fn a_permission_error_on_the_socket_says_so_instead_of_asking_if_the_broker_runs
         assert!(!err.contains("is rb-broker running"), "{program}: {err}");
     }
 }
+
+#[test]
+fn rb_hostd_refuses_a_broker_value_it_could_never_reach() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let lock = home.path().join("lock");
+    let argv = [
+        "--broker",
+        "nonsense",
+        "--host",
+        "node02",
+        "--lock-dir",
+        lock.to_str().expect("utf8"),
+    ];
+    let mut child = command_in(home.path(), "rb-hostd", &argv)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start rb-hostd");
+    let status = tests::wait_until(std::time::Duration::from_secs(10), || {
+        child.try_wait().ok().flatten()
+    });
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("rb-hostd kept retrying a --broker value it can never reach");
+    }
+    assert_eq!(status.and_then(|s| s.code()), Some(64));
+    let out = child.wait_with_output().expect("stderr");
+    assert!(
+        stderr(&out).contains("--broker `nonsense`"),
+        "{}",
+        stderr(&out)
+    );
+}
