@@ -11,8 +11,9 @@ use clap::Parser;
 #[derive(Debug, Parser)]
 #[command(name = "agent", version, trailing_var_arg = true)]
 pub struct Args {
-    /// Job spec in Globus RSL (e.g. '&(adaptive=yes)(module="pvm")'), or @FILE.
-    #[arg(long)]
+    /// Job spec in Globus RSL (e.g. '&(adaptive=yes)(module="pvm")'), or @FILE. With
+    /// --rsl every word after the app is the app's, a trailing `-- '(…)'` included.
+    #[arg(long, value_name = "SPEC|@FILE")]
     pub rsl: Option<String>,
     /// Broker: control-socket path or IP:port (default: $RB_BROKER, the lab file, else an
     /// embedded single-machine broker started for this job).
@@ -73,14 +74,16 @@ pub struct AgentConfig {
 
 impl AgentConfig {
     pub fn from_args(args: Args) -> anyhow::Result<Self> {
-        let (app, trailing_spec) = split_paper_form(args.app);
-        let spec_text = match (args.rsl, trailing_spec) {
-            (Some(_), Some(_)) => {
-                bail!("give the job spec once: either --rsl or a trailing `-- '(…)'`")
-            }
-            (Some(s), None) | (None, Some(s)) => Some(read_spec(&s)?),
-            (None, None) => None,
+        // With --rsl the spec is given: every word after the app is the app's own, a
+        // trailing `-- '(…)'` included.
+        let (app, spec_arg) = match args.rsl {
+            Some(rsl) => (args.app, Some(rsl)),
+            None => split_paper_form(args.app),
         };
+        let spec_text = spec_arg.as_deref().map(read_spec).transpose()?;
+        if let Some(broker) = &args.broker {
+            crate::link::parse_broker(broker)?;
+        }
         let (spec, adaptive) = match spec_text {
             Some(text) => parse_spec(&text)?,
             None => (None, false),
@@ -118,7 +121,8 @@ impl AgentConfig {
 }
 
 /// The paper's form: `agent app args -- '(module="pvm")'` — a final `--` followed by one
-/// word that starts like RSL. Anything else after `--` belongs to the app.
+/// word that starts like RSL. Anything else after `--` belongs to the app (and with `--rsl`
+/// everything does: that is the way to run an app whose own last arguments are `-- (…)`).
 fn split_paper_form(mut app: Vec<String>) -> (Vec<String>, Option<String>) {
     let n = app.len();
     let looks_like_rsl = |s: &str| s.starts_with('(') || s.starts_with("&(") || s.starts_with("+(");
@@ -182,6 +186,52 @@ mod tests {
         let (app, spec) = split_paper_form(strings(&["make", "--", "-j4"]));
         assert_eq!(app, strings(&["make", "--", "-j4"]));
         assert!(spec.is_none());
+    }
+
+    fn parse(argv: &[&str]) -> anyhow::Result<AgentConfig> {
+        let mut all = vec!["agent"];
+        all.extend_from_slice(argv);
+        AgentConfig::from_args(Args::try_parse_from(all)?)
+    }
+
+    #[test]
+    fn with_rsl_a_trailing_dash_dash_spec_belongs_to_the_app() {
+        let argv = [
+            "--rsl",
+            "&(count=1)",
+            "--",
+            "sh",
+            "-c",
+            "x",
+            "--",
+            "(module=\"pvm\")",
+        ];
+        let cfg = parse(&argv).expect("the app's own `-- (…)` is not a second spec");
+        assert_eq!(cfg.app, strings(&argv[3..]));
+        assert_eq!(cfg.module, None);
+        let cfg = parse(&["--rsl", "&(count=1)", "make", "--", "-j4"]).expect("ok");
+        assert_eq!(cfg.app, strings(&["make", "--", "-j4"]));
+    }
+
+    #[test]
+    fn every_flag_and_argument_has_help() {
+        use clap::CommandFactory;
+        let cmd = Args::command();
+        let missing: Vec<_> = cmd
+            .get_arguments()
+            .filter(|a| !matches!(a.get_id().as_str(), "help" | "version"))
+            .filter(|a| a.get_help().is_none())
+            .map(|a| a.get_id().to_string())
+            .collect();
+        assert!(missing.is_empty(), "without help: {missing:?}");
+    }
+
+    #[test]
+    fn a_bad_broker_value_is_a_usage_error() {
+        let err = parse(&["--broker", "node01", "sh"]).expect_err("neither path nor IP:port");
+        assert!(err.to_string().contains("--broker `node01`"), "{err}");
+        assert!(parse(&["--broker", "127.0.0.1:7700", "sh"]).is_ok());
+        assert!(parse(&["--broker", "/run/rb/broker.sock", "sh"]).is_ok());
     }
 
     #[test]

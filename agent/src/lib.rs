@@ -8,6 +8,7 @@
 //! - [`jobenv`]: the job's private dir, the shim first in `PATH`, launcher variables.
 //! - [`listeners`]: the shim socket and the subagent port.
 //! - [`module`]: finding and running a job's `NAME-grow|shrink|halt` programs.
+//! - [`program`]: whether the app can start at all (exit 127/126 as shells do).
 //! - [`run`]: the agent loop: app, allocations, reclaims, job end.
 //! - [`simple_command`]: remote commands that need no shell (exec'd directly).
 //! - [`subagent`]: the subagent: runs the remote command as its own process group with the
@@ -21,6 +22,7 @@ pub mod launcher;
 pub mod link;
 pub mod listeners;
 pub mod module;
+pub mod program;
 pub mod run;
 pub mod simple_command;
 pub mod subagent;

@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{bail, Context};
 use proto::{
     auth::Secret,
     frame::FramedConn,
@@ -47,29 +47,84 @@ pub struct Registered {
     pub secret_file: PathBuf,
 }
 
-/// Resolves the broker from the flags, env and lab file; `None` = start an embedded one.
+/// A `--broker`/`RB_BROKER` value that is neither a socket path nor IP:port (exit 64).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--broker `{0}` is neither a control-socket path nor an IP:port address\nhelp: e.g. --broker /var/tmp/rb-$USER/broker.sock or --broker 10.77.0.1:7700")]
+pub struct BadBroker(pub String);
+
+/// A `--broker` value: a path (anything with a `/`) or IP:port.
+pub fn parse_broker(value: &str) -> Result<Target, BadBroker> {
+    if value.contains('/') {
+        return Ok(Target::Socket(PathBuf::from(value)));
+    }
+    value
+        .parse()
+        .map(Target::Tcp)
+        .map_err(|_| BadBroker(value.to_string()))
+}
+
+/// Where the job's broker is.
+#[derive(Debug, Clone)]
+pub enum Resolution {
+    /// The broker `--broker`, `RB_BROKER`, the lab file (`--lab`, `RB_LAB` or
+    /// `~/.config/rb/lab.toml`) names.
+    Broker(BrokerTarget),
+    /// An embedded single-machine broker for this job: none is configured, or only the
+    /// implicit `~/.config/rb/lab.toml`, whose broker is not running (`note` says so).
+    Embedded { note: Option<String> },
+}
+
+/// Resolves the broker from the flags, env and lab file. Only the implicit lab file falls
+/// back to an embedded broker when its broker is not running; a broker or lab named by a
+/// flag or the environment never does.
 pub fn resolve(
     broker: Option<&str>,
     lab: Option<&Path>,
     secret_file: Option<&Path>,
-) -> anyhow::Result<Option<BrokerTarget>> {
-    let lab_cfg = config::load_lab(lab).map_err(|e| anyhow!("{e}"))?;
+) -> anyhow::Result<Resolution> {
+    let lab_cfg = config::load_lab(lab)?;
     let secret = secret_file
         .map(Path::to_path_buf)
         .or_else(|| lab_cfg.as_ref().map(|l| l.broker.secret_file.clone()));
     let target = match (broker, &lab_cfg) {
-        (Some(v), _) if v.contains('/') => Target::Socket(PathBuf::from(v)),
-        (Some(v), _) => Target::Tcp(
-            v.parse()
-                .map_err(|_| anyhow!("--broker `{v}` is neither a socket path nor IP:port"))?,
-        ),
-        (None, Some(l)) => Target::Socket(l.control_socket()),
-        (None, None) => return Ok(None),
+        (Some(v), _) => parse_broker(v)?,
+        (None, Some(l)) => {
+            let socket = l.control_socket();
+            if socket.symlink_metadata().is_err() {
+                let (file, socket) = (l.source_name(), socket.display());
+                let why = format!("no broker is running for {file} (no control socket {socket})");
+                let start = format!("start it with `rb-broker --lab {file} &`");
+                if lab.is_some() {
+                    bail!("{why}\nhelp: {start}; or, for an embedded single-machine broker, run the job without --lab and RB_LAB");
+                }
+                return Ok(Resolution::Embedded {
+                    note: Some(format!(
+                        "{why}: this job runs on an embedded single-machine broker\nhelp: to use the lab, {start}"
+                    )),
+                });
+            }
+            Target::Socket(socket)
+        }
+        (None, None) => return Ok(Resolution::Embedded { note: None }),
     };
-    Ok(Some(BrokerTarget {
+    Ok(Resolution::Broker(BrokerTarget {
         target,
         secret_file: secret,
     }))
+}
+
+/// Why a Unix socket could not be reached, in words a user can act on: a permission error
+/// is not a missing broker.
+pub fn socket_error(path: &Path, err: std::io::Error) -> anyhow::Error {
+    let help = if err.kind() == std::io::ErrorKind::PermissionDenied {
+        "the socket or a directory above it is not yours (another user's broker?); use your own lab file's broker, or --broker IP:PORT with the lab secret"
+    } else {
+        "is rb-broker running? start it with `rb-broker --lab LAB.toml`"
+    };
+    anyhow::Error::new(err).context(format!(
+        "cannot reach the broker at {}\nhelp: {help}",
+        path.display()
+    ))
 }
 
 /// Connects and authenticates; returns the connection and our address as the broker sees
@@ -79,12 +134,7 @@ pub async fn connect(t: &BrokerTarget, label: &str) -> anyhow::Result<(Conn, IpA
         Target::Socket(path) => {
             let stream = tokio::net::UnixStream::connect(path)
                 .await
-                .with_context(|| {
-                    format!(
-                        "cannot reach the broker at {}\nhelp: is rb-broker running?",
-                        path.display()
-                    )
-                })?;
+                .map_err(|e| socket_error(path, e))?;
             proto::peercred::check_server(&stream, path, "broker")?;
             let mut conn: Conn =
                 FramedConn::with_limit(Box::new(stream), proto::MAX_RESPONSE_BYTES);

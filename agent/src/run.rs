@@ -92,8 +92,11 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<i32> {
         cfg.lab.as_deref(),
         cfg.secret_file.as_deref(),
     )? {
-        Some(t) => (None, t),
-        None => {
+        link::Resolution::Broker(t) => (None, t),
+        link::Resolution::Embedded { note } => {
+            if let Some(note) = note {
+                eprintln!("agent: note: {note}");
+            }
             let (e, t) = link::EmbeddedBroker::start()?;
             (Some(e), t)
         }

@@ -1,6 +1,6 @@
 //! `rb-broker`: flags → validated lab config → [`broker::run`]. Exit 64 on bad configuration.
 
-use std::{path::PathBuf, process::ExitCode};
+use std::{io::IsTerminal, path::PathBuf, process::ExitCode};
 
 use clap::Parser;
 
@@ -23,18 +23,33 @@ struct Args {
     state_dir: Option<PathBuf>,
 }
 
+/// Bad flags or configuration.
 const EXIT_CONFIG: u8 = 64;
+const EXIT_USAGE: u8 = EXIT_CONFIG;
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = match Args::try_parse() {
+        Ok(args) => args,
+        Err(e) if e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::from(EXIT_USAGE);
+        }
+        Err(e) => e.exit(),
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("RB_LOG").unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let lab = match load_lab(&args) {
-        Ok(lab) => lab,
+        Ok(lab) => {
+            for warning in lab.warnings() {
+                tracing::warn!("{warning}");
+            }
+            lab
+        }
         Err(e) => {
             eprintln!("rb-broker: error: {e}");
             return ExitCode::from(EXIT_CONFIG);
@@ -65,7 +80,11 @@ fn load_lab(args: &Args) -> Result<config::LabConfig, String> {
         (!args.embedded && default.exists()).then_some(default)
     });
     match lab_path {
-        Some(path) => config::LabConfig::load_checked(&path).map_err(|e| e.to_string()),
+        Some(path) => {
+            let lab = config::LabConfig::load_checked(&path).map_err(|e| e.to_string())?;
+            lab.check_secret_file().map_err(|e| e.to_string())?;
+            Ok(lab)
+        }
         None => {
             let dir = args
                 .state_dir
@@ -87,5 +106,24 @@ async fn shutdown_signal() {
             tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
         }
         _ => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn every_flag_has_help() {
+        let cmd = Args::command();
+        let missing: Vec<_> = cmd
+            .get_arguments()
+            .filter(|a| !matches!(a.get_id().as_str(), "help" | "version"))
+            .filter(|a| a.get_help().is_none())
+            .map(|a| a.get_id().to_string())
+            .collect();
+        assert!(missing.is_empty(), "without help: {missing:?}");
     }
 }

@@ -14,6 +14,10 @@ pub struct ConfigError {
     pub key: Option<String>,
     pub message: String,
     pub help: Option<String>,
+    /// Further problems found in the same pass (e.g. every unknown key of a file), each
+    /// rendered after this one on a line of its own starting with `error: ` (callers print
+    /// the first one's prefix).
+    pub more: Vec<ConfigError>,
 }
 
 impl ConfigError {
@@ -30,7 +34,22 @@ impl ConfigError {
         if let Some(help) = &self.help {
             out.push_str(&format!("\nhelp: {help}"));
         }
+        for other in &self.more {
+            out.push_str("\nerror: ");
+            out.push_str(&other.render());
+        }
         out
+    }
+
+    /// This error followed by `more` found in the same pass.
+    pub(crate) fn with_more(mut self, more: Vec<ConfigError>) -> Self {
+        self.more.extend(more);
+        self
+    }
+
+    /// How many problems this error reports (itself and [`Self::more`]).
+    pub fn count(&self) -> usize {
+        1 + self.more.iter().map(Self::count).sum::<usize>()
     }
 
     pub(crate) fn io(path: &Path, err: &std::io::Error) -> Self {
@@ -41,6 +60,7 @@ impl ConfigError {
             key: None,
             message: format!("cannot read: {err}"),
             help: Some("create a lab file with `rb init`, or pass its path with --lab".into()),
+            more: Vec::new(),
         }
     }
 
@@ -57,6 +77,7 @@ impl ConfigError {
             key: None,
             help: Some(toml_help(&message)),
             message,
+            more: Vec::new(),
         }
     }
 
@@ -69,6 +90,7 @@ impl ConfigError {
             key: Some(key.to_string()),
             message: String::new(),
             help: None,
+            more: Vec::new(),
         })
     }
 }
@@ -85,6 +107,27 @@ impl Builder {
         self.0.message = message.into();
         self.0.help = Some(help.into());
         self.0
+    }
+}
+
+/// Something allowed in a lab file but probably a mistake: `FILE: KEY: warning: message`
+/// plus a `help:` line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigWarning {
+    pub file: String,
+    /// Dotted key, e.g. `broker.listen`.
+    pub key: String,
+    pub message: String,
+    pub help: String,
+}
+
+impl std::fmt::Display for ConfigWarning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: {}: warning: {}\nhelp: {}",
+            self.file, self.key, self.message, self.help
+        )
     }
 }
 

@@ -3,6 +3,9 @@
 //! Two stages, as everywhere in ResourceBroker: [`raw`] mirrors the TOML exactly
 //! (`deny_unknown_fields`, spans kept), and [`LabConfig`] is the validated result the
 //! programs use. Every error names the file, line, column and key, and says how to fix it.
+//! Before the typed parse, `keys` finds every unknown key of the file at once; after it,
+//! `validate` checks values, names, addresses and duplicates. [`LabConfig::warnings`] and
+//! [`LabConfig::check_secret_file`] are what `rb check` and `rb-broker` add at start.
 //!
 //! ```toml
 //! [broker]
@@ -22,6 +25,7 @@
 #![allow(clippy::result_large_err)]
 
 mod error;
+mod keys;
 pub mod raw;
 mod statedir;
 mod validate;
@@ -32,7 +36,7 @@ use std::{
     time::Duration,
 };
 
-pub use error::ConfigError;
+pub use error::{ConfigError, ConfigWarning};
 
 /// How the broker starts host daemons.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,6 +131,9 @@ impl LabConfig {
 
     /// Parses and validates lab-file text; `path` is only used in messages.
     pub fn parse(text: &str, path: Option<&std::path::Path>) -> Result<Self, ConfigError> {
+        if let Some(unknown) = keys::unknown_keys(text, path) {
+            return Err(unknown);
+        }
         let raw: raw::RawLab =
             toml::from_str(text).map_err(|e| ConfigError::from_toml(text, path, &e))?;
         validate::validate(raw, text, path)
@@ -134,6 +141,64 @@ impl LabConfig {
 
     pub fn host(&self, name: &str) -> Option<&HostEntry> {
         self.hosts.iter().find(|h| h.name == name)
+    }
+
+    /// What is allowed but probably a mistake (`rb check` prints these; the broker logs
+    /// them at start): a loopback `listen` with a transport that starts daemons on other
+    /// machines, which cannot connect back to it.
+    pub fn warnings(&self) -> Vec<ConfigWarning> {
+        let b = &self.broker;
+        let remote = matches!(b.transport, Transport::Ssh | Transport::Rsh);
+        let mut out = Vec::new();
+        if remote && b.listen.ip().is_loopback() {
+            out.push(ConfigWarning {
+                file: self.source_name(),
+                key: "broker.listen".into(),
+                message: format!(
+                    "{} is a loopback address, but transport `{}` starts host daemons on other \
+                     machines, which cannot connect to it",
+                    b.listen,
+                    b.transport.name()
+                ),
+                help: "listen on an address of this machine that the hosts can reach \
+                       (e.g. \"10.77.0.1:7700\"), or use transport = \"local\""
+                    .into(),
+            });
+        }
+        out
+    }
+
+    /// What `rb-broker` checks at start beyond the file itself: the secret file exists, is
+    /// ours, is not readable by group or others, and is long enough (the same check,
+    /// [`proto::auth::Secret::load`]). `rb check` runs it too.
+    pub fn check_secret_file(&self) -> Result<(), ConfigError> {
+        let Err(e) = proto::auth::Secret::load(&self.broker.secret_file) else {
+            return Ok(());
+        };
+        let shown = e.to_string();
+        let (message, help) = match shown.split_once("\nhelp: ") {
+            Some((m, h)) => (m.to_string(), h.to_string()),
+            None => (
+                shown,
+                "use a secret file of your own, mode 0600 (`rb init` creates one)".to_string(),
+            ),
+        };
+        Err(ConfigError {
+            file: self.source_name(),
+            line: None,
+            column: None,
+            key: Some("broker.secret_file".into()),
+            message,
+            help: Some(help),
+            more: Vec::new(),
+        })
+    }
+
+    /// The file this lab came from, for messages (`<lab>` when it was built in memory).
+    pub fn source_name(&self) -> String {
+        self.source
+            .as_ref()
+            .map_or_else(|| "<lab>".to_string(), |p| p.display().to_string())
     }
 
     /// The broker's local control socket.

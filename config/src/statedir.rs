@@ -36,6 +36,7 @@ impl LabConfig {
                 key: Some("broker.state_dir".into()),
                 message,
                 help: Some(help),
+                more: Vec::new(),
             }
         })
     }

@@ -179,36 +179,56 @@ fn command(
 
 fn hosts(ctx: &Ctx, raw: Vec<RawHost>) -> Result<Vec<HostEntry>, ConfigError> {
     let mut seen: HashMap<String, usize> = HashMap::new();
-    let mut out = Vec::with_capacity(raw.len());
+    let mut addresses: HashMap<String, usize> = HashMap::new();
+    let mut out: Vec<HostEntry> = Vec::with_capacity(raw.len());
     for (i, host) in raw.into_iter().enumerate() {
         let name = host.name.get_ref().clone();
         check_name(ctx, &host.name, &format!("host[{i}].name"))?;
+        check_not_symbolic(ctx, &host.name, &format!("host[{i}].name"))?;
         if let Some(first) = seen.insert(name.to_ascii_lowercase(), i) {
-            let first_line = out.get(first).map(|_: &HostEntry| first).unwrap_or(first);
             return Err(ctx.err(
                 &host.name,
                 &format!("host[{i}].name"),
-                format!("duplicate host name `{name}` (also host[{first_line}])"),
+                format!("duplicate host name `{name}` (also host[{first}])"),
                 "every [[host]] needs its own name (names compare case-insensitively)",
             ));
         }
-        out.push(host_entry(ctx, host, i)?);
+        let entry = host_entry(ctx, &host, i)?;
+        if let Some(first) = addresses.insert(address_key(&entry.address), i) {
+            let (span, key) = match &host.address {
+                Some(a) => (a.span().start, format!("host[{i}].address")),
+                None => (host.name.span().start, format!("host[{i}].name")),
+            };
+            return Err(ConfigError::at(ctx.text, ctx.path, Some(span), &key).msg(
+                format!(
+                    "host `{name}` has the address `{}` of host[{first}] (`{}`)",
+                    entry.address, out[first].name
+                ),
+                "every [[host]] is a different machine: give each its own address \
+                 (a host without `address` is reached by its name)",
+            ));
+        }
+        out.push(entry);
     }
     Ok(out)
 }
 
-fn host_entry(ctx: &Ctx, host: RawHost, i: usize) -> Result<HostEntry, ConfigError> {
+/// Addresses that reach one machine compare equal: IPs in canonical form, names in lower
+/// case without a trailing dot.
+fn address_key(address: &str) -> String {
+    match address.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.to_string(),
+        Err(_) => address.trim_end_matches('.').to_ascii_lowercase(),
+    }
+}
+
+fn host_entry(ctx: &Ctx, host: &RawHost, i: usize) -> Result<HostEntry, ConfigError> {
     let name = host.name.get_ref().clone();
     let address = match &host.address {
-        Some(a) if a.get_ref().trim().is_empty() || a.get_ref().contains(char::is_whitespace) => {
-            return Err(ctx.err(
-                a,
-                &format!("host[{i}].address"),
-                "must be a host name or IP address without blanks",
-                "remove the key to use the host name",
-            ));
+        Some(a) => {
+            check_address(ctx, a, &format!("host[{i}].address"))?;
+            a.get_ref().clone()
         }
-        Some(a) => a.get_ref().clone(),
         None => name.clone(),
     };
     let mut labels = Vec::new();
@@ -236,6 +256,47 @@ fn host_entry(ctx: &Ctx, host: RawHost, i: usize) -> Result<HostEntry, ConfigErr
         labels,
         owner,
     })
+}
+
+/// An address is handed to ssh/rsh as an argument: nothing a remote shell could read as an
+/// option (a leading `-`, e.g. `-oProxyCommand=…`), no blanks or control characters.
+fn check_address(ctx: &Ctx, value: &Spanned<String>, key: &str) -> Result<(), ConfigError> {
+    let a = value.get_ref();
+    let problem = if a.trim().is_empty() {
+        Some("must not be empty".to_string())
+    } else if a.starts_with('-') {
+        Some(format!(
+            "`{a}` starts with '-': the remote shell would read it as an option"
+        ))
+    } else if a.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        Some(format!("`{a}` contains blanks or control characters"))
+    } else {
+        None
+    };
+    match problem {
+        None => Ok(()),
+        Some(problem) => Err(ctx.err(
+            value,
+            key,
+            problem,
+            "write a host name or IP address (e.g. \"10.77.0.2\"), or remove the key to use the host name",
+        )),
+    }
+}
+
+/// A host named like a symbolic name (`anyLinux`, `anyHost`, `any<Label>`, any case) could
+/// never be asked for by name: `rsh anyLinux` means "a host chosen now".
+fn check_not_symbolic(ctx: &Ctx, value: &Spanned<String>, key: &str) -> Result<(), ConfigError> {
+    let s = value.get_ref();
+    if !proto::symbolic::is_symbolic(s) {
+        return Ok(());
+    }
+    Err(ctx.err(
+        value,
+        key,
+        format!("`{s}` is a symbolic name (any<Label>): `rsh {s}` asks for a host chosen now, never this one"),
+        "rename the host so that it does not start with \"any\" (names compare case-insensitively)",
+    ))
 }
 
 /// Host names and labels: letters, digits, `.`, `-`, `_`; not starting with `-`.
@@ -359,5 +420,91 @@ owner = "alice"
         ))
         .expect_err("type");
         assert_eq!(err.line, Some(11));
+    }
+
+    #[test]
+    fn an_address_that_starts_with_a_dash_is_refused() {
+        let text = GOOD.replace("\"10.77.0.2\"", "\"-oProxyCommand=touch /tmp/x\"");
+        let err = parse(&text).expect_err("option-like address");
+        assert_eq!(err.key.as_deref(), Some("host[0].address"));
+        assert_eq!((err.line, err.column), (Some(10), Some(11)));
+        assert!(err.message.contains("starts with '-'"), "{err}");
+        assert!(err.to_string().contains("\nhelp: "), "{err}");
+        let err = parse(&GOOD.replace("\"10.77.0.2\"", "\"10.77.0.2 -v\"")).expect_err("blank");
+        assert_eq!(err.key.as_deref(), Some("host[0].address"));
+        let err = parse(&GOOD.replace("\"node02\"", "\"-node02\"")).expect_err("name");
+        assert_eq!(err.key.as_deref(), Some("host[0].name"));
+    }
+
+    #[test]
+    fn a_host_named_like_a_symbolic_name_is_refused() {
+        for name in ["anyLinux", "ANYHOST", "anyPublic", "anyx86_64"] {
+            let text = GOOD.replace("\"node03\"", &format!("\"{name}\""));
+            let err = parse(&text).expect_err(name);
+            assert_eq!(err.key.as_deref(), Some("host[1].name"), "{name}");
+            assert_eq!(err.line, Some(14), "{name}");
+            assert!(err.message.contains("symbolic name"), "{err}");
+        }
+        let text = GOOD.replace("\"node03\"", "\"anything.example.org\"");
+        parse(&text).expect("a qualified name is a real host");
+    }
+
+    #[test]
+    fn two_hosts_with_one_address_are_refused() {
+        let text = GOOD.replace(
+            "owner = \"alice\"",
+            "owner = \"alice\"\naddress = \"10.77.0.2\"",
+        );
+        let err = parse(&text).expect_err("same address");
+        assert_eq!(err.key.as_deref(), Some("host[1].address"));
+        assert_eq!(err.line, Some(16));
+        assert!(err.message.contains("host[0]"), "{err}");
+        // A host reached by its name collides with another's explicit address too.
+        let text = GOOD.replace("\"10.77.0.2\"", "\"NODE03\"");
+        let err = parse(&text).expect_err("name is the other's address");
+        assert_eq!(err.key.as_deref(), Some("host[1].name"));
+    }
+
+    #[test]
+    fn every_unknown_key_of_a_file_is_reported() {
+        let text = GOOD
+            .replace("[broker]\n", "[broker]\nlisten_port = 7700\n")
+            .replace("owner = \"alice\"", "owner = \"alice\"\ncolour = \"red\"")
+            .replace("address = \"10.77.0.2\"", "adress = \"10.77.0.2\"")
+            + "\n[extra]\n";
+        let err = parse(&text).expect_err("unknown keys");
+        assert_eq!(err.count(), 4, "{err}");
+        let keys: Vec<_> = std::iter::once(&err)
+            .chain(&err.more)
+            .map(|e| (e.key.clone().unwrap_or_default(), e.line.unwrap_or(0)))
+            .collect();
+        let expect = [
+            ("broker.listen_port", 3),
+            ("host[0].adress", 11),
+            ("host[1].colour", 17),
+            ("extra", 19),
+        ];
+        let expect: Vec<_> = expect.iter().map(|(k, l)| (k.to_string(), *l)).collect();
+        assert_eq!(keys, expect, "{err}");
+        let shown = err.to_string();
+        assert!(shown.contains("did you mean `address`?"), "{shown}");
+        assert_eq!(shown.matches("\nhelp: ").count(), 4, "{shown}");
+    }
+
+    #[test]
+    fn a_loopback_listen_with_a_remote_transport_warns_but_loads() {
+        assert!(parse(GOOD).expect("valid").warnings().is_empty());
+        let text = GOOD.replace("10.77.0.1:7700", "127.0.0.1:7700");
+        let lab = parse(&text).expect("a warning is not an error");
+        let warnings = lab.warnings();
+        assert_eq!(warnings.len(), 1);
+        assert_eq!(warnings[0].key, "broker.listen");
+        assert!(warnings[0]
+            .to_string()
+            .starts_with("lab.toml: broker.listen: warning:"));
+        let local = text.replace("transport = \"ssh\"", "transport = \"local\"");
+        assert!(parse(&local).expect("valid").warnings().is_empty());
+        let rsh = text.replace("transport = \"ssh\"", "transport = \"rsh\"");
+        assert_eq!(parse(&rsh).expect("valid").warnings().len(), 1);
     }
 }

@@ -3,7 +3,7 @@
 //! Normally started by the broker over the lab's transport; can also be run by hand
 //! (`--once` prints one report as JSON and exits, handy to see what a machine reports).
 
-use std::{path::PathBuf, process::ExitCode, time::Duration};
+use std::{io::IsTerminal, path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::Parser;
 use hostd::{
@@ -50,14 +50,29 @@ struct Args {
     once: bool,
 }
 
+/// Bad flags.
+const EXIT_USAGE: u8 = 64;
+
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = match Args::try_parse() {
+        Ok(args) => args,
+        Err(e) if e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::from(EXIT_USAGE);
+        }
+        Err(e) => e.exit(),
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("RB_LOG").unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
+    if let Some(Err(e)) = args.broker.as_deref().map(check_broker) {
+        eprintln!("rb-hostd: error: {e}");
+        return ExitCode::from(EXIT_USAGE);
+    }
     let sensors = Sensors::new(sensor_config(&args));
     if args.once {
         return print_once(sensors);
@@ -68,6 +83,27 @@ fn main() -> ExitCode {
             eprintln!("rb-hostd: error: {e:#}");
             ExitCode::from(1)
         }
+    }
+}
+
+/// `--broker` is HOST:PORT (an IP or a name, and a port number): anything else could never
+/// be reached, and retrying it for ever would only hide the mistake.
+fn check_broker(value: &str) -> Result<(), String> {
+    if value.parse::<std::net::SocketAddr>().is_ok() {
+        return Ok(());
+    }
+    let ok = value.rsplit_once(':').is_some_and(|(host, port)| {
+        !host.is_empty()
+            && !host.starts_with('-')
+            && !host.contains(char::is_whitespace)
+            && port.parse::<u16>().is_ok()
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "--broker `{value}` is not HOST:PORT\nhelp: e.g. --broker 10.77.0.1:7700 (the broker's listen address)"
+        ))
     }
 }
 
@@ -173,5 +209,41 @@ fn wait_for_eof_on_stdin() -> String {
             Ok(_) | Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::EINTR) => continue,
             Err(e) => return format!("read: {e}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn a_broker_that_is_not_host_and_port_is_refused() {
+        assert!(check_broker("10.77.0.1:7700").is_ok());
+        assert!(check_broker("[::1]:7700").is_ok());
+        assert!(check_broker("broker.lab:7700").is_ok());
+        for bad in [
+            "nonsense",
+            "10.77.0.1",
+            ":7700",
+            "host:port",
+            "-oX=y:22",
+            "a b:1",
+        ] {
+            assert!(check_broker(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn every_flag_has_help() {
+        let cmd = Args::command();
+        let missing: Vec<_> = cmd
+            .get_arguments()
+            .filter(|a| !matches!(a.get_id().as_str(), "help" | "version"))
+            .filter(|a| a.get_help().is_none())
+            .map(|a| a.get_id().to_string())
+            .collect();
+        assert!(missing.is_empty(), "without help: {missing:?}");
     }
 }

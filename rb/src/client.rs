@@ -1,6 +1,7 @@
 //! Reaching the broker: `--broker`/`RB_BROKER` (a socket path or IP:port), else the lab
-//! file's control socket, else the embedded lab's. TCP uses the lab secret; on the local
-//! socket each side checks the other with SO_PEERCRED (we talk only to a broker of our uid).
+//! file's control socket, else a running `rb demo --keep` or embedded broker. TCP uses the
+//! lab secret; on the local socket each side checks the other with SO_PEERCRED (we talk
+//! only to a broker of our uid).
 
 use std::{
     net::SocketAddr,
@@ -30,37 +31,113 @@ pub enum Target {
     },
 }
 
-/// Resolves the target from flags/env (`broker`), a lab file, or the defaults.
+/// Why no broker could be chosen: the flags or the lab file are wrong (exit 64), or no
+/// broker is running where they point.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error("--broker `{0}` is neither a control-socket path nor an IP:port address\nhelp: e.g. --broker /var/tmp/rb-$USER/broker.sock or --broker 10.77.0.1:7700")]
+    BadBroker(String),
+    #[error(transparent)]
+    Config(Box<config::ConfigError>),
+    #[error("no broker is running for {lab} (no control socket {socket})\nhelp: start it with `rb-broker --lab {lab} &`{also}")]
+    NotRunning {
+        lab: String,
+        socket: String,
+        also: &'static str,
+    },
+    #[error("no broker configured\nhelp: pass --broker ADDR or --lab FILE, set RB_BROKER, create ~/.config/rb/lab.toml with `rb init`, or try `rb demo --keep`")]
+    NoneConfigured,
+}
+
+impl From<config::ConfigError> for ResolveError {
+    fn from(e: config::ConfigError) -> Self {
+        Self::Config(Box::new(e))
+    }
+}
+
+impl ResolveError {
+    /// True when the flags or the lab file are at fault (exit 64).
+    pub fn is_usage(&self) -> bool {
+        matches!(self, Self::BadBroker(_) | Self::Config(_))
+    }
+}
+
+/// The broker to talk to, and a note for stderr when it is not the one the user may expect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    pub target: Target,
+    pub note: Option<String>,
+}
+
+/// Where to look when no flag says: the implicit lab file (`~/.config/rb/lab.toml`) and
+/// the sockets of a running `rb demo --keep` or embedded broker, in order of preference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Defaults {
+    pub lab_file: PathBuf,
+    pub demo_sockets: Vec<PathBuf>,
+}
+
+/// Resolves the target: `broker` (flag or `RB_BROKER`), else the control socket of `lab`
+/// (flag or `RB_LAB`), else of `~/.config/rb/lab.toml`; when that implicit lab's broker is not
+/// running, or there is no lab file, a running `rb demo --keep` or embedded broker.
 pub fn resolve(
     broker: Option<&str>,
     lab: Option<&Path>,
     secret_file: Option<&Path>,
-) -> anyhow::Result<Target> {
-    let lab_cfg = config::load_lab(lab).map_err(|e| anyhow!("{e}"))?;
+    defaults: &Defaults,
+) -> Result<Resolved, ResolveError> {
+    let found = |target| Resolved { target, note: None };
+    let lab_cfg = match lab {
+        Some(path) => Some(config::LabConfig::load(path)?),
+        None if defaults.lab_file.exists() => Some(config::LabConfig::load(&defaults.lab_file)?),
+        None => None,
+    };
+    let demo_sockets = &defaults.demo_sockets;
     if let Some(value) = broker {
-        return parse_target(value, secret_file, lab_cfg.as_ref());
+        return parse_target(value, secret_file, lab_cfg.as_ref()).map(found);
     }
-    if let Some(cfg) = lab_cfg {
-        return Ok(Target::Socket(cfg.control_socket()));
+    let running_demo = demo_sockets.iter().find(|s| s.exists());
+    let Some(cfg) = lab_cfg else {
+        return running_demo
+            .map(|s| found(Target::Socket(s.clone())))
+            .ok_or(ResolveError::NoneConfigured);
+    };
+    let socket = cfg.control_socket();
+    if socket.symlink_metadata().is_ok() {
+        return Ok(found(Target::Socket(socket)));
     }
-    let embedded = broker::embedded::default_state_dir().join("broker.sock");
-    if embedded.exists() {
-        return Ok(Target::Socket(embedded));
+    let (lab_name, socket_name) = (cfg.source_name(), socket.display().to_string());
+    let not_running = |also| ResolveError::NotRunning {
+        lab: lab_name.clone(),
+        socket: socket_name.clone(),
+        also,
+    };
+    match (lab, running_demo) {
+        (None, Some(demo)) => Ok(Resolved {
+            target: Target::Socket(demo.clone()),
+            note: Some(format!(
+                "no broker is running for {lab_name} (no control socket {socket_name}); \
+                 showing the `rb demo --keep` or embedded broker at {}\n\
+                 help: to use the lab, start its broker with `rb-broker --lab {lab_name} &`",
+                demo.display()
+            )),
+        }),
+        (None, None) => Err(not_running(", or try `rb demo --keep`")),
+        (Some(_), _) => Err(not_running("")),
     }
-    bail!("no broker configured\nhelp: pass --broker ADDR or --lab FILE, set RB_BROKER, create ~/.config/rb/lab.toml with `rb init`, or try `rb demo`")
 }
 
 fn parse_target(
     value: &str,
     secret_file: Option<&Path>,
     lab: Option<&config::LabConfig>,
-) -> anyhow::Result<Target> {
+) -> Result<Target, ResolveError> {
     if value.contains('/') {
         return Ok(Target::Socket(PathBuf::from(value)));
     }
-    let addr: SocketAddr = value.parse().map_err(|_| {
-        anyhow!("--broker `{value}` is neither a socket path nor an IP:port address")
-    })?;
+    let addr: SocketAddr = value
+        .parse()
+        .map_err(|_| ResolveError::BadBroker(value.to_string()))?;
     let secret_file = secret_file
         .map(Path::to_path_buf)
         .or_else(|| lab.map(|l| l.broker.secret_file.clone()))
@@ -78,9 +155,9 @@ pub async fn request(target: &Target, req: Request) -> anyhow::Result<Response> 
 async fn request_inner(target: &Target, req: Request) -> anyhow::Result<Response> {
     match target {
         Target::Socket(path) => {
-            let stream = tokio::net::UnixStream::connect(path).await.with_context(|| {
-                format!("cannot reach the broker at {}\nhelp: is rb-broker running? start it with `rb-broker --lab LAB.toml`", path.display())
-            })?;
+            let stream = tokio::net::UnixStream::connect(path)
+                .await
+                .map_err(|e| socket_error(path, e))?;
             proto::peercred::check_server(&stream, path, "broker")?;
             exchange(
                 FramedConn::with_limit(stream, proto::MAX_RESPONSE_BYTES),
@@ -102,6 +179,20 @@ async fn request_inner(target: &Target, req: Request) -> anyhow::Result<Response
             .await
         }
     }
+}
+
+/// Why a Unix socket could not be reached, in words a user can act on: a permission error
+/// is not a missing broker.
+fn socket_error(path: &Path, err: std::io::Error) -> anyhow::Error {
+    let help = if err.kind() == std::io::ErrorKind::PermissionDenied {
+        "the socket or a directory above it is not yours (another user's broker?); use your own lab file's broker, or --broker IP:PORT with the lab secret"
+    } else {
+        "is rb-broker running? start it with `rb-broker --lab LAB.toml`"
+    };
+    anyhow::Error::new(err).context(format!(
+        "cannot reach the broker at {}\nhelp: {help}",
+        path.display()
+    ))
 }
 
 async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
@@ -143,5 +234,71 @@ mod tests {
             }
         );
         assert!(parse_target("node01", None, None).is_err());
+    }
+
+    /// A lab file in `dir` whose state dir is `dir/state`, and the defaults around it.
+    fn setup(dir: &Path) -> (PathBuf, Defaults) {
+        let lab = dir.join("lab.toml");
+        let text = format!(
+            "[broker]\nlisten = \"127.0.0.1:0\"\ntransport = \"local\"\nstate_dir = \"{}\"\n",
+            dir.join("state").display()
+        );
+        std::fs::write(&lab, text).expect("write lab");
+        let defaults = Defaults {
+            lab_file: dir.join("absent.toml"),
+            demo_sockets: vec![dir.join("demo/broker.sock")],
+        };
+        (lab, defaults)
+    }
+
+    fn make_socket_file(path: &Path) {
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(path, "").expect("stand-in for a socket");
+    }
+
+    #[test]
+    fn a_running_demo_keep_broker_is_found_without_flags() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (_, defaults) = setup(dir.path());
+        assert!(matches!(
+            resolve(None, None, None, &defaults),
+            Err(ResolveError::NoneConfigured)
+        ));
+        make_socket_file(&defaults.demo_sockets[0]);
+        let got = resolve(None, None, None, &defaults).expect("demo");
+        assert_eq!(got.target, Target::Socket(defaults.demo_sockets[0].clone()));
+        assert_eq!(got.note, None);
+    }
+
+    #[test]
+    fn only_the_implicit_lab_file_falls_back_and_says_so() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (lab, mut defaults) = setup(dir.path());
+        defaults.lab_file = lab.clone();
+        let err = resolve(None, None, None, &defaults).expect_err("nothing runs");
+        let shown = err.to_string();
+        assert!(
+            shown.contains(&format!("no broker is running for {}", lab.display())),
+            "{shown}"
+        );
+        assert!(
+            shown.contains(&format!("rb-broker --lab {} &", lab.display())),
+            "{shown}"
+        );
+        make_socket_file(&defaults.demo_sockets[0]);
+        let got = resolve(None, None, None, &defaults).expect("falls back to the demo");
+        assert_eq!(got.target, Target::Socket(defaults.demo_sockets[0].clone()));
+        let note = got.note.expect("says so");
+        assert!(note.contains(&lab.display().to_string()), "{note}");
+        let err = resolve(None, Some(&lab), None, &defaults).expect_err("named lab: no fallback");
+        assert!(matches!(err, ResolveError::NotRunning { .. }), "{err}");
+        make_socket_file(&dir.path().join("state/broker.sock"));
+        let got = resolve(None, Some(&lab), None, &defaults).expect("its broker");
+        assert_eq!(
+            got.target,
+            Target::Socket(dir.path().join("state/broker.sock"))
+        );
+        let err = resolve(Some("node01"), None, None, &defaults).expect_err("bad value");
+        assert!(err.is_usage(), "{err}");
     }
 }

@@ -46,9 +46,10 @@ pub async fn run(
     result
 }
 
-/// The demo's default state dir: `demo` in the private runtime root
-/// (`$XDG_RUNTIME_DIR/rb/demo`, else `/tmp/rb-<uid>/demo`).
-pub fn default_dir() -> PathBuf {
+/// Where `rb demo` keeps its broker unless told otherwise (`rb status` looks there for a
+/// `rb demo --keep` broker): `demo` in the private runtime root (`$XDG_RUNTIME_DIR/rb/demo`,
+/// else `/tmp/rb-<uid>/demo`).
+pub fn default_state_dir() -> PathBuf {
     privdir::runtime_root().join("demo")
 }
 

@@ -31,7 +31,7 @@ pub fn init(secret: &Path, lab: &Path, force: bool) -> anyhow::Result<InitOutcom
                 .mode(0o700)
                 .create(dir)?;
         }
-        std::fs::write(lab, example_lab(secret))
+        std::fs::write(lab, example_lab(secret, current_user().as_deref()))
             .with_context(|| format!("cannot write {}", lab.display()))?;
     }
     Ok(InitOutcome {
@@ -42,16 +42,43 @@ pub fn init(secret: &Path, lab: &Path, force: bool) -> anyhow::Result<InitOutcom
     })
 }
 
+/// This user's name: `$USER`, else the password database's, else none.
+fn current_user() -> Option<String> {
+    std::env::var("USER")
+        .ok()
+        .filter(|u| !u.trim().is_empty())
+        .or_else(|| {
+            nix::unistd::User::from_uid(nix::unistd::getuid())
+                .ok()
+                .flatten()
+                .map(|u| u.name)
+        })
+}
+
 /// An example lab file: four virtual hosts on this machine, with the real-network shape
-/// commented beside it.
-pub fn example_lab(secret: &Path) -> String {
-    let user = std::env::var("USER").unwrap_or_else(|_| "me".into());
+/// commented beside it. The broker listens on port 0 (any free port: two users of one
+/// machine never collide); the private host is `user`'s, and without a user name there is
+/// no private host (the `owner` line stays a comment).
+pub fn example_lab(secret: &Path, user: Option<&str>) -> String {
+    let uid = nix::unistd::getuid();
+    let state_dir = match user {
+        Some(u) => format!("/var/tmp/rb-{u}"),
+        None => format!("/var/tmp/rb-{uid}"),
+    };
+    let owner = match user {
+        Some(u) => {
+            format!("owner = \"{u}\"                    # a private machine: its owner comes first")
+        }
+        None => {
+            "# owner = \"alice\"                # a private machine: its owner comes first".into()
+        }
+    };
     format!(
         r#"# ResourceBroker lab file. Check it with `rb check`, run it with `rb-broker --lab FILE`.
 [broker]
-listen = "127.0.0.1:7700"          # where host daemons, agents and rb connect
+listen = "127.0.0.1:0"             # where host daemons, agents and rb connect (port 0: any free port)
 transport = "local"                # ssh | rsh | local (virtual hosts on this machine) | manual
-state_dir = "/var/tmp/rb-{user}"   # database, sockets, logs
+state_dir = "{state_dir}"   # database, sockets, logs
 secret_file = "{secret}"
 # report_interval_s = 2
 # down_after_s = 6                 # silence after which a host is down and its daemon restarted
@@ -71,9 +98,10 @@ labels = ["public"]
 
 [[host]]
 name = "vhost04"
-owner = "{user}"                    # a private machine: its owner comes first
+{owner}
 
-# A real lab uses transport = "ssh" and one entry per machine:
+# A real lab uses transport = "ssh", listen = "<an address the hosts reach>:7700" and one
+# entry per machine:
 # [[host]]
 # name = "node02"
 # address = "10.77.0.2"            # optional, defaults to the name
@@ -101,5 +129,18 @@ mod tests {
         let second = init(&secret, &lab, false).expect("init again");
         assert!(!second.secret_created && !second.lab_created);
         assert_eq!(std::fs::read(&secret).expect("read"), before);
+    }
+
+    #[test]
+    fn example_lab_listens_on_any_free_port_and_has_no_made_up_owner() {
+        let secret = Path::new("/home/alice/.config/rb/secret");
+        let parse = |text: String| config::LabConfig::parse(&text, None).expect("valid");
+        let lab = parse(example_lab(secret, None));
+        assert_eq!(lab.broker.listen, "127.0.0.1:0".parse().expect("addr"));
+        assert!(lab.hosts.iter().all(|h| h.owner.is_none()), "{lab:?}");
+        assert!(!example_lab(secret, None).contains("\"me\""));
+        let lab = parse(example_lab(secret, Some("alice")));
+        assert_eq!(lab.hosts[3].owner.as_deref(), Some("alice"));
+        assert_eq!(lab.broker.state_dir, Path::new("/var/tmp/rb-alice"));
     }
 }

@@ -1,11 +1,13 @@
 //! The `rb` command line, as a library so tests and other binaries can reuse its pieces.
 //!
 //! # Layout
+//! - [`cli`]: the command line: flags, subcommands, which subcommand takes which flag.
 //! - [`client`]: finding the broker (flag, env, lab file) and talking to it.
 //! - [`table`]: the `rb status` table and its formatting helpers.
 //! - [`init`]: `rb init` (secret and example lab file).
 //! - [`demo`]: `rb demo`, the embedded single-machine lab end to end.
 
+pub mod cli;
 pub mod client;
 pub mod demo;
 pub mod init;

@@ -1,95 +1,35 @@
-//! `rb`: flags → one subcommand → exit code (64 for bad configuration, 1 for other errors).
+//! `rb`: flags ([`rb::cli`]) → one subcommand → exit code (64 bad flags, configuration or
+//! input; 77 permission denied; 1 other errors).
 
 use std::{
+    io::IsTerminal,
     path::{Path, PathBuf},
     process::ExitCode,
     time::Duration,
 };
 
-use clap::{Parser, Subcommand};
+use clap::Parser;
 use proto::msg::{Request, Response};
-use rb::{client, demo, init, table};
-
-/// ResourceBroker: hand idle lab machines to adaptive parallel jobs.
-#[derive(Debug, Parser)]
-#[command(name = "rb", version)]
-struct Cli {
-    /// Broker to talk to: a control-socket path or IP:port (default: from the lab file).
-    #[arg(long, global = true, env = "RB_BROKER")]
-    broker: Option<String>,
-    /// Lab file (default ~/.config/rb/lab.toml).
-    #[arg(long, global = true, env = "RB_LAB")]
-    lab: Option<PathBuf>,
-    /// Lab secret for TCP connections (default: the lab file's, else ~/.config/rb/secret).
-    #[arg(long, global = true)]
-    secret_file: Option<PathBuf>,
-    #[command(subcommand)]
-    command: Cmd,
-}
-
-#[derive(Debug, Subcommand)]
-enum Cmd {
-    /// Create the lab secret and an example lab file (never overwrites without --force).
-    Init {
-        #[arg(long)]
-        force: bool,
-    },
-    /// Validate a lab file without starting anything (exit 64 when invalid).
-    Check { file: Option<PathBuf> },
-    /// Show every host: state, load, CPUs, users, idleness, labels, owner.
-    Status {
-        /// Machine-readable output: a JSON array of host objects.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Stop the broker (local control socket only).
-    Shutdown,
-    /// Show jobs: id, user, state, hosts, queued requests, spec.
-    Jobs {
-        /// Machine-readable output: a JSON array of job objects.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Take HOST back from whatever job holds it (TERM, grace period, then KILL).
-    Release {
-        host: String,
-        /// Grace period in seconds before remaining processes are killed.
-        #[arg(long)]
-        grace_s: Option<f64>,
-    },
-    /// Stop granting HOST to jobs (jobs already on it keep it).
-    Drain { host: String },
-    /// Grant HOST to jobs again.
-    Resume { host: String },
-    /// Test hosts on this machine (root): network namespaces with their own sshd.
-    #[command(subcommand)]
-    Lab(lab::cli::LabCommand),
-    /// Globus RSL job specifications: check them, turn them into job specs.
-    #[command(subcommand)]
-    Rsl(rsl::cli::RslCommand),
-    /// Run the embedded single-machine lab: start a broker with virtual hosts, show them up.
-    Demo {
-        #[arg(long, default_value_t = 4)]
-        hosts: usize,
-        /// Leave the broker running afterwards.
-        #[arg(long)]
-        keep: bool,
-        /// State dir, holding the broker's log `broker.log` (default $XDG_RUNTIME_DIR/rb/demo,
-        /// else /tmp/rb-<uid>/demo); created 0700, refused if another user owns it.
-        #[arg(long)]
-        state_dir: Option<PathBuf>,
-    },
-}
-
-const EXIT_CONFIG: u8 = 64;
+use rb::{
+    cli::{self, BrokerFlags, Cli, Cmd, EXIT_PERMISSION, EXIT_USAGE},
+    client, demo, init, table,
+};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::from(EXIT_USAGE);
+        }
+        Err(e) => e.exit(),
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("RB_LOG").unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     match dispatch(cli) {
         Ok(code) => code,
@@ -100,37 +40,66 @@ fn main() -> ExitCode {
     }
 }
 
-/// 77 (permission) when a directory or socket is not this user's alone (issue 14), else 1.
+/// 64 for bad flags or lab file; 77 for permission denied, and when a directory or socket
+/// is not this user's alone (issue 14); else 1.
 fn exit_code(e: &anyhow::Error) -> u8 {
-    let unsafe_place = |c: &(dyn std::error::Error + 'static)| {
-        c.is::<privdir::Error>() || c.is::<proto::peercred::PeerError>()
-    };
-    if e.chain().any(unsafe_place) {
-        77
-    } else {
-        1
+    let usage = e.downcast_ref::<cli::UsageError>().is_some()
+        || e.downcast_ref::<client::ResolveError>()
+            .is_some_and(client::ResolveError::is_usage);
+    let denied = e.chain().any(|cause| {
+        cause.is::<privdir::Error>()
+            || cause.is::<proto::peercred::PeerError>()
+            || cause
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied)
+    });
+    match (usage, denied) {
+        (true, _) => EXIT_USAGE,
+        (false, true) => EXIT_PERMISSION,
+        _ => 1,
     }
 }
 
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    cli.check_flags()?;
+    let before = &cli.broker;
+    let env = |key: &str| std::env::var(key).ok();
+    let env_lab = || env("RB_LAB").filter(|v| !v.is_empty()).map(PathBuf::from);
+    let broker = |flags: &BrokerFlags| target(&flags.or(before, env));
     match &cli.command {
-        Cmd::Init { force } => cmd_init(cli.lab.as_deref(), cli.secret_file.as_deref(), *force),
-        Cmd::Check { file } => Ok(cmd_check(file.as_deref().or(cli.lab.as_deref()))),
-        Cmd::Status { json } => block_on(cmd_status(&cli, *json)),
-        Cmd::Shutdown => block_on(cmd_shutdown(&cli)),
-        Cmd::Jobs { json } => block_on(cmd_jobs(&cli, *json)),
-        Cmd::Release { host, grace_s } => {
-            let grace_ms = grace_s.map(|g| (g.max(0.0) * 1000.0) as u64);
-            block_on(cmd_admin(
-                &cli,
-                Request::Release {
-                    host: host.clone(),
-                    grace_ms,
-                },
-            ))
+        Cmd::Init {
+            force,
+            lab,
+            secret_file,
+        } => {
+            let lab = lab.clone().or_else(|| before.lab.clone()).or_else(env_lab);
+            let secret = secret_file.as_deref().or(before.secret_file.as_deref());
+            cmd_init(lab.as_deref(), secret, *force)
         }
-        Cmd::Drain { host } => block_on(cmd_admin(&cli, Request::Drain { host: host.clone() })),
-        Cmd::Resume { host } => block_on(cmd_admin(&cli, Request::Resume { host: host.clone() })),
+        Cmd::Check { file } => {
+            let file = file.clone().or_else(|| before.lab.clone()).or_else(env_lab);
+            Ok(cmd_check(file.as_deref()))
+        }
+        Cmd::Status { json, broker: b } => block_on(cmd_status(broker(b)?, *json)),
+        Cmd::Shutdown { broker: b } => block_on(cmd_shutdown(broker(b)?)),
+        Cmd::Jobs { json, broker: b } => block_on(cmd_jobs(broker(b)?, *json)),
+        Cmd::Release {
+            host,
+            grace_s,
+            broker: b,
+        } => {
+            let grace_ms = cli::grace_ms(*grace_s)?;
+            let host = host.clone();
+            block_on(cmd_admin(broker(b)?, Request::Release { host, grace_ms }))
+        }
+        Cmd::Drain { host, broker: b } => {
+            let host = host.clone();
+            block_on(cmd_admin(broker(b)?, Request::Drain { host }))
+        }
+        Cmd::Resume { host, broker: b } => {
+            let host = host.clone();
+            block_on(cmd_admin(broker(b)?, Request::Resume { host }))
+        }
         Cmd::Lab(cmd) => lab::cli::run(cmd.clone()).map(|()| ExitCode::SUCCESS),
         Cmd::Rsl(cmd) => {
             let code = rsl::cli::run(cmd, &mut std::io::stdout(), &mut std::io::stderr());
@@ -141,7 +110,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             keep,
             state_dir,
         } => {
-            let dir = state_dir.clone().unwrap_or_else(demo::default_dir);
+            let dir = state_dir.clone().unwrap_or_else(demo::default_state_dir);
             block_on(cmd_demo(*hosts, dir, *keep))
         }
     }
@@ -178,36 +147,57 @@ fn cmd_init(lab: Option<&Path>, secret: Option<&Path>, force: bool) -> anyhow::R
     Ok(ExitCode::SUCCESS)
 }
 
+/// `rb check`: the lab file as `rb-broker` will load it, and what the broker checks at start
+/// (the secret file); warnings go to stderr and do not fail.
 fn cmd_check(file: Option<&Path>) -> ExitCode {
     let path = file.map_or_else(config::default_lab_path, Path::to_path_buf);
-    match config::LabConfig::load_checked(&path) {
-        Ok(lab) => {
-            println!(
-                "{}: ok: {} hosts, transport {}, listen {}",
-                path.display(),
-                lab.hosts.len(),
-                lab.broker.transport.name(),
-                lab.broker.listen
-            );
-            ExitCode::SUCCESS
-        }
+    let checked = config::LabConfig::load_checked(&path).map_err(Box::new);
+    let checked = checked.and_then(|lab| match lab.check_secret_file() {
+        Ok(()) => Ok(lab),
+        Err(e) => Err(Box::new(e)),
+    });
+    let lab = match checked {
+        Ok(lab) => lab,
         Err(e) => {
             eprintln!("error: {e}");
-            ExitCode::from(EXIT_CONFIG)
+            return ExitCode::from(EXIT_USAGE);
         }
+    };
+    for warning in lab.warnings() {
+        eprintln!("{warning}");
     }
+    println!(
+        "{}: ok: {} hosts, transport {}, listen {}",
+        path.display(),
+        lab.hosts.len(),
+        lab.broker.transport.name(),
+        lab.broker.listen
+    );
+    ExitCode::SUCCESS
 }
 
-fn target(cli: &Cli) -> anyhow::Result<client::Target> {
-    client::resolve(
-        cli.broker.as_deref(),
-        cli.lab.as_deref(),
-        cli.secret_file.as_deref(),
-    )
+fn target(flags: &BrokerFlags) -> anyhow::Result<client::Target> {
+    let defaults = client::Defaults {
+        lab_file: config::default_lab_path(),
+        demo_sockets: vec![
+            demo::default_state_dir().join("broker.sock"),
+            broker::embedded::default_state_dir().join("broker.sock"),
+        ],
+    };
+    let resolved = client::resolve(
+        flags.broker.as_deref(),
+        flags.lab.as_deref(),
+        flags.secret_file.as_deref(),
+        &defaults,
+    )?;
+    if let Some(note) = resolved.note {
+        eprintln!("rb: note: {note}");
+    }
+    Ok(resolved.target)
 }
 
-async fn cmd_status(cli: &Cli, json: bool) -> anyhow::Result<ExitCode> {
-    let hosts = client::status(&target(cli)?).await?;
+async fn cmd_status(target: client::Target, json: bool) -> anyhow::Result<ExitCode> {
+    let hosts = client::status(&target).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&hosts)?);
     } else {
@@ -216,14 +206,14 @@ async fn cmd_status(cli: &Cli, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn cmd_shutdown(cli: &Cli) -> anyhow::Result<ExitCode> {
-    client::request(&target(cli)?, proto::msg::Request::Shutdown).await?;
+async fn cmd_shutdown(target: client::Target) -> anyhow::Result<ExitCode> {
+    client::request(&target, proto::msg::Request::Shutdown).await?;
     println!("broker stopping");
     Ok(ExitCode::SUCCESS)
 }
 
-async fn cmd_jobs(cli: &Cli, json: bool) -> anyhow::Result<ExitCode> {
-    let jobs = match client::request(&target(cli)?, Request::Jobs).await? {
+async fn cmd_jobs(target: client::Target, json: bool) -> anyhow::Result<ExitCode> {
+    let jobs = match client::request(&target, Request::Jobs).await? {
         Response::Jobs { jobs } => jobs,
         other => anyhow::bail!("unexpected answer from broker: {other:?}"),
     };
@@ -235,8 +225,8 @@ async fn cmd_jobs(cli: &Cli, json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn cmd_admin(cli: &Cli, req: Request) -> anyhow::Result<ExitCode> {
-    match client::request(&target(cli)?, req).await? {
+async fn cmd_admin(target: client::Target, req: Request) -> anyhow::Result<ExitCode> {
+    match client::request(&target, req).await? {
         Response::Done { message } => println!("{message}"),
         Response::Ok => println!("ok"),
         other => anyhow::bail!("unexpected answer from broker: {other:?}"),

@@ -3,7 +3,9 @@
 //! argument parsing and process exit; this module owns the behaviour, with
 //! output and errors written to the streams it is given.
 //!
-//! Exit codes: 0 success, 1 invalid RSL or job spec, 2 unreadable input.
+//! Exit codes: 0 success; [`EXIT_BAD_INPUT`] (64) for any bad input — invalid RSL, an
+//! invalid job spec, an unreadable `@FILE` or standard input; 1 when the output cannot be
+//! written.
 
 use std::io::{Read, Write};
 
@@ -35,6 +37,10 @@ pub enum RslCommand {
         spec: String,
     },
 }
+
+/// Exit code for bad input, whatever is wrong with it (as for the rest of `rb`: 64, usage or
+/// configuration error).
+pub const EXIT_BAD_INPUT: i32 = 64;
 
 /// Run one subcommand; returns the process exit code.
 pub fn run(cmd: &RslCommand, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
@@ -72,7 +78,7 @@ fn emit(out: &mut dyn Write, err: &mut dyn Write, text: &str) -> i32 {
         Ok(()) => 0,
         Err(e) => {
             let _ = writeln!(err, "error: cannot write output: {e}");
-            2
+            1
         }
     }
 }
@@ -88,7 +94,7 @@ fn with_input(
         Ok(input) => input,
         Err(e) => {
             let _ = writeln!(err, "error: {e}");
-            return Err(2);
+            return Err(EXIT_BAD_INPUT);
         }
     };
     f(&bytes).map_err(|e| {
@@ -96,7 +102,7 @@ fn with_input(
             Some(name) => writeln!(err, "error: {name}: {e}"),
             None => writeln!(err, "error: {e}"),
         };
-        1
+        EXIT_BAD_INPUT
     })
 }
 
@@ -151,9 +157,9 @@ mod tests {
     #[test]
     fn check_defaults_to_compatible_mode() {
         assert_eq!(rb(&["check", "&(x=1)~junk"]).0, 0);
-        assert_eq!(rb(&["check", "--compat", "x = \"abc\""]).0, 1);
+        assert_eq!(rb(&["check", "--compat", "x = \"abc\""]).0, EXIT_BAD_INPUT);
         let (code, out, err) = rb(&["check", "--strict", "&(x=1)~junk"]);
-        assert_eq!((code, out.as_str()), (1, ""));
+        assert_eq!((code, out.as_str()), (EXIT_BAD_INPUT, ""));
         assert!(err.contains("line 1, column 7"), "{err}");
         assert!(err.contains("^"), "{err}");
         assert!(Rb::try_parse_from(["rsl", "check", "--strict", "--compat", "x=1"]).is_err());
@@ -171,14 +177,14 @@ mod tests {
         assert_eq!(json["parts"][0]["count"]["min"], 4);
         assert_eq!(json["parts"][0]["module"], "pvm");
         let (code, _, err) = rb(&["check", "@/nonexistent/job.rsl"]);
-        assert_eq!(code, 2);
+        assert_eq!(code, EXIT_BAD_INPUT, "unreadable input is bad input too");
         assert!(err.contains("cannot read /nonexistent/job.rsl"), "{err}");
     }
 
     #[test]
     fn spec_errors_name_the_input() {
         let (code, out, err) = rb(&["spec", "(cuont=4)"]);
-        assert_eq!((code, out.as_str()), (1, ""));
+        assert_eq!((code, out.as_str()), (EXIT_BAD_INPUT, ""));
         assert!(err.contains("did you mean `count`?"), "{err}");
     }
 

@@ -112,13 +112,49 @@ impl fmt::Display for ParseDetails {
         let gutter = self.line.to_string();
         let pad = " ".repeat(gutter.len());
         writeln!(f, "{pad} |")?;
-        writeln!(f, "{gutter} | {}", printable_line(&self.excerpt))?;
-        write!(f, "{pad} | {}^", " ".repeat(self.column.saturating_sub(1)))?;
+        let (shown, caret) = excerpt_window(&printable_line(&self.excerpt), self.column);
+        writeln!(f, "{gutter} | {shown}")?;
+        write!(f, "{pad} | {}^", " ".repeat(caret))?;
         if let Some(help) = &self.help {
             write!(f, "\n{pad} = help: {help}")?;
         }
         Ok(())
     }
+}
+
+/// At most this many characters of the offending line are shown (a one-line spec of
+/// megabytes would otherwise flood the terminal).
+pub const MAX_EXCERPT_CHARS: usize = 200;
+
+/// The part of `line` shown under an error at 1-based `column`: the whole line when it is
+/// short, else [`MAX_EXCERPT_CHARS`] characters around the column with `…` where text was
+/// cut. Returns the text and the caret's 0-based character offset in it.
+fn excerpt_window(line: &str, column: usize) -> (String, usize) {
+    let chars: Vec<char> = line.chars().collect();
+    let at = column.saturating_sub(1).min(chars.len());
+    if chars.len() <= MAX_EXCERPT_CHARS {
+        return (line.to_string(), at);
+    }
+    // The error column in the middle, `…` where text was cut: one at a cut end, two in the
+    // middle of the line.
+    let n = chars.len();
+    let half = (MAX_EXCERPT_CHARS - 2) / 2;
+    let (start, end) = if at <= half {
+        (0, MAX_EXCERPT_CHARS - 1)
+    } else if at - half + MAX_EXCERPT_CHARS - 2 >= n {
+        (n - (MAX_EXCERPT_CHARS - 1), n)
+    } else {
+        (at - half, at - half + MAX_EXCERPT_CHARS - 2)
+    };
+    let mut shown = String::new();
+    if start > 0 {
+        shown.push('…');
+    }
+    shown.extend(&chars[start..end]);
+    if end < n {
+        shown.push('…');
+    }
+    (shown, at - start + usize::from(start > 0))
 }
 
 /// Render control characters of an excerpt visibly but keep one character per
@@ -237,4 +273,55 @@ pub enum SpecError {
     /// A composition the job spec cannot express.
     #[error("{0}")]
     Shape(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Mode, Rsl};
+
+    /// The excerpt line and the caret line of a rendered parse error.
+    fn excerpt_and_caret(shown: &str) -> (String, String) {
+        let lines: Vec<&str> = shown.lines().collect();
+        let at = lines
+            .iter()
+            .position(|l| l.starts_with("1 | "))
+            .expect("excerpt");
+        (lines[at][4..].to_string(), lines[at + 1][4..].to_string())
+    }
+
+    #[test]
+    fn a_long_offending_line_is_cut_to_200_characters_around_the_error() {
+        let text = format!("&(x = {}~{})", "1 ".repeat(3000), " 2".repeat(3000));
+        let err = Rsl::parse_bytes(text.as_bytes(), Mode::Strict).expect_err("`~` in strict");
+        let shown = err.to_string();
+        let (excerpt, caret) = excerpt_and_caret(&shown);
+        assert!(excerpt.chars().count() <= MAX_EXCERPT_CHARS, "{excerpt}");
+        assert_eq!(excerpt.chars().count(), MAX_EXCERPT_CHARS, "{excerpt}");
+        assert!(
+            excerpt.starts_with('…') && excerpt.ends_with('…'),
+            "{excerpt}"
+        );
+        let caret_at = caret.chars().count() - 1;
+        assert_eq!(excerpt.chars().nth(caret_at), Some('~'), "{shown}");
+        assert!(
+            shown.contains(&format!("column {}", 6 + 6000 + 1)),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn an_error_near_either_end_of_a_long_line_keeps_that_end() {
+        let line: String = "abcdefghij".repeat(50);
+        let (shown, caret) = excerpt_window(&line, 3);
+        assert_eq!(shown.chars().count(), MAX_EXCERPT_CHARS);
+        assert!(!shown.starts_with('…'));
+        assert!(shown.starts_with("abc") && shown.ends_with('…'));
+        assert_eq!(caret, 2);
+        let (shown, caret) = excerpt_window(&line, 500);
+        assert_eq!(shown.chars().count(), MAX_EXCERPT_CHARS);
+        assert!(shown.starts_with('…') && shown.ends_with("hij"));
+        assert_eq!(shown.chars().nth(caret), Some('j'));
+        assert_eq!(excerpt_window("short", 9), ("short".to_string(), 5));
+    }
 }

@@ -235,11 +235,14 @@ fn rb_check_reports_file_line_and_key_with_exit_64() {
     assert!(err.contains("unknown field `label`"), "{err}");
     assert!(err.contains("help:"), "{err}");
     let good = dir.path().join("good.toml");
+    // rb check also checks the secret file, as rb-broker does at start.
+    let secret = dir.path().join("secret");
+    proto::auth::write_new_secret(&secret, false).expect("secret");
     std::fs::write(
         &good,
         local_lab(2)
             .replace("@STATE@", "/tmp/s")
-            .replace("@SECRET@", "/tmp/k"),
+            .replace("@SECRET@", secret.to_str().expect("utf8")),
     )
     .expect("write");
     let out = rb(&["check", good.to_str().expect("utf8")]);

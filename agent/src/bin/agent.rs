@@ -1,23 +1,44 @@
 //! `agent [--rsl SPEC] [--] app args…`: flags → [`agent::cli::AgentConfig`] →
 //! [`agent::run::run`]; exits with the app's status (128+signal when it was killed).
+//!
+//! Its own exit codes: 64 bad flags, job spec or lab file; 77 permission denied (e.g. on
+//! the broker's socket); 127 the app was not found, 126 it is not executable (as shells);
+//! 1 any other failure of the agent.
+
+use std::io::IsTerminal;
 
 use clap::Parser;
 
+const EXIT_USAGE: i32 = 64;
+const EXIT_PERMISSION: i32 = 77;
+
 fn main() {
-    let args = agent::cli::Args::parse();
+    let args = match agent::cli::Args::try_parse() {
+        Ok(args) => args,
+        Err(e) if e.use_stderr() => {
+            let _ = e.print();
+            std::process::exit(EXIT_USAGE);
+        }
+        Err(e) => e.exit(),
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("RB_LOG").unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let cfg = match agent::cli::AgentConfig::from_args(args) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("agent: error: {e:#}");
-            std::process::exit(64);
+            std::process::exit(EXIT_USAGE);
         }
     };
+    if let Err(e) = agent::program::check(&cfg.app[0], std::env::var_os("PATH").as_deref()) {
+        eprintln!("agent: {e}");
+        std::process::exit(e.exit_code());
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -37,13 +58,21 @@ fn main() {
     }
 }
 
-/// 77 (permission) when a directory or socket is not this user's alone (issue 14), else 1.
+/// The exit code of an agent failure: 64 for a bad lab file; 77 for permission denied,
+/// and when a directory or socket is not this user's alone (issue 14); else 1.
 fn exit_code(e: &anyhow::Error) -> i32 {
-    let unsafe_place = |c: &(dyn std::error::Error + 'static)| {
-        c.is::<privdir::Error>() || c.is::<proto::peercred::PeerError>()
-    };
-    if e.chain().any(unsafe_place) {
-        77
+    if e.downcast_ref::<config::ConfigError>().is_some() {
+        return EXIT_USAGE;
+    }
+    let denied = e.chain().any(|cause| {
+        cause.is::<privdir::Error>()
+            || cause.is::<proto::peercred::PeerError>()
+            || cause
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied)
+    });
+    if denied {
+        EXIT_PERMISSION
     } else {
         1
     }

@@ -1,0 +1,325 @@
+//! The `rb` command line: flags and subcommands, and which subcommand takes which flag.
+//!
+//! The broker flags (`--broker`, `--lab`, `--secret-file`) belong to the commands that talk
+//! to a broker; they may come before the subcommand (`rb --broker S status`, as before) or
+//! after it (`rb status --broker S`). Before a subcommand that has no use for them (`rb rsl`,
+//! `rb lab`, `rb demo`) they are refused instead of being silently ignored, and they are not
+//! listed in those subcommands' help.
+//!
+//! Exit codes of `rb`: 0 success; 64 bad flags, lab file, job spec or RSL; 77 permission
+//! denied (e.g. on the broker's socket); 1 anything else (the broker is not running, …).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Exit code for bad flags, configuration or input.
+pub const EXIT_USAGE: u8 = 64;
+/// Exit code for permission denied.
+pub const EXIT_PERMISSION: u8 = 77;
+
+/// ResourceBroker: hand idle lab machines to adaptive parallel jobs.
+#[derive(Debug, Parser)]
+#[command(name = "rb", version)]
+pub struct Cli {
+    #[command(flatten)]
+    pub broker: BrokerFlags,
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+/// How to reach the broker (the commands that talk to one).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Args)]
+pub struct BrokerFlags {
+    /// Broker to talk to: its control socket (a path) or IP:port [env: RB_BROKER]
+    /// (default: the control socket of the lab file, else a running `rb demo --keep` or
+    /// embedded broker).
+    #[arg(long, value_name = "PATH|IP:PORT")]
+    pub broker: Option<String>,
+    /// Lab file whose broker to reach [env: RB_LAB] (default ~/.config/rb/lab.toml).
+    #[arg(long, value_name = "FILE")]
+    pub lab: Option<PathBuf>,
+    /// Lab secret for TCP connections (default: the lab file's, else ~/.config/rb/secret).
+    #[arg(long, value_name = "FILE")]
+    pub secret_file: Option<PathBuf>,
+}
+
+impl BrokerFlags {
+    /// These flags, else `before` (given before the subcommand), else the environment.
+    pub fn or(&self, before: &BrokerFlags, env: impl Fn(&str) -> Option<String>) -> BrokerFlags {
+        BrokerFlags {
+            broker: self
+                .broker
+                .clone()
+                .or_else(|| before.broker.clone())
+                .or_else(|| env("RB_BROKER").filter(|v| !v.is_empty())),
+            lab: self
+                .lab
+                .clone()
+                .or_else(|| before.lab.clone())
+                .or_else(|| env("RB_LAB").filter(|v| !v.is_empty()).map(PathBuf::from)),
+            secret_file: self
+                .secret_file
+                .clone()
+                .or_else(|| before.secret_file.clone()),
+        }
+    }
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Create the lab secret and an example lab file (never overwrites without --force).
+    Init {
+        /// Overwrite an existing secret and lab file.
+        #[arg(long)]
+        force: bool,
+        /// Where to write the lab file [env: RB_LAB] (default ~/.config/rb/lab.toml).
+        #[arg(long, value_name = "FILE")]
+        lab: Option<PathBuf>,
+        /// Where to write the secret (default ~/.config/rb/secret).
+        #[arg(long, value_name = "FILE")]
+        secret_file: Option<PathBuf>,
+    },
+    /// Validate a lab file as rb-broker would at start, without starting anything (exit 64
+    /// when invalid).
+    Check {
+        /// The lab file [env: RB_LAB] (default ~/.config/rb/lab.toml).
+        #[arg(value_name = "FILE")]
+        file: Option<PathBuf>,
+    },
+    /// Show every host: state, load, CPUs, users, idleness, labels, owner.
+    Status {
+        /// Machine-readable output: a JSON array of host objects.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        broker: BrokerFlags,
+    },
+    /// Stop the broker (local control socket only).
+    Shutdown {
+        #[command(flatten)]
+        broker: BrokerFlags,
+    },
+    /// Show jobs: id, user, state, hosts, queued requests, spec.
+    Jobs {
+        /// Machine-readable output: a JSON array of job objects.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        broker: BrokerFlags,
+    },
+    /// Take HOST back from whatever job holds it (TERM, grace period, then KILL).
+    Release {
+        /// The host, as named in the lab file.
+        host: String,
+        /// Grace period in seconds before remaining processes are killed (0–3600; default:
+        /// the job's own).
+        #[arg(long, value_name = "SECONDS")]
+        grace_s: Option<f64>,
+        #[command(flatten)]
+        broker: BrokerFlags,
+    },
+    /// Stop granting HOST to jobs (jobs already on it keep it).
+    Drain {
+        /// The host, as named in the lab file.
+        host: String,
+        #[command(flatten)]
+        broker: BrokerFlags,
+    },
+    /// Grant HOST to jobs again.
+    Resume {
+        /// The host, as named in the lab file.
+        host: String,
+        #[command(flatten)]
+        broker: BrokerFlags,
+    },
+    /// Test hosts on this machine (root): network namespaces with their own sshd.
+    #[command(subcommand)]
+    Lab(lab::cli::LabCommand),
+    /// Globus RSL job specifications: check them, turn them into job specs.
+    #[command(subcommand)]
+    Rsl(rsl::cli::RslCommand),
+    /// Run the embedded single-machine lab: start a broker with virtual hosts, show them up.
+    Demo {
+        /// Number of virtual hosts.
+        #[arg(long, default_value_t = 4)]
+        hosts: usize,
+        /// Leave the broker running afterwards (`rb status` then finds it).
+        #[arg(long)]
+        keep: bool,
+        /// State dir, holding the broker's log `broker.log` (default $XDG_RUNTIME_DIR/rb/demo,
+        /// else /tmp/rb-<uid>/demo); created 0700, refused if another user owns it.
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+    },
+}
+
+impl Cmd {
+    /// The subcommand's name, for messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Cmd::Init { .. } => "init",
+            Cmd::Check { .. } => "check",
+            Cmd::Status { .. } => "status",
+            Cmd::Shutdown { .. } => "shutdown",
+            Cmd::Jobs { .. } => "jobs",
+            Cmd::Release { .. } => "release",
+            Cmd::Drain { .. } => "drain",
+            Cmd::Resume { .. } => "resume",
+            Cmd::Lab(_) => "lab",
+            Cmd::Rsl(_) => "rsl",
+            Cmd::Demo { .. } => "demo",
+        }
+    }
+
+    /// The broker flags given after the subcommand, for the commands that talk to a broker.
+    pub fn broker_flags(&self) -> Option<&BrokerFlags> {
+        match self {
+            Cmd::Status { broker, .. }
+            | Cmd::Shutdown { broker }
+            | Cmd::Jobs { broker, .. }
+            | Cmd::Release { broker, .. }
+            | Cmd::Drain { broker, .. }
+            | Cmd::Resume { broker, .. } => Some(broker),
+            _ => None,
+        }
+    }
+}
+
+/// A flag given where it means nothing, or a value out of range.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum UsageError {
+    #[error("{flag} means nothing to `rb {command}`\nhelp: drop it (see `rb {command} --help`)")]
+    Meaningless {
+        flag: &'static str,
+        command: &'static str,
+    },
+    #[error("--grace-s {0} is not a number of seconds between 0 and 3600\nhelp: e.g. --grace-s 5")]
+    Grace(f64),
+}
+
+impl Cli {
+    /// Refuses broker flags given before a subcommand that has no use for them (`init`
+    /// takes `--lab` and `--secret-file` as the files to write, `check` takes `--lab`).
+    pub fn check_flags(&self) -> Result<(), UsageError> {
+        if self.command.broker_flags().is_some() {
+            return Ok(());
+        }
+        let meaningless = |flag| UsageError::Meaningless {
+            flag,
+            command: self.command.name(),
+        };
+        let b = &self.broker;
+        let (lab_ok, secret_ok) = match self.command {
+            Cmd::Init { .. } => (true, true),
+            Cmd::Check { .. } => (true, false),
+            _ => (false, false),
+        };
+        if b.broker.is_some() {
+            return Err(meaningless("--broker"));
+        }
+        if b.lab.is_some() && !lab_ok {
+            return Err(meaningless("--lab"));
+        }
+        if b.secret_file.is_some() && !secret_ok {
+            return Err(meaningless("--secret-file"));
+        }
+        Ok(())
+    }
+}
+
+/// `rb release --grace-s`: finite seconds in 0–3600 (as `agent --grace-s`), in milliseconds.
+pub fn grace_ms(grace_s: Option<f64>) -> Result<Option<u64>, UsageError> {
+    match grace_s {
+        None => Ok(None),
+        Some(g) if (0.0..=3600.0).contains(&g) => Ok(Some((g * 1000.0).round() as u64)),
+        Some(g) => Err(UsageError::Grace(g)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    fn parse(argv: &[&str]) -> Result<Cli, String> {
+        let cli = Cli::try_parse_from(std::iter::once("rb").chain(argv.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        cli.check_flags().map_err(|e| e.to_string())?;
+        Ok(cli)
+    }
+
+    #[test]
+    fn release_grace_refuses_nan_negative_and_infinite_seconds() {
+        for bad in [f64::NAN, -1.0, f64::INFINITY, f64::NEG_INFINITY, 3601.0] {
+            assert_eq!(grace_ms(Some(bad)).ok(), None, "{bad}");
+        }
+        assert_eq!(grace_ms(Some(0.5)), Ok(Some(500)));
+        assert_eq!(grace_ms(None), Ok(None));
+        let cli = parse(&["release", "node03", "--grace-s", "NaN"]).expect("parses");
+        let Cmd::Release { grace_s, .. } = cli.command else {
+            panic!("release")
+        };
+        assert!(grace_ms(grace_s).is_err());
+    }
+
+    #[test]
+    fn broker_flags_go_before_or_after_the_subcommand_and_nowhere_else() {
+        let none = |_: &str| None;
+        let cli = parse(&["--broker", "/s", "status"]).expect("before");
+        let flags = cli
+            .command
+            .broker_flags()
+            .expect("status talks to a broker");
+        assert_eq!(flags.or(&cli.broker, none).broker.as_deref(), Some("/s"));
+        let cli = parse(&["status", "--broker", "/t", "--json"]).expect("after");
+        let flags = cli.command.broker_flags().expect("status");
+        assert_eq!(flags.or(&cli.broker, none).broker.as_deref(), Some("/t"));
+        let env = |k: &str| (k == "RB_BROKER").then(|| "/env".to_string());
+        let cli = parse(&["jobs"]).expect("env");
+        let flags = cli.command.broker_flags().expect("jobs");
+        assert_eq!(flags.or(&cli.broker, env).broker.as_deref(), Some("/env"));
+        let err = parse(&["--broker", "/s", "rsl", "check", "x=1"]).expect_err("meaningless");
+        assert!(err.contains("--broker means nothing to `rb rsl`"), "{err}");
+        assert!(parse(&["rsl", "check", "--broker", "/s", "x=1"]).is_err());
+        assert!(parse(&["--lab", "/l", "demo"]).is_err());
+        assert!(parse(&["--lab", "/l", "check"]).is_ok());
+        assert!(parse(&["--lab", "/l", "--secret-file", "/s", "init"]).is_ok());
+    }
+
+    /// Every flag and argument of every subcommand, with its help.
+    fn all_args(cmd: &clap::Command, path: &str, out: &mut Vec<(String, bool)>) {
+        for arg in cmd.get_arguments() {
+            let id = arg.get_id().as_str();
+            if id == "help" || id == "version" {
+                continue;
+            }
+            out.push((format!("{path} {id}"), arg.get_help().is_some()));
+        }
+        for sub in cmd.get_subcommands() {
+            all_args(sub, &format!("{path} {}", sub.get_name()), out);
+        }
+    }
+
+    #[test]
+    fn every_flag_and_argument_has_help_and_rsl_lists_no_broker_flag() {
+        let mut args = Vec::new();
+        all_args(&Cli::command(), "rb", &mut args);
+        let missing: Vec<_> = args.iter().filter(|(_, has)| !has).collect();
+        assert!(missing.is_empty(), "without help: {missing:?}");
+        let mut rb = Cli::command();
+        for sub in ["rsl", "lab", "demo"] {
+            let help = rb
+                .find_subcommand_mut(sub)
+                .expect("subcommand")
+                .render_long_help()
+                .to_string();
+            assert!(
+                !help.contains("--broker"),
+                "rb {sub} --help lists --broker:\n{help}"
+            );
+        }
+    }
+}
