@@ -131,7 +131,7 @@ fn job_desk(lab: &LabConfig, spec: &LaunchSpec) -> anyhow::Result<jobs::JobDesk>
             for why in dropped {
                 tracing::warn!(%why, "dropped an inconsistent record while restoring state");
             }
-            info!(jobs = a.jobs().len(), "restored broker state");
+            info!(jobs = a.jobs(now).len(), "restored broker state");
             a
         }
         None => alloc::Allocator::with_config(config),
