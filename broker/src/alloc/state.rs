@@ -280,9 +280,16 @@ impl Allocator {
     /// lab file is made known at start: stores it, reclaims it from an adaptive holder when
     /// its owner came back, and serves the queue. Costs O(1) in the number of hosts besides
     /// serving the queue; nothing rebuilds every view.
+    ///
+    /// A report that changes nothing a decision reads (only the load, say) does not serve the
+    /// queue: the queue was served after every earlier change, so nothing new could happen.
     pub fn host_changed(&mut self, view: HostView, now: Instant) -> Vec<Effect> {
         let host = view.name.clone();
-        self.hosts.insert(host.clone(), view);
+        let old = self.hosts.insert(host.clone(), view);
+        let new = &self.hosts[&host];
+        if old.is_some_and(|old| decision_inputs(&old) == decision_inputs(new)) {
+            return Vec::new();
+        }
         let mut fx = Fx::default();
         self.owner_returns(&host, now, &mut fx);
         self.serve(now, &mut fx);
@@ -417,4 +424,17 @@ impl Allocator {
         }
         fx.out
     }
+}
+
+/// What of a host's view the decisions read besides the choice order: eligibility (up,
+/// labels, owner away), owner return (owner active), and whether every host has reported.
+fn decision_inputs(v: &HostView) -> (bool, bool, &[String], Option<&str>, bool, bool) {
+    (
+        v.up,
+        v.reported,
+        &v.labels,
+        v.owner.as_deref(),
+        v.owner_away(),
+        v.owner_active(),
+    )
 }

@@ -2,9 +2,9 @@
 //! each job's row with its waiting requests and why each waits ([`WaitReason`]), and each
 //! host's allocation state ([`HostAlloc`]). Pure: `now` is passed in, nothing changes.
 //!
-//! The wait reason mirrors the eligibility rule of `policy` (up, not drained, not held, not
-//! reserved for another request, owner away): for each host the name matches, the first of
-//! those that fails is counted.
+//! The wait reason mirrors the eligibility rule of `policy` (up, not drained, not reserved
+//! for another request, not held, owner away): for each host the name matches, the first of
+//! those that fails is counted (a reserved host is always held too: it is being taken back).
 
 use std::{
     collections::BTreeSet,
@@ -152,8 +152,8 @@ impl Allocator {
             let count = match () {
                 _ if !v.up => &mut b.down,
                 _ if self.drained.contains(&v.name) => &mut b.drained,
-                _ if self.by_host.contains_key(&v.name) => &mut b.held,
                 _ if others.contains(v.name.as_str()) => &mut b.reserved,
+                _ if self.by_host.contains_key(&v.name) => &mut b.held,
                 _ if !v.owner_away() => &mut b.owner_active,
                 _ => &mut b.other,
             };
@@ -238,3 +238,7 @@ impl Allocator {
 fn tenths(d: Duration) -> f64 {
     (d.as_secs_f64() * 10.0).round() / 10.0
 }
+
+#[cfg(test)]
+#[path = "view_tests.rs"]
+mod tests;
