@@ -365,6 +365,31 @@ mod tests {
     }
 
     #[test]
+    fn changes_are_every_host_at_start_then_only_those_that_changed() {
+        let mut t = table();
+        let now = Instant::now();
+        let names = |rows: Vec<HostStatus>| rows.into_iter().map(|r| r.name).collect::<Vec<_>>();
+        assert_eq!(names(t.take_changes(now)), ["node02", "node03"]);
+        assert!(t.take_changes(now).is_empty());
+        t.connected("node03", 1);
+        t.report("node03", 1, report("node03"), now);
+        t.daemon_started("node02", now);
+        let rows = t.take_changes(now);
+        assert_eq!(rows.len(), 1);
+        assert_eq!(
+            (rows[0].name.as_str(), rows[0].state),
+            ("node03", HostState::Up)
+        );
+        let later = now + Duration::from_secs(7);
+        t.tick(later);
+        let rows = t.take_changes(later);
+        assert_eq!(
+            (rows[0].name.as_str(), rows[0].state),
+            ("node03", HostState::Down)
+        );
+    }
+
+    #[test]
     fn unknown_host_is_ignored() {
         let mut t = table();
         assert!(t.connected("nodeXX", 1).is_empty());

@@ -75,11 +75,6 @@ impl JobDesk {
         self
     }
 
-    /// True when some job runs (then host changes matter to the allocator).
-    pub fn has_jobs(&self) -> bool {
-        !self.agents.is_empty() || !self.awaiting_agent.is_empty()
-    }
-
     /// Tells the allocator that one host's row changed (as it happens).
     pub fn host_changed(&mut self, row: &HostStatus, now: Instant) -> Vec<Effect> {
         self.alloc.host_changed(HostView::from(row), now)

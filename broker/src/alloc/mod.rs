@@ -47,6 +47,14 @@
 //! - **A reclaim is not withdrawn.** If the request it was started for is cancelled or served
 //!   by another host meanwhile, the reclaim goes on (the agent was already told); the host,
 //!   once released, serves the next request that can use it or becomes free.
+//! - **Host views arrive one at a time** ([`Allocator::host_changed`]), as the host table
+//!   records each change (a report, a connection, up/down); the lab file's hosts are made
+//!   known at the broker's start, so `drain`/`resume`/`release` work before any report. A
+//!   change that alters no decision input (only the load, say) does not serve the queue.
+//! - **Restored requests wait for nobody.** After a restart agents re-send their waiting
+//!   requests as new ones; a request restored from a snapshot keeps its place and its
+//!   reserved host, never starts a reclaim, and leaves the queue without a grant once a host
+//!   is free for it (the host stays free for the next in line).
 //! - **Ended jobs** stay listed in [`Allocator::jobs`] until more than
 //!   [`AllocConfig::ended_jobs_kept`] have ended; then the oldest are forgotten.
 
