@@ -98,7 +98,6 @@ pub async fn run(
             _ = tick.tick() => {
                 let now = now();
                 let effects = table.tick(now);
-                hosts_to_desk(&mut table, &mut desk).await;
                 let job_effects = desk.tick(now);
                 desk.perform(job_effects).await;
                 effects
