@@ -360,6 +360,24 @@ fn verbose_agent(broker: &Broker, args: &[&str]) -> std::process::Command {
     cmd
 }
 
+/// A child process killed and reaped when the test ends, even by a panic.
+struct Reap(Option<std::process::Child>);
+
+impl Reap {
+    fn take(&mut self) -> std::process::Child {
+        self.0.take().expect("child not taken yet")
+    }
+}
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// Issue 14 item 15: `rb status` names the job holding a host; `rb jobs` shows start and
 /// end times and why a request waits, in aligned columns; a waiting `rsh` off a terminal
 /// with `RB_VERBOSE` says the same reason once on stderr.
@@ -367,18 +385,22 @@ fn verbose_agent(broker: &Broker, args: &[&str]) -> std::process::Command {
 fn rb_status_and_jobs_show_the_holder_times_and_why_a_request_waits() {
     let broker = Broker::start(&local_lab(1));
     broker.wait_all_up(Duration::from_secs(10));
-    let mut first = verbose_agent(&broker, &["rsh", "anyLinux", "sleep 60"])
-        .spawn()
-        .expect("first agent");
+    let mut first = Reap(Some(
+        verbose_agent(&broker, &["rsh", "anyLinux", "sleep 60"])
+            .spawn()
+            .expect("first agent"),
+    ));
     let holder = broker.wait_host("vhost01", Duration::from_secs(10), "held", |h| {
         h.alloc_state == "held"
     });
     let job = holder.held_by.expect("held_by");
-    let second = verbose_agent(&broker, &["rsh", "anyLinux", "echo second"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("second agent");
+    let mut second = Reap(Some(
+        verbose_agent(&broker, &["rsh", "anyLinux", "echo second"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("second agent"),
+    ));
     let waiting = wait_until(Duration::from_secs(10), || {
         broker
             .jobs()
@@ -410,7 +432,7 @@ fn rb_status_and_jobs_show_the_holder_times_and_why_a_request_waits() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let second = second.wait_with_output().expect("second ends");
+    let second = second.take().wait_with_output().expect("second ends");
     let stderr = String::from_utf8_lossy(&second.stderr);
     assert!(second.status.success(), "{stderr}");
     assert_eq!(
@@ -420,7 +442,7 @@ fn rb_status_and_jobs_show_the_holder_times_and_why_a_request_waits() {
         1,
         "{stderr}"
     );
-    let _ = first.wait();
+    let _ = first.take().wait();
     let ended = wait_until(Duration::from_secs(10), || {
         broker
             .jobs()
