@@ -417,9 +417,14 @@ impl Agent {
 
     async fn on_broker(&mut self, msg: FromBroker) {
         match msg {
-            FromBroker::Queued { req, position } => {
+            FromBroker::Queued {
+                req,
+                position,
+                reason,
+            } => {
                 if let Some(r) = self.pending.get(&req) {
-                    let _ = r.reply.send(ShimReply::Queued { position }).await;
+                    let reply = ShimReply::Queued { position, reason };
+                    let _ = r.reply.send(reply).await;
                 }
             }
             FromBroker::Granted {

@@ -1,5 +1,6 @@
-//! The core task: owns the [`HostTable`], applies events from connections and supervisors
-//! in order, and performs the resulting [`Effect`]s. Nothing else mutates broker state.
+//! The core task: owns the [`HostTable`] and the [`JobDesk`], applies events from
+//! connections and supervisors in order, and performs the resulting effects. Nothing else
+//! mutates broker state; no decision is taken here (the table and the allocator decide).
 
 use std::{
     collections::HashMap,
@@ -76,6 +77,10 @@ pub enum Event {
 pub type EventSender = mpsc::Sender<Event>;
 
 /// Runs until `shutdown` fires, then stops every host daemon; returns the last status.
+///
+/// Every host change the table records (a report, a connection, up/down, and each host of
+/// the lab file at start) reaches the allocator right after the event that caused it, and
+/// every effect of every allocator entry point is performed.
 pub async fn run(
     mut table: HostTable,
     mut desk: JobDesk,
@@ -86,99 +91,112 @@ pub async fn run(
     let mut closers: HashMap<ConnId, oneshot::Sender<String>> = HashMap::new();
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    hosts_to_desk(&mut table, &mut desk).await;
     loop {
         let effects = tokio::select! {
             _ = shutdown.changed() => break,
             _ = tick.tick() => {
-                let now = Instant::now();
+                let now = now();
                 let effects = table.tick(now);
-                if desk.has_jobs() {
-                    let mut job_effects = desk.hosts_changed(&table.status(now), now);
-                    job_effects.extend(desk.tick(now));
-                    desk.perform(job_effects).await;
-                }
+                let job_effects = desk.tick(now);
+                desk.perform(job_effects).await;
                 effects
             }
             event = events.recv() => match event {
-                Some(Event::AgentRegister { reg, tx, reply }) => {
-                    let now = Instant::now();
-                    let _ = desk.hosts_changed(&table.status(now), now);
-                    let (job, effects) = desk.register(*reg, tx, now).await;
-                    let _ = reply.send(job);
-                    desk.perform(effects).await;
-                    Vec::new()
-                }
-                Some(Event::AgentMessage { job, msg }) => {
-                    let now = Instant::now();
-                    let mut effects = if matches!(msg, ToBroker::Allocate { .. }) {
-                        desk.hosts_changed(&table.status(now), now)
-                    } else {
-                        Vec::new()
-                    };
-                    effects.extend(desk.agent_message(job, msg, now));
-                    desk.perform(effects).await;
-                    Vec::new()
-                }
-                Some(Event::AgentGone { job }) => {
-                    let effects = desk.agent_gone(job, Instant::now());
-                    desk.perform(effects).await;
-                    Vec::new()
-                }
-                Some(Event::Admin { req, reply }) => {
-                    let (answer, effects) = desk.admin(req, Instant::now());
-                    let _ = reply.send(answer);
-                    desk.perform(effects).await;
-                    Vec::new()
-                }
-                Some(event) => apply(&mut table, &mut closers, event),
+                Some(event) => apply(&mut table, &mut desk, &mut closers, event).await,
                 None => break,
             },
         };
+        hosts_to_desk(&mut table, &mut desk).await;
         perform(effects, &mut closers, &supervisors).await;
     }
     supervisors.shutdown().await;
-    table.status(Instant::now())
+    let mut rows = table.status(now());
+    desk.annotate(&mut rows);
+    rows
 }
 
-fn apply(
+/// The core's clock: tokio's, so that tests with a paused clock control every deadline.
+fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+/// Passes every host row that changed to the allocator and performs what it decides.
+async fn hosts_to_desk(table: &mut HostTable, desk: &mut JobDesk) {
+    let now = now();
+    for row in table.take_changes(now) {
+        let effects = desk.host_changed(&row, now);
+        desk.perform(effects).await;
+    }
+}
+
+/// Applies one event; returns the host-table effects to perform.
+async fn apply(
     table: &mut HostTable,
+    desk: &mut JobDesk,
     closers: &mut HashMap<ConnId, oneshot::Sender<String>>,
     event: Event,
 ) -> Vec<Effect> {
-    let now = Instant::now();
+    let now = now();
+    match event {
+        Event::AgentRegister { reg, tx, reply } => {
+            let (job, effects) = desk.register(*reg, tx, now).await;
+            let _ = reply.send(job);
+            desk.perform(effects).await;
+        }
+        Event::AgentMessage { job, msg } => {
+            let effects = desk.agent_message(job, msg, now);
+            desk.perform(effects).await;
+        }
+        Event::AgentGone { job } => {
+            let effects = desk.agent_gone(job, now);
+            desk.perform(effects).await;
+        }
+        Event::Admin { req, reply } => {
+            let (answer, effects) = desk.admin(req, now);
+            let _ = reply.send(answer);
+            desk.perform(effects).await;
+        }
+        Event::Status { reply } => {
+            let mut rows = table.status(now);
+            desk.annotate(&mut rows);
+            let _ = reply.send(rows);
+        }
+        event => return apply_host(table, closers, event, now),
+    }
+    Vec::new()
+}
+
+/// Applies an event about a host daemon to the table.
+fn apply_host(
+    table: &mut HostTable,
+    closers: &mut HashMap<ConnId, oneshot::Sender<String>>,
+    event: Event,
+    now: Instant,
+) -> Vec<Effect> {
     match event {
         Event::HostdConnected { host, conn, close } => {
             info!(%host, conn, "host daemon connected");
             closers.insert(conn, close);
-            table.connected(&host, conn)
+            return table.connected(&host, conn);
         }
         Event::Report { host, conn, report } => {
             table.report(&host, conn, *report, now);
-            Vec::new()
         }
         Event::Disconnected { host, conn, reason } => {
             closers.remove(&conn);
             info!(%host, conn, %reason, "host daemon disconnected");
             table.disconnected(&host, conn, &reason);
-            Vec::new()
         }
-        Event::DaemonStarted { host } => {
-            table.daemon_started(&host, now);
-            Vec::new()
-        }
-        Event::DaemonExited { host, how } => {
-            table.daemon_exited(&host, &how);
-            Vec::new()
-        }
-        Event::Status { reply } => {
-            let _ = reply.send(table.status(now));
-            Vec::new()
-        }
-        Event::AgentRegister { .. }
+        Event::DaemonStarted { host } => table.daemon_started(&host, now),
+        Event::DaemonExited { host, how } => table.daemon_exited(&host, &how),
+        Event::Status { .. }
+        | Event::AgentRegister { .. }
         | Event::AgentMessage { .. }
         | Event::AgentGone { .. }
-        | Event::Admin { .. } => Vec::new(),
+        | Event::Admin { .. } => {}
     }
+    Vec::new()
 }
 
 async fn perform(
@@ -200,3 +218,7 @@ async fn perform(
         }
     }
 }
+
+#[cfg(test)]
+#[path = "core_tests.rs"]
+mod tests;

@@ -3,9 +3,13 @@
 //! Inputs are events with the current [`Instant`]; outputs are [`Effect`]s the core performs
 //! (close a connection, restart a daemon). A host is *up* while a daemon connection is open
 //! and its last report is younger than `down_after`; otherwise it is *down*, with a reason.
+//!
+//! The table remembers which hosts changed (a report, a connection, up/down, and every host
+//! of the lab file at start); [`HostTable::take_changes`] hands their fresh rows to the core,
+//! which passes each to the allocator as it happens, so no decision rebuilds every row.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     time::{Duration, Instant},
 };
 
@@ -42,6 +46,8 @@ pub const FIRST_REPORT_GRACE: Duration = Duration::from_secs(10);
 pub struct HostTable {
     hosts: BTreeMap<String, HostRecord>,
     down_after: Duration,
+    /// Hosts whose row changed since the last [`take_changes`](Self::take_changes).
+    changed: BTreeSet<String>,
 }
 
 impl HostTable {
@@ -59,8 +65,23 @@ impl HostTable {
                 };
                 (e.name.clone(), record)
             })
-            .collect();
-        Self { hosts, down_after }
+            .collect::<BTreeMap<_, _>>();
+        let changed = hosts.keys().cloned().collect();
+        Self {
+            hosts,
+            down_after,
+            changed,
+        }
+    }
+
+    /// The fresh rows of every host that changed since the last call (at first: every host
+    /// of the lab file), in name order.
+    pub fn take_changes(&mut self, now: Instant) -> Vec<HostStatus> {
+        std::mem::take(&mut self.changed)
+            .iter()
+            .filter_map(|name| self.hosts.get(name))
+            .map(|rec| status_row(rec, now, self.down_after))
+            .collect()
     }
 
     pub fn contains(&self, host: &str) -> bool {
@@ -83,6 +104,7 @@ impl HostTable {
         let old = rec.conn.replace(conn);
         rec.down_reason = Some("connected, waiting for the first report".into());
         rec.last_report = None;
+        self.changed.insert(host.to_string());
         old.filter(|&c| c != conn)
             .map(|c| Effect::CloseConn {
                 conn: c,
@@ -102,6 +124,7 @@ impl HostTable {
         }
         rec.last_report = Some((now, report));
         rec.down_reason = None;
+        self.changed.insert(host.to_string());
         true
     }
 
@@ -111,6 +134,7 @@ impl HostTable {
             if rec.conn == Some(conn) {
                 rec.conn = None;
                 rec.down_reason = Some(format!("daemon disconnected: {reason}"));
+                self.changed.insert(host.to_string());
             }
         }
     }
@@ -129,6 +153,7 @@ impl HostTable {
             rec.daemon_started_at = None;
             if rec.conn.is_none() {
                 rec.down_reason = Some(format!("daemon exited: {how}"));
+                self.changed.insert(host.to_string());
             }
         }
     }
@@ -148,6 +173,7 @@ impl HostTable {
                 rec.last_report = None;
                 rec.down_reason = Some(reason.clone());
                 rec.daemon_started_at = None;
+                self.changed.insert(name.clone());
                 effects.push(Effect::RestartDaemon {
                     host: name.clone(),
                     reason,
@@ -228,6 +254,10 @@ fn status_row(rec: &HostRecord, now: Instant, down_after: Duration) -> HostStatu
         owner: rec.entry.owner.clone(),
         last_report_age_s: age.map(|a| (a.as_secs_f64() * 10.0).round() / 10.0),
         daemon_starts: rec.daemon_starts,
+        // Filled in by the job desk (`JobDesk::annotate`): the table does not allocate.
+        alloc_state: String::new(),
+        held_by: None,
+        drained: false,
     }
 }
 
@@ -332,6 +362,31 @@ mod tests {
         assert!(t.tick(start + Duration::from_secs(9)).is_empty());
         let effects = t.tick(start + FIRST_REPORT_GRACE + Duration::from_secs(1));
         assert!(matches!(&effects[..], [Effect::RestartDaemon { host, .. }] if host == "node03"));
+    }
+
+    #[test]
+    fn changes_are_every_host_at_start_then_only_those_that_changed() {
+        let mut t = table();
+        let now = Instant::now();
+        let names = |rows: Vec<HostStatus>| rows.into_iter().map(|r| r.name).collect::<Vec<_>>();
+        assert_eq!(names(t.take_changes(now)), ["node02", "node03"]);
+        assert!(t.take_changes(now).is_empty());
+        t.connected("node03", 1);
+        t.report("node03", 1, report("node03"), now);
+        t.daemon_started("node02", now);
+        let rows = t.take_changes(now);
+        assert_eq!(rows.len(), 1);
+        assert_eq!(
+            (rows[0].name.as_str(), rows[0].state),
+            ("node03", HostState::Up)
+        );
+        let later = now + Duration::from_secs(7);
+        t.tick(later);
+        let rows = t.take_changes(later);
+        assert_eq!(
+            (rows[0].name.as_str(), rows[0].state),
+            ("node03", HostState::Down)
+        );
     }
 
     #[test]

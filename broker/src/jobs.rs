@@ -4,7 +4,7 @@
 
 use std::{
     collections::{HashMap, HashSet, VecDeque},
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use proto::{
@@ -66,7 +66,7 @@ impl JobDesk {
     /// Restored running jobs get [`RESUME_WINDOW`] for their agents to reconnect; durable
     /// changes go to `store` from now on.
     pub fn with_store(mut self, store: crate::persist::StoreWriter, now: Instant) -> Self {
-        for row in self.alloc.jobs() {
+        for row in self.alloc.jobs(now) {
             if row.state == "running" {
                 self.awaiting_agent.insert(row.id, now + RESUME_WINDOW);
             }
@@ -75,15 +75,19 @@ impl JobDesk {
         self
     }
 
-    /// True when some job runs (then host changes matter to the allocator).
-    pub fn has_jobs(&self) -> bool {
-        !self.agents.is_empty() || !self.awaiting_agent.is_empty()
+    /// Tells the allocator that one host's row changed (as it happens).
+    pub fn host_changed(&mut self, row: &HostStatus, now: Instant) -> Vec<Effect> {
+        self.alloc.host_changed(HostView::from(row), now)
     }
 
-    /// Feeds fresh host views to the allocator.
-    pub fn hosts_changed(&mut self, hosts: &[HostStatus], now: Instant) -> Vec<Effect> {
-        let views: Vec<HostView> = hosts.iter().map(HostView::from).collect();
-        self.alloc.hosts_changed(&views, now)
+    /// Adds what the allocator does with each host (`alloc_state`, `held_by`, `drained`).
+    pub fn annotate(&self, rows: &mut [HostStatus]) {
+        for row in rows {
+            let a = self.alloc.host_alloc(&row.name);
+            row.alloc_state = a.alloc_state.to_string();
+            row.held_by = a.held_by;
+            row.drained = a.drained;
+        }
     }
 
     /// Registers a job for a newly connected agent.
@@ -110,7 +114,7 @@ impl JobDesk {
                     spec: reg.spec,
                     adaptive: reg.adaptive,
                 };
-                self.alloc.register_job(info)
+                self.alloc.register_job(info, now)
             }
         };
         let msg = FromBroker::Registered {
@@ -172,11 +176,18 @@ impl JobDesk {
         notes.push_back(text);
     }
 
-    /// `rb jobs` rows: the allocator's, plus each job's notes.
-    fn job_rows(&mut self) -> Vec<serde_json::Value> {
-        let rows = self.alloc.jobs();
+    /// `rb jobs` rows: the allocator's, plus each job's notes and its start and end times
+    /// (unix seconds, from the allocator's "how long ago").
+    fn job_rows(&mut self, now: Instant) -> Vec<serde_json::Value> {
+        let rows = self.alloc.jobs(now);
         let known: HashSet<JobId> = rows.iter().map(|r| r.id).collect();
         self.notes.retain(|job, _| known.contains(job));
+        let wall = SystemTime::now();
+        let unix = |ago: Option<Duration>| {
+            ago.and_then(|a| wall.checked_sub(a))
+                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                .map(|d| d.as_secs())
+        };
         rows.iter()
             .filter_map(|row| {
                 let mut v = serde_json::to_value(row).ok()?;
@@ -185,6 +196,8 @@ impl JobDesk {
                     .get(&row.id)
                     .map(|n| n.iter().collect::<Vec<_>>());
                 v["notes"] = serde_json::json!(notes.unwrap_or_default());
+                v["started_at"] = serde_json::json!(unix(row.started_ago));
+                v["ended_at"] = serde_json::json!(unix(row.ended_ago));
                 Some(v)
             })
             .collect()
@@ -230,7 +243,7 @@ impl JobDesk {
     pub fn admin(&mut self, req: Request, now: Instant) -> (Result<Response, String>, Vec<Effect>) {
         match req {
             Request::Jobs => {
-                let jobs = self.job_rows();
+                let jobs = self.job_rows(now);
                 (Ok(Response::Jobs { jobs }), Vec::new())
             }
             Request::Release { host, grace_ms } => {
@@ -294,19 +307,21 @@ impl JobDesk {
                         };
                         self.send(job, msg).await;
                     }
-                    None => {
-                        // A request restored from the store that no agent asked for again.
-                        let more = self.alloc.give_back(alloc, Instant::now());
-                        persist |= Box::pin(self.perform(more)).await;
-                    }
+                    None => warn!(job, req, alloc, %host, "granted a request no agent asked for"),
                 },
-                Effect::Queued { job, req, position } => {
+                Effect::Queued {
+                    job,
+                    req,
+                    position,
+                    reason,
+                } => {
                     if let Some(&(_, agent_req)) = self.agent_req.get(&req) {
                         self.send(
                             job,
                             FromBroker::Queued {
                                 req: agent_req,
                                 position: position as u32,
+                                reason: Some(reason),
                             },
                         )
                         .await;

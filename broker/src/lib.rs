@@ -1,7 +1,8 @@
 //! `rb-broker`: the lab's manager process.
 //!
 //! # Layout
-//! - [`hosts`]: the pure host table (up/down, latest reports, silence → restart effects).
+//! - [`hosts`]: the pure host table (up/down, latest reports, silence → restart effects, and
+//!   which hosts changed, for the allocator).
 //! - [`alloc`]: the pure allocation core (jobs, requests, allocations, the built-in policy).
 //! - [`jobs`]: the allocator's async edge: agents, their request ids, effects → messages.
 //! - [`core`]: the one task that owns broker state and applies events in order.
@@ -131,7 +132,7 @@ fn job_desk(lab: &LabConfig, spec: &LaunchSpec) -> anyhow::Result<jobs::JobDesk>
             for why in dropped {
                 tracing::warn!(%why, "dropped an inconsistent record while restoring state");
             }
-            info!(jobs = a.jobs().len(), "restored broker state");
+            info!(jobs = a.jobs(now).len(), "restored broker state");
             a
         }
         None => alloc::Allocator::with_config(config),

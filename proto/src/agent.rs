@@ -7,7 +7,8 @@
 //!
 //! ```text
 //! shim → agent  {"t":"allocate","symbolic":"anyLinux","pid":4711}
-//! agent → shim  {"t":"queued","position":2}                (zero or more times, while waiting)
+//! agent → shim  {"t":"queued","position":2,"reason":"2 matching host(s): 2 held by jobs"}
+//!                                                          (zero or more times, while waiting)
 //! agent → shim  {"t":"granted","alloc":7,"host":"node03","address":"10.77.0.3",
 //!                "remote_shell":["ssh","-F","/x/cfg"],"subagent":["/opt/rb/bin/rb-subagent","--agent","10.77.0.2:41234","--alloc","7"]}
 //! agent → shim  {"t":"refused","message":"no host matches anyFoo"}
@@ -53,9 +54,11 @@ pub enum ShimRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
 pub enum ShimReply {
-    /// Waiting for a host; `position` 1 = next.
+    /// Waiting for a host; `position` 1 = next; `reason` says why (from the broker).
     Queued {
         position: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
     },
     /// Use this host: run `remote_shell… address 'subagent…' -c 'CMD'`.
     Granted {

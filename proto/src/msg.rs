@@ -202,10 +202,13 @@ pub enum FromBroker {
         transport: String,
         secret_file: String,
     },
-    /// To an agent: request `req` waits; `position` 1 = next.
+    /// To an agent: request `req` waits; `position` 1 = next; `reason` says why, for people
+    /// (absent from brokers before it was added).
     Queued {
         req: u64,
         position: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
     },
     /// To an agent: request `req` got `host` as allocation `alloc`.
     Granted {

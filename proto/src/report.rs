@@ -110,4 +110,15 @@ pub struct HostStatus {
     pub last_report_age_s: Option<f64>,
     /// How many times the broker (re)started this host's daemon.
     pub daemon_starts: u32,
+    /// What the allocator does with the host: `free`, `held`, `releasing` (being taken back),
+    /// `reserved` (being taken back for a waiting request), `draining` (drained, still held)
+    /// or `drained`. Empty from a broker that predates it.
+    #[serde(default)]
+    pub alloc_state: String,
+    /// The job holding the host (granted or being released), if any.
+    #[serde(default)]
+    pub held_by: Option<u64>,
+    /// True from `rb drain HOST` until `rb resume HOST`.
+    #[serde(default)]
+    pub drained: bool,
 }

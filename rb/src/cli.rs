@@ -88,7 +88,8 @@ pub enum Cmd {
         #[arg(value_name = "FILE")]
         file: Option<PathBuf>,
     },
-    /// Show every host: state, load, CPUs, users, idleness, labels, owner.
+    /// Show every host: state, allocation (free, held by a job, drained…), load, CPUs, users,
+    /// idleness, labels, owner.
     Status {
         /// Machine-readable output: a JSON array of host objects.
         #[arg(long)]
@@ -101,7 +102,8 @@ pub enum Cmd {
         #[command(flatten)]
         broker: BrokerFlags,
     },
-    /// Show jobs: id, user, state, hosts, queued requests, spec.
+    /// Show jobs: id, user, state, start and end times, hosts, and each waiting request's
+    /// position, age and why it waits.
     Jobs {
         /// Machine-readable output: a JSON array of job objects.
         #[arg(long)]

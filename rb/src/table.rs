@@ -1,25 +1,17 @@
-//! The `rb status` table: one row per host, a `condor_status`-style summary, and the
-//! reasons of down hosts underneath.
+//! The `rb status` table (one row per host with its allocation state, a
+//! `condor_status`-style summary, the reasons of down hosts underneath) and the `rb jobs`
+//! table (one row per job, its waiting requests and last note underneath). Columns are
+//! aligned to their widest cell.
 
 use proto::report::{HostState, HostStatus, UserSession};
 
 /// Renders the whole table as text.
 pub fn render(hosts: &[HostStatus]) -> String {
     let header = [
-        "HOST", "STATE", "LOAD", "CPUS", "MEM", "USERS", "IDLE", "LABELS", "OWNER", "AGE",
+        "HOST", "STATE", "ALLOC", "LOAD", "CPUS", "MEM", "USERS", "IDLE", "LABELS", "OWNER", "AGE",
     ];
-    let rows: Vec<[String; 10]> = hosts.iter().map(row).collect();
-    let mut widths = header.map(str::len);
-    for r in &rows {
-        for (w, cell) in widths.iter_mut().zip(r.iter()) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    push_line(&mut out, &header.map(String::from), &widths);
-    for r in &rows {
-        push_line(&mut out, r, &widths);
-    }
+    let rows: Vec<Vec<String>> = hosts.iter().map(row).collect();
+    let mut out = aligned(&header, &rows);
     let up = hosts.iter().filter(|h| h.state == HostState::Up).count();
     out.push_str(&format!(
         "\n{} hosts: {} up, {} down\n",
@@ -37,20 +29,34 @@ pub fn render(hosts: &[HostStatus]) -> String {
     out
 }
 
-fn push_line(out: &mut String, cells: &[String; 10], widths: &[usize; 10]) {
-    let line: Vec<String> = cells
-        .iter()
-        .zip(widths)
-        .map(|(c, w)| format!("{c:<w$}"))
-        .collect();
-    out.push_str(line.join("  ").trim_end());
-    out.push('\n');
+/// Left-aligned columns two spaces apart, each as wide as its widest cell (in characters);
+/// no trailing spaces.
+pub fn aligned(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (w, cell) in widths.iter_mut().zip(r) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let header: Vec<String> = header.iter().map(|h| h.to_string()).collect();
+    for cells in std::iter::once(&header).chain(rows) {
+        let line: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
 }
 
-fn row(h: &HostStatus) -> [String; 10] {
-    [
+fn row(h: &HostStatus) -> Vec<String> {
+    vec![
         h.name.clone(),
         h.state.to_string(),
+        alloc(h),
         h.load1.map_or("-".into(), |l| format!("{l:.2}")),
         h.cpus.map_or("-".into(), |c| c.to_string()),
         memory(h),
@@ -65,6 +71,16 @@ fn row(h: &HostStatus) -> [String; 10] {
         h.last_report_age_s
             .map_or("-".into(), |a| format!("{a:.1}s")),
     ]
+}
+
+/// `free`, `drained`, or the state with the holding job: `held(3)`, `reserved(3)`…
+/// (`-` from a broker that does not say).
+fn alloc(h: &HostStatus) -> String {
+    match (h.alloc_state.as_str(), h.held_by) {
+        ("", _) => "-".into(),
+        (state, Some(job)) => format!("{state}({job})"),
+        (state, None) => state.into(),
+    }
 }
 
 fn memory(h: &HostStatus) -> String {
@@ -110,49 +126,110 @@ pub fn duration(secs: u64) -> String {
     }
 }
 
-/// Renders `rb jobs`: one line per job (JSON objects from the broker).
-pub fn render_jobs(jobs: &[serde_json::Value]) -> String {
-    let mut out = format!(
-        "{:<6} {:<10} {:<8} {:<24} {:<16} {}\n",
-        "JOB", "USER", "STATE", "HOSTS", "QUEUED", "COMMAND"
-    );
+/// Renders `rb jobs`: one line per job (JSON objects from the broker), and under it one
+/// line per waiting request (position, age, why it waits) and the job's last note.
+/// `utc_offset_s` is the local time zone's offset, for the start and end times.
+pub fn render_jobs(jobs: &[serde_json::Value], utc_offset_s: i64) -> String {
+    let header = [
+        "JOB", "USER", "STATE", "STARTED", "ENDED", "HOSTS", "QUEUED", "COMMAND",
+    ];
+    let mut rows = Vec::new();
     for j in jobs {
-        let list = |key: &str| {
+        let time = |key: &str| {
             j[key]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|v| v.as_str())
-                        .collect::<Vec<_>>()
-                        .join(",")
-                })
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| "-".into())
+                .as_i64()
+                .map_or("-".into(), |t| clock(t, utc_offset_s))
         };
-        let argv = j["argv"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str())
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            })
-            .unwrap_or_default();
-        out.push_str(&format!(
-            "{:<6} {:<10} {:<8} {:<24} {:<16} {}\n",
-            j["id"],
-            j["user"].as_str().unwrap_or("?"),
-            j["state"].as_str().unwrap_or("?"),
-            list("hosts"),
-            list("queued"),
-            argv
-        ));
+        rows.push(vec![
+            j["id"].to_string(),
+            j["user"].as_str().unwrap_or("?").to_string(),
+            j["state"].as_str().unwrap_or("?").to_string(),
+            time("started_at"),
+            time("ended_at"),
+            list(&j["hosts"], ","),
+            list(&j["queued"], ","),
+            list(&j["argv"], " "),
+        ]);
+        for w in j["waiting"].as_array().into_iter().flatten() {
+            rows.push(sub_row(format!(
+                "waits: {} #{} for {}: {}",
+                w["symbolic"].as_str().unwrap_or("?"),
+                w["position"],
+                w["age_s"]
+                    .as_f64()
+                    .map_or("?".into(), |a| duration(a as u64)),
+                w["reason"].as_str().unwrap_or("?")
+            )));
+        }
         if let Some(note) = j["notes"].as_array().and_then(|n| n.last()?.as_str()) {
             let first_line = note.lines().next().unwrap_or_default();
-            out.push_str(&format!("{:<6} note: {first_line}\n", ""));
+            rows.push(sub_row(format!("note: {first_line}")));
         }
     }
+    // Sub-rows span the columns after JOB: align the rest on job rows only.
+    let job_rows: Vec<Vec<String>> = rows.iter().filter(|r| r.len() > 2).cloned().collect();
+    let table = aligned(&header, &job_rows);
+    let mut lines = table.lines();
+    let mut out = String::new();
+    out.push_str(lines.next().unwrap_or_default());
+    out.push('\n');
+    let width = header[0]
+        .len()
+        .max(rows.iter().map(|r| r[0].len()).max().unwrap_or(0));
+    for r in &rows {
+        if r.len() > 2 {
+            out.push_str(lines.next().unwrap_or_default());
+        } else {
+            out.push_str(format!("{:<width$}  {}", "", r[1]).trim_end());
+        }
+        out.push('\n');
+    }
     out
+}
+
+/// A line under a job: an empty JOB cell and free text.
+fn sub_row(text: String) -> Vec<String> {
+    vec![String::new(), text]
+}
+
+/// The strings of a JSON array joined by `sep`, or `-` when there are none.
+fn list(v: &serde_json::Value, sep: &str) -> String {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str())
+                .collect::<Vec<_>>()
+                .join(sep)
+        })
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "-".into())
+}
+
+/// Unix seconds as local `MM-DD HH:MM:SS`, given the zone's offset from UTC.
+pub fn clock(unix_s: i64, utc_offset_s: i64) -> String {
+    let t = unix_s + utc_offset_s;
+    let (days, secs) = (t.div_euclid(86_400), t.rem_euclid(86_400));
+    let (_, month, day) = civil_from_days(days);
+    format!(
+        "{month:02}-{day:02} {:02}:{:02}:{:02}",
+        secs / 3600,
+        secs % 3600 / 60,
+        secs % 60
+    )
+}
+
+/// (year, month, day) of a day count since 1970-01-01 (Howard Hinnant's algorithm).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
 }
 
 #[cfg(test)]
@@ -188,6 +265,9 @@ mod tests {
             owner: Some("alice".into()),
             last_report_age_s: Some(0.4),
             daemon_starts: 1,
+            alloc_state: "free".into(),
+            held_by: None,
+            drained: false,
         }
     }
 
@@ -199,7 +279,7 @@ mod tests {
         ]);
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[0].starts_with("HOST"), "{text}");
-        assert!(lines[1].starts_with("node02  up"), "{text}");
+        assert!(lines[1].starts_with("node02  up     free"), "{text}");
         assert!(lines[1].contains("alice(5m)"), "{text}");
         assert!(lines[1].contains("1.0/2.0G"), "{text}");
         assert!(text.contains("2 hosts: 1 up, 1 down"), "{text}");
@@ -212,5 +292,59 @@ mod tests {
         assert_eq!(duration(600), "10m");
         assert_eq!(duration(3 * 3600), "3h");
         assert_eq!(duration(5 * 86400), "5d");
+    }
+
+    #[test]
+    fn alloc_column_names_the_holder_and_the_drain() {
+        let mut held = host("node02", HostState::Up);
+        (held.alloc_state, held.held_by) = ("reserved".into(), Some(4));
+        let mut drained = host("node03", HostState::Up);
+        (drained.alloc_state, drained.drained) = ("drained".into(), true);
+        let text = render(&[held, drained]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("HOST    STATE  ALLOC "), "{text}");
+        assert!(
+            lines[1].starts_with("node02  up     reserved(4)  "),
+            "{text}"
+        );
+        assert!(
+            lines[2].starts_with("node03  up     drained      "),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn jobs_show_times_waiting_requests_and_aligned_columns() {
+        let jobs = serde_json::json!([
+            {"id": 3, "user": "alice", "state": "running", "started_at": 1_764_000_000,
+             "ended_at": null, "hosts": ["node02"], "queued": ["anyLinux"],
+             "argv": ["app", "-x"], "notes": [],
+             "waiting": [{"req": 9, "symbolic": "anyLinux", "position": 1, "age_s": 75.2,
+                          "reason": "1 matching host(s): 1 held by jobs",
+                          "reason_code": "all_held"}]},
+            {"id": 12, "user": "bob", "state": "ended", "started_at": 1_764_000_000,
+             "ended_at": 1_764_003_661, "hosts": [], "queued": [], "argv": ["sim"],
+             "notes": ["grow failed"], "waiting": []}
+        ]);
+        let text = render_jobs(jobs.as_array().expect("array"), 3600);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "JOB  USER   STATE    STARTED         ENDED           HOSTS   QUEUED    COMMAND",
+                "3    alice  running  11-24 17:00:00  -               node02  anyLinux  app -x",
+                "     waits: anyLinux #1 for 75s: 1 matching host(s): 1 held by jobs",
+                "12   bob    ended    11-24 17:00:00  11-24 18:01:01  -       -         sim",
+                "     note: grow failed",
+            ],
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn clock_is_local_month_day_and_time() {
+        assert_eq!(clock(0, 0), "01-01 00:00:00");
+        assert_eq!(clock(951_782_400, 0), "02-29 00:00:00", "leap day 2000");
+        assert_eq!(clock(1_764_000_000, -3600), "11-24 15:00:00");
     }
 }

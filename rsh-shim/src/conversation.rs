@@ -35,17 +35,17 @@ pub enum ConversationError {
 }
 
 /// Sends `request` on `stream` and reads replies until the answer; `on_queued` sees every
-/// `Queued` position.
+/// `Queued` position and the reason the broker gave, if any.
 pub fn converse<S: Read + Write>(
     mut stream: S,
     request: &ShimRequest,
-    mut on_queued: impl FnMut(u32),
+    mut on_queued: impl FnMut(u32, Option<&str>),
 ) -> Result<Outcome, ConversationError> {
     send(&mut stream, request)?;
     let mut reader = BufReader::new(stream);
     loop {
         match read_reply(&mut reader)? {
-            ShimReply::Queued { position } => on_queued(position),
+            ShimReply::Queued { position, reason } => on_queued(position, reason.as_deref()),
             ShimReply::Granted {
                 alloc,
                 host,
@@ -158,7 +158,7 @@ mod tests {
         );
         let (stream, agent) = with_agent(replies);
         let mut seen = Vec::new();
-        let outcome = converse(stream, &allocate(), |p| seen.push(p)).expect("granted");
+        let outcome = converse(stream, &allocate(), |p, _| seen.push(p)).expect("granted");
         assert_eq!(seen, vec![2, 1]);
         let request = agent.join().expect("agent");
         assert_eq!(
@@ -179,7 +179,7 @@ mod tests {
     fn refused() {
         let (stream, _agent) =
             with_agent("{\"t\":\"refused\",\"message\":\"no host matches anyFoo\"}\n");
-        let outcome = converse(stream, &allocate(), |_| {}).expect("answer");
+        let outcome = converse(stream, &allocate(), |_, _| {}).expect("answer");
         assert_eq!(outcome, Outcome::Refused("no host matches anyFoo".into()));
     }
 
@@ -187,12 +187,12 @@ mod tests {
     fn closed_without_answer() {
         let (stream, _agent) = with_agent("{\"t\":\"queued\",\"position\":1}\n");
         assert!(matches!(
-            converse(stream, &allocate(), |_| {}),
+            converse(stream, &allocate(), |_, _| {}),
             Err(ConversationError::Closed)
         ));
         let (stream, _agent) = with_agent("{\"t\":\"refused\"");
         assert!(matches!(
-            converse(stream, &allocate(), |_| {}),
+            converse(stream, &allocate(), |_, _| {}),
             Err(ConversationError::Closed)
         ));
     }
@@ -201,14 +201,14 @@ mod tests {
     fn garbage_and_empty_grants_are_bad_replies() {
         let (stream, _agent) = with_agent("hello\n");
         assert!(matches!(
-            converse(stream, &allocate(), |_| {}),
+            converse(stream, &allocate(), |_, _| {}),
             Err(ConversationError::BadReply(_))
         ));
         let (stream, _agent) = with_agent(
             "{\"t\":\"granted\",\"alloc\":1,\"host\":\"h\",\"address\":\"a\",\"remote_shell\":[],\"subagent\":[\"s\"]}\n",
         );
         assert!(matches!(
-            converse(stream, &allocate(), |_| {}),
+            converse(stream, &allocate(), |_, _| {}),
             Err(ConversationError::BadReply(_))
         ));
     }

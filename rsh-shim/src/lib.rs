@@ -266,7 +266,7 @@ fn via_agent(
     }
 }
 
-/// Connects to the agent and converses; tells a person on a terminal (once) that we wait.
+/// Connects to the agent and converses; says once that we wait (see [`wait_notice`]).
 fn ask_agent(socket: &Path, request: &ShimRequest, host: &str) -> Result<Outcome, ShimError> {
     let path = socket.display().to_string();
     let stream = UnixStream::connect(socket).map_err(|source| ShimError::AgentUnreachable {
@@ -275,20 +275,45 @@ fn ask_agent(socket: &Path, request: &ShimRequest, host: &str) -> Result<Outcome
     })?;
     proto::peercred::check_server(&stream, socket, "job's agent")?;
     let tty = io::stderr().is_terminal();
+    let verbose = std::env::var_os(ENV_VERBOSE).is_some_and(|v| !v.is_empty());
     let mut told = false;
-    let notice = |position: u32| {
-        if tty && !told {
+    let notice = |position: u32, reason: Option<&str>| {
+        if told {
+            return;
+        }
+        if let Some(text) = wait_notice(tty, verbose, host, position, reason) {
             told = true;
-            let _ = writeln!(
-                io::stderr(),
-                "rsh: waiting for a host for {host} (position {position})"
-            );
+            let _ = writeln!(io::stderr(), "{text}");
         }
     };
     conversation::converse(stream, request, notice).map_err(|source| ShimError::Agent {
         path,
         host: host.to_string(),
         source,
+    })
+}
+
+/// Set (non-empty) to have a waiting call say why it waits even off a terminal.
+pub const ENV_VERBOSE: &str = "RB_VERBOSE";
+
+/// What a waiting call prints to stderr, once: on a terminal, its position (as always);
+/// off a terminal nothing unless [`ENV_VERBOSE`] is set (LAM treats any stderr output of
+/// its remote shell as fatal), and then the broker's reason.
+pub fn wait_notice(
+    tty: bool,
+    verbose: bool,
+    host: &str,
+    position: u32,
+    reason: Option<&str>,
+) -> Option<String> {
+    if tty {
+        return Some(format!(
+            "rsh: waiting for a host for {host} (position {position})"
+        ));
+    }
+    verbose.then(|| {
+        let why = reason.unwrap_or("the broker gave no reason");
+        format!("rsh: waiting for a host for {host} (position {position}): {why}")
     })
 }
 
@@ -337,6 +362,20 @@ mod tests {
             "refusing to recurse (RB_SHIM_DEPTH=4): is RB_REAL_RSH pointing at the shim?"
         );
         assert!(check_depth(Some(OsStr::new("17"))).is_err());
+    }
+
+    #[test]
+    fn wait_notice_off_a_terminal_only_when_verbose() {
+        let n = |tty, verbose| wait_notice(tty, verbose, "anyLinux", 2, Some("2 held by jobs"));
+        assert_eq!(
+            n(true, false).as_deref(),
+            Some("rsh: waiting for a host for anyLinux (position 2)")
+        );
+        assert_eq!(n(false, false), None, "LAM treats stderr output as fatal");
+        assert_eq!(
+            n(false, true).as_deref(),
+            Some("rsh: waiting for a host for anyLinux (position 2): 2 held by jobs")
+        );
     }
 
     fn inv(host: &str) -> Invocation {

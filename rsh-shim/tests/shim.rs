@@ -204,8 +204,14 @@ fn symbolic_host_is_allocated_and_runs_under_the_subagent() {
     let remote = script(dir.path(), "remote shell", FAKE_REMOTE_SHELL);
     let sub = script(dir.path(), "sub'agent", FAKE_SUBAGENT);
     let replies = vec![
-        ShimReply::Queued { position: 2 },
-        ShimReply::Queued { position: 1 },
+        ShimReply::Queued {
+            position: 2,
+            reason: None,
+        },
+        ShimReply::Queued {
+            position: 1,
+            reason: None,
+        },
         granted(&remote, &sub),
     ];
     let (socket, agent) = fake_agent(dir.path(), replies);
@@ -248,6 +254,30 @@ fn symbolic_host_is_allocated_and_runs_under_the_subagent() {
         pid_line,
         format!("PID:{pid}"),
         "the request carries the pid that became the remote shell"
+    );
+}
+
+/// Issue 14 item 15: off a terminal, a waiting call says why it waits once, and only when
+/// `RB_VERBOSE` is set.
+#[test]
+fn waiting_call_logs_the_reason_once_off_a_terminal_with_rb_verbose() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let remote = script(dir.path(), "remote", FAKE_REMOTE_SHELL);
+    let sub = script(dir.path(), "sub", FAKE_SUBAGENT);
+    let queued = |position| ShimReply::Queued {
+        position,
+        reason: Some("1 matching host(s): 1 held by jobs".into()),
+    };
+    let replies = vec![queued(2), queued(1), granted(&remote, &sub)];
+    let (socket, agent) = fake_agent(dir.path(), replies);
+    let mut cmd = shim(&["anyLinux", "true"]);
+    cmd.env("RB_AGENT", &socket).env("RB_VERBOSE", "1");
+    let out = run(cmd, b"");
+    agent.join().expect("agent thread");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stderr),
+        "rsh: waiting for a host for anyLinux (position 2): 1 matching host(s): 1 held by jobs\n"
     );
 }
 

@@ -347,3 +347,142 @@ fn status_of_a_lab_bigger_than_one_frame_is_served() {
     let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(rows.len(), 4000);
 }
+
+/// Issue 14 item 8: on a fresh broker (no job ever ran) `rb drain` and `rb resume` know the
+/// lab file's hosts, and `rb status` shows the drain (column and `--json`).
+#[test]
+fn drain_and_resume_on_a_fresh_broker_show_in_rb_status() {
+    let broker = Broker::start(&local_lab(2));
+    let out = broker.rb(&["drain", "vhost02"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let row = broker.host("vhost02").expect("vhost02");
+    assert_eq!((row.drained, row.alloc_state.as_str()), (true, "drained"));
+    assert_eq!(row.held_by, None);
+    let table = String::from_utf8_lossy(&broker.rb(&["status"]).stdout).to_string();
+    let line = table
+        .lines()
+        .find(|l| l.starts_with("vhost02"))
+        .expect("row");
+    assert!(line.contains(" drained "), "{table}");
+    let out = broker.rb(&["resume", "vhost02"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let row = broker.host("vhost02").expect("vhost02");
+    assert_eq!((row.drained, row.alloc_state.as_str()), (false, "free"));
+}
+
+/// `agent --broker SOCKET -- ARGS…` for the broker's lab, with `RB_VERBOSE` set.
+fn verbose_agent(broker: &Broker, args: &[&str]) -> std::process::Command {
+    let mut cmd = std::process::Command::new(tests::bin("agent"));
+    cmd.arg("--broker")
+        .arg(broker.socket())
+        .arg("--")
+        .args(args);
+    cmd.env_remove("RB_AGENT")
+        .env_remove("RB_LAB")
+        .env("RB_VERBOSE", "1");
+    cmd
+}
+
+/// A child process killed and reaped when the test ends, even by a panic.
+struct Reap(Option<std::process::Child>);
+
+impl Reap {
+    fn take(&mut self) -> std::process::Child {
+        self.0.take().expect("child not taken yet")
+    }
+}
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Issue 14 item 15: `rb status` names the job holding a host; `rb jobs` shows start and
+/// end times and why a request waits, in aligned columns; a waiting `rsh` off a terminal
+/// with `RB_VERBOSE` says the same reason once on stderr.
+#[test]
+fn rb_status_and_jobs_show_the_holder_times_and_why_a_request_waits() {
+    let broker = Broker::start(&local_lab(1));
+    broker.wait_all_up(Duration::from_secs(10));
+    let mut first = Reap(Some(
+        verbose_agent(&broker, &["rsh", "anyLinux", "sleep 60"])
+            .spawn()
+            .expect("first agent"),
+    ));
+    let holder = broker.wait_host("vhost01", Duration::from_secs(10), "held", |h| {
+        h.alloc_state == "held"
+    });
+    let job = holder.held_by.expect("held_by");
+    let mut second = Reap(Some(
+        verbose_agent(&broker, &["rsh", "anyLinux", "echo second"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("second agent"),
+    ));
+    let waiting = wait_until(Duration::from_secs(10), || {
+        broker
+            .jobs()
+            .into_iter()
+            .find_map(|j| j["waiting"].as_array()?.first().cloned())
+    })
+    .expect("a waiting request in rb jobs --json");
+    assert_eq!(waiting["reason_code"], "all_held", "{waiting}");
+    assert_eq!(waiting["position"], 1);
+    assert!(waiting["age_s"].as_f64().is_some(), "{waiting}");
+    let text = String::from_utf8_lossy(&broker.rb(&["jobs"]).stdout).to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("JOB  USER"), "{text}");
+    let started = lines[0].find("STARTED").expect("STARTED column");
+    assert!(
+        lines[1][started..].starts_with(|c: char| c.is_ascii_digit()),
+        "a start time under STARTED: {text}"
+    );
+    assert!(
+        text.contains("waits: anyLinux #1 for ")
+            && text.contains(": 1 matching host(s): 1 held by jobs"),
+        "{text}"
+    );
+    let table = String::from_utf8_lossy(&broker.rb(&["status"]).stdout).to_string();
+    assert!(table.contains(&format!(" held({job}) ")), "{table}");
+    let out = broker.rb(&["release", "vhost01", "--grace-s", "1"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let second = second.take().wait_with_output().expect("second ends");
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(second.status.success(), "{stderr}");
+    assert_eq!(
+        stderr
+            .matches("rsh: waiting for a host for anyLinux (position 1): 1 matching host(s): 1 held by jobs")
+            .count(),
+        1,
+        "{stderr}"
+    );
+    let _ = first.take().wait();
+    let ended = wait_until(Duration::from_secs(10), || {
+        broker
+            .jobs()
+            .into_iter()
+            .find(|j| j["id"] == job && j["state"] == "ended")
+    })
+    .expect("first job ended");
+    assert!(
+        ended["ended_at"].as_u64() >= ended["started_at"].as_u64() && ended["ended_at"].is_u64(),
+        "{ended}"
+    );
+}

@@ -7,6 +7,8 @@
 //! - `state`: [`Allocator`], the pure state machine (jobs, requests, allocations) and its
 //!   public entry points, each returning the [`Effect`]s the async shell must perform.
 //! - `policy`: serving the queue, choosing a host, choosing what to reclaim (built-in policy).
+//! - `view`: read-only views for people: [`JobRow`]s with each waiting request's
+//!   [`WaitReason`], and each host's [`HostAlloc`] (free, held, draining…).
 //! - [`snapshot`]: [`Snapshot`], the plain-data form of the durable state; snapshot/restore and
 //!   the invariant checker.
 //! - [`store`]: [`Store`], the SQLite file (WAL) that saves and loads a [`Snapshot`].
@@ -45,6 +47,14 @@
 //! - **A reclaim is not withdrawn.** If the request it was started for is cancelled or served
 //!   by another host meanwhile, the reclaim goes on (the agent was already told); the host,
 //!   once released, serves the next request that can use it or becomes free.
+//! - **Host views arrive one at a time** ([`Allocator::host_changed`]), as the host table
+//!   records each change (a report, a connection, up/down); the lab file's hosts are made
+//!   known at the broker's start, so `drain`/`resume`/`release` work before any report. A
+//!   change that alters no decision input (only the load, say) does not serve the queue.
+//! - **Restored requests wait for nobody.** After a restart agents re-send their waiting
+//!   requests as new ones; a request restored from a snapshot keeps its place and its
+//!   reserved host, never starts a reclaim, and leaves the queue without a grant once a host
+//!   is free for it (the host stays free for the next in line).
 //! - **Ended jobs** stay listed in [`Allocator::jobs`] until more than
 //!   [`AllocConfig::ended_jobs_kept`] have ended; then the oldest are forgotten.
 
@@ -53,6 +63,7 @@ mod policy;
 pub mod snapshot;
 mod state;
 pub mod store;
+mod view;
 
 use std::time::Duration;
 
@@ -62,6 +73,7 @@ pub use host::{HostView, IDLE_AFTER};
 pub use snapshot::{AllocRecord, JobRecord, ReleasingRecord, RequestRecord, Snapshot};
 pub use state::Allocator;
 pub use store::{Store, StoreError};
+pub use view::{Blocked, HostAlloc, WaitReason, WaitingRow};
 
 pub type JobId = u64;
 pub type AllocId = u64;
@@ -107,11 +119,13 @@ pub enum Effect {
         host: String,
         address: String,
     },
-    /// Tell the job's agent its request waits; `position` 1 is next in line.
+    /// Tell the job's agent its request waits; `position` 1 is next in line; `reason` says
+    /// why (a [`WaitReason`], for people).
     Queued {
         job: JobId,
         req: RequestId,
         position: usize,
+        reason: String,
     },
     /// The request can never be served; `reason` says why and what exists.
     Refused {
@@ -182,6 +196,14 @@ pub struct JobRow {
     pub cwd: String,
     /// Symbolic names of the job's queued requests, in queue order.
     pub queued: Vec<String>,
+    /// The job's queued requests with position, age and why each waits, in queue order.
+    pub waiting: Vec<WaitingRow>,
+    /// How long ago the job registered (`None` when restored after a broker restart).
+    #[serde(skip)]
+    pub started_ago: Option<Duration>,
+    /// How long ago the job ended.
+    #[serde(skip)]
+    pub ended_ago: Option<Duration>,
 }
 
 #[cfg(test)]

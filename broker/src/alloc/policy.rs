@@ -65,10 +65,15 @@ impl Allocator {
             return true;
         }
         if let Some(host) = self.pick_host(i, fx) {
+            if self.queue[i].restored {
+                // Nobody waits for it (see `Waiting::restored`): the host stays free.
+                fx.dirty = true;
+                return true;
+            }
             self.grant(i, host, fx);
             return true;
         }
-        if self.queue[i].reserved.is_none() {
+        if self.queue[i].reserved.is_none() && !self.queue[i].restored {
             if let Some(alloc) = self.reclaim_victim(i) {
                 let req = self.queue[i].id;
                 let host = self.allocs.get(&alloc).map(|a| a.host.clone());
@@ -242,17 +247,17 @@ impl Allocator {
         });
     }
 
-    /// Reclaims private hosts held by adaptive jobs where the owner is back (flow 8).
-    pub(crate) fn owner_returns(&mut self, now: Instant, fx: &mut Fx) {
-        let targets: Vec<AllocId> = self
-            .allocs
-            .iter()
-            .filter(|(_, a)| a.state == AllocState::Granted)
-            .filter(|(_, a)| self.jobs.get(&a.job).is_some_and(|j| j.info.adaptive))
-            .filter(|(_, a)| self.hosts.get(&a.host).is_some_and(|v| v.owner_active()))
-            .map(|(&id, _)| id)
-            .collect();
-        for alloc in targets {
+    /// Reclaims `host` when an adaptive job holds it and its owner is back (flow 8).
+    pub(crate) fn owner_returns(&mut self, host: &str, now: Instant, fx: &mut Fx) {
+        let Some(&alloc) = self.by_host.get(host) else {
+            return;
+        };
+        let target = self.allocs.get(&alloc).is_some_and(|a| {
+            a.state == AllocState::Granted
+                && self.jobs.get(&a.job).is_some_and(|j| j.info.adaptive)
+                && self.hosts.get(host).is_some_and(|v| v.owner_active())
+        });
+        if target {
             self.reclaim(alloc, None, self.config.reclaim_grace, now, fx);
         }
     }

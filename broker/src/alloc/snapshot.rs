@@ -81,8 +81,10 @@ impl Allocator {
 
     /// Rebuilds an allocator from a snapshot. Records that contradict the others (an
     /// allocation of a job that is not running, a second allocation of one host, a request
-    /// with a bad name) are dropped; the second value says which, for the log. Call
-    /// [`hosts_changed`](Self::hosts_changed) next, then [`resend_reclaims`](Self::resend_reclaims).
+    /// with a bad name) are dropped; the second value says which, for the log. Restored
+    /// requests wait for nobody (agents re-send theirs): they are never granted. Call
+    /// [`host_changed`](Self::host_changed) for each host next, then
+    /// [`resend_reclaims`](Self::resend_reclaims).
     pub fn restore(s: Snapshot, config: AllocConfig, now: Instant) -> (Allocator, Vec<String>) {
         let mut a = Allocator::with_config(config);
         let mut dropped = Vec::new();
@@ -90,6 +92,8 @@ impl Allocator {
             let job = Job {
                 info: j.info,
                 state: j.state,
+                started: None,
+                ended: None,
             };
             a.jobs.insert(j.id, job);
         }
@@ -99,7 +103,7 @@ impl Allocator {
             }
         }
         for r in s.requests {
-            if let Err(why) = a.restore_request(r) {
+            if let Err(why) = a.restore_request(r, now) {
                 dropped.push(why);
             }
         }
@@ -142,7 +146,7 @@ impl Allocator {
 
     /// Queues a restored request; its reservation is derived from the allocation being
     /// reclaimed for it, if any.
-    fn restore_request(&mut self, r: RequestRecord) -> Result<(), String> {
+    fn restore_request(&mut self, r: RequestRecord, now: Instant) -> Result<(), String> {
         let what = format!("request {} ({}, job {})", r.id, r.symbolic, r.job);
         if !self.is_running(r.job) {
             return Err(format!("{what}: the job is not running"));
@@ -165,6 +169,8 @@ impl Allocator {
             want,
             reserved,
             reported: None,
+            since: now,
+            restored: true,
         });
         Ok(())
     }

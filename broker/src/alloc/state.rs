@@ -11,13 +11,17 @@ use std::{
 
 use super::{
     host::{HostView, Want},
-    AllocConfig, AllocError, AllocId, Effect, JobId, JobInfo, JobRow, JobState, RequestId,
+    AllocConfig, AllocError, AllocId, Effect, JobId, JobInfo, JobState, RequestId,
 };
 
 #[derive(Debug, Clone)]
 pub(crate) struct Job {
     pub(crate) info: JobInfo,
     pub(crate) state: JobState,
+    /// When the job registered (`None` for a job restored from a snapshot: soft state).
+    pub(crate) started: Option<Instant>,
+    /// When the job ended.
+    pub(crate) ended: Option<Instant>,
 }
 
 /// A live allocation's state (`Released` is represented by removal).
@@ -55,6 +59,13 @@ pub(crate) struct Waiting {
     pub(crate) reserved: Option<String>,
     /// The position last reported in a `Queued` effect.
     pub(crate) reported: Option<usize>,
+    /// When the request was queued (for a restored request: when it was restored).
+    pub(crate) since: Instant,
+    /// Restored from a snapshot: no agent waits for it (agents re-send their waiting
+    /// requests as new ones after a restart). It keeps its place and its reserved host, but
+    /// never starts a reclaim, and leaves the queue without a grant once a host is free for
+    /// it (the host stays free for the next in line).
+    pub(crate) restored: bool,
 }
 
 /// Effects collected by one entry point, and whether durable state changed.
@@ -121,12 +132,14 @@ impl Allocator {
     }
 
     /// Registers a running job.
-    pub fn register_job(&mut self, info: JobInfo) -> (JobId, Vec<Effect>) {
+    pub fn register_job(&mut self, info: JobInfo, now: Instant) -> (JobId, Vec<Effect>) {
         let id = self.next_job;
         self.next_job += 1;
         let job = Job {
             info,
             state: JobState::Running,
+            started: Some(now),
+            ended: None,
         };
         self.jobs.insert(id, job);
         let fx = Fx {
@@ -156,6 +169,8 @@ impl Allocator {
                     want,
                     reserved: None,
                     reported: None,
+                    since: now,
+                    restored: false,
                 });
                 fx.dirty = true;
                 self.serve(now, &mut fx);
@@ -212,6 +227,7 @@ impl Allocator {
             return Vec::new();
         }
         j.state = JobState::Ended;
+        j.ended = Some(now);
         fx.dirty = true;
         let held: Vec<AllocId> = self.allocs_of(job).collect();
         for id in held {
@@ -260,12 +276,22 @@ impl Allocator {
         Ok(self.finish(fx))
     }
 
-    /// Replaces the host views (every host of the lab, up or down), reclaims private hosts
-    /// whose owner came back, and serves the queue.
-    pub fn hosts_changed(&mut self, views: &[HostView], now: Instant) -> Vec<Effect> {
-        self.hosts = views.iter().map(|v| (v.name.clone(), v.clone())).collect();
+    /// One host's view changed (a report, up/down, a daemon (re)connected), or a host of the
+    /// lab file is made known at start: stores it, reclaims it from an adaptive holder when
+    /// its owner came back, and serves the queue. Costs O(1) in the number of hosts besides
+    /// serving the queue; nothing rebuilds every view.
+    ///
+    /// A report that changes nothing a decision reads (only the load, say) does not serve the
+    /// queue: the queue was served after every earlier change, so nothing new could happen.
+    pub fn host_changed(&mut self, view: HostView, now: Instant) -> Vec<Effect> {
+        let host = view.name.clone();
+        let old = self.hosts.insert(host.clone(), view);
+        let new = &self.hosts[&host];
+        if old.is_some_and(|old| decision_inputs(&old) == decision_inputs(new)) {
+            return Vec::new();
+        }
         let mut fx = Fx::default();
-        self.owner_returns(now, &mut fx);
+        self.owner_returns(&host, now, &mut fx);
         self.serve(now, &mut fx);
         self.finish(fx)
     }
@@ -311,37 +337,6 @@ impl Allocator {
                 AllocState::Granted => None,
             })
             .collect()
-    }
-
-    /// One row per known job, by id.
-    pub fn jobs(&self) -> Vec<JobRow> {
-        self.jobs
-            .iter()
-            .map(|(&id, j)| self.job_row(id, j))
-            .collect()
-    }
-
-    fn job_row(&self, id: JobId, j: &Job) -> JobRow {
-        let mut hosts: Vec<String> = self
-            .allocs_of(id)
-            .filter_map(|a| self.allocs.get(&a).map(|a| a.host.clone()))
-            .collect();
-        hosts.sort();
-        JobRow {
-            id,
-            user: j.info.user.clone(),
-            state: j.state.as_str(),
-            hosts,
-            spec: j.info.spec.clone(),
-            argv: j.info.argv.clone(),
-            cwd: j.info.cwd.clone(),
-            queued: self
-                .queue
-                .iter()
-                .filter(|w| w.job == id)
-                .map(|w| w.symbolic.clone())
-                .collect(),
-        }
     }
 
     /// The job and allocation holding `host` (granted or being released).
@@ -407,22 +402,39 @@ impl Allocator {
         }
     }
 
-    /// Appends position updates for queued requests whose position changed, then `Persist`.
+    /// Appends position updates (with why each waits) for queued requests whose position
+    /// changed, then `Persist`.
     pub(crate) fn finish(&mut self, mut fx: Fx) -> Vec<Effect> {
-        for (i, w) in self.queue.iter_mut().enumerate() {
-            let position = i + 1;
-            if w.reported != Some(position) {
-                w.reported = Some(position);
-                fx.out.push(Effect::Queued {
-                    job: w.job,
-                    req: w.id,
-                    position,
-                });
-            }
+        let changed: Vec<usize> = (0..self.queue.len())
+            .filter(|&i| self.queue[i].reported != Some(i + 1))
+            .collect();
+        for i in changed {
+            let reason = self.wait_reason(i).to_string();
+            let w = &mut self.queue[i];
+            w.reported = Some(i + 1);
+            fx.out.push(Effect::Queued {
+                job: w.job,
+                req: w.id,
+                position: i + 1,
+                reason,
+            });
         }
         if fx.dirty {
             fx.out.push(Effect::Persist);
         }
         fx.out
     }
+}
+
+/// What of a host's view the decisions read besides the choice order: eligibility (up,
+/// labels, owner away), owner return (owner active), and whether every host has reported.
+fn decision_inputs(v: &HostView) -> (bool, bool, &[String], Option<&str>, bool, bool) {
+    (
+        v.up,
+        v.reported,
+        &v.labels,
+        v.owner.as_deref(),
+        v.owner_away(),
+        v.owner_active(),
+    )
 }

@@ -32,9 +32,13 @@ impl Lab {
         }
     }
 
+    /// Tells the allocator every host's view, one at a time (as reports arrive).
     fn sync(&mut self) -> Vec<Effect> {
-        let fx = self.a.hosts_changed(&self.views, self.now);
-        self.check();
+        let mut fx = Vec::new();
+        for v in self.views.clone() {
+            fx.extend(self.a.host_changed(v, self.now));
+            self.check();
+        }
         fx
     }
 
@@ -45,7 +49,9 @@ impl Lab {
             .find(|v| v.name == host)
             .expect("host");
         f(v);
-        self.sync()
+        let fx = self.a.host_changed(v.clone(), self.now);
+        self.check();
+        fx
     }
 
     fn job(&mut self, adaptive: bool) -> JobId {
@@ -56,7 +62,7 @@ impl Lab {
             spec: None,
             adaptive,
         };
-        let (id, fx) = self.a.register_job(info);
+        let (id, fx) = self.a.register_job(info, self.now);
         assert_eq!(fx, vec![Effect::Persist]);
         self.check();
         id
@@ -208,7 +214,7 @@ fn impossible_label_is_refused_with_the_labels_that_exist() {
     );
     let (_, fx) = lab.req(j, "node07");
     assert!(matches!(fx[0], Effect::Refused { .. }), "{fx:?}");
-    assert!(lab.a.jobs()[0].queued.is_empty());
+    assert!(lab.a.jobs(lab.now)[0].queued.is_empty());
 }
 
 #[test]
@@ -263,7 +269,7 @@ fn queue_is_fifo_with_positions_and_served_on_release() {
     assert!(matches!(&fx[1], Effect::Granted { job, req, .. } if *job == j2 && *req == r2));
     assert_eq!(position(&fx, r3), Some(1));
     assert_eq!(fx.last(), Some(&Effect::Persist));
-    assert_eq!(lab.a.jobs()[2].queued, vec!["anyHost"]);
+    assert_eq!(lab.a.jobs(lab.now)[2].queued, vec!["anyHost"]);
 }
 
 #[test]
@@ -531,7 +537,7 @@ fn end_job_frees_everything_and_drops_its_requests() {
         matches!(fx.iter().find(|e| matches!(e, Effect::Granted { .. })),
         Some(Effect::Granted { req, .. }) if *req == r)
     );
-    let row = &lab.a.jobs()[0];
+    let row = &lab.a.jobs(lab.now)[0];
     assert_eq!(
         (row.state, row.hosts.len(), row.queued.len()),
         ("ended", 0, 0)
@@ -611,7 +617,17 @@ fn snapshot_and_restore_mid_flight() {
     );
     assert_eq!(position(&fx, other_req), Some(2));
     let fx = lab.confirm(alloc);
-    assert!(matches!(&fx[1], Effect::Granted { req: r, host: h, .. } if *r == req && *h == host));
+    assert_eq!(fx[0], Effect::Freed { host: host.clone() });
+    assert_eq!(
+        granted(&fx),
+        None,
+        "restored requests wait for nobody (agents re-send theirs): no grant"
+    );
+    assert!(
+        lab.a.jobs(lab.now)[1].queued.is_empty(),
+        "they left the queue"
+    );
+    assert_eq!(lab.a.holder(&host), None, "the host stays free");
     assert!(lab.a.is_drained("n1"));
     let (next, _) = lab.req(waiting, "anyHost");
     assert!(next > other_req, "ids keep increasing");
@@ -665,7 +681,7 @@ fn ended_jobs_are_forgotten_beyond_the_limit() {
     for &id in &ids {
         lab.end(id);
     }
-    let kept: Vec<JobId> = lab.a.jobs().iter().map(|r| r.id).collect();
+    let kept: Vec<JobId> = lab.a.jobs(lab.now).iter().map(|r| r.id).collect();
     assert_eq!(kept, ids[2..]);
 }
 
@@ -732,8 +748,10 @@ fn random_op(lab: &mut Lab, rng: &mut Rng, jobs: &mut Vec<JobId>) -> Vec<Effect>
         8 => lab.a.drain(&host).unwrap_or_default(),
         9 => lab.a.resume(&host, lab.now).unwrap_or_default(),
         10 => {
-            lab.views = random_views(rng);
-            lab.sync()
+            // One host's report arrives.
+            let i = rng.below(6);
+            let fresh = random_views(rng).swap_remove(i);
+            lab.set(&fresh.name.clone(), |v| *v = fresh)
         }
         _ => lab.tick(rng.below(8) as u64),
     }

@@ -1,0 +1,277 @@
+//! In-process tests of [`run`]: the real core task with a paused tokio clock, driven by the
+//! events connections and supervisors send, asserting the messages agents get. No sockets,
+//! no daemons: the supervisor set is empty and "daemons" are events.
+
+use std::{path::Path, time::Duration};
+
+use config::HostEntry;
+use proto::{
+    msg::{FromBroker, JobRegistration, Request, Response, ToBroker},
+    report::{HostReport, HostStatus, UserSession},
+};
+use tokio::{
+    sync::{mpsc, oneshot, watch},
+    task::JoinHandle,
+};
+
+use super::{run, Event, EventSender};
+use crate::{
+    alloc::{AllocConfig, Allocator, JobId},
+    hosts::HostTable,
+    jobs::JobDesk,
+    supervisor::SupervisorSet,
+};
+
+/// How long (on the paused clock) a test waits for a message before it fails.
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A running core and the sender its events go to.
+struct Core {
+    events: EventSender,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<Vec<HostStatus>>,
+    next_conn: u64,
+}
+
+/// A registered job's agent: its id and the messages the broker sends it.
+struct Agent {
+    job: JobId,
+    rx: mpsc::Receiver<FromBroker>,
+}
+
+fn entry(name: &str, owner: Option<&str>) -> HostEntry {
+    HostEntry {
+        name: name.into(),
+        address: format!("10.77.0.{}", name.len()),
+        labels: vec![],
+        owner: owner.map(String::from),
+    }
+}
+
+/// A report with no sessions and an unknown console: a quiet, idle linux host.
+fn idle_report(host: &str) -> HostReport {
+    HostReport {
+        hostname: host.into(),
+        cpus: Some(2),
+        load: Some([0.0; 3]),
+        users: Some(vec![]),
+        labels: vec!["linux".into()],
+        ..HostReport::default()
+    }
+}
+
+impl Core {
+    fn start(hosts: &[HostEntry]) -> Core {
+        let table = HostTable::new(hosts, Duration::from_secs(6));
+        let alloc = Allocator::with_config(AllocConfig::default());
+        let desk = JobDesk::new(alloc, vec!["ssh".into()], "ssh", Path::new("/no/secret"));
+        let (events, rx) = mpsc::channel(64);
+        let (stop, stop_rx) = watch::channel(false);
+        let supervisors = SupervisorSet::default();
+        let task = tokio::spawn(run(table, desk, rx, supervisors, stop_rx));
+        Core {
+            events,
+            stop,
+            task,
+            next_conn: 1,
+        }
+    }
+
+    async fn send(&self, event: Event) {
+        self.events.send(event).await.expect("core runs");
+    }
+
+    /// A daemon for `host` connects and sends `report`.
+    async fn report(&mut self, host: &str, report: HostReport) {
+        let conn = self.next_conn;
+        self.next_conn += 1;
+        let (close, _closed) = oneshot::channel();
+        let host = host.to_string();
+        let connected = Event::HostdConnected {
+            host: host.clone(),
+            conn,
+            close,
+        };
+        self.send(connected).await;
+        let report = Box::new(report);
+        self.send(Event::Report { host, conn, report }).await;
+    }
+
+    async fn register(&self, adaptive: bool) -> Agent {
+        let reg = Box::new(JobRegistration {
+            user: "alice".into(),
+            cwd: "/home/alice".into(),
+            argv: vec!["app".into()],
+            spec: None,
+            adaptive,
+            resume: None,
+        });
+        let (tx, mut rx) = mpsc::channel(64);
+        let (reply, job) = oneshot::channel();
+        self.send(Event::AgentRegister { reg, tx, reply }).await;
+        let job = job.await.expect("registered");
+        assert!(matches!(next(&mut rx).await, FromBroker::Registered { .. }));
+        Agent { job, rx }
+    }
+
+    async fn allocate(&self, agent: &Agent, req: u64, symbolic: &str) {
+        let msg = ToBroker::Allocate {
+            req,
+            symbolic: symbolic.into(),
+        };
+        self.send(Event::AgentMessage {
+            job: agent.job,
+            msg,
+        })
+        .await;
+    }
+
+    async fn admin(&self, req: Request) -> Result<Response, String> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Event::Admin { req, reply }).await;
+        answer.await.expect("answered")
+    }
+
+    async fn status(&self) -> Vec<HostStatus> {
+        let (reply, rows) = oneshot::channel();
+        self.send(Event::Status { reply }).await;
+        rows.await.expect("answered")
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        self.task.await.expect("core ends cleanly");
+    }
+}
+
+/// The next message to an agent, or a failure after [`WAIT`].
+async fn next(rx: &mut mpsc::Receiver<FromBroker>) -> FromBroker {
+    tokio::time::timeout(WAIT, rx.recv())
+        .await
+        .expect("a message within the wait")
+        .expect("channel open")
+}
+
+/// The next message that is not a queue position update.
+async fn next_decision(rx: &mut mpsc::Receiver<FromBroker>) -> FromBroker {
+    loop {
+        match next(rx).await {
+            FromBroker::Queued { .. } => continue,
+            other => return other,
+        }
+    }
+}
+
+/// Issue 15: a grant decided while another agent registers was thrown away
+/// (`let _ = desk.hosts_changed(..)`), and the waiting request was never answered.
+#[tokio::test(start_paused = true)]
+async fn grant_decided_while_an_agent_registers_is_sent() {
+    let mut core = Core::start(&[entry("node02", None)]);
+    let mut waiting = core.register(false).await;
+    core.allocate(&waiting, 7, "anyHost").await;
+    assert!(matches!(
+        next(&mut waiting.rx).await,
+        FromBroker::Queued { req: 7, .. }
+    ));
+    core.report("node02", idle_report("node02")).await;
+    let _other = core.register(false).await;
+    match next_decision(&mut waiting.rx).await {
+        FromBroker::Granted { req, host, .. } => assert_eq!((req, host.as_str()), (7, "node02")),
+        other => panic!("expected the grant, got {other:?}"),
+    }
+    core.stop().await;
+}
+
+/// Issue 15: an owner-return reclaim decided while another agent registered was thrown
+/// away; the adaptive holder was never warned.
+#[tokio::test(start_paused = true)]
+async fn owner_return_reclaim_decided_while_an_agent_registers_is_sent() {
+    let mut core = Core::start(&[entry("ws1", Some("bob"))]);
+    core.report("ws1", idle_report("ws1")).await;
+    let mut holder = core.register(true).await;
+    core.allocate(&holder, 1, "anyHost").await;
+    let alloc = match next_decision(&mut holder.rx).await {
+        FromBroker::Granted { alloc, .. } => alloc,
+        other => panic!("expected a grant, got {other:?}"),
+    };
+    let mut back = idle_report("ws1");
+    back.users = Some(vec![UserSession {
+        user: "bob".into(),
+        tty: "pts/0".into(),
+        idle_s: Some(2),
+        from: None,
+    }]);
+    core.report("ws1", back).await;
+    let _other = core.register(false).await;
+    match next_decision(&mut holder.rx).await {
+        FromBroker::Reclaim { alloc: a, host, .. } => {
+            assert_eq!((a, host.as_str()), (alloc, "ws1"))
+        }
+        other => panic!("expected the owner-return reclaim, got {other:?}"),
+    }
+    core.stop().await;
+}
+
+/// Issue 14 item 8: on a fresh broker (no report, no job) drain and resume know the lab
+/// file's hosts, and `rb status` shows the drain.
+#[tokio::test(start_paused = true)]
+async fn drain_and_resume_work_before_any_report_or_job() {
+    let core = Core::start(&[entry("node02", None), entry("node03", None)]);
+    let drained = core
+        .admin(Request::Drain {
+            host: "node03".into(),
+        })
+        .await;
+    assert!(matches!(drained, Ok(Response::Done { .. })), "{drained:?}");
+    let rows = core.status().await;
+    assert_eq!(
+        (rows[1].drained, rows[1].alloc_state.as_str()),
+        (true, "drained")
+    );
+    assert_eq!(
+        (rows[0].drained, rows[0].alloc_state.as_str()),
+        (false, "free")
+    );
+    let resumed = core
+        .admin(Request::Resume {
+            host: "node03".into(),
+        })
+        .await;
+    assert!(matches!(resumed, Ok(Response::Done { .. })), "{resumed:?}");
+    let unknown = core
+        .admin(Request::Drain {
+            host: "node09".into(),
+        })
+        .await;
+    assert!(unknown.is_err_and(|e| e.contains("no host named")));
+    core.stop().await;
+}
+
+/// A report reaches the allocator as it arrives: a waiting request is granted by the report
+/// itself, before the core's clock moves (no tick needed).
+#[tokio::test(start_paused = true)]
+async fn report_grants_a_waiting_request_without_a_tick() {
+    let mut core = Core::start(&[entry("node02", None)]);
+    let mut waiting = core.register(false).await;
+    core.allocate(&waiting, 3, "anyLinux").await;
+    assert!(matches!(
+        next(&mut waiting.rx).await,
+        FromBroker::Queued { req: 3, .. }
+    ));
+    let before = tokio::time::Instant::now();
+    core.report("node02", idle_report("node02")).await;
+    let granted = next_decision(&mut waiting.rx).await;
+    assert!(
+        matches!(granted, FromBroker::Granted { req: 3, .. }),
+        "{granted:?}"
+    );
+    assert_eq!(
+        tokio::time::Instant::now(),
+        before,
+        "granted without a tick"
+    );
+    let rows = core.status().await;
+    assert_eq!(rows[0].held_by, Some(waiting.job));
+    assert_eq!(rows[0].alloc_state, "held");
+    core.stop().await;
+}
