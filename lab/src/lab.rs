@@ -251,8 +251,9 @@ impl Lab {
         self.teardown()
     }
 
-    /// Kills all hosts, deletes netns, veths, bridge, `/etc/netns` overlays and the lab
-    /// directory. Tolerates a partly built lab and can be repeated.
+    /// Kills all hosts, deletes netns, veths, bridge and the lab directory (and the
+    /// `/etc/netns` files of labs made by earlier versions). Tolerates a partly built lab
+    /// and can be repeated.
     fn teardown(&self) -> Result<(), LabError> {
         let mut errors = Vec::new();
         let names: Vec<String> = self
@@ -276,6 +277,7 @@ impl Lab {
             errors.push(format!("bridge: {e}"));
         }
         for h in &m.hosts {
+            // Only labs of earlier versions have these (see `provision`'s module docs).
             remove_tree(&provision::etc_netns(h), &mut errors);
         }
         if errors.is_empty() {

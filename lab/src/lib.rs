@@ -7,7 +7,7 @@
 //!   front-end machine, called `node01`/`gateway` inside; the broker listens there). No
 //!   default route: nothing leaves the lab.
 //! - **UTS** (its own hostname), **mount** (private /tmp, /run with its own utmp,
-//!   /var/log and /dev/shm; `/etc/netns/<netns>` overlays for hosts, passwd, …) and
+//!   /var/log and /dev/shm; an overlay on /etc with the host's own hosts, passwd, …) and
 //!   **PID** namespaces, with [`init`] (`rb-lab-init`) as PID 1 reaping children and running
 //!   sshd (and inetd + in.rshd with `rsh`).
 //!
