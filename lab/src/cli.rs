@@ -2,7 +2,8 @@
 //! [`run`] does the work.
 //!
 //! `rb lab up` builds a lab and leaves it running (detached); the other commands find it
-//! through its manifest: with `--dir DIR`, or the only lab made by `rb lab up`.
+//! through its manifest: with `--dir DIR`, or the only lab made by `rb lab up`. A bare
+//! `rb lab down` takes only this user's labs of this checkout ([`crate::creator`]).
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -11,7 +12,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 
-use crate::{list_labs, require_root, Lab, LabSpec, LabSummary};
+use crate::{list_labs, plan_down, require_root, Creator, Lab, LabSpec, LabSummary};
 
 /// The `rb lab` subcommands.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Subcommand)]
@@ -25,11 +26,18 @@ pub enum LabCommand {
         #[arg(long)]
         rsh: bool,
     },
-    /// Tear down a lab (default: every lab made by `rb lab up` on this machine).
+    /// Tear down labs: by default those this user made from this checkout; says what it left.
+    ///
+    /// Without arguments: the labs made by this user (uid, and SUDO_UID under sudo) with the
+    /// binaries of this checkout (this `rb`'s directory), except labs a running process
+    /// (a test) owns. Labs of other users or checkouts are left and listed.
     Down {
-        /// The lab directory (/var/tmp/rb-lab-S).
+        /// Tear down only this lab directory (/var/tmp/rb-lab-S), whoever made it.
         dir: Option<PathBuf>,
-        /// Only tear down labs whose creating process died without cleaning up.
+        /// Every lab on this machine, whoever made it, except labs a running process owns.
+        #[arg(long, conflicts_with_all = ["dir", "stale"])]
+        all: bool,
+        /// Only labs whose creating process died without tearing them down (anyone's).
         #[arg(long, conflicts_with = "dir")]
         stale: bool,
     },
@@ -96,7 +104,17 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        LabCommand::Down { dir, .. } => down(dir),
+        LabCommand::Down { dir: Some(d), .. } => down(vec![d]),
+        LabCommand::Down { dir: None, all, .. } => {
+            let plan = plan_down(&list_labs(), &Creator::current(), all);
+            if plan.take.is_empty() {
+                println!("no lab to take down");
+            }
+            let left = plan.report_left();
+            down(plan.take)?;
+            print!("{left}");
+            Ok(())
+        }
         LabCommand::Status => {
             status();
             Ok(())
@@ -167,18 +185,8 @@ fn summary(lab: &Lab, secs: f64) -> String {
     s
 }
 
-fn down(dir: Option<PathBuf>) -> anyhow::Result<()> {
-    let dirs: Vec<PathBuf> = match dir {
-        Some(d) => vec![d],
-        None => list_labs()
-            .into_iter()
-            .filter(|l| l.detached)
-            .map(|l| l.dir)
-            .collect(),
-    };
-    if dirs.is_empty() {
-        println!("no labs made by `rb lab up` on this machine");
-    }
+/// Tears down the labs in `dirs`, saying how long each took.
+fn down(dirs: Vec<PathBuf>) -> anyhow::Result<()> {
     for d in dirs {
         let started = Instant::now();
         Lab::attach(&d)?
@@ -222,6 +230,12 @@ fn describe(l: &LabSummary) -> String {
         l.dir.display(),
         l.subnet.unwrap_or(0)
     );
+    match &l.made_by {
+        Some(c) => {
+            let _ = writeln!(s, "  by {} from {}", c.user(), c.checkout.display());
+        }
+        None => s += "  by an earlier rb (creator not recorded)\n",
+    }
     for h in &l.hosts {
         let state = if h.running { "running" } else { "down" };
         let part = if h.partitioned { ", partitioned" } else { "" };
@@ -304,6 +318,30 @@ mod tests {
     }
 
     #[test]
+    fn down_takes_dir_or_all_or_stale() {
+        assert_eq!(
+            parse(&["down"]),
+            LabCommand::Down {
+                dir: None,
+                all: false,
+                stale: false
+            }
+        );
+        assert!(matches!(
+            parse(&["down", "--all"]),
+            LabCommand::Down { all: true, .. }
+        ));
+        let cli = |a: &[&str]| {
+            Cli::try_parse_from(std::iter::once("rb-lab").chain(a.iter().copied())).is_err()
+        };
+        assert!(
+            cli(&["down", "--all", "/var/tmp/rb-lab-3"]),
+            "--all with DIR"
+        );
+        assert!(cli(&["down", "--all", "--stale"]), "--all with --stale");
+    }
+
+    #[test]
     fn exec_keeps_the_command_s_own_flags() {
         assert_eq!(
             parse(&["exec", "--user", "node03", "ls", "-l", "/tmp"]),
@@ -324,6 +362,7 @@ mod tests {
             owner_pid: Some(99),
             owner_alive: false,
             detached: false,
+            made_by: None,
             hosts: vec![],
             problem: None,
         };

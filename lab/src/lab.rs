@@ -12,6 +12,7 @@ use std::process::Child;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::creator::Creator;
 use crate::host::{self, Booted};
 use crate::manifest::{self, HostRecord, MachineLock, Manifest, MANIFEST};
 use crate::process::ProcRef;
@@ -326,6 +327,7 @@ fn plan(spec: &LabSpec, s: u8, prefix: String, init: PathBuf) -> Manifest {
         prefix,
         owner: ProcRef::current(),
         detached: false,
+        made_by: Some(Creator::current()),
         rsh: spec.rsh,
         init,
         bridge: format!("rbbr{s}"),
