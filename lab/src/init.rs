@@ -126,6 +126,12 @@ fn setup(a: &InitArgs) -> Result<(), String> {
 /// an overlayfs itself, as in many containers), falls back to a read-only /etc with
 /// `state/etc` as its top layer, and says so on the console.
 fn mount_etc(host: &str, state: &Path) -> Result<(), String> {
+    if !state.join(ETC_LAYER).is_dir() {
+        // A lab made by an earlier version, booted again: `ip netns exec` has put its
+        // /etc/netns files over /etc already.
+        eprintln!("rb-lab-init[{host}]: no {ETC_LAYER}/ in the host directory: /etc as is");
+        return Ok(());
+    }
     let writable = etc_overlay_options(state, true)?;
     let Err(first) = mount_overlay_on_etc(&writable) else {
         return Ok(());
