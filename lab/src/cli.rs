@@ -2,8 +2,9 @@
 //! [`run`] does the work.
 //!
 //! `rb lab up` builds a lab and leaves it running (detached); the other commands find it
-//! through its manifest: with `--dir DIR`, or the only lab made by `rb lab up`. A bare
-//! `rb lab down` takes only this user's labs of this checkout ([`crate::creator`]).
+//! through its manifest: with `--dir DIR`, or the only lab made by `rb lab up` by this user
+//! from this checkout (else the only one on the machine). A bare `rb lab down` takes only
+//! this user's labs of this checkout ([`crate::creator`]).
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -12,6 +13,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 
+use crate::creator::default_candidates;
 use crate::{list_labs, plan_down, require_root, Creator, Lab, LabSpec, LabSummary};
 
 /// The `rb lab` subcommands.
@@ -45,7 +47,7 @@ pub enum LabCommand {
     Status,
     /// Run a command inside a host (as root, or as the lab user with --user).
     Exec {
-        /// Lab directory (default: the only lab made by `rb lab up`).
+        /// Lab directory (default: your only lab of this checkout, else the only lab here).
         #[arg(long = "dir", value_name = "DIR")]
         lab: Option<PathBuf>,
         /// Run as the lab user instead of root.
@@ -59,7 +61,7 @@ pub enum LabCommand {
     },
     /// Crash a host: every process on it dies at once.
     Crash {
-        /// Lab directory (default: the only lab made by `rb lab up`).
+        /// Lab directory (default: your only lab of this checkout, else the only lab here).
         #[arg(long = "dir", value_name = "DIR")]
         lab: Option<PathBuf>,
         /// The host.
@@ -67,7 +69,7 @@ pub enum LabCommand {
     },
     /// Boot a crashed host; returns when its sshd accepts connections.
     Boot {
-        /// Lab directory (default: the only lab made by `rb lab up`).
+        /// Lab directory (default: your only lab of this checkout, else the only lab here).
         #[arg(long = "dir", value_name = "DIR")]
         lab: Option<PathBuf>,
         /// The host.
@@ -75,7 +77,7 @@ pub enum LabCommand {
     },
     /// Cut a host off the lab network.
     Partition {
-        /// Lab directory (default: the only lab made by `rb lab up`).
+        /// Lab directory (default: your only lab of this checkout, else the only lab here).
         #[arg(long = "dir", value_name = "DIR")]
         lab: Option<PathBuf>,
         /// The host.
@@ -83,7 +85,7 @@ pub enum LabCommand {
     },
     /// Reconnect a partitioned host.
     Heal {
-        /// Lab directory (default: the only lab made by `rb lab up`).
+        /// Lab directory (default: your only lab of this checkout, else the only lab here).
         #[arg(long = "dir", value_name = "DIR")]
         lab: Option<PathBuf>,
         /// The host.
@@ -248,16 +250,13 @@ fn describe(l: &LabSummary) -> String {
     s
 }
 
-/// The lab to act on: `--dir DIR`, or the only lab made by `rb lab up`.
+/// The lab to act on: `--dir DIR`, or the only lab made by `rb lab up` from this checkout
+/// (see [`default_candidates`]).
 fn find(dir: Option<PathBuf>) -> anyhow::Result<Lab> {
     if let Some(d) = dir {
         return Ok(Lab::attach(&d)?);
     }
-    let mut detached: Vec<PathBuf> = list_labs()
-        .into_iter()
-        .filter(|l| l.detached)
-        .map(|l| l.dir)
-        .collect();
+    let mut detached = default_candidates(&list_labs(), &Creator::current());
     match detached.len() {
         0 => bail!("no lab made by `rb lab up` on this machine\nhelp: start one with `rb lab up`, or name one with --dir DIR"),
         1 => Ok(Lab::attach(&detached.remove(0))?),

@@ -1,5 +1,6 @@
-//! Who made a lab and from where ([`Creator`], recorded in every manifest), and which labs a
-//! bare `rb lab down` takes ([`plan_down`]).
+//! Who made a lab and from where ([`Creator`], recorded in every manifest), which labs a
+//! bare `rb lab down` takes ([`plan_down`]), and which lab `rb lab exec|crash|…` without
+//! `--dir` means ([`default_candidates`]).
 //!
 //! Several people and several checkouts (each with its tests) may run labs on one machine.
 //! A bare `rb lab down` takes down only the labs made by the same user from the same
@@ -115,6 +116,22 @@ fn why_left(lab: &LabSummary, me: &Creator, all: bool) -> Option<Left> {
         Some(c) if !c.same_user(me) => Some(Left::OtherUser(c.user())),
         Some(c) if c.checkout != me.checkout => Some(Left::OtherCheckout(c.checkout.clone())),
         Some(_) => None,
+    }
+}
+
+/// The labs a command without `--dir` may mean: the labs made by `rb lab up` by `me` from
+/// this checkout, or, when there are none, every lab made by `rb lab up`.
+pub fn default_candidates(labs: &[LabSummary], me: &Creator) -> Vec<PathBuf> {
+    let detached = labs.iter().filter(|l| l.detached && l.problem.is_none());
+    let ours: Vec<PathBuf> = detached
+        .clone()
+        .filter(|l| l.made_by.as_ref() == Some(me))
+        .map(|l| l.dir.clone())
+        .collect();
+    if ours.is_empty() {
+        detached.map(|l| l.dir.clone()).collect()
+    } else {
+        ours
     }
 }
 
@@ -296,6 +313,22 @@ mod tests {
             ]
         );
         assert_eq!(plan.left.len(), 2, "{:?}", plan.left);
+    }
+
+    #[test]
+    fn commands_without_dir_mean_our_lab_first() {
+        let paths = |v: Vec<PathBuf>| -> Vec<String> {
+            v.iter().map(|p| p.display().to_string()).collect()
+        };
+        assert_eq!(paths(default_candidates(&labs(), &me())), ["/l/ours"]);
+        let stranger = Creator {
+            checkout: "/elsewhere".into(),
+            ..me()
+        };
+        assert_eq!(
+            paths(default_candidates(&labs(), &stranger)),
+            ["/l/ours", "/l/other-checkout", "/l/other-user", "/l/old"]
+        );
     }
 
     #[test]

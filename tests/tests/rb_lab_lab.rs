@@ -120,11 +120,12 @@ fn bare_lab_down_takes_down_only_labs_of_this_checkout() {
         text.contains("`rb lab down --all` takes them down"),
         "{text}"
     );
-    // Their lab still works, and `rb lab status` says where it came from.
+    // Their lab still works; without --dir, their checkout's commands mean their only lab
+    // (whatever other labs the machine has); `rb lab status` says where it came from.
     let d = their_lab.to_string_lossy();
     ok(
         "exec in their lab",
-        &theirs.rb_lab(&["exec", "--dir", &d, "node02", "true"]),
+        &theirs.rb_lab(&["exec", "node02", "true"]),
     );
     let status = ok("rb lab status", &theirs.rb_lab(&["status"]));
     assert!(
