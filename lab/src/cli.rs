@@ -2,7 +2,9 @@
 //! [`run`] does the work.
 //!
 //! `rb lab up` builds a lab and leaves it running (detached); the other commands find it
-//! through its manifest: with `--dir DIR`, or the only lab made by `rb lab up`.
+//! through its manifest: with `--dir DIR`, or the only lab made by `rb lab up` by this user
+//! from this checkout (else the only one on the machine). A bare `rb lab down` takes only
+//! this user's labs of this checkout ([`crate::creator`]).
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -11,7 +13,8 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 
-use crate::{list_labs, require_root, Lab, LabSpec, LabSummary};
+use crate::creator::default_candidates;
+use crate::{list_labs, plan_down, require_root, Creator, Lab, LabSpec, LabSummary};
 
 /// The `rb lab` subcommands.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Subcommand)]
@@ -25,11 +28,18 @@ pub enum LabCommand {
         #[arg(long)]
         rsh: bool,
     },
-    /// Tear down a lab (default: every lab made by `rb lab up` on this machine).
+    /// Tear down labs: by default those this user made from this checkout; says what it left.
+    ///
+    /// Without arguments: the labs made by this user (uid, and SUDO_UID under sudo) with the
+    /// binaries of this checkout (this `rb`'s directory), except labs a running process
+    /// (a test) owns. Labs of other users or checkouts are left and listed.
     Down {
-        /// The lab directory (/var/tmp/rb-lab-S).
+        /// Tear down only this lab directory (/var/tmp/rb-lab-S), whoever made it.
         dir: Option<PathBuf>,
-        /// Only tear down labs whose creating process died without cleaning up.
+        /// Every lab on this machine, whoever made it, except labs a running process owns.
+        #[arg(long, conflicts_with_all = ["dir", "stale"])]
+        all: bool,
+        /// Only labs whose creating process died without tearing them down (anyone's).
         #[arg(long, conflicts_with = "dir")]
         stale: bool,
     },
@@ -37,7 +47,7 @@ pub enum LabCommand {
     Status,
     /// Run a command inside a host (as root, or as the lab user with --user).
     Exec {
-        /// Lab directory (default: the only lab made by `rb lab up`).
+        /// Lab directory (default: your only lab of this checkout, else the only lab here).
         #[arg(long = "dir", value_name = "DIR")]
         lab: Option<PathBuf>,
         /// Run as the lab user instead of root.
@@ -51,7 +61,7 @@ pub enum LabCommand {
     },
     /// Crash a host: every process on it dies at once.
     Crash {
-        /// Lab directory (default: the only lab made by `rb lab up`).
+        /// Lab directory (default: your only lab of this checkout, else the only lab here).
         #[arg(long = "dir", value_name = "DIR")]
         lab: Option<PathBuf>,
         /// The host.
@@ -59,7 +69,7 @@ pub enum LabCommand {
     },
     /// Boot a crashed host; returns when its sshd accepts connections.
     Boot {
-        /// Lab directory (default: the only lab made by `rb lab up`).
+        /// Lab directory (default: your only lab of this checkout, else the only lab here).
         #[arg(long = "dir", value_name = "DIR")]
         lab: Option<PathBuf>,
         /// The host.
@@ -67,7 +77,7 @@ pub enum LabCommand {
     },
     /// Cut a host off the lab network.
     Partition {
-        /// Lab directory (default: the only lab made by `rb lab up`).
+        /// Lab directory (default: your only lab of this checkout, else the only lab here).
         #[arg(long = "dir", value_name = "DIR")]
         lab: Option<PathBuf>,
         /// The host.
@@ -75,7 +85,7 @@ pub enum LabCommand {
     },
     /// Reconnect a partitioned host.
     Heal {
-        /// Lab directory (default: the only lab made by `rb lab up`).
+        /// Lab directory (default: your only lab of this checkout, else the only lab here).
         #[arg(long = "dir", value_name = "DIR")]
         lab: Option<PathBuf>,
         /// The host.
@@ -96,7 +106,17 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        LabCommand::Down { dir, .. } => down(dir),
+        LabCommand::Down { dir: Some(d), .. } => down(vec![d]),
+        LabCommand::Down { dir: None, all, .. } => {
+            let plan = plan_down(&list_labs(), &Creator::current(), all);
+            if plan.take.is_empty() {
+                println!("no lab to take down");
+            }
+            let left = plan.report_left();
+            down(plan.take)?;
+            print!("{left}");
+            Ok(())
+        }
         LabCommand::Status => {
             status();
             Ok(())
@@ -167,18 +187,8 @@ fn summary(lab: &Lab, secs: f64) -> String {
     s
 }
 
-fn down(dir: Option<PathBuf>) -> anyhow::Result<()> {
-    let dirs: Vec<PathBuf> = match dir {
-        Some(d) => vec![d],
-        None => list_labs()
-            .into_iter()
-            .filter(|l| l.detached)
-            .map(|l| l.dir)
-            .collect(),
-    };
-    if dirs.is_empty() {
-        println!("no labs made by `rb lab up` on this machine");
-    }
+/// Tears down the labs in `dirs`, saying how long each took.
+fn down(dirs: Vec<PathBuf>) -> anyhow::Result<()> {
     for d in dirs {
         let started = Instant::now();
         Lab::attach(&d)?
@@ -222,6 +232,12 @@ fn describe(l: &LabSummary) -> String {
         l.dir.display(),
         l.subnet.unwrap_or(0)
     );
+    match &l.made_by {
+        Some(c) => {
+            let _ = writeln!(s, "  by {} from {}", c.user(), c.checkout.display());
+        }
+        None => s += "  by an earlier rb (creator not recorded)\n",
+    }
     for h in &l.hosts {
         let state = if h.running { "running" } else { "down" };
         let part = if h.partitioned { ", partitioned" } else { "" };
@@ -234,16 +250,13 @@ fn describe(l: &LabSummary) -> String {
     s
 }
 
-/// The lab to act on: `--dir DIR`, or the only lab made by `rb lab up`.
+/// The lab to act on: `--dir DIR`, or the only lab made by `rb lab up` from this checkout
+/// (see [`default_candidates`]).
 fn find(dir: Option<PathBuf>) -> anyhow::Result<Lab> {
     if let Some(d) = dir {
         return Ok(Lab::attach(&d)?);
     }
-    let mut detached: Vec<PathBuf> = list_labs()
-        .into_iter()
-        .filter(|l| l.detached)
-        .map(|l| l.dir)
-        .collect();
+    let mut detached = default_candidates(&list_labs(), &Creator::current());
     match detached.len() {
         0 => bail!("no lab made by `rb lab up` on this machine\nhelp: start one with `rb lab up`, or name one with --dir DIR"),
         1 => Ok(Lab::attach(&detached.remove(0))?),
@@ -304,6 +317,30 @@ mod tests {
     }
 
     #[test]
+    fn down_takes_dir_or_all_or_stale() {
+        assert_eq!(
+            parse(&["down"]),
+            LabCommand::Down {
+                dir: None,
+                all: false,
+                stale: false
+            }
+        );
+        assert!(matches!(
+            parse(&["down", "--all"]),
+            LabCommand::Down { all: true, .. }
+        ));
+        let cli = |a: &[&str]| {
+            Cli::try_parse_from(std::iter::once("rb-lab").chain(a.iter().copied())).is_err()
+        };
+        assert!(
+            cli(&["down", "--all", "/var/tmp/rb-lab-3"]),
+            "--all with DIR"
+        );
+        assert!(cli(&["down", "--all", "--stale"]), "--all with --stale");
+    }
+
+    #[test]
     fn exec_keeps_the_command_s_own_flags() {
         assert_eq!(
             parse(&["exec", "--user", "node03", "ls", "-l", "/tmp"]),
@@ -324,6 +361,7 @@ mod tests {
             owner_pid: Some(99),
             owner_alive: false,
             detached: false,
+            made_by: None,
             hosts: vec![],
             problem: None,
         };

@@ -62,7 +62,7 @@ pub enum LabError {
     },
 
     /// Every 10.77.S.0/24 subnet is taken.
-    #[error("no free lab subnet 10.77.S.0/24 (S = 1..=254 all in use)\nhelp: tear down old labs with `rb lab down` or `lab::reap_stale()`")]
+    #[error("no free lab subnet 10.77.S.0/24 (S = 1..=254 all in use)\nhelp: `rb lab status` lists them; tear down yours with `rb lab down`, every lab with `rb lab down --all`")]
     NoSubnet,
 
     /// An argument (lab specification, host command, tty name, ...) is not valid.

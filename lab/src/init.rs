@@ -5,12 +5,17 @@
 //!  rb-lab-init --hostname NAME --state DIR --sshd-config FILE [--inetd-config FILE]`.
 //! In that order it
 //! 1. sets the hostname (UTS namespace),
-//! 2. bind-mounts `DIR/tmp` over /tmp, `DIR/run` over /run and `DIR/log` over /var/log
+//! 2. mounts an overlay on /etc: the machine's /etc below, `DIR/etc` (the host's own
+//!    hosts, passwd, …; written by the harness) on top, `DIR/etc-work` as its work
+//!    directory; read-only with `DIR/etc` as top lower layer where the lab directory
+//!    cannot be an upper layer (why an overlay and not bind mounts: `provision.rs`,
+//!    "A host's /etc"),
+//! 3. bind-mounts `DIR/tmp` over /tmp, `DIR/run` over /run and `DIR/log` over /var/log
 //!    (private per host; /run/utmp is the host's own utmp), mounts a tmpfs on /dev/shm
 //!    (private tty files for fake logins), creates /run/sshd,
-//! 3. starts `sshd -D` and, with `--inetd-config`, `inetd -i` (for in.rshd),
-//! 4. reaps every process of the host (`waitpid(-1)`), restarting nothing,
-//! 5. on SIGTERM sends SIGTERM to every process of the host, waits up to 3 s, sends
+//! 4. starts `sshd -D` and, with `--inetd-config`, `inetd -i` (for in.rshd),
+//! 5. reaps every process of the host (`waitpid(-1)`), restarting nothing,
+//! 6. on SIGTERM sends SIGTERM to every process of the host, waits up to 3 s, sends
 //!    SIGKILL to what is left and exits.
 //!
 //! The mount namespace is private (unshare's default propagation), so none of these mounts
@@ -27,7 +32,7 @@ use nix::sys::signal::{kill, SigSet, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
-use crate::provision::{INETD, SSHD};
+use crate::provision::{ETC_LAYER, ETC_WORK, INETD, SSHD};
 
 /// What the init was told on its command line.
 #[derive(Debug, PartialEq)]
@@ -100,6 +105,7 @@ pub fn main(args: &[String]) -> i32 {
 /// Hostname, private mounts, /run/sshd.
 fn setup(a: &InitArgs) -> Result<(), String> {
     nix::unistd::sethostname(&a.hostname).map_err(|e| format!("sethostname: {e}"))?;
+    mount_etc(&a.hostname, &a.state)?;
     bind(&a.state.join("tmp"), Path::new("/tmp"))?;
     bind(&a.state.join("run"), Path::new("/run"))?;
     bind(&a.state.join("log"), Path::new("/var/log"))?;
@@ -113,6 +119,62 @@ fn setup(a: &InitArgs) -> Result<(), String> {
     .map_err(|e| format!("mount tmpfs on /dev/shm: {e}"))?;
     std::fs::create_dir_all("/run/sshd").map_err(|e| format!("mkdir /run/sshd: {e}"))?;
     Ok(())
+}
+
+/// Mounts the overlay on /etc: `state/etc` over the machine's /etc, writable (writes go
+/// to `state/etc`). Where the lab directory cannot be an overlay's upper layer (it is on
+/// an overlayfs itself, as in many containers), falls back to a read-only /etc with
+/// `state/etc` as its top layer, and says so on the console.
+fn mount_etc(host: &str, state: &Path) -> Result<(), String> {
+    if !state.join(ETC_LAYER).is_dir() {
+        // A lab made by an earlier version, booted again: `ip netns exec` has put its
+        // /etc/netns files over /etc already.
+        eprintln!("rb-lab-init[{host}]: no {ETC_LAYER}/ in the host directory: /etc as is");
+        return Ok(());
+    }
+    let writable = etc_overlay_options(state, true)?;
+    let Err(first) = mount_overlay_on_etc(&writable) else {
+        return Ok(());
+    };
+    let read_only = etc_overlay_options(state, false)?;
+    mount_overlay_on_etc(&read_only).map_err(|e| {
+        format!("mount overlay on /etc: {first} ({writable}); read-only: {e} ({read_only})")
+    })?;
+    eprintln!("rb-lab-init[{host}]: /etc is read-only: {first} ({writable})");
+    Ok(())
+}
+
+fn mount_overlay_on_etc(options: &str) -> Result<(), Errno> {
+    mount(
+        Some("overlay"),
+        "/etc",
+        Some("overlay"),
+        MsFlags::empty(),
+        Some(options),
+    )
+}
+
+/// The overlay options for /etc, with `state/etc` as upper layer (`writable`) or as the
+/// top lower layer; refuses state paths the option syntax cannot carry.
+fn etc_overlay_options(state: &Path, writable: bool) -> Result<String, String> {
+    let text = |path: PathBuf| {
+        path.to_str()
+            .filter(|t| !t.contains([',', ':', '\\']))
+            .map(str::to_string)
+            .ok_or_else(|| {
+                format!(
+                    "state path {} cannot be an overlay option (no ',', ':' or '\\')",
+                    path.display()
+                )
+            })
+    };
+    let layer = text(state.join(ETC_LAYER))?;
+    Ok(if writable {
+        let work = text(state.join(ETC_WORK))?;
+        format!("lowerdir=/etc,upperdir={layer},workdir={work}")
+    } else {
+        format!("lowerdir={layer}:/etc")
+    })
 }
 
 fn bind(from: &Path, to: &Path) -> Result<(), String> {
@@ -234,6 +296,22 @@ mod tests {
         ]))
         .expect("valid");
         assert_eq!(a.inetd_config, None);
+    }
+
+    #[test]
+    fn etc_overlay_puts_the_host_layer_over_the_machine_s_etc() {
+        let state = Path::new("/var/tmp/rb-lab-3/hosts/node02");
+        assert_eq!(
+            etc_overlay_options(state, true).expect("valid"),
+            "lowerdir=/etc,upperdir=/var/tmp/rb-lab-3/hosts/node02/etc,\
+             workdir=/var/tmp/rb-lab-3/hosts/node02/etc-work"
+        );
+        assert_eq!(
+            etc_overlay_options(state, false).expect("valid"),
+            "lowerdir=/var/tmp/rb-lab-3/hosts/node02/etc:/etc"
+        );
+        assert!(etc_overlay_options(Path::new("/x,lowerdir=/y"), true).is_err());
+        assert!(etc_overlay_options(Path::new("/x:y"), false).is_err());
     }
 
     #[test]

@@ -12,6 +12,7 @@ use std::process::Child;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::creator::Creator;
 use crate::host::{self, Booted};
 use crate::manifest::{self, HostRecord, MachineLock, Manifest, MANIFEST};
 use crate::process::ProcRef;
@@ -251,8 +252,9 @@ impl Lab {
         self.teardown()
     }
 
-    /// Kills all hosts, deletes netns, veths, bridge, `/etc/netns` overlays and the lab
-    /// directory. Tolerates a partly built lab and can be repeated.
+    /// Kills all hosts, deletes netns, veths, bridge and the lab directory (and the
+    /// `/etc/netns` files of labs made by earlier versions). Tolerates a partly built lab
+    /// and can be repeated.
     fn teardown(&self) -> Result<(), LabError> {
         let mut errors = Vec::new();
         let names: Vec<String> = self
@@ -276,6 +278,7 @@ impl Lab {
             errors.push(format!("bridge: {e}"));
         }
         for h in &m.hosts {
+            // Only labs of earlier versions have these (see `provision`'s module docs).
             remove_tree(&provision::etc_netns(h), &mut errors);
         }
         if errors.is_empty() {
@@ -324,6 +327,7 @@ fn plan(spec: &LabSpec, s: u8, prefix: String, init: PathBuf) -> Manifest {
         prefix,
         owner: ProcRef::current(),
         detached: false,
+        made_by: Some(Creator::current()),
         rsh: spec.rsh,
         init,
         bridge: format!("rbbr{s}"),

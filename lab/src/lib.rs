@@ -7,7 +7,7 @@
 //!   front-end machine, called `node01`/`gateway` inside; the broker listens there). No
 //!   default route: nothing leaves the lab.
 //! - **UTS** (its own hostname), **mount** (private /tmp, /run with its own utmp,
-//!   /var/log and /dev/shm; `/etc/netns/<netns>` overlays for hosts, passwd, …) and
+//!   /var/log and /dev/shm; an overlay on /etc with the host's own hosts, passwd, …) and
 //!   **PID** namespaces, with [`init`] (`rb-lab-init`) as PID 1 reaping children and running
 //!   sshd (and inetd + in.rshd with `rsh`).
 //!
@@ -31,7 +31,8 @@
 //! - `host.rs`: booting and killing one host; `net.rs`: bridge, netns, veths;
 //!   `provision.rs`: keys, overlays, daemon configs, the lab directory layout.
 //! - `manifest.rs`: the JSON manifest and the race-safe subnet choice; [`registry`]:
-//!   [`list_labs`] and [`reap_stale`].
+//!   [`list_labs`] and [`reap_stale`]; [`creator`]: who made a lab and from which
+//!   checkout, and which labs a bare `rb lab down` takes ([`plan_down`]).
 //! - [`utmp`]: fake logins ([`FakeLogin`]); [`init`]: the hosts' PID 1.
 //! - [`cli`]: `rb lab up|down|status|exec|crash|boot|partition|heal`.
 //! - `process.rs`: pid + start-time identities, polling with deadlines; `cmd.rs`: running
@@ -53,6 +54,7 @@
 
 pub mod cli;
 mod cmd;
+pub mod creator;
 mod error;
 mod host;
 pub mod init;
@@ -65,6 +67,7 @@ mod provision;
 pub mod registry;
 pub mod utmp;
 
+pub use creator::{plan_down, Creator, DownPlan};
 pub use error::LabError;
 pub use host::{find_init, INIT_ENV};
 pub use lab::{require_root, Lab, LabHost, LabSpec, LabUser};

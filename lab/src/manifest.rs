@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
+use crate::creator::Creator;
 use crate::process::ProcRef;
 use crate::LabError;
 
@@ -39,6 +40,9 @@ pub(crate) struct Manifest {
     /// The process whose `Lab` tears the lab down on drop; `None` once detached.
     pub owner: Option<ProcRef>,
     pub detached: bool,
+    /// Who made the lab, from which checkout (absent in labs of earlier versions).
+    #[serde(default)]
+    pub made_by: Option<Creator>,
     pub rsh: bool,
     pub init: PathBuf,
     pub bridge: String,
@@ -314,6 +318,7 @@ mod tests {
             prefix: "rb".into(),
             owner: ProcRef::current(),
             detached: false,
+            made_by: Some(Creator::current()),
             rsh: true,
             init: "/bin/true".into(),
             bridge: "rbbr5".into(),
@@ -339,6 +344,7 @@ mod tests {
         assert_eq!(back.hosts[0].address, m.hosts[0].address);
         assert_eq!(back.gateway(), Ipv4Addr::new(10, 77, 5, 1));
         assert!(back.host("node03").is_err());
+        assert_eq!(back.made_by, m.made_by);
         std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 }

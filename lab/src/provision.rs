@@ -1,7 +1,27 @@
-//! The files of a lab: ssh keys, the lab user's home, the per-host `/etc/netns/<netns>`
-//! overlays, the per-host sshd and inetd configs, and the ssh client config for the root
-//! namespace. Nothing outside the lab directory and `/etc/netns/<lab netns>` is touched:
-//! not `/root/.ssh`, not any real home.
+//! The files of a lab: ssh keys, the lab user's home, the per-host `/etc` layer, the
+//! per-host sshd and inetd configs, and the ssh client config for the root namespace.
+//! Nothing outside the lab directory is touched: not `/etc`, not `/root/.ssh`, not any
+//! real home.
+//!
+//! # A host's /etc
+//! Each host sees the machine's `/etc` with its own files on top: `hosts`, `hostname`,
+//! `resolv.conf`, `nsswitch.conf`, and `passwd`/`group`/`shadow` (the machine's as they
+//! were at `rb lab up`, plus the lab user). `rb-lab-init` mounts an overlay on the host's
+//! `/etc` (`lowerdir=/etc`, `upperdir=hosts/<name>/etc`, `workdir=hosts/<name>/etc-work`),
+//! so what a host writes to its /etc stays on that host. Where the lab directory cannot be
+//! an upper layer (it is itself on an overlayfs, as in many containers) the host's /etc is
+//! read-only instead, with `hosts/<name>/etc` as the top lower layer.
+//!
+//! Not bind mounts of single files (`/etc/netns/<netns>/*`, which `ip netns exec` mounts over
+//! `/etc/*`, as earlier versions did): a bind mount sits on the machine's file itself, and
+//! when something on the machine replaces that file by rename — `useradd`, `passwd`,
+//! `vipw`, any editor — the kernel detaches every mount on the old file in every namespace,
+//! so the hosts silently fell back to the machine's passwd without the lab user
+//! (`setpriv: uid 4242 not found`, refused ssh logins). The overlay is mounted on the `/etc`
+//! directory, which nobody replaces, and our files are in its own layer; changes to the
+//! machine's `/etc` show through for the files a host does not have. (Re-mounting on use
+//! was the other choice, but sshd inside a host reads passwd at every login, with nothing
+//! of ours in between.)
 //!
 //! Lab directory layout (`/var/tmp/rb-lab-S/`):
 //! ```text
@@ -12,6 +32,8 @@
 //! home/<user>/             the lab user's home, shared by all hosts like an NFS home
 //! hosts/<name>/            sshd_config, inetd.conf, console.log, sshd.log and the host's
 //!                          private tmp/ (its /tmp), run/ (its /run) and log/ (its /var/log)
+//! hosts/<name>/etc/        the host's own /etc files (upper layer of its /etc overlay)
+//! hosts/<name>/etc-work/   the overlay's work directory
 //! ```
 
 use std::fmt::Write as _;
@@ -35,7 +57,7 @@ pub(crate) const INETD: &str = "/usr/sbin/inetd";
 /// netkit rshd (Debian package rsh-server).
 pub(crate) const RSHD: &str = "/usr/sbin/in.rshd";
 
-const HELP_WRITE: &str = "is /var/tmp (or /etc/netns) writable and not full?";
+const HELP_WRITE: &str = "is /var/tmp writable and not full?";
 
 /// Writes `text` to `path` with `mode`.
 pub(crate) fn write(path: &Path, text: &str, mode: u32) -> Result<(), LabError> {
@@ -238,8 +260,9 @@ pub(crate) fn write_ssh_config(m: &Manifest) -> Result<PathBuf, LabError> {
     Ok(path)
 }
 
-/// Writes `/etc/netns/<netns>/` for every host: hosts, hostname, resolv.conf,
-/// nsswitch.conf, and passwd/group/shadow (the machine's plus the lab user).
+/// Writes every host's /etc layer (`hosts/<name>/etc/`, see the module docs): hosts,
+/// hostname, resolv.conf, nsswitch.conf, and passwd/group/shadow (the machine's plus the
+/// lab user), and creates the overlay's empty work directory next to it.
 pub(crate) fn write_overlays(m: &Manifest) -> Result<(), LabError> {
     let read = |p: &str| {
         std::fs::read_to_string(p).map_err(LabError::io(
@@ -271,8 +294,9 @@ pub(crate) fn write_overlays(m: &Manifest) -> Result<(), LabError> {
     }
     let nsswitch = "passwd: files\ngroup: files\nshadow: files\ngshadow: files\nhosts: files\nnetworks: files\nprotocols: db files\nservices: db files\nethers: db files\nrpc: db files\nnetgroup: files\n";
     for h in &m.hosts {
-        let dir = etc_netns(h);
+        let dir = etc_layer(m, &h.name);
         mkdir(&dir, 0o755)?;
+        mkdir(&etc_work(m, &h.name), 0o700)?;
         write(&dir.join("hosts"), &hosts, 0o644)?;
         write(&dir.join("hostname"), &format!("{}\n", h.name), 0o644)?;
         write(&dir.join("resolv.conf"), "nameserver 127.0.0.1\n", 0o644)?;
@@ -284,7 +308,23 @@ pub(crate) fn write_overlays(m: &Manifest) -> Result<(), LabError> {
     Ok(())
 }
 
-/// `/etc/netns/<netns>` of a host.
+/// A host's own /etc files, the upper layer of its /etc overlay.
+pub(crate) fn etc_layer(m: &Manifest, host: &str) -> PathBuf {
+    m.host_dir(host).join(ETC_LAYER)
+}
+
+/// The work directory of a host's /etc overlay.
+pub(crate) fn etc_work(m: &Manifest, host: &str) -> PathBuf {
+    m.host_dir(host).join(ETC_WORK)
+}
+
+/// Names of [`etc_layer`] and [`etc_work`] in the host directory (`rb-lab-init` finds them
+/// there through `--state`).
+pub(crate) const ETC_LAYER: &str = "etc";
+pub(crate) const ETC_WORK: &str = "etc-work";
+
+/// `/etc/netns/<netns>` of a host: where labs of earlier versions kept the host's /etc files
+/// (see the module docs). Only teardown still looks there, for labs made by those versions.
 pub(crate) fn etc_netns(h: &HostRecord) -> PathBuf {
     Path::new("/etc/netns").join(&h.netns)
 }

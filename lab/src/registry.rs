@@ -5,6 +5,7 @@
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 
+use crate::creator::Creator;
 use crate::manifest::{lab_dirs, MachineLock, Manifest};
 use crate::Lab;
 
@@ -21,6 +22,8 @@ pub struct LabSummary {
     pub owner_alive: bool,
     /// Left running on purpose by `rb lab up`.
     pub detached: bool,
+    /// Who made it, from which checkout (`None` for labs of earlier versions).
+    pub made_by: Option<Creator>,
     /// Hosts with their addresses and whether they run.
     pub hosts: Vec<HostSummary>,
     /// Why the manifest could not be read, if it could not.
@@ -59,6 +62,7 @@ pub fn list_labs() -> Vec<LabSummary> {
                 owner_pid: None,
                 owner_alive: false,
                 detached: false,
+                made_by: None,
                 hosts: Vec::new(),
                 problem: Some(e.to_string()),
             },
@@ -72,6 +76,7 @@ fn summarize(m: Manifest) -> LabSummary {
         owner_pid: m.owner.map(|o| o.pid),
         owner_alive: m.detached || m.owner.is_some_and(|o| o.is_alive()),
         detached: m.detached,
+        made_by: m.made_by.clone(),
         hosts: m
             .hosts
             .iter()
