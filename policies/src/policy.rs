@@ -257,3 +257,211 @@ fn source_error(path: &Path, e: SourceError) -> Error {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        check_file,
+        facts::{HostFacts, JobFacts, UserFacts},
+        value::{HostValue, JobValue, UserValue},
+    };
+
+    fn policy(text: &str) -> Result<Policy, Error> {
+        Policy::from_text(Path::new("t.toml"), text)
+    }
+
+    fn refused(text: &str) -> String {
+        policy(text).expect_err("refused").to_string()
+    }
+
+    fn host(cpus: i64) -> HostValue {
+        HostValue::new(
+            &HostFacts {
+                name: "node03".into(),
+                up: true,
+                cpus,
+                users: Some(vec![]),
+                ..HostFacts::default()
+            }
+            .derive(),
+        )
+    }
+
+    fn job() -> JobValue {
+        JobValue::new(&JobFacts {
+            id: 3,
+            adaptive: true,
+            ..JobFacts::default()
+        })
+    }
+
+    #[test]
+    fn a_one_line_file_is_a_policy_and_the_rest_is_default() {
+        let p = policy("start = 'host.name == \"node03\"'\n").expect("loads");
+        assert_eq!(p.set_hooks(), vec![Hook::Start]);
+        assert_eq!(
+            p.expression(Hook::Vacate),
+            Hook::Vacate.default_source(),
+            "unset hooks use the default"
+        );
+        let (h, j) = (host(2), job());
+        assert!(p.start(Scope::new().host(&h).job(&j)).value);
+        assert_eq!(
+            p.summary().to_string(),
+            format!(
+                "t.toml: ok: sets start; defaults for rank, vacate, grace_s, may_preempt, \
+                 preempt_rank, share, max_hosts, priority; 0 lets; sha256 {}",
+                &p.sha256()[..12]
+            )
+        );
+    }
+
+    #[test]
+    fn sha256_is_of_the_file_bytes_and_the_path_is_kept() {
+        let p = policy("start = 'true'\n").expect("loads");
+        assert_eq!(
+            p.sha256(),
+            "958b64697c1f73e3be19f53d0cc4d13d7f9b11e243e8c296f56ae362edc41c91"
+        );
+        assert_eq!(p.source_path(), Path::new("t.toml"));
+    }
+
+    #[test]
+    fn a_run_time_error_gives_the_default_and_is_returned_not_swallowed() {
+        // Fine on every sample host (4 CPUs), divides by zero on a host reporting none.
+        let p = policy("start = '10 / host.cpus > 100'\n").expect("loads");
+        let (h, j) = (host(0), job());
+        let d = p.start(Scope::new().host(&h).job(&j));
+        assert!(d.value, "the paper default: a public host to anyone");
+        let e = d.error.expect("the error is reported");
+        assert_eq!(e.hook, Hook::Start);
+        assert!(e.message.contains("Division by zero"), "{}", e.message);
+        assert!(e.to_string().starts_with("policy key `start`: "));
+    }
+
+    #[test]
+    fn a_failing_let_is_named_in_the_run_time_error() {
+        let p = policy("rank = 'per_cpu'\n[let]\nper_cpu = '100 / host.cpus'\n").expect("loads");
+        let (h, j) = (host(0), job());
+        let d = p.rank(Scope::new().host(&h).job(&j));
+        let e = d.error.expect("error");
+        assert!(
+            e.message.starts_with("in let `per_cpu`: Division by zero"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
+    fn lets_short_circuit_and_reach_other_lets() {
+        let p = policy("start = 'public || bad'\n[let]\npublic = '!private'\nprivate = 'host.private'\nbad = '1 / (host.cpus - 2) == 0'\n")
+            .expect("loads");
+        // `bad` divides by zero on this host, but `public` already decides.
+        let (h, j) = (host(2), job());
+        let d = p.start(Scope::new().host(&h).job(&j));
+        assert_eq!((d.value, d.error), (true, None));
+    }
+
+    #[test]
+    fn a_type_error_is_refused_at_load_with_file_line_col_and_help() {
+        let text = "# desk\nvacate = 'host.load1'\n";
+        let e = refused(text);
+        let mut lines = e.lines();
+        assert_eq!(
+            lines.next(),
+            Some(
+                "t.toml:2:11: key `vacate`: gives `double`, but `vacate` must give a bool \
+                 (on the sample host node01, job 7, holder 7, 12:00 on day 2)"
+            )
+        );
+        assert!(lines.next().is_some_and(|l| l.starts_with("help: ")));
+        assert_eq!(lines.next(), None);
+    }
+
+    #[test]
+    fn a_misspelt_field_is_refused_not_a_quiet_false() {
+        let e = refused("start = 'host.lod1 < 1.0'\n");
+        assert!(
+            e.starts_with("t.toml:1:10: key `start`: No such key: lod1"),
+            "{e}"
+        );
+        let e = refused("[let]\nbusy = 'host.laod1 > 1.0'\n");
+        assert!(e.contains("key `let.busy`: No such key: laod1"), "{e}");
+        let e = refused("start = 'jobb.adaptive'\n");
+        assert!(e.contains("undeclared reference to `jobb`"), "{e}");
+    }
+
+    #[test]
+    fn an_rsl_relation_must_be_tested_with_has_before_use() {
+        refused("start = 'job.spec.gpus > 0'\n");
+        policy("start = '!has(job.spec.gpus) || job.spec.gpus > 0'\n").expect("loads");
+    }
+
+    #[test]
+    fn a_hook_reading_a_variable_it_cannot_see_is_refused() {
+        let e = refused("share = 'weight'\n[let]\nweight = 'host.cpus'\n");
+        assert!(e.contains("key `share`: reads `host`"), "{e}");
+        assert!(
+            e.contains("help: `share` sees only job, user, lab, now"),
+            "{e}"
+        );
+        let (h, j) = (host(2), job());
+        let u = UserValue::new(&UserFacts::default());
+        let p = policy("share = 'user.jobs + 1'\n").expect("share may read user");
+        assert_eq!(p.share(Scope::new().host(&h).job(&j).user(&u)).value, 1.0);
+    }
+
+    #[test]
+    fn reads_tell_which_hooks_depend_on_the_host_alone() {
+        let p = Policy::shipped("paper").expect("paper");
+        assert!(!p.host_only(Hook::Start), "start reads job.adaptive");
+        assert!(p.host_only(Hook::Rank));
+        assert_eq!(p.reads(Hook::Start), [Var::Host, Var::Job].into());
+        let d = Policy::shipped("desktop").expect("desktop");
+        assert!(d.host_only(Hook::Start));
+        assert!(d.host_only(Hook::Vacate));
+    }
+
+    #[test]
+    fn a_policy_is_shared_across_threads() {
+        fn shared<T: Send + Sync>() {}
+        shared::<Policy>();
+    }
+
+    #[test]
+    fn check_file_prints_the_summary_or_the_error_lines() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let good = dir.path().join("good.toml");
+        std::fs::write(&good, "start = 'true'\n").expect("write");
+        let line = check_file(&good).expect("good").to_string();
+        assert!(
+            line.starts_with(&format!("{}: ok: sets start;", good.display())),
+            "{line}"
+        );
+        let bad = dir.path().join("bad.toml");
+        std::fs::write(&bad, "start = 'true'\n\nvacate = 'host.up &&'\n").expect("write");
+        let e = check_file(&bad).expect_err("bad");
+        assert_eq!(e.exit_code(), 64);
+        assert!(
+            e.to_string().starts_with(&format!(
+                "{}:3:21: key `vacate`: syntax error",
+                bad.display()
+            )),
+            "{e}"
+        );
+        let missing = check_file(&dir.path().join("none.toml")).expect_err("missing");
+        assert_eq!(missing.exit_code(), 66);
+    }
+
+    #[test]
+    fn toml_errors_are_positioned_too() {
+        let e = refused("start = 'true'\nstart = 'false'\n");
+        assert!(e.starts_with("t.toml:2:1: not valid TOML"), "{e}");
+        let e = refused("start = 'true'\nstrat = 'false'\n");
+        assert!(
+            e.starts_with("t.toml:2:1: key `strat`: unknown key\nhelp: did you mean `start`?"),
+            "{e}"
+        );
+    }
+}
