@@ -15,6 +15,7 @@
 //! - `samples` and [`check`]: the load-time check against sample inputs; [`check_file`].
 //! - [`policy`]: [`Policy`], loading and the evaluation entry points.
 //! - [`eval`]: [`Scope`], [`Decision`], the evaluation itself.
+//! - `split`: the host-only part of `start` ([`Policy::start_gate`]).
 //!
 //! # Use
 //! ```
@@ -40,6 +41,7 @@ pub mod hooks;
 pub mod policy;
 mod samples;
 mod source;
+mod split;
 pub mod value;
 
 use std::path::{Path, PathBuf};

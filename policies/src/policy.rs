@@ -10,7 +10,7 @@ use std::{
     sync::Arc,
 };
 
-use cel::Env;
+use cel::{Env, IdedExpr};
 use sha2::{Digest, Sha256};
 
 use crate::{
@@ -20,6 +20,8 @@ use crate::{
     eval::{Decision, EvalError, Evaluator, Scope},
     hooks::{Answer, Hook, Var},
     source::{self, SourceError},
+    split,
+    value::HostValue,
 };
 
 /// A checked policy, ready to evaluate.
@@ -28,6 +30,8 @@ pub struct Policy {
     sha256: String,
     env: Arc<Env>,
     compiled: CompiledPolicy,
+    /// The host-only conjuncts of `start` ([`crate::split`]).
+    start_gate: Vec<IdedExpr>,
 }
 
 impl std::fmt::Debug for Policy {
@@ -61,12 +65,16 @@ impl Policy {
                 reason: "the parser thread could not start or panicked".into(),
             },
         })?;
-        let policy = Policy {
+        let mut policy = Policy {
             path: path.to_path_buf(),
             sha256: hex::encode(Sha256::digest(text.as_bytes())),
             env: Arc::new(Env::stdlib()),
             compiled,
+            start_gate: Vec::new(),
         };
+        if let Some(start) = policy.active(Hook::Start) {
+            policy.start_gate = split::host_gate(start, &policy.compiled.lets);
+        }
         check::check(&policy).map_err(|e| e.into_error(path.to_path_buf()))?;
         Ok(policy)
     }
@@ -113,6 +121,26 @@ impl Policy {
     /// can be computed once per report and cached until the next one.
     pub fn host_only(&self, hook: Hook) -> bool {
         self.reads(hook).iter().all(|v| *v == Var::Host)
+    }
+
+    /// Whether `start` has host-only conjuncts ([`Policy::start_gate`] can decide).
+    pub fn has_start_gate(&self) -> bool {
+        !self.start_gate.is_empty()
+    }
+
+    /// `Some(false)` when `start` is false on `host` for every job: one of its host-only
+    /// `&&` conjuncts is false. Evaluate it when the host's report arrives and skip the host
+    /// until the next one. `None`: it depends on the job (or could not be decided).
+    pub fn start_gate(&self, host: &HostValue) -> Option<bool> {
+        let ev = self.evaluator();
+        let scope = Scope::new().host(host);
+        let closed = self.start_gate.iter().any(|e| {
+            matches!(
+                ev.value(Hook::Start.vars(), e, scope),
+                Ok(cel::Value::Bool(false))
+            )
+        });
+        closed.then_some(false)
     }
 
     fn active(&self, hook: Hook) -> Option<&Compiled> {
@@ -421,6 +449,29 @@ mod tests {
         let d = Policy::shipped("desktop").expect("desktop");
         assert!(d.host_only(Hook::Start));
         assert!(d.host_only(Hook::Vacate));
+    }
+
+    #[test]
+    fn the_start_gate_closes_a_host_for_every_job_on_its_host_only_conjuncts() {
+        let p =
+            policy("start = 'host.cpus >= 2 && job.adaptive && idle'\n[let]\nidle = 'host.up'\n")
+                .expect("loads");
+        assert!(p.has_start_gate());
+        assert_eq!(p.start_gate(&host(1)), Some(false));
+        assert_eq!(p.start_gate(&host(2)), None);
+        let (h, j) = (host(1), job());
+        assert!(
+            !p.start(Scope::new().host(&h).job(&j)).value,
+            "the gate agrees"
+        );
+        let paper = Policy::shipped("paper").expect("paper");
+        assert!(!paper.has_start_gate(), "an || at the top has no gate");
+        let whole = policy("start = 'host.cpus >= 2'\n").expect("loads");
+        assert!(
+            !whole.has_start_gate(),
+            "host-only as a whole: cache the value instead"
+        );
+        assert!(whole.host_only(Hook::Start));
     }
 
     #[test]
