@@ -39,11 +39,20 @@ fn host(i: usize) -> HostFacts {
     .derive()
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() {
     let mut args = std::env::args().skip(1);
     let name = args.next().unwrap_or_else(|| "paper".into());
-    let count: usize = args.next().map_or(Ok(10_000), |n| n.parse())?;
-    let policy = Policy::from_setting(&name, Path::new("."))?;
+    let Ok(count) = args.next().map_or(Ok(10_000), |n| n.parse::<usize>()) else {
+        eprintln!("error: HOSTS must be a number\nhelp: start_rank_10k [POLICY] [HOSTS]");
+        std::process::exit(64);
+    };
+    let policy = match Policy::from_setting(&name, Path::new(".")) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(e.exit_code());
+        }
+    };
 
     let built = Instant::now();
     let hosts: Vec<HostValue> = (0..count).map(|i| HostValue::new(&host(i))).collect();
@@ -92,5 +101,4 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         pass,
         pass.as_secs_f64() * 1e6 / count as f64,
     );
-    Ok(())
 }

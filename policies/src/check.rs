@@ -168,7 +168,8 @@ fn help_for(why: &str) -> String {
          `has(job.spec.KEY)` first"
     } else if why.contains("undeclared reference") {
         "the names an expression can use are host, job, holder, user, lab, now and the \
-         names under [let]"
+         names under [let]; the functions are CEL's standard ones, without regular \
+         expressions, timestamps and durations (see policies/README.md)"
     } else if why.contains("overload") || why.contains("binary operator") {
         "CEL does not mix int and double in arithmetic: convert with double(x) or int(x); \
          a value that may be unknown (null) must be compared with null first"
