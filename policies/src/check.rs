@@ -76,7 +76,7 @@ impl Policy {
 }
 
 /// The sample inputs as pre-built values.
-struct Built {
+pub(crate) struct Built {
     name: String,
     host: HostValue,
     job: JobValue,
@@ -100,7 +100,7 @@ impl Built {
         }
     }
 
-    fn scope(&self) -> Scope<'_> {
+    pub(crate) fn scope(&self) -> Scope<'_> {
         Scope::new()
             .host(&self.host)
             .job(&self.job)
@@ -179,4 +179,13 @@ fn help_for(why: &str) -> String {
         "see policies/README.md for the language, the hooks and the variables"
     };
     text.to_string()
+}
+
+#[cfg(test)]
+pub(crate) mod tests_support {
+    use super::{Built, Sample};
+
+    pub(crate) fn built(s: &Sample) -> Built {
+        Built::new(s)
+    }
 }

@@ -50,10 +50,14 @@ pub enum Error {
 }
 
 impl Error {
-    /// The exit code `rb policy check` uses for this error: 66 (no input) when the file
-    /// cannot be read, 64 (usage/config) for a bad file, 70 (software) for the thread.
+    /// The exit code `rb policy check` uses for this error (sysexits): 64 (usage/config)
+    /// for a bad file, 66 (no input) when it cannot be read, 77 (permission) when reading it
+    /// is not allowed, 70 (software) when the parser thread cannot run.
     pub fn exit_code(&self) -> i32 {
         match self {
+            Error::Read { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied => {
+                77
+            }
             Error::Read { .. } => 66,
             Error::Toml { .. } | Error::Key { .. } => 64,
             Error::Thread { .. } => 70,

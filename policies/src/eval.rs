@@ -204,9 +204,8 @@ pub(crate) fn to_answer(hook: Hook, value: &Value) -> Result<Answer, String> {
         _ => None,
     };
     match (hook.kind(), answer) {
-        (Kind::Bool, Some(a @ Answer::Bool(_))) | (Kind::Number, Some(a @ Answer::Number(_))) => {
-            Ok(a)
-        }
+        (Kind::Bool, Some(a @ Answer::Bool(_))) => Ok(a),
+        (Kind::Number, Some(a @ Answer::Number(n))) => hook.check_range(n).map(|()| a),
         _ => Err(format!(
             "gives `{}`, but `{}` must give a {}",
             type_name(value),

@@ -163,6 +163,25 @@ impl Hook {
         }
     }
 
+    /// Whether `n` is a value this (number) hook may give: `grace_s` and `max_hosts` are
+    /// finite and not negative, `share` is finite and positive; the rest take any number.
+    pub(crate) fn check_range(self, n: f64) -> Result<(), String> {
+        let wrong = match self {
+            Hook::GraceS | Hook::MaxHosts => !(n.is_finite() && n >= 0.0),
+            Hook::Share => !(n.is_finite() && n > 0.0),
+            _ => false,
+        };
+        if !wrong {
+            return Ok(());
+        }
+        let want = if self == Hook::Share {
+            "a finite number above 0"
+        } else {
+            "a finite number, 0 or more"
+        };
+        Err(format!("gives {n}, but `{}` must give {want}", self.key()))
+    }
+
     /// The value given when the default expression itself cannot be evaluated (only on
     /// facts the broker should never produce): refuse, rank last, keep the host.
     pub(crate) fn fail_safe(self) -> Option<Answer> {

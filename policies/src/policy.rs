@@ -475,6 +475,60 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_file_is_the_default_policy() {
+        let p = policy("# nothing set\n").expect("loads");
+        assert!(p.set_hooks().is_empty());
+        assert!(p
+            .summary()
+            .to_string()
+            .contains("sets none; defaults for start,"));
+    }
+
+    #[test]
+    fn numbers_out_of_a_hooks_range_are_refused_at_load_and_default_at_run_time() {
+        let e = refused("grace_s = -5\n");
+        assert!(
+            e.contains(
+                "key `grace_s`: gives -5, but `grace_s` must give a finite number, 0 or more"
+            ),
+            "{e}"
+        );
+        refused("share = 0\n");
+        refused("max_hosts = '1.0 / 0.0'\n");
+        let p = policy("max_hosts = '4 - host.cpus'\n");
+        assert!(p.is_err(), "max_hosts cannot read host");
+        let p = policy("share = 'double(4 - user.jobs)'\n").expect("fine on the samples");
+        let u = UserValue::new(&UserFacts {
+            jobs: 9,
+            ..UserFacts::default()
+        });
+        let d = p.share(Scope::new().user(&u));
+        assert_eq!(d.value, 1.0, "the default share");
+        assert!(d
+            .error
+            .is_some_and(|e| e.message.contains("must give a finite number above 0")));
+    }
+
+    #[test]
+    fn the_default_expressions_run_cleanly_on_every_sample() {
+        let p = policy("").expect("loads");
+        let ev = Evaluator {
+            env: &p.env,
+            lets: &EMPTY,
+        };
+        for s in crate::samples::complete()
+            .iter()
+            .chain(crate::samples::sparse().iter())
+        {
+            let built = crate::check::tests_support::built(s);
+            for (hook, c) in &p.compiled.defaults {
+                let got = ev.answer(*hook, &c.expr, built.scope());
+                assert!(got.is_ok(), "{} on {}: {got:?}", hook.key(), s.name);
+            }
+        }
+    }
+
+    #[test]
     fn a_policy_is_shared_across_threads() {
         fn shared<T: Send + Sync>() {}
         shared::<Policy>();
