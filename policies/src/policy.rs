@@ -529,6 +529,23 @@ mod tests {
     }
 
     #[test]
+    fn loading_parses_off_the_callers_stack_and_deep_expressions_evaluate_on_a_small_one() {
+        // A tokio worker has 2 MiB of stack; parsing this in a debug build needs more.
+        let nested = format!("{}host.up{}", "(".repeat(28), ")".repeat(28));
+        let text = format!("start = '{nested} && {nested}'\n");
+        let small = std::thread::Builder::new()
+            .stack_size(2 * 1024 * 1024)
+            .spawn(move || {
+                let p = policy(&text).expect("loads");
+                let (h, j) = (host(2), job());
+                p.start(Scope::new().host(&h).job(&j))
+            })
+            .expect("spawn");
+        let d = small.join().expect("no stack overflow");
+        assert_eq!((d.value, d.error), (true, None));
+    }
+
+    #[test]
     fn a_policy_is_shared_across_threads() {
         fn shared<T: Send + Sync>() {}
         shared::<Policy>();
