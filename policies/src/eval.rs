@@ -155,6 +155,11 @@ impl Resolver<'_> {
             {
                 format!("in let `{let_name}`: {why}")
             }
+            (cel::ExecutionError::UndeclaredReference(name), _)
+                if Var::ALL.iter().any(|v| v.name() == name.as_str()) =>
+            {
+                format!("`{name}` is not bound in this evaluation")
+            }
             (cel::ExecutionError::UndeclaredReference(name), _) => {
                 format!("undeclared reference to `{name}`")
             }

@@ -118,7 +118,8 @@ impl Policy {
     }
 
     /// True when the expression in force for `hook` reads only `host`: its value for a host
-    /// can be computed once per report and cached until the next one.
+    /// can be computed once per report and cached until the next one. Do not cache a
+    /// [`Decision`] that carries an error: its value is the default's, which may read more.
     pub fn host_only(&self, hook: Hook) -> bool {
         self.reads(hook).iter().all(|v| *v == Var::Host)
     }
@@ -472,6 +473,15 @@ mod tests {
             "host-only as a whole: cache the value instead"
         );
         assert!(whole.host_only(Hook::Start));
+    }
+
+    #[test]
+    fn a_variable_the_caller_did_not_bind_is_a_run_time_error() {
+        let p = policy("start = 'user.jobs < 3'\n").expect("loads");
+        let (h, j) = (host(2), job());
+        let d = p.start(Scope::new().host(&h).job(&j));
+        let e = d.error.expect("error");
+        assert_eq!(e.message, "`user` is not bound in this evaluation");
     }
 
     #[test]
