@@ -78,6 +78,11 @@ impl<'a> Scope<'a> {
         }
     }
 
+    /// Whether `var` is bound.
+    pub fn binds(&self, var: Var) -> bool {
+        self.get(var).is_some()
+    }
+
     fn get(&self, var: Var) -> Option<&'a Prebuilt> {
         match var {
             Var::Host => self.host.map(|v| &v.0),

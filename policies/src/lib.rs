@@ -15,6 +15,7 @@
 //! - `samples` and [`check`]: the load-time check against sample inputs; [`check_file`].
 //! - [`policy`]: [`Policy`], loading and the evaluation entry points.
 //! - [`eval`]: [`Scope`], [`Decision`], the evaluation itself.
+//! - [`explain`]: each hook's value and the input fields it read (`rb policy explain`).
 //! - `split`: the host-only part of `start` ([`Policy::start_gate`]).
 //!
 //! # Use
@@ -36,6 +37,7 @@ pub mod check;
 pub mod compile;
 pub mod error;
 pub mod eval;
+pub mod explain;
 pub mod facts;
 pub mod hooks;
 pub mod policy;
@@ -49,6 +51,7 @@ use std::path::{Path, PathBuf};
 pub use check::{check_file, Summary};
 pub use error::{Error, Pos};
 pub use eval::{Decision, EvalError, Scope};
+pub use explain::Explanation;
 pub use hooks::{Answer, Hook, Kind, Var};
 pub use policy::Policy;
 

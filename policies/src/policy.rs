@@ -144,6 +144,10 @@ impl Policy {
         closed.then_some(false)
     }
 
+    pub(crate) fn active_expression(&self, hook: Hook) -> Option<&Compiled> {
+        self.active(hook)
+    }
+
     fn active(&self, hook: Hook) -> Option<&Compiled> {
         let c = &self.compiled;
         c.hooks.get(&hook).or_else(|| c.defaults.get(&hook))
