@@ -46,6 +46,7 @@ fn main() {
         eprintln!("error: HOSTS must be a number\nhelp: start_rank_10k [POLICY] [HOSTS]");
         std::process::exit(64);
     };
+    let loading = Instant::now();
     let policy = match Policy::from_setting(&name, Path::new(".")) {
         Ok(p) => p,
         Err(e) => {
@@ -54,6 +55,7 @@ fn main() {
         }
     };
 
+    let load = loading.elapsed();
     let built = Instant::now();
     let hosts: Vec<HostValue> = (0..count).map(|i| HostValue::new(&host(i))).collect();
     let build = built.elapsed();
@@ -93,7 +95,7 @@ fn main() {
     }
     let pass = started.elapsed();
     println!(
-        "{}: {count} hosts, built in {:?} ({:.2} µs/host); start+rank pass {:?} ({:.2} µs/host); \
+        "{}: loaded and checked in {load:?}; {count} hosts, built in {:?} ({:.2} µs/host); start+rank pass {:?} ({:.2} µs/host); \
          {startable} startable, best rank {best}, {errors} run-time errors",
         policy.source_path().display(),
         build,
