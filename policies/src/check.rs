@@ -2,7 +2,7 @@
 //!
 //! 1. Each hook reads only the variables bound when it runs ([`Hook::vars`]).
 //! 2. Each of the file's expressions (hooks and lets) runs cleanly on every complete sample
-//!    and each hook gives its type there ([`crate::samples`]).
+//!    and each hook gives its type there (`samples`).
 //! 3. On the sparse samples a hook may fail (it gets its default at run time), but where it
 //!    gives a value that value has the hook's type.
 

@@ -1,7 +1,7 @@
 //! [`Policy`]: a loaded, checked policy file, and the evaluation of its hooks.
 //!
 //! Loading is read → parse (TOML with positions, then CEL on a large-stack thread) → check
-//! (every expression against the samples of [`crate::samples`]). A `Policy` is immutable
+//! (every expression against the samples of `samples.rs`). A `Policy` is immutable
 //! and `Send + Sync`: the broker swaps the whole value on reload.
 
 use std::{
