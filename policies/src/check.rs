@@ -77,13 +77,13 @@ impl Policy {
 
 /// The sample inputs as pre-built values.
 pub(crate) struct Built {
-    name: String,
-    host: HostValue,
-    job: JobValue,
-    holder: JobValue,
-    user: UserValue,
-    lab: LabValue,
-    now: NowValue,
+    pub(crate) name: String,
+    pub(crate) host: HostValue,
+    pub(crate) job: JobValue,
+    pub(crate) holder: JobValue,
+    pub(crate) user: UserValue,
+    pub(crate) lab: LabValue,
+    pub(crate) now: NowValue,
 }
 
 impl Built {

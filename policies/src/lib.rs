@@ -16,7 +16,6 @@
 //! - [`policy`]: [`Policy`], loading and the evaluation entry points.
 //! - [`eval`]: [`Scope`], [`Decision`], the evaluation itself.
 //! - [`explain`]: each hook's value and the input fields it read (`rb policy explain`).
-//! - `split`: the host-only part of `start` ([`Policy::start_gate`]).
 //!
 //! # Use
 //! ```
@@ -43,7 +42,6 @@ pub mod hooks;
 pub mod policy;
 mod samples;
 mod source;
-mod split;
 pub mod value;
 
 use std::path::{Path, PathBuf};

@@ -10,7 +10,7 @@ use std::{
     sync::Arc,
 };
 
-use cel::{Env, IdedExpr};
+use cel::Env;
 use sha2::{Digest, Sha256};
 
 use crate::{
@@ -20,8 +20,7 @@ use crate::{
     eval::{Decision, EvalError, Evaluator, Scope},
     hooks::{Answer, Hook, Var},
     source::{self, SourceError},
-    split,
-    value::HostValue,
+    value::{HostValue, NowValue},
 };
 
 /// A checked policy, ready to evaluate.
@@ -30,8 +29,6 @@ pub struct Policy {
     sha256: String,
     env: Arc<Env>,
     compiled: CompiledPolicy,
-    /// The host-only conjuncts of `start` ([`crate::split`]).
-    start_gate: Vec<IdedExpr>,
 }
 
 impl std::fmt::Debug for Policy {
@@ -65,16 +62,12 @@ impl Policy {
                 reason: "the parser thread could not start or panicked".into(),
             },
         })?;
-        let mut policy = Policy {
+        let policy = Policy {
             path: path.to_path_buf(),
             sha256: hex::encode(Sha256::digest(text.as_bytes())),
             env: Arc::new(Env::stdlib()),
             compiled,
-            start_gate: Vec::new(),
         };
-        if let Some(start) = policy.active(Hook::Start) {
-            policy.start_gate = split::host_gate(start, &policy.compiled.lets);
-        }
         check::check(&policy).map_err(|e| e.into_error(path.to_path_buf()))?;
         Ok(policy)
     }
@@ -124,24 +117,33 @@ impl Policy {
         self.reads(hook).iter().all(|v| *v == Var::Host)
     }
 
-    /// Whether `start` has host-only conjuncts ([`Policy::start_gate`] can decide).
-    pub fn has_start_gate(&self) -> bool {
-        !self.start_gate.is_empty()
-    }
-
-    /// `Some(false)` when `start` is false on `host` for every job: one of its host-only
-    /// `&&` conjuncts is false. Evaluate it when the host's report arrives and skip the host
-    /// until the next one. `None`: it depends on the job (or could not be decided).
-    pub fn start_gate(&self, host: &HostValue) -> Option<bool> {
-        let ev = self.evaluator();
-        let scope = Scope::new().host(host);
-        let closed = self.start_gate.iter().any(|e| {
-            matches!(
-                ev.value(Hook::Start.vars(), e, scope),
-                Ok(cel::Value::Bool(false))
-            )
-        });
-        closed.then_some(false)
+    /// The value of `hook` on `host` (at `now`, if given) when it is the same for every
+    /// job, holder, user and lab: evaluate it when the host's report arrives (and when the
+    /// policy changes), cache it, and skip the per-job evaluation. `None`: it depends on them
+    /// (or fails on this host): evaluate per job.
+    ///
+    /// Exact, because CEL's `&&`, `||` and `exists` absorb an error when the other side
+    /// decides: an expression that gives a value with `job` unbound gives the same value
+    /// whatever `job` is. For the paper's `start`, a public host gives `true` and a private
+    /// host whose owner is active gives `false`, for every job.
+    pub fn host_decision(
+        &self,
+        hook: Hook,
+        host: &HostValue,
+        now: Option<&NowValue>,
+    ) -> Option<Answer> {
+        let c = self.active(hook)?;
+        let mut scope = Scope::new().host(host);
+        scope.now = now;
+        let ev = if self.is_set(hook) {
+            self.evaluator()
+        } else {
+            Evaluator {
+                env: &self.env,
+                lets: &EMPTY,
+            }
+        };
+        ev.answer(hook, &c.expr, scope).ok()
     }
 
     pub(crate) fn active_expression(&self, hook: Hook) -> Option<&Compiled> {
@@ -457,87 +459,59 @@ mod tests {
     }
 
     #[test]
-    fn the_start_gate_closes_a_host_for_every_job_on_its_host_only_conjuncts() {
-        let p =
-            policy("start = 'host.cpus >= 2 && job.adaptive && idle'\n[let]\nidle = 'host.up'\n")
-                .expect("loads");
-        assert!(p.has_start_gate());
-        assert_eq!(p.start_gate(&host(1)), Some(false));
-        assert_eq!(p.start_gate(&host(2)), None);
-        let (h, j) = (host(1), job());
-        assert!(
-            !p.start(Scope::new().host(&h).job(&j)).value,
-            "the gate agrees"
-        );
+    fn host_decision_is_given_when_no_job_can_change_it() {
         let paper = Policy::shipped("paper").expect("paper");
-        assert!(!paper.has_start_gate(), "an || at the top has no gate");
-        let whole = policy("start = 'host.cpus >= 2'\n").expect("loads");
-        assert!(
-            !whole.has_start_gate(),
-            "host-only as a whole: cache the value instead"
-        );
-        assert!(whole.host_only(Hook::Start));
-    }
-
-    #[test]
-    fn a_variable_the_caller_did_not_bind_is_a_run_time_error() {
-        let p = policy("start = 'user.jobs < 3'\n").expect("loads");
-        let (h, j) = (host(2), job());
-        let d = p.start(Scope::new().host(&h).job(&j));
-        let e = d.error.expect("error");
-        assert_eq!(e.message, "`user` is not bound in this evaluation");
-    }
-
-    #[test]
-    fn an_empty_file_is_the_default_policy() {
-        let p = policy("# nothing set\n").expect("loads");
-        assert!(p.set_hooks().is_empty());
-        assert!(p
-            .summary()
-            .to_string()
-            .contains("sets none; defaults for start,"));
-    }
-
-    #[test]
-    fn numbers_out_of_a_hooks_range_are_refused_at_load_and_default_at_run_time() {
-        let e = refused("grace_s = -5\n");
-        assert!(
-            e.contains(
-                "key `grace_s`: gives -5, but `grace_s` must give a finite number, 0 or more"
-            ),
-            "{e}"
-        );
-        refused("share = 0\n");
-        refused("max_hosts = '1.0 / 0.0'\n");
-        let p = policy("max_hosts = '4 - host.cpus'\n");
-        assert!(p.is_err(), "max_hosts cannot read host");
-        let p = policy("share = 'double(4 - user.jobs)'\n").expect("fine on the samples");
-        let u = UserValue::new(&UserFacts {
-            jobs: 9,
-            ..UserFacts::default()
-        });
-        let d = p.share(Scope::new().user(&u));
-        assert_eq!(d.value, 1.0, "the default share");
-        assert!(d
-            .error
-            .is_some_and(|e| e.message.contains("must give a finite number above 0")));
-    }
-
-    #[test]
-    fn the_default_expressions_run_cleanly_on_every_sample() {
-        let p = policy("").expect("loads");
-        let ev = Evaluator {
-            env: &p.env,
-            lets: &EMPTY,
+        let private = |idle: Option<i64>| {
+            HostValue::new(&HostFacts {
+                owner: Some("ann".into()),
+                private: true,
+                keyboard_idle_s: idle,
+                cpus: 2,
+                ..HostFacts::default()
+            })
         };
-        for s in crate::samples::complete()
-            .iter()
-            .chain(crate::samples::sparse().iter())
-        {
-            let built = crate::check::tests_support::built(s);
-            for (hook, c) in &p.compiled.defaults {
-                let got = ev.answer(*hook, &c.expr, built.scope());
-                assert!(got.is_ok(), "{} on {}: {got:?}", hook.key(), s.name);
+        let start = |h: &HostValue| paper.host_decision(Hook::Start, h, None);
+        assert_eq!(start(&host(2)), Some(Answer::Bool(true)), "public: any job");
+        assert_eq!(
+            start(&private(Some(5))),
+            Some(Answer::Bool(false)),
+            "owner active"
+        );
+        assert_eq!(start(&private(None)), Some(Answer::Bool(false)), "unknown");
+        assert_eq!(
+            start(&private(Some(900))),
+            None,
+            "owner away: adaptive jobs only"
+        );
+        assert!(paper
+            .host_decision(Hook::Rank, &private(None), None)
+            .is_some());
+        let unset = policy("start = 'true'\n").expect("loads");
+        assert_eq!(
+            unset.host_decision(Hook::Vacate, &host(2), None),
+            Some(Answer::Bool(false)),
+            "the default vacate on a public host"
+        );
+    }
+
+    /// Whenever `host_decision` gives a value, evaluating with any job gives that value.
+    #[test]
+    fn host_decision_agrees_with_every_full_evaluation_on_the_samples() {
+        let samples = crate::samples::complete()
+            .into_iter()
+            .chain(crate::samples::sparse())
+            .collect::<Vec<_>>();
+        for (name, _) in crate::SHIPPED {
+            let p = Policy::shipped(name).expect("shipped");
+            for s in &samples {
+                let built = crate::check::tests_support::built(s);
+                for hook in Hook::ALL {
+                    let Some(v) = p.host_decision(hook, &built.host, Some(&built.now)) else {
+                        continue;
+                    };
+                    let full = p.eval(hook, built.scope());
+                    assert_eq!(full.value, Some(v), "{name} {} {}", hook.key(), s.name);
+                }
             }
         }
     }
