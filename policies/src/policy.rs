@@ -120,7 +120,7 @@ impl Policy {
     /// The value of `hook` on `host` (at `now`, if given) when it is the same for every
     /// job, holder, user and lab: evaluate it when the host's report arrives (and when the
     /// policy changes), cache it, and skip the per-job evaluation. `None`: it depends on them
-    /// (or fails on this host): evaluate per job.
+    /// (or fails on this host, or the hook has no expression): evaluate per job.
     ///
     /// Exact, because CEL's `&&`, `||` and `exists` absorb an error when the other side
     /// decides: an expression that gives a value with `job` unbound gives the same value
