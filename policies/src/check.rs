@@ -1,18 +1,25 @@
 //! The load-time check of a parsed policy, and the one-line [`Summary`] of a good one.
 //!
-//! 1. Each hook reads only the variables bound when it runs ([`Hook::vars`]).
-//! 2. Each of the file's expressions (hooks and lets) runs cleanly on every complete sample
-//!    and each hook gives its type there (`samples`).
-//! 3. On the sparse samples a hook may fail (it gets its default at run time), but where it
+//! 1. Every `VAR.FIELD` anywhere in an expression names a field of that variable (a typo
+//!    in a branch no sample takes is caught too), pointing at the field's column.
+//! 2. Each hook reads only the variables bound when it runs ([`Hook::vars`]).
+//! 3. Each hook runs cleanly on every complete sample and gives its type there
+//!    (`samples`); each let names only things that exist (it may fail where a hook guards
+//!    it).
+//! 4. On the sparse samples a hook may fail (it gets its default at run time), but where it
 //!    gives a value that value has the hook's type.
 
-use std::path::{Path, PathBuf};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::{Path, PathBuf},
+};
 
 use crate::{
+    ast,
     compile::Compiled,
     error::{Error, KeyError},
     eval::{to_answer, Scope},
-    facts::JobFacts,
+    facts::{HostFacts, JobFacts, LabFacts, NowFacts, UserFacts},
     hooks::{Hook, Var},
     policy::Policy,
     samples::{self, Sample},
@@ -113,7 +120,12 @@ impl Built {
 
 /// Checks a parsed policy; the first problem found, in file order of keys.
 pub(crate) fn check(policy: &Policy) -> Result<(), KeyError> {
+    let fields = Fields::new();
+    for c in policy.lets().values() {
+        fields.check(c)?;
+    }
     for (hook, c) in policy.file_expressions() {
+        fields.check(c)?;
         check_reads(hook, c)?;
     }
     let complete: Vec<Built> = samples::complete().iter().map(Built::new).collect();
@@ -121,8 +133,13 @@ pub(crate) fn check(policy: &Policy) -> Result<(), KeyError> {
     let ev = policy.evaluator();
     for c in policy.lets().values() {
         for s in &complete {
-            if let Err(why) = ev.value(&Var::ALL, &c.expr, s.scope()) {
-                return Err(failure(c, &s.name, &why));
+            // A let may fail where a hook guards it (`has(job.spec.x) && x > 0`); only a
+            // name that exists nowhere is an error of its own.
+            match ev.value(&Var::ALL, &c.expr, s.scope()) {
+                Err(why) if why.starts_with("undeclared reference") => {
+                    return Err(failure(c, &s.name, &why));
+                }
+                _ => {}
             }
         }
     }
@@ -139,6 +156,61 @@ pub(crate) fn check(policy: &Policy) -> Result<(), KeyError> {
         }
     }
     Ok(())
+}
+
+/// The fields of each variable, from the fact structs themselves.
+struct Fields(BTreeMap<Var, BTreeSet<String>>);
+
+impl Fields {
+    fn new() -> Fields {
+        let job = names(&JobFacts::default());
+        let map = BTreeMap::from([
+            (Var::Host, names(&HostFacts::default())),
+            (Var::Job, job.clone()),
+            (Var::Holder, job),
+            (Var::User, names(&UserFacts::default())),
+            (Var::Lab, names(&LabFacts::default())),
+            (Var::Now, names(&NowFacts::default())),
+        ]);
+        Fields(map)
+    }
+
+    /// Every `VAR.FIELD` in `c` names a field of VAR (wherever it is, taken or not).
+    fn check(&self, c: &Compiled) -> Result<(), KeyError> {
+        let mut bad = None;
+        ast::walk(&c.expr, &mut |node| {
+            if let Some((var, field)) = ast::var_field(node) {
+                if bad.is_none() && !self.0[&var].contains(field) {
+                    bad = Some((node.id, var, field.to_string()));
+                }
+            }
+        });
+        let Some((id, var, field)) = bad else {
+            return Ok(());
+        };
+        let known: Vec<&str> = self.0[&var].iter().map(String::as_str).collect();
+        Err(KeyError {
+            at: c.node_pos(id, 1),
+            key: c.entry.key.clone(),
+            message: format!("`{}` has no field `{field}`", var.name()),
+            help: format!("the fields of `{}` are {}", var.name(), known.join(", ")),
+        })
+    }
+}
+
+/// The field names of a fact struct, as CEL sees them.
+fn names(facts: &impl serde::Serialize) -> BTreeSet<String> {
+    match cel::to_value(facts) {
+        Ok(cel::Value::Map(m)) => m
+            .map
+            .keys()
+            .filter_map(|k| match k {
+                cel::objects::Key::String(s) => Some(s.to_string()),
+                _ => None,
+            })
+            .collect(),
+        _ => BTreeSet::new(),
+    }
 }
 
 fn check_reads(hook: Hook, c: &Compiled) -> Result<(), KeyError> {

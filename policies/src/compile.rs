@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use cel::{parser::Parser, IdedExpr};
+use cel::{common::ast::SourceInfo, parser::Parser, IdedExpr};
 
 use crate::{
     error::KeyError,
@@ -31,6 +31,27 @@ pub(crate) struct Compiled {
     pub lets: BTreeSet<String>,
     /// The variables it reads, through its lets too.
     pub reads: BTreeSet<Var>,
+    /// Where each node of `expr` is in the expression's source.
+    pub offsets: SourceInfo,
+}
+
+impl Compiled {
+    /// The file position of node `id` of `expr` (`skip` characters further), else of the
+    /// expression's start.
+    pub fn node_pos(&self, id: u64, skip: usize) -> crate::error::Pos {
+        let Some((start, _)) = self.offsets.offset_for(id) else {
+            return self.entry.at;
+        };
+        let before: String = self
+            .entry
+            .source
+            .chars()
+            .take(start as usize + skip)
+            .collect();
+        let line = before.matches('\n').count() + 1;
+        let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        self.entry.file_pos(line, col)
+    }
 }
 
 /// A file's parsed expressions, and the built-in defaults.
@@ -106,9 +127,9 @@ fn inherited_reads(lets: &BTreeMap<String, Compiled>, used: &BTreeSet<String>) -
 fn parse(entry: Entry) -> Result<Compiled, KeyError> {
     let parsed = Parser::new()
         .max_recursion_depth(MAX_DEPTH)
-        .parse(&entry.source);
-    let expr = match parsed {
-        Ok(expr) => expr,
+        .parse_with_source_info(&entry.source);
+    let (expr, offsets) = match parsed {
+        Ok(parsed) => parsed,
         Err(errors) => return Err(syntax_error(&entry, &errors)),
     };
     let refs = expr.references();
@@ -123,6 +144,7 @@ fn parse(entry: Entry) -> Result<Compiled, KeyError> {
         expr,
         lets,
         reads,
+        offsets,
     })
 }
 

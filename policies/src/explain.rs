@@ -5,11 +5,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use cel::{
-    common::ast::{EntryExpr, Expr, SelectExpr},
+    common::ast::{Expr, SelectExpr},
     IdedExpr, Value,
 };
 
 use crate::{
+    ast,
     compile::Compiled,
     eval::{EvalError, Scope},
     hooks::{Answer, Hook, Var},
@@ -95,59 +96,27 @@ impl Policy {
 }
 
 /// Adds the dotted paths of field selections rooted at a variable in `e` (and in the lets
-/// it uses) to `out`.
+/// it uses) to `out`. `host.users.exists(u, ...)` reads `host.users`.
 fn collect(e: &IdedExpr, lets: &BTreeMap<String, Compiled>, out: &mut BTreeSet<String>) {
-    if let Some(path) = var_path(e) {
-        out.insert(path);
-        return;
+    let mut used_lets = Vec::new();
+    let mut paths = Vec::new();
+    ast::walk(e, &mut |node| match &node.expr {
+        Expr::Ident(name) if lets.contains_key(name) => used_lets.push(name.clone()),
+        _ => paths.extend(ast::var_path(node)),
+    });
+    // Keep the longest path of a chain: `job.spec.gpus`, not also `job.spec`.
+    for p in &paths {
+        if !paths
+            .iter()
+            .any(|q| q.len() > p.len() && q.starts_with(&format!("{p}.")))
+        {
+            out.insert(p.clone());
+        }
     }
-    match &e.expr {
-        Expr::Ident(name) => {
-            if let Some(c) = lets.get(name) {
-                collect(&c.expr, lets, out);
-            }
+    for name in used_lets {
+        if let Some(c) = lets.get(&name) {
+            collect(&c.expr, lets, out);
         }
-        Expr::Select(s) => collect(&s.operand, lets, out),
-        Expr::Call(c) => {
-            c.target.iter().for_each(|t| collect(t, lets, out));
-            c.args.iter().for_each(|a| collect(a, lets, out));
-        }
-        Expr::List(l) => l.elements.iter().for_each(|x| collect(x, lets, out)),
-        Expr::Map(m) => m.entries.iter().for_each(|x| match &x.expr {
-            EntryExpr::MapEntry(m) => {
-                collect(&m.key, lets, out);
-                collect(&m.value, lets, out);
-            }
-            EntryExpr::StructField(f) => collect(&f.value, lets, out),
-        }),
-        Expr::Comprehension(c) => {
-            for x in [
-                &c.iter_range,
-                &c.accu_init,
-                &c.loop_cond,
-                &c.loop_step,
-                &c.result,
-            ] {
-                collect(x, lets, out);
-            }
-        }
-        _ => {}
-    }
-}
-
-/// `host.load1` for a selection chain on a variable (up to `job.spec.KEY`).
-fn var_path(e: &IdedExpr) -> Option<String> {
-    let Expr::Select(s) = &e.expr else {
-        return None;
-    };
-    match &s.operand.expr {
-        Expr::Ident(root) if Var::ALL.iter().any(|v| v.name() == root) => {
-            Some(format!("{root}.{}", s.field))
-        }
-        Expr::Select(_) => var_path(&s.operand)
-            .filter(|p| p.ends_with(".spec"))
-            .map(|p| format!("{p}.{}", s.field)),
-        _ => None,
     }
 }
 

@@ -32,6 +32,7 @@
 //! assert!(start.value && start.error.is_none());
 //! ```
 
+mod ast;
 pub mod check;
 pub mod compile;
 pub mod error;

@@ -415,16 +415,34 @@ mod tests {
     }
 
     #[test]
-    fn a_misspelt_field_is_refused_not_a_quiet_false() {
+    fn a_misspelt_field_is_refused_at_its_column_not_a_quiet_false() {
         let e = refused("start = 'host.lod1 < 1.0'\n");
+        let want = "t.toml:1:15: key `start`: `host` has no field `lod1`\n\
+                    help: the fields of `host` are console_idle_s, cpus,";
+        assert!(e.starts_with(want), "{e}");
+        let e = refused("[let]\nbusy = '''\nhost.up &&\n  host.laod1 > 1.0'''\n");
         assert!(
-            e.starts_with("t.toml:1:10: key `start`: No such key: lod1"),
+            e.starts_with("t.toml:4:8: key `let.busy`: `host` has no field `laod1`"),
             "{e}"
         );
-        let e = refused("[let]\nbusy = 'host.laod1 > 1.0'\n");
-        assert!(e.contains("key `let.busy`: No such key: laod1"), "{e}");
+        let e = refused("start = 'false && job.adaptiv'\n");
+        assert!(
+            e.contains("`job` has no field `adaptiv`"),
+            "a branch never taken: {e}"
+        );
         let e = refused("start = 'jobb.adaptive'\n");
         assert!(e.contains("undeclared reference to `jobb`"), "{e}");
+        let e = refused("start = 'x'\n[let]\nx = 'true'\ny = 'hots.up'\n");
+        assert!(
+            e.contains("key `let.y`: undeclared reference to `hots`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_let_may_fail_where_the_hook_guards_it() {
+        policy("start = 'has(job.spec.gpus) && gpus > 0'\n[let]\ngpus = 'job.spec.gpus'\n")
+            .expect("loads");
     }
 
     #[test]
