@@ -11,6 +11,7 @@
 //! - [`value`]: CEL values pre-built from them once (`HostValue::new` per report).
 //! - [`hooks`]: hook names, types, variables and defaults.
 //! - `source`: the TOML, with the file position of every expression.
+//! - `ast`: walking CEL syntax trees (field selections on variables).
 //! - [`compile`]: CEL parsing on a large-stack thread, depth cap, lets and what each reads.
 //! - `samples` and [`check`]: the load-time check against sample inputs; [`check_file`].
 //! - [`policy`]: [`Policy`], loading and the evaluation entry points.
