@@ -1,0 +1,271 @@
+//! Parsing every expression of a file into CEL ASTs, and the static analysis of them: which
+//! `[let]` names each uses (cycles refused) and which variables each reads, directly or
+//! through lets (so the broker can cache host-only results per report).
+//!
+//! The `cel` parser (ANTLR) is recursive and stack-hungry: parsing runs on its own thread
+//! with [`PARSE_STACK`] bytes of stack, never on the caller's (a tokio worker), and nesting
+//! is capped at [`MAX_DEPTH`].
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use cel::{common::ast::SourceInfo, parser::Parser, IdedExpr};
+
+use crate::{
+    error::KeyError,
+    hooks::{Hook, Var},
+    source::{Entry, RawPolicy},
+};
+
+/// Deepest nesting of an expression (parentheses, calls, operators) the parser accepts.
+pub const MAX_DEPTH: u16 = 32;
+
+/// Stack of the parser thread: the ANTLR parser's frames are large in debug builds.
+pub const PARSE_STACK: usize = 64 * 1024 * 1024;
+
+/// One parsed expression and what it reads.
+#[derive(Debug)]
+pub(crate) struct Compiled {
+    pub entry: Entry,
+    pub expr: IdedExpr,
+    /// The lets it names directly.
+    pub lets: BTreeSet<String>,
+    /// The variables it reads, through its lets too.
+    pub reads: BTreeSet<Var>,
+    /// Where each node of `expr` is in the expression's source.
+    pub offsets: SourceInfo,
+}
+
+impl Compiled {
+    /// The file position of node `id` of `expr` (`skip` characters further), else of the
+    /// expression's start.
+    pub fn node_pos(&self, id: u64, skip: usize) -> crate::error::Pos {
+        let Some((start, _)) = self.offsets.offset_for(id) else {
+            return self.entry.at;
+        };
+        let before: String = self
+            .entry
+            .source
+            .chars()
+            .take(start as usize + skip)
+            .collect();
+        let line = before.matches('\n').count() + 1;
+        let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        self.entry.file_pos(line, col)
+    }
+}
+
+/// A file's parsed expressions, and the built-in defaults.
+#[derive(Debug)]
+pub(crate) struct CompiledPolicy {
+    pub hooks: BTreeMap<Hook, Compiled>,
+    pub defaults: BTreeMap<Hook, Compiled>,
+    pub lets: BTreeMap<String, Compiled>,
+}
+
+/// Parses everything on a large-stack thread. `Err(None)` when the thread cannot run.
+pub(crate) fn compile(raw: RawPolicy) -> Result<CompiledPolicy, Option<KeyError>> {
+    let worker = std::thread::Builder::new()
+        .name("policy-parse".into())
+        .stack_size(PARSE_STACK)
+        .spawn(move || compile_here(raw))
+        .map_err(|_| None)?;
+    worker.join().map_err(|_| None)?.map_err(Some)
+}
+
+fn compile_here(raw: RawPolicy) -> Result<CompiledPolicy, KeyError> {
+    let defaults = Hook::ALL
+        .into_iter()
+        .filter_map(|h| h.default_source().map(|s| (h, s)))
+        .map(|(h, source)| {
+            let entry = Entry {
+                key: h.key().to_string(),
+                source: source.to_string(),
+                at: Default::default(),
+            };
+            parse(entry).map(|c| (h, c))
+        })
+        .collect::<Result<BTreeMap<_, _>, _>>()?;
+    let let_names: BTreeSet<String> = raw.lets.iter().map(|(n, _)| n.clone()).collect();
+    let mut lets = BTreeMap::new();
+    for (name, entry) in raw.lets {
+        let mut c = parse(entry)?;
+        c.lets.retain(|n| let_names.contains(n));
+        lets.insert(name, c);
+    }
+    let mut hooks = BTreeMap::new();
+    for (hook, entry) in raw.hooks {
+        let mut c = parse(entry)?;
+        c.lets.retain(|n| let_names.contains(n));
+        hooks.insert(hook, c);
+    }
+    let order = let_order(&lets)?;
+    for name in &order {
+        let inherited = inherited_reads(&lets, &lets[name].lets);
+        if let Some(c) = lets.get_mut(name) {
+            c.reads.extend(inherited);
+        }
+    }
+    for c in hooks.values_mut() {
+        let inherited = inherited_reads(&lets, &c.lets);
+        c.reads.extend(inherited);
+    }
+    Ok(CompiledPolicy {
+        hooks,
+        defaults,
+        lets,
+    })
+}
+
+fn inherited_reads(lets: &BTreeMap<String, Compiled>, used: &BTreeSet<String>) -> Vec<Var> {
+    used.iter()
+        .filter_map(|n| lets.get(n))
+        .flat_map(|c| c.reads.iter().copied())
+        .collect()
+}
+
+/// Parses one expression; a syntax error points into the file.
+fn parse(entry: Entry) -> Result<Compiled, KeyError> {
+    let parsed = Parser::new()
+        .max_recursion_depth(MAX_DEPTH)
+        .parse_with_source_info(&entry.source);
+    let (expr, offsets) = match parsed {
+        Ok(parsed) => parsed,
+        Err(errors) => return Err(syntax_error(&entry, &errors)),
+    };
+    let refs = expr.references();
+    let names = refs.variables();
+    let reads = Var::ALL
+        .into_iter()
+        .filter(|v| names.contains(&v.name()))
+        .collect();
+    let lets = names.iter().map(|n| n.to_string()).collect();
+    Ok(Compiled {
+        entry,
+        expr,
+        lets,
+        reads,
+        offsets,
+    })
+}
+
+fn syntax_error(entry: &Entry, errors: &cel::ParseErrors) -> KeyError {
+    let first = errors.errors.first();
+    let too_deep = errors
+        .errors
+        .iter()
+        .any(|e| e.msg.contains("Recursion limit"));
+    let (line, col) = first.map_or((1, 1), |e| (to_usize(e.pos.0), to_usize(e.pos.1)));
+    let (message, help) = if too_deep {
+        (
+            format!("the expression nests deeper than {MAX_DEPTH} levels"),
+            "split it into named parts under [let]".to_string(),
+        )
+    } else {
+        let msg = first.map_or("syntax error", |e| e.msg.as_str());
+        (
+            msg.replace("Syntax error: ", "syntax error: "),
+            "the value is a CEL expression (https://github.com/google/cel-spec); \
+             strings inside it use double quotes"
+                .to_string(),
+        )
+    };
+    KeyError {
+        at: entry.file_pos(line, col),
+        key: entry.key.clone(),
+        message,
+        help,
+    }
+}
+
+fn to_usize(n: isize) -> usize {
+    usize::try_from(n).unwrap_or(1).max(1)
+}
+
+/// The lets in an order where each comes after those it uses; a cycle is an error.
+fn let_order(lets: &BTreeMap<String, Compiled>) -> Result<Vec<String>, KeyError> {
+    let mut done: Vec<String> = Vec::new();
+    let mut path: Vec<String> = Vec::new();
+    for name in lets.keys() {
+        visit(lets, name, &mut path, &mut done)?;
+    }
+    Ok(done)
+}
+
+fn visit(
+    lets: &BTreeMap<String, Compiled>,
+    name: &str,
+    path: &mut Vec<String>,
+    done: &mut Vec<String>,
+) -> Result<(), KeyError> {
+    if done.iter().any(|d| d == name) {
+        return Ok(());
+    }
+    if let Some(start) = path.iter().position(|p| p == name) {
+        let mut cycle = path[start..].to_vec();
+        cycle.push(name.to_string());
+        let first = &lets[&cycle[0]];
+        return Err(first.entry.error(
+            format!("the lets form a cycle: {}", cycle.join(" -> ")),
+            "a let may use other lets, but never itself, directly or through others",
+        ));
+    }
+    path.push(name.to_string());
+    for used in &lets[name].lets {
+        visit(lets, used, path, done)?;
+    }
+    path.pop();
+    done.push(name.to_string());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{error::Pos, source::read};
+
+    fn compiled(text: &str) -> Result<CompiledPolicy, KeyError> {
+        compile(read(text).expect("toml")).map_err(|e| e.expect("thread ran"))
+    }
+
+    #[test]
+    fn reads_include_those_of_the_lets_used() {
+        let c = compiled(
+            "start = 'away && job.adaptive'\nrank = 'host.load1'\n\
+             [let]\naway = 'idle > 300'\nidle = 'host.keyboard_idle_s'\n",
+        )
+        .expect("compiles");
+        let start = &c.hooks[&Hook::Start];
+        assert_eq!(start.reads, BTreeSet::from([Var::Host, Var::Job]));
+        assert_eq!(c.hooks[&Hook::Rank].reads, BTreeSet::from([Var::Host]));
+        assert_eq!(c.lets["away"].reads, BTreeSet::from([Var::Host]));
+    }
+
+    #[test]
+    fn let_cycles_are_refused() {
+        let e =
+            compiled("start = 'a'\n[let]\na = 'b'\nb = 'c || a'\nc = 'true'\n").expect_err("cycle");
+        assert_eq!(e.key, "let.a");
+        assert!(e.message.contains("a -> b -> a"), "{}", e.message);
+        let e = compiled("[let]\nme = 'me'\n").expect_err("self cycle");
+        assert!(e.message.contains("me -> me"), "{}", e.message);
+    }
+
+    #[test]
+    fn syntax_errors_point_into_the_file() {
+        let e = compiled("# x\nvacate = 'host.up &&'\n").expect_err("syntax");
+        assert_eq!(e.key, "vacate");
+        // Line 2: the expression starts at column 11 and is 10 characters long; the parser
+        // reports the end of input, its column 11, which is column 21 of the file.
+        assert_eq!(e.at, Pos { line: 2, col: 21 });
+        assert!(e.message.starts_with("syntax error"), "{}", e.message);
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_not_a_stack_overflow() {
+        let deep = format!("start = '{}true{}'\n", "(".repeat(500), ")".repeat(500));
+        let e = compiled(&deep).expect_err("too deep");
+        assert!(e.message.contains("nests deeper"), "{}", e.message);
+        let fine = format!("start = '{}true{}'\n", "(".repeat(10), ")".repeat(10));
+        compiled(&fine).expect("modest nesting parses");
+    }
+}

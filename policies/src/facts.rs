@@ -1,0 +1,194 @@
+//! The typed inputs a policy reads: plain structs the broker fills from host reports, job
+//! records and the RSL spec. Every number a policy compares or adds is an `i64` (CEL `int`)
+//! or an `f64` (CEL `double`); an `Option` that is `None` is CEL `null` (unknown).
+//!
+//! Field names are the names a policy uses (`host.load1`, `job.spec.count`); they are
+//! documented in `policies/README.md` ("Variables").
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// What `keyboard_idle_s` / `owner_idle_s` say when no input was ever seen on a host (no
+/// session logged in and no console reading): ten years, so `>= 300` holds.
+pub const NEVER_USED_S: i64 = 10 * 365 * 24 * 3600;
+
+/// One login session on a host (utmp).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Session {
+    pub user: String,
+    pub tty: String,
+    /// Seconds since the last input on this terminal; `None` when unknown (never idle).
+    pub idle_s: Option<i64>,
+}
+
+/// `host`: one machine of the lab, as its last report and the allocator describe it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostFacts {
+    pub name: String,
+    /// Lab-file and sensor labels, lower-case.
+    pub labels: Vec<String>,
+    /// The owner of a private machine (`None`: public).
+    pub owner: Option<String>,
+    /// `owner.is_some()`.
+    pub private: bool,
+    pub up: bool,
+    pub drained: bool,
+    pub load1: Option<f64>,
+    pub load5: Option<f64>,
+    pub load15: Option<f64>,
+    pub cpus: i64,
+    pub mem_avail_mb: Option<i64>,
+    /// Logged-in sessions; `None` when they could not be read.
+    pub users: Option<Vec<Session>>,
+    /// Seconds since the last console (keyboard/mouse) input; `None`: unknown, never idle.
+    pub console_idle_s: Option<i64>,
+    /// Seconds since the owner last typed: the owner's sessions and the console.
+    /// `None` when one of those is unknown. [`NEVER_USED_S`] when there is none of them.
+    pub owner_idle_s: Option<i64>,
+    /// Seconds since anyone last typed (HTCondor `KeyboardIdle`): every session and the
+    /// console. `None` when one of them is unknown. [`NEVER_USED_S`] when there is none.
+    pub keyboard_idle_s: Option<i64>,
+    /// The job holding this host (`None`: free).
+    pub held_by: Option<i64>,
+    /// Seconds the holder has held it (0 when free).
+    pub held_for_s: i64,
+    /// Load of broker jobs' processes here (HTCondor `CondorLoadAvg`).
+    pub job_load: f64,
+    /// `load1 - job_load` (HTCondor `NonCondorLoadAvg`); `None` when `load1` is unknown.
+    pub other_load: Option<f64>,
+}
+
+impl HostFacts {
+    /// Fills the derived fields (`private`, `owner_idle_s`, `keyboard_idle_s`,
+    /// `other_load`) from the raw ones, so that every caller derives them alike.
+    pub fn derive(mut self) -> Self {
+        self.private = self.owner.is_some();
+        self.keyboard_idle_s = self.idle_of(|_| true);
+        let owner = self.owner.clone();
+        self.owner_idle_s = self.idle_of(|s| owner.as_deref() == Some(s.user.as_str()));
+        self.other_load = self.load1.map(|l| l - self.job_load);
+        self
+    }
+
+    /// The least idle time over the sessions `counts` picks and the console; `None` when
+    /// the sessions or one of the picked idles is unknown.
+    fn idle_of(&self, counts: impl Fn(&Session) -> bool) -> Option<i64> {
+        let sessions = self.users.as_ref()?;
+        let mut least = self.console_idle_s;
+        for s in sessions.iter().filter(|s| counts(s)) {
+            let idle = s.idle_s?;
+            least = Some(least.map_or(idle, |l| l.min(idle)));
+        }
+        Some(least.unwrap_or(NEVER_USED_S))
+    }
+}
+
+/// One value of an RSL relation, as `job.spec.KEY` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SpecValue {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
+    List(Vec<SpecValue>),
+}
+
+/// `job` (and `holder`): a job known to the broker.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobFacts {
+    pub id: i64,
+    pub user: String,
+    pub adaptive: bool,
+    /// The module name for module jobs (`None`: a plain job).
+    pub module: Option<String>,
+    /// The machine its agent runs on.
+    pub host: String,
+    /// Hosts asked for now; `min` / `max` from the RSL (`None` when not given).
+    pub count: i64,
+    pub min: Option<i64>,
+    pub max: Option<i64>,
+    pub hosts_held: i64,
+    /// Requests of this job waiting in the queue.
+    pub waiting: i64,
+    /// When the job started, unix seconds.
+    pub started_s: i64,
+    /// Every other RSL relation, by attribute name (lower-case).
+    pub spec: BTreeMap<String, SpecValue>,
+}
+
+/// `user`: the job's user across the lab.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UserFacts {
+    pub name: String,
+    pub jobs: i64,
+    pub hosts_held: i64,
+}
+
+/// `lab`: lab-wide counts.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LabFacts {
+    pub hosts: i64,
+    pub free_hosts: i64,
+    pub jobs: i64,
+    pub adaptive_jobs: i64,
+    pub users: i64,
+}
+
+/// `now`: the decision's time, with hour and weekday in the broker's local time zone.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NowFacts {
+    /// Unix seconds.
+    pub unix: i64,
+    /// 0..=23, local time.
+    pub hour: i64,
+    /// 0 = Sunday .. 6 = Saturday, local time (as `date +%w`).
+    pub weekday: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session(user: &str, idle_s: Option<i64>) -> Session {
+        Session {
+            user: user.into(),
+            tty: "pts/0".into(),
+            idle_s,
+        }
+    }
+
+    #[test]
+    fn derive_takes_the_least_idle_and_unknown_wins() {
+        let h = HostFacts {
+            owner: Some("ann".into()),
+            users: Some(vec![session("ann", Some(900)), session("bob", Some(20))]),
+            console_idle_s: Some(600),
+            load1: Some(1.5),
+            job_load: 1.0,
+            ..HostFacts::default()
+        }
+        .derive();
+        assert!(h.private);
+        assert_eq!(h.keyboard_idle_s, Some(20));
+        assert_eq!(h.owner_idle_s, Some(600));
+        assert_eq!(h.other_load, Some(0.5));
+        let unknown = HostFacts {
+            users: Some(vec![session("bob", None)]),
+            ..h.clone()
+        }
+        .derive();
+        assert_eq!(unknown.keyboard_idle_s, None);
+        assert_eq!(unknown.owner_idle_s, Some(600));
+        let nobody = HostFacts {
+            users: Some(vec![]),
+            console_idle_s: None,
+            ..h
+        }
+        .derive();
+        assert_eq!(nobody.keyboard_idle_s, Some(NEVER_USED_S));
+        let unread = HostFacts::default().derive();
+        assert_eq!(unread.keyboard_idle_s, None);
+    }
+}
