@@ -48,5 +48,5 @@ pub fn lab(state_dir: &Path, hosts: usize) -> std::io::Result<LabConfig> {
 /// The embedded lab's default state dir: `embedded` in the private runtime root
 /// (`$XDG_RUNTIME_DIR/rb/embedded`, else `/tmp/rb-<uid>/embedded`).
 pub fn default_state_dir() -> std::path::PathBuf {
-    privdir::runtime_root().join("embedded")
+    privdir::embedded_state_dir()
 }

@@ -100,6 +100,13 @@ pub fn ensure_root() -> Result<PathBuf, Error> {
     Ok(root)
 }
 
+/// Where `rb-broker --embedded` keeps its state by default: `embedded` in [`runtime_root`].
+/// Here rather than in the broker so that `rb` (which looks for a running embedded broker)
+/// does not link the broker.
+pub fn embedded_state_dir() -> PathBuf {
+    runtime_root().join("embedded")
+}
+
 /// Creates (mode 0700) or verifies `runtime_root()/name`, the root included; returns it.
 pub fn in_root(name: &str) -> Result<PathBuf, Error> {
     let dir = ensure_root()?.join(name);

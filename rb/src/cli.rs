@@ -142,6 +142,9 @@ pub enum Cmd {
     /// Globus RSL job specifications: check them, turn them into job specs.
     #[command(subcommand)]
     Rsl(rsl::cli::RslCommand),
+    /// Allocation policy files (`policies/README.md`): check them.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
     /// Run the embedded single-machine lab: start a broker with virtual hosts, show them up.
     Demo {
         /// Number of virtual hosts.
@@ -171,6 +174,7 @@ impl Cmd {
             Cmd::Resume { .. } => "resume",
             Cmd::Lab(_) => "lab",
             Cmd::Rsl(_) => "rsl",
+            Cmd::Policy(_) => "policy",
             Cmd::Demo { .. } => "demo",
         }
     }
@@ -187,6 +191,18 @@ impl Cmd {
             _ => None,
         }
     }
+}
+
+/// `rb policy …`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum PolicyCommand {
+    /// Load FILE as the broker would: parse, check every field and evaluate every hook
+    /// against sample hosts and jobs. Exit 0 with a one-line summary; a bad file exits 64
+    /// with `FILE:LINE:COL: key `HOOK`: …` and a `help:` line.
+    Check {
+        /// The policy file (a path; the shipped ones are in the checkout's `policies/`).
+        file: PathBuf,
+    },
 }
 
 /// A flag given where it means nothing, or a value out of range.

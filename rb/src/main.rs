@@ -101,6 +101,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             block_on(cmd_admin(broker(b)?, Request::Resume { host }))
         }
         Cmd::Lab(cmd) => lab::cli::run(cmd.clone()).map(|()| ExitCode::SUCCESS),
+        Cmd::Policy(cli::PolicyCommand::Check { file }) => Ok(cmd_policy_check(file)),
         Cmd::Rsl(cmd) => {
             let code = rsl::cli::run(cmd, &mut std::io::stdout(), &mut std::io::stderr());
             Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
@@ -147,6 +148,20 @@ fn cmd_init(lab: Option<&Path>, secret: Option<&Path>, force: bool) -> anyhow::R
     Ok(ExitCode::SUCCESS)
 }
 
+/// `rb policy check FILE`: the summary line, or the policy engine's error and its exit code.
+fn cmd_policy_check(file: &Path) -> ExitCode {
+    match policies::check_file(file) {
+        Ok(summary) => {
+            println!("{summary}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(1))
+        }
+    }
+}
+
 /// `rb check`: the lab file as `rb-broker` will load it, and what the broker checks at start
 /// (the secret file); warnings go to stderr and do not fail.
 fn cmd_check(file: Option<&Path>) -> ExitCode {
@@ -181,7 +196,7 @@ fn target(flags: &BrokerFlags) -> anyhow::Result<client::Target> {
         lab_file: config::default_lab_path(),
         demo_sockets: vec![
             demo::default_state_dir().join("broker.sock"),
-            broker::embedded::default_state_dir().join("broker.sock"),
+            privdir::embedded_state_dir().join("broker.sock"),
         ],
     };
     let resolved = client::resolve(

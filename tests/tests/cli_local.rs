@@ -438,3 +438,33 @@ fn rb_hostd_refuses_a_broker_value_it_could_never_reach() {
         stderr(&out)
     );
 }
+
+/// `rb policy check`: every shipped policy passes with a one-line summary; a misspelt hook
+/// and a misspelt field exit 64 naming the file, line, column and key, with a `help:` line.
+#[test]
+fn rb_policy_check_accepts_the_shipped_policies_and_locates_errors() {
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies");
+    for name in ["paper", "desktop", "nights-and-weekends", "dedicated"] {
+        let file = shipped.join(format!("{name}.toml"));
+        let out = rb(&["policy", "check", file.to_str().expect("utf8")]);
+        assert!(out.status.success(), "{name}: {}", stderr(&out));
+        let text = stdout(&out);
+        assert_eq!(text.lines().count(), 1, "one line: {text}");
+        assert!(text.contains(": ok: "), "{text}");
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cases = [
+        ("start = 'true'\nvacte = 'false'\n", "2:1: key `vacte`"),
+        ("start = 'host.lod1 < 1.0'\n", "1:"),
+    ];
+    for (text, want) in cases {
+        let file = dir.path().join("bad.toml");
+        std::fs::write(&file, text).expect("write");
+        let out = rb(&["policy", "check", file.to_str().expect("utf8")]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(64), "{text}: {err}");
+        assert!(err.starts_with(&format!("{}:", file.display())), "{err}");
+        assert!(err.contains(want), "{text}: want {want} in {err}");
+        assert!(err.contains("\nhelp: "), "{err}");
+    }
+}
