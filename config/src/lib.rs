@@ -22,6 +22,7 @@
 #![allow(clippy::result_large_err)]
 
 mod error;
+mod labels;
 pub mod raw;
 mod validate;
 
