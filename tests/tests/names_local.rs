@@ -177,6 +177,18 @@ fn an_instance_whose_host_was_taken_back_fails_once_with_255_then_binds_a_new_ho
     assert_ne!(first, again, "a new allocation");
 }
 
+/// SIGKILLs the agent and the process group of each of its children (the app runs as its
+/// own group).
+fn kill_with_app(job: &Child) {
+    use nix::{sys::signal, unistd::Pid};
+    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", job.id()))
+        .unwrap_or_default();
+    for pid in children.split_whitespace().filter_map(|p| p.parse().ok()) {
+        let _ = signal::killpg(Pid::from_raw(pid), signal::Signal::SIGKILL);
+    }
+    let _ = signal::kill(Pid::from_raw(job.id() as i32), signal::Signal::SIGKILL);
+}
+
 /// Open MPI's `mpirun`, or `None` (with the reason printed) when it is not installed.
 fn open_mpi() -> Option<&'static str> {
     let found = Command::new("sh")
@@ -211,7 +223,8 @@ fn open_mpi_on_a_name_it_refuses_ends_at_once_under_agent() {
     .expect("agent");
     let ended = wait_until(Duration::from_secs(30), || job.try_wait().ok().flatten());
     if ended.is_none() {
-        let _ = job.kill();
+        // The app holds our pipes: end it too, or reading them would hang the test.
+        kill_with_app(&job);
     }
     let out = job.wait_with_output().expect("agent");
     let stderr = String::from_utf8_lossy(&out.stderr);
