@@ -4,7 +4,7 @@
 //! `anyGpu-1` the label `gpu-1` or instance 1 of `gpu`?). Pure: the caller turns a
 //! [`LabelProblem`] into a located `ConfigError`.
 
-use proto::symbolic::{ambiguous_labels, check_name, label_name};
+use proto::symbolic::{ambiguous_labels, check_name, label_name, IMPLICIT_LABELS};
 
 /// What is wrong with a label, and where: `host` and `label` index the `[[host]]` tables
 /// and their `labels` arrays.
@@ -56,10 +56,14 @@ pub(crate) fn check(labels: &[Vec<&str>]) -> Option<LabelProblem> {
              instance {} of `any{short}`",
             long.rsplit('-').next().unwrap_or_default()
         ),
-        format!(
-            "rename one of them (e.g. `{short}-x`); `{short}` may be a label every host has \
-             (anyHost, or one the host daemon reports)"
-        ),
+        if IMPLICIT_LABELS.iter().any(|l| label_name(l) == short) {
+            format!(
+                "rename `{long}`: `{short}` is a label every lab has (`host` for anyHost, \
+                 the others reported by the host daemons)"
+            )
+        } else {
+            format!("rename one of them (e.g. `{short}-x` or `{long}x`)")
+        },
     ))
 }
 

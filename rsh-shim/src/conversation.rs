@@ -190,6 +190,21 @@ mod tests {
     }
 
     #[test]
+    fn lost() {
+        let (stream, _agent) = with_agent(
+            "{\"t\":\"lost\",\"name\":\"anyLinux-1\",\"host\":\"node03\",\"message\":\"gone\"}\n",
+        );
+        let outcome = converse(stream, &allocate(), |_| {}).expect("answer");
+        assert_eq!(
+            outcome,
+            Outcome::Lost {
+                host: "node03".into(),
+                message: "gone".into()
+            }
+        );
+    }
+
+    #[test]
     fn closed_without_answer() {
         let (stream, _agent) = with_agent("{\"t\":\"queued\",\"position\":1}\n");
         assert!(matches!(
