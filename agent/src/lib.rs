@@ -5,6 +5,7 @@
 //! - [`ancestry`]: which process descends from which (`/proc/PID/stat`).
 //! - [`cli`]: flags and the job spec → [`cli::AgentConfig`].
 //! - [`link`]: finding the broker (or starting an embedded one), authenticating, registering.
+//! - [`instances`]: which host each instance name (`anyLinux-1`) of the job is bound to.
 //! - [`jobenv`]: the job's private dir, the shim first in `PATH`, launcher variables.
 //! - [`listeners`]: the shim socket and the subagent port.
 //! - [`module`]: finding and running a job's `NAME-grow|shrink|halt` programs.
@@ -17,6 +18,7 @@
 
 pub mod ancestry;
 pub mod cli;
+pub mod instances;
 pub mod jobenv;
 pub mod launcher;
 pub mod link;

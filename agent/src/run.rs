@@ -20,10 +20,12 @@ use tokio::{
 };
 use tracing::{info, warn};
 
+mod bind;
 mod growth;
 
 use crate::{
     cli::{AgentConfig, Preload},
+    instances::Instances,
     jobenv::{self, JobEnv},
     link::{self, Conn, Registered},
     listeners::{self, Event},
@@ -43,6 +45,9 @@ struct Alloc {
     reclaiming: bool,
     /// When a reclaim must be done by (module jobs: shrink first, then the subagents).
     deadline: Option<tokio::time::Instant>,
+    /// Bound to an instance name (`anyLinux-1`): kept between commands until the job ends
+    /// or the broker takes it back.
+    instance: bool,
 }
 
 /// A shim's request the broker has not answered yet.
@@ -53,6 +58,8 @@ struct PendingRequest {
     symbolic: String,
     /// The shim's pid: after a grant it execs the real remote shell, the launcher.
     launcher: u32,
+    /// The binding key when `symbolic` looks like an instance name ([`crate::instances`]).
+    instance: Option<String>,
 }
 
 /// Everything the loop owns.
@@ -77,6 +84,8 @@ struct Agent {
     events_tx: mpsc::Sender<Event>,
     /// Set for module jobs (`module="NAME"` in the spec).
     module: Option<growth::ModuleJob>,
+    /// Which host each instance name of the job is bound to.
+    instances: Instances<bind::Caller>,
 }
 
 /// How long the agent tries to get its broker back before ending the job.
@@ -160,6 +169,7 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
         module,
         events_tx: events_tx_loop,
         preload,
+        instances: Instances::default(),
     };
     agent.announce_module().await;
     let code = agent.drive(child, events).await;
@@ -274,16 +284,8 @@ impl Agent {
                 pid,
                 reply,
             } => {
-                let req = self.next_req;
-                self.next_req += 1;
-                let request = PendingRequest {
-                    conn,
-                    reply,
-                    symbolic: symbolic.clone(),
-                    launcher: pid,
-                };
-                self.pending.insert(req, request);
-                self.tell_broker(ToBroker::Allocate { req, symbolic }).await;
+                let caller = bind::Caller { conn, pid, reply };
+                self.shim_allocate(symbolic, caller).await;
             }
             Event::Resolved { symbolic, pid } => self.resolved(symbolic, pid).await,
             Event::ShimAttach { host, reply } => {
@@ -300,18 +302,7 @@ impl Agent {
                 };
                 let _ = reply.send(answer).await;
             }
-            Event::ShimGone { conn } => {
-                let reqs: Vec<u64> = self
-                    .pending
-                    .iter()
-                    .filter(|(_, r)| r.conn == conn)
-                    .map(|(r, _)| *r)
-                    .collect();
-                for req in reqs {
-                    self.pending.remove(&req);
-                    self.tell_broker(ToBroker::Cancel { req }).await;
-                }
-            }
+            Event::ShimGone { conn } => self.shim_gone(conn).await,
             Event::SubConnected { alloc, sub, tx } => self.sub_connected(alloc, sub, tx).await,
             Event::SubMessage { .. } => {}
             Event::SubGone { alloc, sub } => self.sub_gone(alloc, sub).await,
@@ -361,7 +352,7 @@ impl Agent {
         let Some(a) = self.allocs.get(&alloc) else {
             return;
         };
-        if a.used || !a.subs.is_empty() {
+        if a.used || !a.subs.is_empty() || a.instance {
             return;
         }
         info!(
@@ -378,6 +369,7 @@ impl Agent {
         let Some(a) = self.allocs.remove(&alloc) else {
             return;
         };
+        self.instances.given_back(alloc);
         self.write_hosts();
         let msg = if a.reclaiming {
             ToBroker::Released { alloc }
@@ -408,8 +400,10 @@ impl Agent {
         };
         a.subs.remove(&sub);
         // A module job keeps its hosts between remote commands (LAM probes a host before
-        // it boots a daemon there): they go back on reclaim or at job end.
-        if !a.subs.is_empty() || (self.module.is_some() && !a.reclaiming) {
+        // it boots a daemon there), and every job its instances' hosts: they go back on
+        // reclaim or at job end.
+        let kept = self.module.is_some() || a.instance;
+        if !a.subs.is_empty() || (kept && !a.reclaiming) {
             return;
         }
         self.hand_back(alloc).await;
@@ -422,22 +416,28 @@ impl Agent {
                 position,
                 reason,
             } => {
+                let queued = ShimReply::Queued { position, reason };
                 if let Some(r) = self.pending.get(&req) {
-                    let reply = ShimReply::Queued { position, reason };
-                    let _ = r.reply.send(reply).await;
+                    let _ = r.reply.send(queued.clone()).await;
                 }
+                self.queued_waiting(req, &queued).await;
             }
             FromBroker::Granted {
                 req,
                 alloc,
                 host,
                 address,
-            } => self.granted(req, alloc, host, address).await,
+                instance,
+            } => {
+                self.granted(req, alloc, host, address, instance.is_some())
+                    .await
+            }
             FromBroker::Refused { req, message } => {
                 if self.module_refused(req, &message).await {
                     return;
                 }
                 if let Some(r) = self.pending.remove(&req) {
+                    self.refuse_waiting(r.instance.as_deref(), &message).await;
                     let _ = r.reply.send(ShimReply::Refused { message }).await;
                 }
             }
@@ -450,7 +450,7 @@ impl Agent {
         }
     }
 
-    async fn granted(&mut self, req: u64, alloc: u64, host: String, address: String) {
+    async fn granted(&mut self, req: u64, alloc: u64, host: String, address: String, bound: bool) {
         info!(req, alloc, %host, "host granted");
         self.allocs.insert(
             alloc,
@@ -461,6 +461,7 @@ impl Agent {
                 used: false,
                 reclaiming: false,
                 deadline: None,
+                instance: false,
             },
         );
         self.write_hosts();
@@ -469,6 +470,7 @@ impl Agent {
         }
         let reply = self.granted_reply(alloc, host, address);
         let delivered = match self.pending.remove(&req) {
+            Some(r) if r.instance.is_some() => self.grant_instance(r, alloc, bound).await,
             Some(r) => {
                 let delivered = r.reply.send(reply).await.is_ok();
                 if delivered {
@@ -509,6 +511,7 @@ impl Agent {
 
     async fn reclaim(&mut self, alloc: u64, host: &str, grace_ms: u64) {
         info!(alloc, %host, grace_ms, "broker reclaims host");
+        self.instances.taken_back(alloc, host);
         if self.module_shrink(alloc, grace_ms) {
             return;
         }

@@ -296,14 +296,16 @@ impl JobDesk {
                     alloc,
                     host,
                     address,
+                    instance,
                 } => match self.forget_req(req) {
                     Some((_, agent_req)) => {
-                        info!(job, alloc, %host, "granted");
+                        info!(job, alloc, %host, ?instance, "granted");
                         let msg = FromBroker::Granted {
                             req: agent_req,
                             alloc,
                             host,
                             address,
+                            instance,
                         };
                         self.send(job, msg).await;
                     }

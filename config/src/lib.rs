@@ -26,6 +26,7 @@
 
 mod error;
 mod keys;
+mod labels;
 pub mod raw;
 mod statedir;
 mod validate;

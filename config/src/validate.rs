@@ -36,6 +36,7 @@ pub(crate) fn validate(
 ) -> Result<LabConfig, ConfigError> {
     let ctx = Ctx { text, path };
     let broker = broker(&ctx, raw.broker)?;
+    check_labels(&ctx, &raw.host)?;
     let hosts = hosts(&ctx, raw.host)?;
     Ok(LabConfig {
         source: path.map(Path::to_path_buf),
@@ -280,6 +281,23 @@ fn check_address(ctx: &Ctx, value: &Spanned<String>, key: &str) -> Result<(), Co
             key,
             problem,
             "write a host name or IP address (e.g. \"10.77.0.2\"), or remove the key to use the host name",
+        )),
+    }
+}
+
+/// Labels must make valid, unambiguous symbolic names ([`crate::labels`]).
+fn check_labels(ctx: &Ctx, raw: &[RawHost]) -> Result<(), ConfigError> {
+    let lists: Vec<Vec<&str>> = raw
+        .iter()
+        .map(|h| h.labels.iter().map(|l| l.get_ref().as_str()).collect())
+        .collect();
+    match crate::labels::check(&lists) {
+        None => Ok(()),
+        Some(p) => Err(ctx.err(
+            &raw[p.host].labels[p.label],
+            &format!("host[{}].labels", p.host),
+            p.message,
+            p.help,
         )),
     }
 }

@@ -12,6 +12,7 @@
 //! agent → shim  {"t":"granted","alloc":7,"host":"node03","address":"10.77.0.3",
 //!                "remote_shell":["ssh","-F","/x/cfg"],"subagent":["/opt/rb/bin/rb-subagent","--agent","10.77.0.2:41234","--alloc","7"]}
 //! agent → shim  {"t":"refused","message":"no host matches anyFoo"}
+//! agent → shim  {"t":"lost","name":"anyLinux-1","host":"node03","message":"…"}  (exit 255)
 //! shim → agent  {"t":"attach","host":"node03","pid":4712}  (a real host already allocated to the job)
 //! job  → agent  {"t":"resolved","symbolic":"anyLinux","pid":4713}  (no reply; see below)
 //! ```
@@ -21,6 +22,12 @@
 //! will run `rsh anyLinux …` next, so a module job's request (phase 1) starts there, some
 //! milliseconds before the shim's own call, which then counts as the same request. The
 //! sender connects, writes the line and closes without waiting.
+//!
+//! An instance name (`anyLinux-1`, see [`crate::symbolic`]) is bound by the agent to the
+//! host its first call got; later `allocate` calls for it are answered `granted` with that
+//! host at once. When the broker has taken that host back, the next call is answered
+//! `lost` (the shim exits 255, as ssh does when it cannot reach a host: whatever ran there
+//! is gone) and the call after it binds a new host.
 
 use serde::{Deserialize, Serialize};
 
@@ -69,6 +76,13 @@ pub enum ShimReply {
         subagent: Vec<String>,
     },
     Refused {
+        message: String,
+    },
+    /// Instance `name` was bound to `host`, which the broker has taken back: what ran there
+    /// is lost. The shim prints `message` and exits 255; the next call binds a new host.
+    Lost {
+        name: String,
+        host: String,
         message: String,
     },
 }

@@ -210,12 +210,16 @@ pub enum FromBroker {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
-    /// To an agent: request `req` got `host` as allocation `alloc`.
+    /// To an agent: request `req` got `host` as allocation `alloc`. `instance` is set when
+    /// the request's name is an instance (`anyLinux-2`: no label is named `linux-2`): the
+    /// agent binds the name to this host for the rest of the job.
     Granted {
         req: u64,
         alloc: u64,
         host: String,
         address: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        instance: Option<u32>,
     },
     /// To an agent: request `req` can never be served.
     Refused {

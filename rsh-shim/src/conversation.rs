@@ -1,5 +1,5 @@
 //! The shim's side of the job-local protocol (`proto::agent`): one request, then replies until
-//! `Granted` or `Refused`. One JSON object per line; the connection stays open while queued
+//! `Granted`, `Refused` or `Lost`. One JSON object per line; the connection stays open while queued
 //! (closing it cancels the request) and is closed by `exec` (the socket is close-on-exec).
 
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -21,6 +21,11 @@ pub struct Grant {
 pub enum Outcome {
     Granted(Grant),
     Refused(String),
+    /// The instance's host was taken back (`proto::agent::ShimReply::Lost`).
+    Lost {
+        host: String,
+        message: String,
+    },
 }
 
 /// What went wrong talking to the agent.
@@ -63,6 +68,7 @@ pub fn converse<S: Read + Write>(
                 .map(Outcome::Granted)
             }
             ShimReply::Refused { message } => return Ok(Outcome::Refused(message)),
+            ShimReply::Lost { host, message, .. } => return Ok(Outcome::Lost { host, message }),
         }
     }
 }
@@ -181,6 +187,21 @@ mod tests {
             with_agent("{\"t\":\"refused\",\"message\":\"no host matches anyFoo\"}\n");
         let outcome = converse(stream, &allocate(), |_, _| {}).expect("answer");
         assert_eq!(outcome, Outcome::Refused("no host matches anyFoo".into()));
+    }
+
+    #[test]
+    fn lost() {
+        let (stream, _agent) = with_agent(
+            "{\"t\":\"lost\",\"name\":\"anyLinux-1\",\"host\":\"node03\",\"message\":\"gone\"}\n",
+        );
+        let outcome = converse(stream, &allocate(), |_, _| {}).expect("answer");
+        assert_eq!(
+            outcome,
+            Outcome::Lost {
+                host: "node03".into(),
+                message: "gone".into()
+            }
+        );
     }
 
     #[test]

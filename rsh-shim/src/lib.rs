@@ -4,7 +4,9 @@
 //! A small synchronous program: it decides where a call goes before talking to anyone, and
 //! ends in `exec` whenever it can, so the real remote shell relays stdin (with EOF),
 //! stdout/stderr unbuffered and the remote status. It writes nothing on stderr on success
-//! (LAM treats any stderr output as a failed boot); its own errors exit 1.
+//! (LAM treats any stderr output as a failed boot); its own errors exit 1, except a call
+//! with an instance name whose host the broker took back, which exits 255 as ssh does for
+//! a host it cannot reach ([`ShimError::exit_code`]).
 //!
 //! Routing (see [`route`]):
 //! 1. a host listed in `RB_HOSTS_FILE` → `attach` request to the agent, run under a subagent;
@@ -57,6 +59,13 @@ pub enum ShimError {
         "refusing to recurse ({ENV_SHIM_DEPTH}={depth}): is RB_REAL_RSH pointing at the shim?"
     )]
     Recursion { depth: u32 },
+    /// Exit 255: instance `name` was bound to `host`, which the broker took back.
+    #[error("{name}: {message}")]
+    InstanceLost {
+        name: String,
+        host: String,
+        message: String,
+    },
     #[error("{host}: a symbolic host needs a command")]
     SymbolicWithoutCommand { host: String },
     #[error("{host}: a host allocated to this job needs a command")]
@@ -91,6 +100,17 @@ pub enum ShimError {
     SelfExe(io::Error),
     #[error("cannot run {program}: {source}")]
     Exec { program: String, source: io::Error },
+}
+
+impl ShimError {
+    /// The shim's exit status for this error: 255 for [`ShimError::InstanceLost`] (the
+    /// remote side is gone, as when ssh cannot reach a host), else 1.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            ShimError::InstanceLost { .. } => 255,
+            _ => 1,
+        }
+    }
 }
 
 /// The environment the shim reads, captured once (empty values count as unset).
@@ -228,6 +248,18 @@ fn via_agent(
             false => ShimError::SymbolicWithoutCommand { host },
         });
     };
+    if !attach {
+        // Before any allocation: a name launchers would refuse (Open MPI's `anyX86_64`)
+        // ends the call at once, as an unresolvable name does outside a job.
+        if let Err(e) = proto::symbolic::check_name(&host) {
+            let message = e.to_string();
+            return Err(ShimError::Refused {
+                stdout: callers::refusal_stdout(&inv.words, &host, &message),
+                host,
+                message,
+            });
+        }
+    }
     let Some(socket) = &env.agent else {
         return match attach {
             true => Err(ShimError::NoAgentVariable { host }),
@@ -261,6 +293,14 @@ fn via_agent(
         Outcome::Refused(message) => Err(ShimError::Refused {
             stdout: callers::refusal_stdout(&inv.words, &host, &message),
             host,
+            message,
+        }),
+        Outcome::Lost {
+            host: bound,
+            message,
+        } => Err(ShimError::InstanceLost {
+            name: host,
+            host: bound,
             message,
         }),
     }

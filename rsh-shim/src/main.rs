@@ -1,5 +1,6 @@
 //! The `rsh` binary: everything happens in the library ([`rsh_shim::run`]); on success the
-//! process has become the real remote shell, so reaching the end means an error (exit 1).
+//! process has become the real remote shell, so reaching the end means an error (exit 1,
+//! or 255 for an instance whose host was taken back: [`rsh_shim::ShimError::exit_code`]).
 //!
 //! `no_main`: the C library calls `main` directly, without Rust's runtime set-up (a read
 //! of /proc/self/maps for the stack guard, an alternate signal stack, SIGPIPE ignored).
@@ -16,5 +17,5 @@ pub extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
     let args: Vec<OsString> = std::env::args_os().collect();
     let err = rsh_shim::run(&args, &rsh_shim::Env::from_process());
     rsh_shim::print_error(&err);
-    1
+    err.exit_code()
 }

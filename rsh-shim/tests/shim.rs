@@ -348,6 +348,42 @@ fn refused_exits_1_with_the_message() {
 }
 
 #[test]
+fn a_lost_instance_exits_255_with_the_message() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lost = ShimReply::Lost {
+        name: "anyLinux-1".into(),
+        host: "node03".into(),
+        message: "the broker took node03 back".into(),
+    };
+    let (socket, agent) = fake_agent(dir.path(), vec![lost]);
+    let mut cmd = shim(&["anyLinux-1", "true"]);
+    cmd.env("RB_AGENT", &socket);
+    let out = run(cmd, b"");
+    agent.join().expect("agent thread");
+    assert_eq!(out.status.code(), Some(255));
+    assert_eq!(
+        text(&out.stderr),
+        "rsh: anyLinux-1: the broker took node03 back\n"
+    );
+}
+
+#[test]
+fn a_name_launchers_refuse_is_refused_before_asking_anyone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cmd = shim(&["anyX86_64", "true"]);
+    cmd.env("RB_AGENT", dir.path().join("no-such.sock"));
+    let out = run(cmd, b"");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(stderr.starts_with("rsh: anyX86_64: "), "{stderr}");
+    assert!(
+        stderr.contains("help: a label's `_` reads as `-`"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("use `anyX86-64`"), "{stderr}");
+}
+
+#[test]
 fn agent_closing_early_is_a_clear_error() {
     let dir = tempfile::tempdir().expect("tempdir");
     let socket = dir.path().join("hangup.sock");

@@ -224,3 +224,31 @@ fn mpich_hydra_with_any_linux_hosts_runs_on_granted_hosts() {
     assert!(GRANTABLE.contains(&hosts[0].as_str()), "{hosts:?}");
     assert_all_given_back(&env, "hydra_pmi_proxy");
 }
+
+#[test]
+fn instance_names_put_mpi_ranks_on_distinct_hosts() {
+    // Issue 14 item 11: `--host anyLinux,anyLinux` is one node for both launchers, so N
+    // hosts need N names; the instance form gives them: `anyLinux-1,anyLinux-2`.
+    if skip_unless_root("instance_names_put_mpi_ranks_on_distinct_hosts") {
+        return;
+    }
+    let env = lab();
+    build_program(&env, "mpi_hosts", "mpicc.openmpi", "mpi_hosts.ompi");
+    build_program(&env, "mpi_hosts", "mpicc.mpich", "mpi_hosts.mpich");
+    let both = GRANTABLE.map(String::from).to_vec();
+    for (script, daemon) in [
+        (
+            "mpirun.openmpi -np 2 --host anyLinux-1,anyLinux-2 ~/mpi_hosts.ompi",
+            "orted",
+        ),
+        (
+            "UCX_TLS=^sm mpiexec.mpich -launcher rsh -hosts anyLinux-1,anyLinux-2 -n 2 ~/mpi_hosts.mpich",
+            "hydra_pmi_proxy",
+        ),
+    ] {
+        let out = job(&env, None, script);
+        assert_eq!(rank_hosts(&env, script, &out), both, "{script}");
+        // The job keeps an instance's host until it ends; then both go back.
+        assert_all_given_back(&env, daemon);
+    }
+}

@@ -140,8 +140,11 @@ impl Agent {
                 m.name()
             ),
         };
+        // Ancestry first: once refused, the shim exits and its caller reaps it, and a
+        // process that is gone descends from nobody (the rsh would count as a new request).
+        let joins = m.started_by_lookup(&symbolic, shim_pid, Instant::now());
         let _ = reply.send(ShimReply::Refused { message }).await;
-        if m.started_by_lookup(&symbolic, shim_pid, Instant::now()) {
+        if joins {
             return debug!(%symbolic, shim_pid, "phase 1: the rsh of a lookup's request");
         }
         self.record_request(symbolic, shim_pid, "rsh").await;

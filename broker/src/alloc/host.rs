@@ -1,12 +1,16 @@
 //! [`HostView`]: what the allocation core knows about one host, and the per-host rules —
-//! symbolic-name matching, "owner away" for private machines, and the choice order.
+//! symbolic-name parsing and matching ([`Want`]; the naming rules are `proto::symbolic`'s),
+//! "owner away" for private machines, and the choice order.
 //!
 //! Unknown sensor values are never idle: a session whose idle time is unknown counts as
 //! active, and a host whose sessions could not be read is not quiet.
 
 use std::cmp::Ordering;
 
-use proto::report::{HostState, HostStatus, UserSession};
+use proto::{
+    report::{HostState, HostStatus, UserSession},
+    symbolic::{check_name, label_name, split_instance},
+};
 
 /// A session or console is idle once it has seen no input for this many seconds.
 pub const IDLE_AFTER: u64 = 5 * 60;
@@ -19,7 +23,8 @@ pub struct HostView {
     pub up: bool,
     /// Whether a report ever arrived (before that, sensor labels such as `linux` are missing).
     pub reported: bool,
-    /// Lab-file and sensor labels, lower-case.
+    /// Lab-file and sensor labels in their name form (`proto::symbolic::label_name`:
+    /// lower case, `_` read as `-`), as symbolic names spell them.
     pub labels: Vec<String>,
     pub os: Option<String>,
     /// Set for a private machine (the owner's workstation).
@@ -38,7 +43,7 @@ impl From<&HostStatus> for HostView {
             address: s.address.clone(),
             up: s.state == HostState::Up,
             reported: s.last_report_age_s.is_some(),
-            labels: s.labels.iter().map(|l| l.to_ascii_lowercase()).collect(),
+            labels: s.labels.iter().map(|l| label_name(l)).collect(),
             os: s.os.clone(),
             owner: s.owner.clone(),
             load1: s.load1,
@@ -54,16 +59,58 @@ impl From<&HostStatus> for HostView {
 pub(crate) enum Want {
     /// `anyHost`: every host.
     Any,
-    /// `any<Label>`: hosts carrying the lower-cased label.
+    /// `any<Label>`: hosts carrying the label (its name form: `x86-64` for `x86_64`).
     Label(String),
 }
 
+/// A parsed symbolic name: what it asks for, and the instance number of `<name>-<N>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Wanted {
+    pub(crate) want: Want,
+    pub(crate) instance: Option<u32>,
+}
+
 impl Want {
-    /// Parses `anyHost` / `any<Label>`, case-insensitively; `None` for anything else.
-    pub(crate) fn parse(symbolic: &str) -> Option<Want> {
-        let lower = symbolic.to_ascii_lowercase();
-        let rest = lower.strip_prefix("any")?;
-        match rest {
+    /// Parses `anyHost` / `any<Label>` / either with an instance suffix `-N`,
+    /// case-insensitively. The whole name is matched against the labels first
+    /// (`is_label`, given a label's name form): only when no label has that name is a
+    /// trailing `-N` an instance (`anyLinux-1`, `anyX86-64-2`). An error for a name that is
+    /// not a valid symbolic host name (`anyX86_64`), saying what to use instead.
+    pub(crate) fn parse(symbolic: &str, is_label: impl Fn(&str) -> bool) -> Result<Wanted, String> {
+        check_name(symbolic).map_err(|e| e.to_string())?;
+        let whole = Self::plain(symbolic);
+        let whole_is_label = match &whole {
+            Some(Want::Label(l)) => is_label(l),
+            _ => false,
+        };
+        if !whole_is_label {
+            if let Some((base, n)) = split_instance(symbolic) {
+                if let Some(want) = Self::plain(base) {
+                    return Ok(Wanted {
+                        want,
+                        instance: Some(n),
+                    });
+                }
+            }
+        }
+        whole
+            .map(|want| Wanted {
+                want,
+                instance: None,
+            })
+            .ok_or_else(|| {
+                format!(
+                    "`{symbolic}` is not a symbolic host name\n\
+                     help: use anyHost, anyLinux or any<Label>, optionally with an instance \
+                     number (anyLinux-1)"
+                )
+            })
+    }
+
+    /// `anyHost` / `any<Label>` without instance rules.
+    fn plain(symbolic: &str) -> Option<Want> {
+        let lower = label_name(symbolic);
+        match lower.strip_prefix("any")? {
             "" => None,
             "host" => Some(Want::Any),
             label => Some(Want::Label(label.to_string())),
@@ -154,7 +201,7 @@ pub(crate) mod tests {
             address: format!("10.0.0.{}", name.len()),
             up: true,
             reported: true,
-            labels: vec!["linux".into(), "x86_64".into()],
+            labels: vec!["linux".into(), "x86-64".into()],
             os: Some("Linux".into()),
             owner: None,
             load1: Some(0.0),
@@ -173,15 +220,60 @@ pub(crate) mod tests {
         }
     }
 
+    fn parse(name: &str, labels: &[&str]) -> Result<Wanted, String> {
+        Want::parse(name, |l| labels.contains(&l))
+    }
+
+    fn label(l: &str, instance: Option<u32>) -> Result<Wanted, String> {
+        Ok(Wanted {
+            want: Want::Label(l.into()),
+            instance,
+        })
+    }
+
     #[test]
     fn symbolic_names_parse_case_insensitively() {
-        assert_eq!(Want::parse("anyHost"), Some(Want::Any));
-        assert_eq!(Want::parse("ANYHOST"), Some(Want::Any));
-        assert_eq!(Want::parse("anyLinux"), Some(Want::Label("linux".into())));
-        assert_eq!(Want::parse("anyX86_64"), Some(Want::Label("x86_64".into())));
-        assert_eq!(Want::parse("AnyPublic"), Some(Want::Label("public".into())));
-        assert_eq!(Want::parse("any"), None);
-        assert_eq!(Want::parse("node07"), None);
+        let any = Ok(Wanted {
+            want: Want::Any,
+            instance: None,
+        });
+        assert_eq!(parse("anyHost", &[]), any);
+        assert_eq!(parse("ANYHOST", &[]), any);
+        assert_eq!(parse("anyLinux", &[]), label("linux", None));
+        assert_eq!(parse("AnyPublic", &[]), label("public", None));
+        assert!(parse("any", &[]).is_err());
+        assert!(parse("node07", &[]).is_err());
+    }
+
+    #[test]
+    fn a_label_with_underscore_is_named_with_a_dash() {
+        assert_eq!(parse("anyX86-64", &["x86-64"]), label("x86-64", None));
+        let err = parse("anyX86_64", &["x86-64"]).expect_err("not a host name");
+        assert!(err.contains("use `anyX86-64`"), "{err}");
+        let host = HostView {
+            labels: vec![label_name("x86_64")],
+            ..view("a")
+        };
+        assert!(host.matches(&Want::Label("x86-64".into())));
+    }
+
+    #[test]
+    fn a_trailing_number_is_an_instance_unless_a_label_has_the_whole_name() {
+        assert_eq!(parse("anyLinux-1", &["linux"]), label("linux", Some(1)));
+        assert_eq!(parse("anyPublic-3", &[]), label("public", Some(3)));
+        assert_eq!(
+            parse("anyHost-2", &[]),
+            Ok(Wanted {
+                want: Want::Any,
+                instance: Some(2)
+            })
+        );
+        // A label named like an instance wins: the name is matched whole first.
+        assert_eq!(parse("anyGpu-1", &["gpu-1"]), label("gpu-1", None));
+        assert_eq!(parse("anyGpu-1-2", &["gpu-1"]), label("gpu-1", Some(2)));
+        assert_eq!(parse("anyX86-64", &["x86-64"]), label("x86-64", None));
+        assert_eq!(parse("anyX86-64-2", &["x86-64"]), label("x86-64", Some(2)));
+        assert!(parse("anyLinux-", &[]).is_err());
     }
 
     #[test]

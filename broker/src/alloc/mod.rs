@@ -111,13 +111,15 @@ impl JobState {
 /// What the async shell must do after a decision, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
-    /// Tell the job's agent: `host` (reachable at `address`) is yours for request `req`.
+    /// Tell the job's agent: `host` (reachable at `address`) is yours for request `req`;
+    /// `instance` when the request named an instance (`anyLinux-2`), which the agent binds.
     Granted {
         job: JobId,
         req: RequestId,
         alloc: AllocId,
         host: String,
         address: String,
+        instance: Option<u32>,
     },
     /// Tell the job's agent its request waits; `position` 1 is next in line; `reason` says
     /// why (a [`WaitReason`], for people).

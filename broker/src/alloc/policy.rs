@@ -126,7 +126,7 @@ impl Allocator {
     }
 
     fn grant(&mut self, i: usize, host: String, fx: &mut Fx) {
-        let (job, req) = (self.queue[i].job, self.queue[i].id);
+        let (job, req, instance) = (self.queue[i].job, self.queue[i].id, self.queue[i].instance);
         let address = self
             .hosts
             .get(&host)
@@ -148,6 +148,7 @@ impl Allocator {
             alloc,
             host,
             address,
+            instance,
         });
     }
 

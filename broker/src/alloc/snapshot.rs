@@ -11,7 +11,6 @@ use std::{collections::BTreeSet, time::Duration, time::Instant};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    host::Want,
     state::{AllocState, Allocation, Allocator, Job, Waiting},
     AllocConfig, AllocId, JobId, JobInfo, JobState, RequestId,
 };
@@ -154,7 +153,9 @@ impl Allocator {
         if self.queue.iter().any(|w| w.id == r.id) {
             return Err(format!("{what}: duplicate id"));
         }
-        let want = Want::parse(&r.symbolic).ok_or(format!("{what}: not a symbolic name"))?;
+        let wanted = self
+            .parse_name(&r.symbolic)
+            .map_err(|e| format!("{what}: {e}"))?;
         let reserved = self.allocs.values().find_map(|a| match a.state {
             AllocState::Releasing {
                 for_request: Some(q),
@@ -166,7 +167,8 @@ impl Allocator {
             id: r.id,
             job: r.job,
             symbolic: r.symbolic,
-            want,
+            want: wanted.want,
+            instance: wanted.instance,
             reserved,
             reported: None,
             since: now,

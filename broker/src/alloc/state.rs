@@ -10,7 +10,7 @@ use std::{
 };
 
 use super::{
-    host::{HostView, Want},
+    host::{HostView, Want, Wanted},
     AllocConfig, AllocError, AllocId, Effect, JobId, JobInfo, JobState, RequestId,
 };
 
@@ -55,6 +55,8 @@ pub(crate) struct Waiting {
     pub(crate) job: JobId,
     pub(crate) symbolic: String,
     pub(crate) want: Want,
+    /// The instance number of an instance name (`anyLinux-2`), passed on with the grant.
+    pub(crate) instance: Option<u32>,
     /// A host being reclaimed for this request: first in line for it once released.
     pub(crate) reserved: Option<String>,
     /// The position last reported in a `Queued` effect.
@@ -161,12 +163,13 @@ impl Allocator {
         let mut fx = Fx::default();
         match self.admit(job, symbolic) {
             Err(reason) => fx.push(Effect::Refused { job, req, reason }),
-            Ok(want) => {
+            Ok(Wanted { want, instance }) => {
                 self.queue.push(Waiting {
                     id: req,
                     job,
                     symbolic: symbolic.to_string(),
                     want,
+                    instance,
                     reserved: None,
                     reported: None,
                     since: now,
@@ -179,15 +182,22 @@ impl Allocator {
         (req, self.finish(fx))
     }
 
-    fn admit(&self, job: JobId, symbolic: &str) -> Result<Want, String> {
+    fn admit(&self, job: JobId, symbolic: &str) -> Result<Wanted, String> {
         if !self.is_running(job) {
             return Err(format!("job {job} is not running"));
         }
-        let want = Want::parse(symbolic).ok_or_else(|| {
-            format!("`{symbolic}` is not a symbolic host name; use anyHost, anyLinux or any<Label>")
-        })?;
-        self.possible(&want, symbolic)?;
-        Ok(want)
+        let wanted = self.parse_name(symbolic)?;
+        self.possible(&wanted.want, symbolic)?;
+        Ok(wanted)
+    }
+
+    /// [`Want::parse`] against the labels of the lab's hosts.
+    pub(crate) fn parse_name(&self, symbolic: &str) -> Result<Wanted, String> {
+        Want::parse(symbolic, |label| {
+            self.hosts
+                .values()
+                .any(|h| h.labels.iter().any(|l| l == label))
+        })
     }
 
     /// Withdraws a queued request (e.g. its shim died). A reclaim started for it goes on; the

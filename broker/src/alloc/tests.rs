@@ -192,7 +192,7 @@ fn labels_match_case_insensitively() {
     let j = lab.job(false);
     assert_eq!(lab.take(j, "ANYPUBLIC").1, "n2");
     assert_eq!(lab.take(j, "anylinux").1, "n1");
-    let (req, fx) = lab.req(j, "anyX86_64");
+    let (req, fx) = lab.req(j, "anyX86-64");
     assert_eq!(position(&fx, req), Some(1), "all x86_64 hosts are held");
 }
 
@@ -209,7 +209,7 @@ fn impossible_label_is_refused_with_the_labels_that_exist() {
         })
         .expect("refused");
     assert!(
-        reason.contains("`gpu`") && reason.contains("linux, x86_64"),
+        reason.contains("`gpu`") && reason.contains("linux, x86-64"),
         "{reason}"
     );
     let (_, fx) = lab.req(j, "node07");
@@ -705,7 +705,7 @@ impl Rng {
     }
 }
 
-const NAMES: [&str; 5] = ["anyHost", "anyLinux", "anyPublic", "ANYX86_64", "anyGpu"];
+const NAMES: [&str; 5] = ["anyHost", "anyLinux", "anyPublic", "ANYX86-64", "anyGpu"];
 
 fn random_views(rng: &mut Rng) -> Vec<HostView> {
     (0..6)
