@@ -3,8 +3,16 @@
 //!
 //! Eligibility of a host for a request: the host is up, matches the symbolic name, is not
 //! drained, is not held, is not reserved for another queued request, and — for a private
-//! host — its owner is away ([`HostView::owner_away`]). Among eligible hosts the first in
-//! [`choice_order`] wins.
+//! host — its owner is away ([`HostView::owner_away`]).
+//!
+//! Which eligible host a request gets (`pick_host`), so that a broad name never
+//! takes the host a narrower one needs (MPI launchers ask for `anyLinux,anyHost,anyPublic`
+//! at once and wait for all three):
+//! 1. a host no other waiting request could use, before one that some could (the fewer the
+//!    better): a request does not take a host another waits for when another would do;
+//! 2. then the most generic host: the fewest labels (lab file and sensors), so that a name
+//!    arriving a moment later still finds the scarce, specific host free;
+//! 3. then [`choice_order`] (quiet, least loaded, public, name).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -12,7 +20,7 @@ use std::{
 };
 
 use super::{
-    host::{choice_order, HostView, Want},
+    host::{generic_first, HostView, Want},
     state::{AllocState, Allocation, Allocator, Fx},
     AllocId, Effect, JobId, RequestId,
 };
@@ -99,12 +107,22 @@ impl Allocator {
         self.hosts
             .values()
             .filter(|v| self.eligible(&v.name, want, &others))
-            .min_by(|a, b| choice_order(a, b))
-            .map(|v| v.name.clone())
+            .map(|v| (self.wanted_by_others(i, &v.name, &others), v))
+            .min_by(|(na, a), (nb, b)| na.cmp(nb).then_with(|| generic_first(a, b)))
+            .map(|(_, v)| v.name.clone())
+    }
+
+    /// How many queued requests other than entry `i` could be granted `host` now.
+    fn wanted_by_others(&self, i: usize, host: &str, reserved: &BTreeSet<String>) -> usize {
+        self.queue
+            .iter()
+            .enumerate()
+            .filter(|&(j, w)| j != i && self.eligible(host, &w.want, reserved))
+            .count()
     }
 
     /// Hosts reserved by queue entries other than `i`.
-    fn reserved_except(&self, i: usize) -> BTreeSet<String> {
+    pub(crate) fn reserved_except(&self, i: usize) -> BTreeSet<String> {
         self.queue
             .iter()
             .enumerate()
@@ -113,7 +131,7 @@ impl Allocator {
             .collect()
     }
 
-    fn eligible(&self, host: &str, want: &Want, reserved: &BTreeSet<String>) -> bool {
+    pub(crate) fn eligible(&self, host: &str, want: &Want, reserved: &BTreeSet<String>) -> bool {
         self.hosts.get(host).is_some_and(|v| v.usable_for(want))
             && !self.drained.contains(host)
             && !self.by_host.contains_key(host)

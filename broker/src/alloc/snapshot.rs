@@ -190,6 +190,7 @@ impl Allocator {
     pub fn check_invariants(&self) -> Result<(), String> {
         self.check_allocations()?;
         self.check_queue()?;
+        self.check_no_idle_host_for_a_waiting_request()?;
         let ended = self
             .jobs
             .values()
@@ -262,6 +263,24 @@ impl Allocator {
                 if !reserved.insert(h) {
                     return Err(format!("host {h} reserved twice"));
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Work conservation: no request waits while a host it could be granted sits free.
+    fn check_no_idle_host_for_a_waiting_request(&self) -> Result<(), String> {
+        for (i, w) in self.queue.iter().enumerate() {
+            let others = self.reserved_except(i);
+            if let Some(h) = self
+                .hosts
+                .keys()
+                .find(|h| self.eligible(h, &w.want, &others))
+            {
+                return Err(format!(
+                    "request {} ({}) waits while {h} could be granted to it",
+                    w.id, w.symbolic
+                ));
             }
         }
         Ok(())

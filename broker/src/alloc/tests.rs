@@ -190,6 +190,75 @@ fn labels_match_case_insensitively() {
     assert_eq!(position(&fx, req), Some(1), "all x86_64 hosts are held");
 }
 
+/// The MPICH start-up deadlock (issue 14, item 10): 4 idle hosts, 2 of them `public`;
+/// `mpiexec -hosts anyLinux,anyHost,anyPublic` asks for the three at once and waits for all.
+#[test]
+fn broad_names_leave_the_scarce_public_hosts_for_any_public() {
+    let mut views = hosts(&["node03", "node04", "node05", "node06"]);
+    views[0].labels.push("public".into());
+    views[1].labels.push("public".into());
+    let mut lab = Lab::new(views);
+    let j = lab.job(false);
+    let linux = lab.take(j, "anyLinux").1;
+    let any = lab.take(j, "anyHost").1;
+    let (req, fx) = lab.req(j, "anyPublic");
+    let public = granted(&fx).map(|g| g.1);
+    assert_eq!(position(&fx, req), None, "anyPublic must not wait: {fx:?}");
+    assert_eq!(
+        (linux.as_str(), any.as_str(), public.as_deref()),
+        ("node05", "node06", Some("node03")),
+        "the broad names take the generic hosts"
+    );
+    let (_, fx) = lab.req(j, "anyPublic");
+    assert_eq!(granted(&fx).map(|g| g.1).as_deref(), Some("node04"));
+}
+
+#[test]
+fn fewest_labels_come_before_load_and_name() {
+    let mut views = hosts(&["a", "b"]);
+    views[0].labels.push("gpu".into());
+    views[1].load1 = Some(3.0);
+    let mut lab = Lab::new(views);
+    let j = lab.job(false);
+    assert_eq!(
+        lab.take(j, "anyHost").1,
+        "b",
+        "b has fewer labels, though loaded"
+    );
+    assert_eq!(lab.take(j, "anyGpu").1, "a");
+}
+
+/// Two hosts freed at once, two requests waiting: the head (broad) must not take the host
+/// the second (narrow) one needs when another host would do, even one as specific and
+/// first by name.
+#[test]
+fn a_waiting_request_does_not_lose_its_only_host_to_a_broad_one() {
+    let mut views = hosts(&["a-pub", "b-gpu"]);
+    views[0].labels.push("public".into());
+    views[1].labels.push("gpu".into());
+    let mut lab = Lab::new(views);
+    let holder = lab.job(false);
+    lab.take(holder, "anyPublic");
+    lab.take(holder, "anyGpu");
+    let waiter = lab.job(false);
+    let (broad, _) = lab.req(waiter, "anyLinux");
+    let (narrow, fx) = lab.req(waiter, "anyPublic");
+    assert_eq!(position(&fx, narrow), Some(2));
+    let fx = lab.end(holder);
+    let grants: Vec<(RequestId, String)> = fx
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Granted { req, host, .. } => Some((*req, host.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        grants,
+        vec![(broad, "b-gpu".into()), (narrow, "a-pub".into())],
+        "{fx:?}"
+    );
+}
+
 #[test]
 fn impossible_label_is_refused_with_the_labels_that_exist() {
     let mut lab = Lab::new(hosts(&["n1"]));
