@@ -12,7 +12,7 @@ use proto::{
     report::HostStatus,
 };
 use tokio::sync::mpsc;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::alloc::{AllocId, Allocator, Effect, HostView, JobId, JobInfo, RequestId};
 
@@ -96,7 +96,8 @@ impl JobDesk {
         let resumable = reg
             .resume
             .filter(|j| self.awaiting_agent.contains_key(j) && self.alloc.is_running(*j));
-        let (job, effects) = match resumable {
+        let own_host = self.own_lab_host(&reg);
+        let (job, mut effects) = match resumable {
             Some(job) => {
                 self.awaiting_agent.remove(&job);
                 info!(job, "agent reconnected; job resumed");
@@ -122,7 +123,32 @@ impl JobDesk {
         let _ = tx.send(msg).await;
         self.agents.insert(job, tx);
         info!(job, "job registered");
+        if let Some(host) = own_host {
+            info!(job, %host, "a module job runs on this lab host: never granted to it");
+            effects.extend(self.alloc.uses_hosts(job, [host], now));
+        }
         (job, effects)
+    }
+
+    /// For a module job: the lab host its agent runs on, if it is one of the lab's.
+    fn own_lab_host(&self, reg: &JobRegistration) -> Option<String> {
+        reg.module.as_ref()?;
+        let on = reg.runs_on.as_ref()?;
+        self.alloc.lab_host_of(&on.hostname, &on.addresses)
+    }
+
+    /// The lab hosts among `names` (names or addresses), for [`ToBroker::HostsInUse`].
+    fn lab_hosts(&self, job: JobId, names: &[String]) -> Vec<String> {
+        names
+            .iter()
+            .filter_map(|n| {
+                let host = self.alloc.lab_host(n);
+                if host.is_none() {
+                    debug!(job, name = %n, "a host in use that is not in the lab; ignored");
+                }
+                host
+            })
+            .collect()
     }
 
     /// A message from `job`'s agent.
@@ -146,6 +172,15 @@ impl JobDesk {
             }
             ToBroker::Released { alloc } if self.owns(job, alloc) => {
                 self.alloc.release_confirmed(alloc, now)
+            }
+            ToBroker::HostsInUse { hosts } => {
+                let hosts = self.lab_hosts(job, &hosts);
+                info!(
+                    job,
+                    ?hosts,
+                    "hosts the job uses by name: never granted to it"
+                );
+                self.alloc.uses_hosts(job, hosts, now)
             }
             ToBroker::JobNote { text } => {
                 self.add_note(job, &text);

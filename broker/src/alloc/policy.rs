@@ -2,8 +2,9 @@
 //! choosing what to reclaim when nothing is eligible (or when a private host's owner returns).
 //!
 //! Eligibility of a host for a request: the host is up, matches the symbolic name, is not
-//! drained, is not held, is not reserved for another queued request, and — for a private
-//! host — its owner is away ([`HostView::owner_away`]).
+//! drained, is not held, is not reserved for another queued request, is not one the
+//! requesting job uses already ([`Allocator::uses_hosts`]), and — for a private host — its
+//! owner is away ([`HostView::owner_away`]).
 //!
 //! Which eligible host a request gets (`pick_host`), so that a broad name never
 //! takes the host a narrower one needs (MPI launchers ask for `anyLinux,anyHost,anyPublic`
@@ -21,7 +22,7 @@ use std::{
 
 use super::{
     host::{generic_first, HostView, Want},
-    state::{AllocState, Allocation, Allocator, Fx},
+    state::{AllocState, Allocation, Allocator, Fx, Waiting},
     AllocId, Effect, JobId, RequestId,
 };
 
@@ -31,12 +32,29 @@ const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 impl Allocator {
     /// `Err(reason)` when no host of the lab can ever match `want`. While some host has not
     /// reported yet (its sensor labels are unknown) or no host is known, anything may match.
-    pub(crate) fn possible(&self, want: &Want, symbolic: &str) -> Result<(), String> {
+    pub(crate) fn possible(&self, job: JobId, want: &Want, symbolic: &str) -> Result<(), String> {
+        let unsure = self.hosts.is_empty() || self.hosts.values().any(|h| !h.reported);
+        if unsure {
+            return Ok(());
+        }
+        let matching: Vec<&str> = self
+            .hosts
+            .values()
+            .filter(|v| v.matches(want))
+            .map(|v| v.name.as_str())
+            .collect();
+        if !matching.is_empty() && matching.iter().all(|h| self.uses(job, h)) {
+            return Err(format!(
+                "every host that `{symbolic}` matches ({}) is one this job uses already \
+                 (the machine it runs on, or one it added by name)\nhelp: ask for a name \
+                 more hosts match, e.g. anyHost",
+                matching.join(", ")
+            ));
+        }
         let Want::Label(label) = want else {
             return Ok(());
         };
-        let unsure = self.hosts.is_empty() || self.hosts.values().any(|h| !h.reported);
-        if unsure || self.hosts.values().any(|h| h.labels.contains(label)) {
+        if !matching.is_empty() {
             return Ok(());
         }
         let labels: BTreeSet<&str> = self
@@ -67,7 +85,7 @@ impl Allocator {
     /// Handles queue entry `i`; true when it leaves the queue (granted or refused).
     fn serve_one(&mut self, i: usize, now: Instant, fx: &mut Fx) -> bool {
         let w = &self.queue[i];
-        if let Err(reason) = self.possible(&w.want, &w.symbolic) {
+        if let Err(reason) = self.possible(w.job, &w.want, &w.symbolic) {
             let (job, req) = (w.job, w.id);
             fx.push(Effect::Refused { job, req, reason });
             return true;
@@ -98,15 +116,15 @@ impl Allocator {
             self.queue[i].reserved = None;
             fx.dirty = true;
             let others = self.reserved_except(i);
-            if self.eligible(&h, &self.queue[i].want, &others) {
+            if self.eligible(&self.queue[i], &h, &others) {
                 return Some(h);
             }
         }
         let others = self.reserved_except(i);
-        let want = &self.queue[i].want;
+        let w = &self.queue[i];
         self.hosts
             .values()
-            .filter(|v| self.eligible(&v.name, want, &others))
+            .filter(|v| self.eligible(w, &v.name, &others))
             .map(|v| (self.wanted_by_others(i, &v.name, &others), v))
             .min_by(|(na, a), (nb, b)| na.cmp(nb).then_with(|| generic_first(a, b)))
             .map(|(_, v)| v.name.clone())
@@ -117,7 +135,7 @@ impl Allocator {
         self.queue
             .iter()
             .enumerate()
-            .filter(|&(j, w)| j != i && self.eligible(host, &w.want, reserved))
+            .filter(|&(j, w)| j != i && self.eligible(w, host, reserved))
             .count()
     }
 
@@ -131,8 +149,11 @@ impl Allocator {
             .collect()
     }
 
-    pub(crate) fn eligible(&self, host: &str, want: &Want, reserved: &BTreeSet<String>) -> bool {
-        self.hosts.get(host).is_some_and(|v| v.usable_for(want))
+    /// Whether `host` can be granted now for queue entry `w` (hosts in `reserved` are kept for
+    /// other entries).
+    pub(crate) fn eligible(&self, w: &Waiting, host: &str, reserved: &BTreeSet<String>) -> bool {
+        self.hosts.get(host).is_some_and(|v| v.usable_for(&w.want))
+            && !self.uses(w.job, host)
             && !self.drained.contains(host)
             && !self.by_host.contains_key(host)
             && !reserved.contains(host)
@@ -207,6 +228,7 @@ impl Allocator {
             .is_some_and(|j| j.info.adaptive && j.state == super::JobState::Running);
         a.state == AllocState::Granted
             && a.job != requester
+            && !self.uses(requester, &a.host)
             && holder_adaptive
             && !self.drained.contains(&a.host)
             && self

@@ -199,6 +199,9 @@ impl Allocator {
         if ended > self.config.ended_jobs_kept {
             return Err(format!("{ended} ended jobs kept"));
         }
+        if let Some(job) = self.in_use.keys().find(|j| !self.is_running(**j)) {
+            return Err(format!("job {job} is not running but has hosts in use"));
+        }
         match self.jobs.keys().next_back() {
             Some(&top) if top >= self.next_job => Err(format!("job id {top} ≥ next id")),
             _ => Ok(()),
@@ -272,11 +275,7 @@ impl Allocator {
     fn check_no_idle_host_for_a_waiting_request(&self) -> Result<(), String> {
         for (i, w) in self.queue.iter().enumerate() {
             let others = self.reserved_except(i);
-            if let Some(h) = self
-                .hosts
-                .keys()
-                .find(|h| self.eligible(h, &w.want, &others))
-            {
+            if let Some(h) = self.hosts.keys().find(|h| self.eligible(w, h, &others)) {
                 return Err(format!(
                     "request {} ({}) waits while {h} could be granted to it",
                     w.id, w.symbolic

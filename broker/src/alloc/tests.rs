@@ -259,6 +259,112 @@ fn a_waiting_request_does_not_lose_its_only_host_to_a_broad_one() {
     );
 }
 
+/// Issue 14, item 6: a PVM job on node01 that typed `add anyLinux` was granted node01.
+#[test]
+fn a_job_is_never_granted_a_host_it_uses_already() {
+    let mut lab = Lab::new(hosts(&["node01", "node02", "node03"]));
+    let pvm = lab.job(true);
+    let fx = lab.a.uses_hosts(pvm, ["node01".to_string()], lab.now);
+    lab.check();
+    assert!(granted(&fx).is_none());
+    assert_eq!(lab.take(pvm, "anyLinux").1, "node02", "not its own node01");
+    lab.a.uses_hosts(pvm, ["node03".to_string()], lab.now);
+    lab.check();
+    let (req, fx) = lab.req(pvm, "anyHost");
+    assert_eq!(
+        position(&fx, req),
+        Some(1),
+        "node01 and node03 are in use: {fx:?}"
+    );
+    let other = lab.job(false);
+    assert_eq!(
+        lab.take(other, "anyLinux").1,
+        "node01",
+        "free for other jobs"
+    );
+    let fx = lab.end(other);
+    assert_eq!(
+        granted(&fx),
+        None,
+        "node01 freed, still not for the PVM job: {fx:?}"
+    );
+}
+
+#[test]
+fn a_request_only_hosts_in_use_could_serve_is_refused() {
+    let mut lab = Lab::new(hosts(&["ws", "n2"]));
+    lab.set("n2", |v| v.labels.push("gpu".into()));
+    let j = lab.job(false);
+    lab.a.uses_hosts(j, ["ws".to_string()], lab.now);
+    let holder = lab.job(false);
+    lab.take(holder, "anyGpu");
+    let (req, fx) = lab.req(j, "anyGpu");
+    assert_eq!(position(&fx, req), Some(1), "n2 may come free: {fx:?}");
+    let fx = lab.a.uses_hosts(j, ["n2".to_string()], lab.now);
+    lab.check();
+    let reason = fx
+        .iter()
+        .find_map(|e| match e {
+            Effect::Refused { req: r, reason, .. } if *r == req => Some(reason.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("refused once n2 is in use too: {fx:?}"));
+    assert!(
+        reason.contains("(n2) is one this job uses already"),
+        "{reason}"
+    );
+    let (_, fx) = lab.req(j, "anyHost");
+    assert!(
+        matches!(&fx[0], Effect::Refused { reason, .. } if reason.contains("(n2, ws)")),
+        "{fx:?}"
+    );
+}
+
+#[test]
+fn a_host_in_use_is_not_reclaimed_for_its_user() {
+    let mut lab = Lab::new(hosts(&["n1", "n2"]));
+    let adaptive = lab.job(true);
+    lab.take(adaptive, "anyHost");
+    lab.take(adaptive, "anyHost");
+    let rigid = lab.job(false);
+    lab.a.uses_hosts(rigid, ["n2".to_string()], lab.now);
+    let (_, fx) = lab.req(rigid, "anyHost");
+    let taken: Vec<String> = reclaims(&fx).into_iter().map(|r| r.2).collect();
+    assert_eq!(taken, ["n1"], "n2, the newest, is of no use to it: {fx:?}");
+}
+
+#[test]
+fn the_lab_host_of_an_agent_is_found_by_address_then_name() {
+    let mut views = hosts(&["node01", "node02"]);
+    views[1].address = "10.0.0.2".into();
+    let lab = Lab::new(views);
+    let addr = |h: &str| {
+        lab.views
+            .iter()
+            .find(|v| v.name == h)
+            .expect("host")
+            .address
+            .clone()
+    };
+    let a = &lab.a;
+    assert_eq!(a.lab_host(&addr("node02")).as_deref(), Some("node02"));
+    assert_eq!(a.lab_host("NODE01").as_deref(), Some("node01"));
+    assert_eq!(a.lab_host("node01.lab.example").as_deref(), Some("node01"));
+    assert_eq!(a.lab_host("node07"), None);
+    let addresses = vec!["127.0.0.1".to_string(), addr("node02")];
+    assert_eq!(
+        a.lab_host_of("node01", &addresses).as_deref(),
+        Some("node02")
+    );
+    let loopback = vec!["127.0.0.1".to_string()];
+    assert_eq!(
+        a.lab_host_of("laptop", &loopback),
+        None,
+        "loopback never counts"
+    );
+    assert_eq!(a.lab_host_of("node01", &[]).as_deref(), Some("node01"));
+}
+
 #[test]
 fn impossible_label_is_refused_with_the_labels_that_exist() {
     let mut lab = Lab::new(hosts(&["n1"]));
@@ -783,7 +889,7 @@ fn random_op(lab: &mut Lab, rng: &mut Rng, jobs: &mut Vec<JobId>) -> Vec<Effect>
     let alloc = rng.pick(&lab.a.allocs.keys().copied().collect::<Vec<_>>());
     let queued = rng.pick(&lab.a.queue.iter().map(|w| w.id).collect::<Vec<_>>());
     let host = format!("n{}", rng.below(6));
-    match rng.below(12) {
+    match rng.below(13) {
         0 => {
             let adaptive = rng.below(2) == 0;
             jobs.push(lab.job(adaptive));
@@ -804,6 +910,11 @@ fn random_op(lab: &mut Lab, rng: &mut Rng, jobs: &mut Vec<JobId>) -> Vec<Effect>
             lab.views = random_views(rng);
             lab.sync()
         }
+        11 => job.map_or_else(Vec::new, |j| {
+            let fx = lab.a.uses_hosts(j, [host], lab.now);
+            lab.check();
+            fx
+        }),
         _ => lab.tick(rng.below(8) as u64),
     }
 }
@@ -826,7 +937,8 @@ fn random_operations_keep_the_invariants() {
                     Effect::Refused { .. } => seen[3] += 1,
                     _ => {}
                 }
-                if let Effect::Granted { host, .. } = e {
+                if let Effect::Granted { host, job, .. } = e {
+                    assert!(!lab.a.uses(*job, host), "seed {seed} step {step}: {e:?}");
                     let v = lab.views.iter().find(|v| &v.name == host).expect("known");
                     assert!(v.up && v.owner_away(), "seed {seed} step {step}: {v:?}");
                     assert!(!lab.a.is_drained(host), "seed {seed} step {step}");
