@@ -10,7 +10,8 @@
 //! 1. a host listed in `RB_HOSTS_FILE` → `attach` request to the agent, run under a subagent;
 //! 2. a symbolic host (`anyLinux`) → `allocate` request to the agent (or, with no agent,
 //!    `agent -- rsh ARGS…` as a one-shot job), run under a subagent on the granted host;
-//! 3. anything else → pass-through to the real remote shell with the same arguments.
+//! 3. anything else → pass-through to the real remote shell with the same arguments (in a
+//!    job, after a `named` line to the agent: the job uses that host by name).
 //!
 //! `RB_SHIM_DEPTH` counts the shims above us; at 4 we refuse, which stops a loop such as
 //! `RB_REAL_RSH` naming the shim itself.
@@ -154,7 +155,10 @@ fn try_run(args: &[OsString], env: &Env) -> Result<Infallible, ShimError> {
     let depth = check_depth(env.depth.as_deref())?;
     let inv = args::parse_lossy(args)?;
     match route(&inv, env)? {
-        Route::PassThrough => pass_through(args, env, depth),
+        Route::PassThrough => {
+            tell_named(env, &inv.host);
+            pass_through(args, env, depth)
+        }
         route => via_agent(args, env, depth, route),
     }
 }
@@ -189,6 +193,21 @@ pub fn route(inv: &Invocation, env: &Env) -> Result<Route, ShimError> {
     } else {
         Route::PassThrough
     })
+}
+
+/// In a job, tells the agent the job reaches `host` by name (`named`, no reply): a module
+/// job is then never granted that host. Best effort: a call outside a job, or an agent that
+/// cannot be reached, changes nothing about the pass-through.
+fn tell_named(env: &Env, host: &str) {
+    let Some(socket) = &env.agent else { return };
+    let Ok(stream) = UnixStream::connect(Path::new(socket)) else {
+        return;
+    };
+    let request = ShimRequest::Named {
+        host: host.to_string(),
+        pid: std::process::id(),
+    };
+    let _ = conversation::notify(stream, &request);
 }
 
 /// Execs the real remote shell with our arguments unchanged.
