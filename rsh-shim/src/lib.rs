@@ -354,6 +354,38 @@ mod tests {
         assert!(check_depth(Some(OsStr::new("17"))).is_err());
     }
 
+    #[test]
+    fn a_pass_through_in_a_job_tells_the_agent_the_host_it_names() {
+        use std::io::BufRead;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("agent.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
+        let env = Env {
+            agent: Some(socket.into_os_string()),
+            ..Env::default()
+        };
+        tell_named(&env, "node07");
+        let (stream, _) = listener.accept().expect("the shim connected");
+        let mut line = String::new();
+        io::BufReader::new(stream)
+            .read_line(&mut line)
+            .expect("one line");
+        let sent: ShimRequest = serde_json::from_str(&line).expect("a shim request");
+        assert_eq!(
+            sent,
+            ShimRequest::Named {
+                host: "node07".into(),
+                pid: std::process::id()
+            }
+        );
+        let gone = Env {
+            agent: Some(dir.path().join("none").into_os_string()),
+            ..Env::default()
+        };
+        tell_named(&gone, "node07");
+        tell_named(&Env::default(), "node07");
+    }
+
     fn inv(host: &str) -> Invocation {
         args::parse(&[OsString::from("rsh"), host.into(), "true".into()]).expect("parses")
     }
