@@ -7,6 +7,8 @@
 //! - `state`: [`Allocator`], the pure state machine (jobs, requests, allocations) and its
 //!   public entry points, each returning the [`Effect`]s the async shell must perform.
 //! - `policy`: serving the queue, choosing a host, choosing what to reclaim (built-in policy).
+//! - `in_use`: hosts a job uses without holding them (never granted to it), and finding
+//!   the lab host an agent names.
 //! - [`snapshot`]: [`Snapshot`], the plain-data form of the durable state; snapshot/restore and
 //!   the invariant checker.
 //! - [`store`]: [`Store`], the SQLite file (WAL) that saves and loads a [`Snapshot`].
@@ -54,6 +56,7 @@
 //!   [`AllocConfig::ended_jobs_kept`] have ended; then the oldest are forgotten.
 
 mod host;
+mod in_use;
 mod policy;
 pub mod snapshot;
 mod state;
