@@ -412,3 +412,105 @@ impl JobDesk {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use proto::{
+        msg::AgentHost,
+        report::{HostState, HostStatus},
+    };
+
+    use super::*;
+
+    fn status(name: &str, address: &str) -> HostStatus {
+        HostStatus {
+            name: name.into(),
+            address: address.into(),
+            state: HostState::Up,
+            down_reason: None,
+            hostname: Some(name.into()),
+            cpus: Some(1),
+            load1: Some(0.0),
+            load5: None,
+            load15: None,
+            cpu_util: None,
+            mem_total_kb: None,
+            mem_available_kb: None,
+            os: Some("Linux".into()),
+            arch: None,
+            users: Vec::new(),
+            users_known: true,
+            console_idle_s: None,
+            managed_procs: None,
+            labels: vec!["linux".into(), "public".into()],
+            owner: None,
+            last_report_age_s: Some(0.5),
+            daemon_starts: 1,
+        }
+    }
+
+    fn registration(module: Option<&str>) -> JobRegistration {
+        JobRegistration {
+            user: "alice".into(),
+            cwd: "/".into(),
+            argv: vec!["pvm".into()],
+            spec: None,
+            adaptive: true,
+            resume: None,
+            runs_on: Some(AgentHost {
+                hostname: "workstation-1".into(),
+                addresses: vec!["127.0.0.1".into(), "10.0.0.1".into()],
+            }),
+            module: module.map(String::from),
+        }
+    }
+
+    fn granted_host(effects: &[Effect]) -> Option<String> {
+        effects.iter().find_map(|e| match e {
+            Effect::Granted { host, .. } => Some(host.clone()),
+            _ => None,
+        })
+    }
+
+    /// Issue 14, item 6, as the broker sees it: the agent runs on node01 (found by its
+    /// address); a module job is never granted node01, a plain job may be.
+    #[tokio::test]
+    async fn a_module_job_is_never_granted_the_host_its_agent_runs_on() {
+        let mut desk = JobDesk::new(
+            Allocator::new(),
+            vec!["ssh".into()],
+            "ssh",
+            std::path::Path::new("/nonexistent/secret"),
+        );
+        let now = Instant::now();
+        let hosts = [
+            status("node01", "10.0.0.1"),
+            status("node02", "10.0.0.2"),
+            status("node03", "10.0.0.3"),
+        ];
+        desk.hosts_changed(&hosts, now);
+        let (tx, _rx) = mpsc::channel(16);
+        let (pvm, _) = desk
+            .register(registration(Some("pvm")), tx.clone(), now)
+            .await;
+        let allocate = |req| ToBroker::Allocate {
+            req,
+            symbolic: "anyLinux".into(),
+        };
+        let effects = desk.agent_message(pvm, allocate(1), now);
+        assert_eq!(granted_host(&effects).as_deref(), Some("node02"));
+        let in_use = ToBroker::HostsInUse {
+            hosts: vec!["10.0.0.3".into(), "not-in-the-lab".into()],
+        };
+        desk.agent_message(pvm, in_use, now);
+        let effects = desk.agent_message(pvm, allocate(2), now);
+        assert_eq!(
+            granted_host(&effects),
+            None,
+            "node01 and node03 in use: {effects:?}"
+        );
+        let (plain, _) = desk.register(registration(None), tx, now).await;
+        let effects = desk.agent_message(plain, allocate(1), now);
+        assert_eq!(granted_host(&effects).as_deref(), Some("node01"));
+    }
+}
