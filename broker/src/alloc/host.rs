@@ -16,8 +16,6 @@ pub const IDLE_AFTER: u64 = 5 * 60;
 pub struct HostView {
     pub name: String,
     pub address: String,
-    /// The host name its daemon reported (may differ from the lab-file name).
-    pub hostname: Option<String>,
     pub up: bool,
     /// Whether a report ever arrived (before that, sensor labels such as `linux` are missing).
     pub reported: bool,
@@ -38,7 +36,6 @@ impl From<&HostStatus> for HostView {
         HostView {
             name: s.name.clone(),
             address: s.address.clone(),
-            hostname: s.hostname.clone(),
             up: s.state == HostState::Up,
             reported: s.last_report_age_s.is_some(),
             labels: s.labels.iter().map(|l| l.to_ascii_lowercase()).collect(),
@@ -172,7 +169,6 @@ pub(crate) mod tests {
         HostView {
             name: name.into(),
             address: format!("10.0.0.{}", name.len()),
-            hostname: None,
             up: true,
             reported: true,
             labels: vec!["linux".into(), "x86_64".into()],

@@ -40,19 +40,15 @@ impl Allocator {
     }
 
     /// The lab host called `name` or at address `name`: the address first, then the name
-    /// (case-insensitive), then its first label (`node05.lab.example` → `node05`), then
-    /// the host name a host's daemon reported (whole, or its first label).
+    /// (case-insensitive), then its first label (`node05.lab.example` → `node05`). Never the
+    /// host name a daemon reports: virtual hosts on one machine (the embedded broker, a local
+    /// lab) all report that machine's name, which would make the first of them the agent's.
     pub fn lab_host(&self, name: &str) -> Option<String> {
         let short = name.split('.').next().unwrap_or(name);
-        let same = |a: &str| {
-            a.eq_ignore_ascii_case(name)
-                || (!short.is_empty() && a.split('.').next() == Some(short))
-        };
         let by = |f: &dyn Fn(&HostView) -> bool| self.hosts.values().find(|v| f(v));
         by(&|v| v.address == name)
             .or_else(|| by(&|v| v.name.eq_ignore_ascii_case(name)))
             .or_else(|| by(&|v| !short.is_empty() && v.name.eq_ignore_ascii_case(short)))
-            .or_else(|| by(&|v| v.hostname.as_deref().is_some_and(same)))
             .map(|v| v.name.clone())
     }
 
