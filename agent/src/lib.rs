@@ -15,6 +15,7 @@
 //! - [`subagent`]: the subagent: runs the remote command as its own process group with the
 //!   caller's stdio, and a guardian process that reports to the agent and ends the group on
 //!   reclaim or when the agent disappears.
+//! - [`whereami`]: the machine the agent runs on, for the registration.
 
 pub mod ancestry;
 pub mod cli;
@@ -28,3 +29,4 @@ pub mod program;
 pub mod run;
 pub mod simple_command;
 pub mod subagent;
+pub mod whereami;

@@ -42,6 +42,11 @@ pub enum Event {
         symbolic: String,
         pid: u32,
     },
+    /// The shim passed a call to this real host (not the job's) through (a module job
+    /// then uses it by name).
+    Named {
+        host: String,
+    },
     ShimGone {
         conn: u64,
     },
@@ -103,6 +108,10 @@ async fn shim_conn(mut conn: FramedConn<tokio::net::UnixStream>, events: mpsc::S
         Ok(ShimRequest::Attach { host, .. }) => Event::ShimAttach { host, reply: tx },
         Ok(ShimRequest::Resolved { symbolic, pid }) => {
             let _ = events.send(Event::Resolved { symbolic, pid }).await;
+            return;
+        }
+        Ok(ShimRequest::Named { host, .. }) => {
+            let _ = events.send(Event::Named { host }).await;
             return;
         }
         Err(e) => return debug!(error = %e, "bad shim request"),

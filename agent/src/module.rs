@@ -199,12 +199,26 @@ impl Call {
     }
 }
 
+/// The exit status of a `NAME-grow HOST` that found HOST in the job's virtual machine
+/// already (PVM's "Duplicate host", LAM's "already a part of the existing LAM universe"):
+/// the job cannot use the grant (modules/CONTRACT.md).
+pub const EXIT_ALREADY_THERE: i32 = 6;
+
 /// A finished call: `Err` carries what went wrong, for people.
 #[derive(Debug)]
 pub struct Outcome {
     pub call: Call,
     pub result: Result<(), String>,
     pub elapsed: Duration,
+    /// The program's exit status, when it exited (not killed, timed out or not run).
+    pub code: Option<i32>,
+}
+
+impl Outcome {
+    /// A grow that found its host in the job's virtual machine already.
+    pub fn already_there(&self) -> bool {
+        self.call.action == Action::Grow && self.code == Some(EXIT_ALREADY_THERE)
+    }
 }
 
 /// The runner's handle: queue calls with [`Runner::submit`]; [`Runner::skip_queued`] drops
@@ -268,19 +282,21 @@ pub fn spawn_runner<E: Send + 'static>(
                     call,
                     result: Err("skipped: the job is ending".into()),
                     elapsed: Duration::ZERO,
+                    code: None,
                 };
                 let _ = done.send(wrap(outcome)).await;
                 continue;
             }
             let started = Instant::now();
-            let result = match programs.program(call.action) {
+            let (result, code) = match programs.program(call.action) {
                 Some(program) => run(program, &programs.name, &call, &env).await,
-                None => Err(programs.missing(call.action)),
+                None => (Err(programs.missing(call.action)), None),
             };
             let outcome = Outcome {
                 call,
                 result,
                 elapsed: started.elapsed(),
+                code,
             };
             if done.send(wrap(outcome)).await.is_err() {
                 break;
@@ -290,13 +306,27 @@ pub fn spawn_runner<E: Send + 'static>(
     Runner { tx, skipping }
 }
 
-/// Runs one program to completion or its time limit.
+/// Runs one program to completion or its time limit; the result and its exit status.
 async fn run(
     program: &Path,
     module: &str,
     call: &Call,
     env: &BTreeMap<String, String>,
-) -> Result<(), String> {
+) -> (Result<(), String>, Option<i32>) {
+    match run_program(program, module, call, env).await {
+        Ok((status, _)) if status.success() => (Ok(()), status.code()),
+        Ok((status, failure)) => (Err(failure), status.code()),
+        Err(e) => (Err(e), None),
+    }
+}
+
+/// Runs one program; its exit status and, for a failure, what to tell people.
+async fn run_program(
+    program: &Path,
+    module: &str,
+    call: &Call,
+    env: &BTreeMap<String, String>,
+) -> Result<(std::process::ExitStatus, String), String> {
     let what = call.describe(module);
     let mut cmd = Command::new(program);
     cmd.envs(env)
@@ -347,14 +377,12 @@ async fn run(
         .ok()
         .and_then(Result::ok)
         .flatten();
-    if status.success() {
-        return Ok(());
-    }
     let how = describe_status(status);
-    Err(match last_err {
+    let failure = match last_err {
         Some(line) => format!("{what}: {how}: {line}"),
         None => format!("{what}: {how}"),
-    })
+    };
+    Ok((status, failure))
 }
 
 fn describe_status(status: std::process::ExitStatus) -> String {
@@ -487,7 +515,7 @@ mod tests {
             timeout,
         };
         let env = BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
-        run(&p, "t", &call, &env).await
+        run(&p, "t", &call, &env).await.0
     }
 
     #[tokio::test]

@@ -213,6 +213,8 @@ fn registration(cfg: &AgentConfig) -> anyhow::Result<JobRegistration> {
         spec: cfg.spec.clone(),
         adaptive: cfg.adaptive,
         resume: None,
+        runs_on: Some(crate::whereami::this_host()),
+        module: cfg.module.clone(),
     })
 }
 
@@ -288,6 +290,7 @@ impl Agent {
                 self.shim_allocate(symbolic, caller).await;
             }
             Event::Resolved { symbolic, pid } => self.resolved(symbolic, pid).await,
+            Event::Named { host } => self.named(host).await,
             Event::ShimAttach { host, reply } => {
                 let found = self
                     .allocs
@@ -585,8 +588,14 @@ impl Agent {
                         .iter()
                         .map(|(req, r)| (*req, r.symbolic.clone()))
                         .collect();
+                    let mut in_use = Vec::new();
                     if let Some(m) = &self.module {
                         waiting.extend(m.requests.iter().map(|(r, s)| (*r, s.clone())));
+                        in_use.extend(m.in_use.iter().cloned());
+                    }
+                    if !in_use.is_empty() {
+                        let hosts = in_use;
+                        self.tell_broker(ToBroker::HostsInUse { hosts }).await;
                     }
                     for (req, symbolic) in waiting {
                         self.tell_broker(ToBroker::Allocate { req, symbolic }).await;

@@ -105,6 +105,8 @@ impl Core {
             spec: None,
             adaptive,
             resume: None,
+            runs_on: None,
+            module: None,
         });
         let (tx, mut rx) = mpsc::channel(64);
         let (reply, job) = oneshot::channel();

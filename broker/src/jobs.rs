@@ -12,7 +12,7 @@ use proto::{
     report::HostStatus,
 };
 use tokio::sync::mpsc;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::alloc::{AllocId, Allocator, Effect, HostView, JobId, JobInfo, RequestId};
 
@@ -100,7 +100,8 @@ impl JobDesk {
         let resumable = reg
             .resume
             .filter(|j| self.awaiting_agent.contains_key(j) && self.alloc.is_running(*j));
-        let (job, effects) = match resumable {
+        let own_host = self.own_lab_host(&reg);
+        let (job, mut effects) = match resumable {
             Some(job) => {
                 self.awaiting_agent.remove(&job);
                 info!(job, "agent reconnected; job resumed");
@@ -126,7 +127,32 @@ impl JobDesk {
         let _ = tx.send(msg).await;
         self.agents.insert(job, tx);
         info!(job, "job registered");
+        if let Some(host) = own_host {
+            info!(job, %host, "a module job runs on this lab host: never granted to it");
+            effects.extend(self.alloc.uses_hosts(job, [host], now));
+        }
         (job, effects)
+    }
+
+    /// For a module job: the lab host its agent runs on, if it is one of the lab's.
+    fn own_lab_host(&self, reg: &JobRegistration) -> Option<String> {
+        reg.module.as_ref()?;
+        let on = reg.runs_on.as_ref()?;
+        self.alloc.lab_host_of(&on.hostname, &on.addresses)
+    }
+
+    /// The lab hosts among `names` (names or addresses), for [`ToBroker::HostsInUse`].
+    fn lab_hosts(&self, job: JobId, names: &[String]) -> Vec<String> {
+        names
+            .iter()
+            .filter_map(|n| {
+                let host = self.alloc.lab_host(n);
+                if host.is_none() {
+                    debug!(job, name = %n, "a host in use that is not in the lab; ignored");
+                }
+                host
+            })
+            .collect()
     }
 
     /// A message from `job`'s agent.
@@ -150,6 +176,15 @@ impl JobDesk {
             }
             ToBroker::Released { alloc } if self.owns(job, alloc) => {
                 self.alloc.release_confirmed(alloc, now)
+            }
+            ToBroker::HostsInUse { hosts } => {
+                let hosts = self.lab_hosts(job, &hosts);
+                info!(
+                    job,
+                    ?hosts,
+                    "hosts the job uses by name: never granted to it"
+                );
+                self.alloc.uses_hosts(job, hosts, now)
             }
             ToBroker::JobNote { text } => {
                 self.add_note(job, &text);
@@ -392,5 +427,112 @@ impl JobDesk {
         if let Some(tx) = self.agents.get(&job) {
             let _ = tx.send(msg).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proto::{
+        msg::AgentHost,
+        report::{HostState, HostStatus},
+    };
+
+    use super::*;
+
+    fn status(name: &str, address: &str) -> HostStatus {
+        HostStatus {
+            name: name.into(),
+            address: address.into(),
+            state: HostState::Up,
+            down_reason: None,
+            hostname: Some(name.into()),
+            cpus: Some(1),
+            load1: Some(0.0),
+            load5: None,
+            load15: None,
+            cpu_util: None,
+            mem_total_kb: None,
+            mem_available_kb: None,
+            os: Some("Linux".into()),
+            arch: None,
+            users: Vec::new(),
+            users_known: true,
+            console_idle_s: None,
+            managed_procs: None,
+            labels: vec!["linux".into(), "public".into()],
+            owner: None,
+            last_report_age_s: Some(0.5),
+            daemon_starts: 1,
+            alloc_state: String::new(),
+            held_by: None,
+            drained: false,
+        }
+    }
+
+    fn registration(module: Option<&str>) -> JobRegistration {
+        JobRegistration {
+            user: "alice".into(),
+            cwd: "/".into(),
+            argv: vec!["pvm".into()],
+            spec: None,
+            adaptive: true,
+            resume: None,
+            runs_on: Some(AgentHost {
+                hostname: "workstation-1".into(),
+                addresses: vec!["127.0.0.1".into(), "10.0.0.1".into()],
+            }),
+            module: module.map(String::from),
+        }
+    }
+
+    fn granted_host(effects: &[Effect]) -> Option<String> {
+        effects.iter().find_map(|e| match e {
+            Effect::Granted { host, .. } => Some(host.clone()),
+            _ => None,
+        })
+    }
+
+    /// Issue 14, item 6, as the broker sees it: the agent runs on node01 (found by its
+    /// address); a module job is never granted node01, a plain job may be.
+    #[tokio::test]
+    async fn a_module_job_is_never_granted_the_host_its_agent_runs_on() {
+        let mut desk = JobDesk::new(
+            Allocator::new(),
+            vec!["ssh".into()],
+            "ssh",
+            std::path::Path::new("/nonexistent/secret"),
+        );
+        let now = Instant::now();
+        let hosts = [
+            status("node01", "10.0.0.1"),
+            status("node02", "10.0.0.2"),
+            status("node03", "10.0.0.3"),
+        ];
+        for host in &hosts {
+            desk.host_changed(host, now);
+        }
+        let (tx, _rx) = mpsc::channel(16);
+        let (pvm, _) = desk
+            .register(registration(Some("pvm")), tx.clone(), now)
+            .await;
+        let allocate = |req| ToBroker::Allocate {
+            req,
+            symbolic: "anyLinux".into(),
+        };
+        let effects = desk.agent_message(pvm, allocate(1), now);
+        assert_eq!(granted_host(&effects).as_deref(), Some("node02"));
+        let in_use = ToBroker::HostsInUse {
+            hosts: vec!["10.0.0.3".into(), "not-in-the-lab".into()],
+        };
+        desk.agent_message(pvm, in_use, now);
+        let effects = desk.agent_message(pvm, allocate(2), now);
+        assert_eq!(
+            granted_host(&effects),
+            None,
+            "node01 and node03 in use: {effects:?}"
+        );
+        let (plain, _) = desk.register(registration(None), tx, now).await;
+        let effects = desk.agent_message(plain, allocate(1), now);
+        assert_eq!(granted_host(&effects).as_deref(), Some("node01"));
     }
 }

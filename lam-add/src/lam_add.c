@@ -13,13 +13,15 @@
  * often still failing when its grant arrives). A lamgrow run at the same moment from
  * another node of the universe is not seen; lam-grow's callers never do that.
  *
- * Exit status (see main.rs): 0 added; 1 LAM refused or failed (its message on stderr, e.g.
- * "already a part of the existing LAM universe"); 4 no lamd of this user here; 5 another
- * lamgrow stayed enrolled on this node for BUSY_LIMIT_MS.
+ * Exit status (see main.rs): 0 added; 1 LAM refused or failed (its message on stderr);
+ * 4 no lamd of this user here; 5 another lamgrow stayed enrolled on this node for
+ * BUSY_LIMIT_MS; 6 the host is a node of the universe already (LAM refused the boot, and
+ * the host's address is one of the universe's links: what `lamnodes -i` lists).
  */
 #include <lam_config.h>
 
 #include <errno.h>
+#include <netdb.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -51,6 +53,7 @@ enum {
     EXIT_FAILED = 1,
     EXIT_NO_UNIVERSE = 4,
     EXIT_BUSY = 5,
+    EXIT_ALREADY_THERE = 6,
 };
 
 /* How long to wait for another lamgrow of this node to end, and how often to look. */
@@ -221,6 +224,28 @@ static void wipe_new_node(const char *host)
     unlink(schema);
 }
 
+/* Whether `host` is a node of the universe already: its address is the address of one of
+   the universe's links (what `lamnodes -i` lists). Asked only after LAM refused the boot, so
+   the add's own path costs nothing more. */
+static int already_in_universe(const char *host)
+{
+    struct hostent *entry = gethostbyname(host);
+    if (entry == NULL || entry->h_addrtype != AF_INET || entry->h_addr_list[0] == NULL)
+        return 0;
+    struct in_addr wanted;
+    memcpy(&wanted, entry->h_addr_list[0], sizeof wanted);
+    struct dolink *links = NULL;
+    int4 count = 0;
+    if (ldogetlinks(&links, &count) != 0)
+        return 0;
+    int found = 0;
+    for (int i = 0; i < count && !found; ++i)
+        found = links[i].dol_link != NOTLINKID &&
+                links[i].dol_addr.sin_addr.s_addr == wanted.s_addr;
+    free(links);
+    return found;
+}
+
 int rb_lam_add(const char *host)
 {
     char *argv[] = {"rb-lam-add", (char *) host, NULL};
@@ -266,8 +291,13 @@ int rb_lam_add(const char *host)
     int new_id = -1;
     struct sockaddr_in address;
     char *name = NULL;
-    if (boot_new_node(options, &new_id, &address, &name) != 0)
+    if (boot_new_node(options, &new_id, &address, &name) != 0) {
+        if (already_in_universe(host)) {
+            fprintf(stderr, "rb-lam-add: %s is a node of this LAM universe already\n", host);
+            kexit(EXIT_ALREADY_THERE);
+        }
         kexit(EXIT_FAILED);
+    }
     lam_ssi_base_close();
 
     for (int i = 0; i < count; ++i)

@@ -10,13 +10,14 @@
 //!
 //! Exit status:
 //! - 0: HOST was added;
-//! - 1: LAM refused or failed; LAM's own message is on stderr (for a host already in the
-//!   universe: "already a part of the existing LAM universe");
+//! - 1: LAM refused or failed; LAM's own message is on stderr;
 //! - 2: usage;
 //! - 3: LAM cannot be used from this build (no LAM headers when it was built) or as root
 //!   (LAM refuses root): the caller falls back to `lamgrow`, which explains itself;
 //! - 4: no lamd of this user runs here (no LAM universe);
-//! - 5: another lamgrow stayed enrolled on this node for 5 s.
+//! - 5: another lamgrow stayed enrolled on this node for 5 s;
+//! - 6: HOST is a node of the universe already (LAM refused it: "already a part of the
+//!   existing LAM universe"; the same code as `lam-grow`'s, modules/CONTRACT.md).
 
 use std::ffi::{CString, OsString};
 use std::os::unix::ffi::OsStringExt;

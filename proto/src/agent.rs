@@ -15,6 +15,7 @@
 //! agent → shim  {"t":"lost","name":"anyLinux-1","host":"node03","message":"…"}  (exit 255)
 //! shim → agent  {"t":"attach","host":"node03","pid":4712}  (a real host already allocated to the job)
 //! job  → agent  {"t":"resolved","symbolic":"anyLinux","pid":4713}  (no reply; see below)
+//! shim → agent  {"t":"named","host":"node05","pid":4714}   (no reply: a pass-through call)
 //! ```
 //!
 //! `resolved` comes from `librb_preload.so` in a module job's processes when one looks a
@@ -55,6 +56,10 @@ pub enum ShimRequest {
     /// A process of the job looked `symbolic` up; the phase-1 request of a module job
     /// starts now (ignored in other jobs). Not answered.
     Resolved { symbolic: String, pid: u32 },
+    /// The shim passes a call to `host`, a real host not allocated to the job, through to
+    /// the real remote shell: the job uses that host by name (a module job is then never
+    /// granted it). Not answered.
+    Named { host: String, pid: u32 },
 }
 
 /// Agent → shim.

@@ -93,6 +93,22 @@ pub struct JobRegistration {
     pub adaptive: bool,
     /// The job id to resume after a broker restart, if any.
     pub resume: Option<u64>,
+    /// The machine the agent runs on, for the broker to find its lab host.
+    #[serde(default)]
+    pub runs_on: Option<AgentHost>,
+    /// The job's module (`module="pvm"` in the spec), if any. A module job is never granted
+    /// a host it already uses: the one it runs on, nor those in [`ToBroker::HostsInUse`].
+    #[serde(default)]
+    pub module: Option<String>,
+}
+
+/// Where an agent runs: its host name and its non-loopback addresses. The broker takes the
+/// lab host with one of these addresses, else the one with this name (or its first label).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentHost {
+    pub hostname: String,
+    pub addresses: Vec<String>,
 }
 
 /// Everything a peer sends to the broker.
@@ -134,6 +150,12 @@ pub enum ToBroker {
     /// failed). The broker keeps the last few per job.
     JobNote {
         text: String,
+    },
+    /// Agent: hosts (names or addresses) the job uses without holding them — added by name
+    /// (`pvm> add node05`), or found in its virtual machine by a module. Never granted to
+    /// this job. Sent again after a reconnect (the broker keeps them in memory only).
+    HostsInUse {
+        hosts: Vec<String>,
     },
     /// Agent: the job ended with this status.
     EndJob {
@@ -260,6 +282,22 @@ mod tests {
     fn unknown_hello_field_is_rejected() {
         let text = r#"{"t":"hello","proto":1,"role":"hostd","name":"n","nonce":"","x":1}"#;
         assert!(serde_json::from_str::<ToBroker>(text).is_err());
+    }
+
+    #[test]
+    fn a_registration_without_the_newer_fields_still_decodes() {
+        let text = r#"{"t":"register","user":"u","cwd":"/","argv":[],"spec":null,"adaptive":false,"resume":null}"#;
+        let ToBroker::Register(reg) = serde_json::from_str(text).expect("decodes") else {
+            panic!("not a registration");
+        };
+        assert_eq!((reg.runs_on, reg.module), (None, None));
+        let text = r#"{"t":"hosts_in_use","hosts":["node05"]}"#;
+        assert_eq!(
+            serde_json::from_str::<ToBroker>(text).expect("decodes"),
+            ToBroker::HostsInUse {
+                hosts: vec!["node05".into()]
+            }
+        );
     }
 
     #[test]

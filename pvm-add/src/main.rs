@@ -8,8 +8,10 @@
 //! libpvm3 is loaded at run time (`dlopen`), so building ResourceBroker needs no PVM.
 //!
 //! Exit status:
-//! - 0: HOST is in the virtual machine (added now, or it was already: "Duplicate host");
+//! - 0: HOST was added to the virtual machine;
 //! - 1: PVM could not add it; one stderr line says why, in PVM's words;
+//! - 6: HOST is in the virtual machine already ("Duplicate host"; the same code as
+//!   `pvm-grow`'s, modules/CONTRACT.md);
 //! - 3: PVM cannot be used from here (no libpvm3, no pvmd of this user on this host): the
 //!   caller falls back to the console, which explains itself;
 //! - 64: usage;
@@ -21,6 +23,9 @@ mod pvm;
 use std::time::{Duration, Instant};
 
 use pvm::{Pvm, PVM_ALREADY, PVM_DUP_HOST};
+
+/// The exit status for a host in the virtual machine already (modules/CONTRACT.md).
+const EXIT_ALREADY_THERE: i32 = 6;
 
 /// How long to keep asking while the master pvmd is busy with an earlier add (the job's
 /// own phase-1 `add anyLinux` is usually still failing when the grant arrives).
@@ -95,7 +100,14 @@ fn run(args: &Args) -> i32 {
     let status = add(&pvm, &args.host);
     pvm.leave();
     match status {
-        0 | PVM_DUP_HOST => 0,
+        0 => 0,
+        PVM_DUP_HOST => {
+            eprintln!(
+                "rb-pvm-add: {} is in the virtual machine already (Duplicate host)",
+                args.host
+            );
+            EXIT_ALREADY_THERE
+        }
         code => {
             eprintln!(
                 "rb-pvm-add: PVM could not add {}: {}",

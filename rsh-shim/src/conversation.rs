@@ -73,6 +73,11 @@ pub fn converse<S: Read + Write>(
     }
 }
 
+/// Tells the agent something that needs no answer (`named`): one line, then close.
+pub fn notify<W: Write>(mut stream: W, request: &ShimRequest) -> Result<(), ConversationError> {
+    send(&mut stream, request)
+}
+
 fn send<W: Write>(stream: &mut W, request: &ShimRequest) -> Result<(), ConversationError> {
     let mut line =
         serde_json::to_vec(request).map_err(|e| ConversationError::BadReply(e.to_string()))?;

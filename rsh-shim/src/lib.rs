@@ -12,7 +12,8 @@
 //! 1. a host listed in `RB_HOSTS_FILE` → `attach` request to the agent, run under a subagent;
 //! 2. a symbolic host (`anyLinux`) → `allocate` request to the agent (or, with no agent,
 //!    `agent -- rsh ARGS…` as a one-shot job), run under a subagent on the granted host;
-//! 3. anything else → pass-through to the real remote shell with the same arguments.
+//! 3. anything else → pass-through to the real remote shell with the same arguments (in a
+//!    job, after a `named` line to the agent: the job uses that host by name).
 //!
 //! `RB_SHIM_DEPTH` counts the shims above us; at 4 we refuse, which stops a loop such as
 //! `RB_REAL_RSH` naming the shim itself.
@@ -177,7 +178,10 @@ fn try_run(args: &[OsString], env: &Env) -> Result<Infallible, ShimError> {
     let depth = check_depth(env.depth.as_deref())?;
     let inv = args::parse_lossy(args)?;
     match route(&inv, env)? {
-        Route::PassThrough => pass_through(args, env, depth),
+        Route::PassThrough => {
+            tell_named(env, &inv.host);
+            pass_through(args, env, depth)
+        }
         route => via_agent(args, env, depth, route),
     }
 }
@@ -212,6 +216,21 @@ pub fn route(inv: &Invocation, env: &Env) -> Result<Route, ShimError> {
     } else {
         Route::PassThrough
     })
+}
+
+/// In a job, tells the agent the job reaches `host` by name (`named`, no reply): a module
+/// job is then never granted that host. Best effort: a call outside a job, or an agent that
+/// cannot be reached, changes nothing about the pass-through.
+fn tell_named(env: &Env, host: &str) {
+    let Some(socket) = &env.agent else { return };
+    let Ok(stream) = UnixStream::connect(Path::new(socket)) else {
+        return;
+    };
+    let request = ShimRequest::Named {
+        host: host.to_string(),
+        pid: std::process::id(),
+    };
+    let _ = conversation::notify(stream, &request);
 }
 
 /// Execs the real remote shell with our arguments unchanged.
@@ -416,6 +435,38 @@ mod tests {
             n(false, true).as_deref(),
             Some("rsh: waiting for a host for anyLinux (position 2): 2 held by jobs")
         );
+    }
+
+    #[test]
+    fn a_pass_through_in_a_job_tells_the_agent_the_host_it_names() {
+        use std::io::BufRead;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("agent.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
+        let env = Env {
+            agent: Some(socket.into_os_string()),
+            ..Env::default()
+        };
+        tell_named(&env, "node07");
+        let (stream, _) = listener.accept().expect("the shim connected");
+        let mut line = String::new();
+        io::BufReader::new(stream)
+            .read_line(&mut line)
+            .expect("one line");
+        let sent: ShimRequest = serde_json::from_str(&line).expect("a shim request");
+        assert_eq!(
+            sent,
+            ShimRequest::Named {
+                host: "node07".into(),
+                pid: std::process::id()
+            }
+        );
+        let gone = Env {
+            agent: Some(dir.path().join("none").into_os_string()),
+            ..Env::default()
+        };
+        tell_named(&gone, "node07");
+        tell_named(&Env::default(), "node07");
     }
 
     fn inv(host: &str) -> Invocation {

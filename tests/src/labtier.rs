@@ -54,6 +54,8 @@ pub struct LabOptions {
     pub job_shell: Option<Vec<String>>,
     /// Hosts the broker does not manage (front-end machines where agents run).
     pub unmanaged: Vec<String>,
+    /// Lab-file labels of the hosts named here; every other host has `["public"]`.
+    pub labels: Vec<(String, Vec<String>)>,
 }
 
 impl LabOptions {
@@ -67,6 +69,7 @@ impl LabOptions {
             rsh: false,
             job_shell: None,
             unmanaged: Vec::new(),
+            labels: Vec::new(),
         }
     }
 }
@@ -91,8 +94,14 @@ pub fn lab_file_with(lab: &lab::Lab, opts: &LabOptions) -> String {
         if opts.unmanaged.contains(&host.name) {
             continue;
         }
+        let public = vec!["public".to_string()];
+        let labels = opts
+            .labels
+            .iter()
+            .find(|(h, _)| *h == host.name)
+            .map_or(&public, |(_, l)| l);
         text.push_str(&format!(
-            "\n[[host]]\nname = \"{}\"\naddress = \"{}\"\nlabels = [\"public\"]\n",
+            "\n[[host]]\nname = \"{}\"\naddress = \"{}\"\nlabels = {labels:?}\n",
             host.name, host.address
         ));
         if let Some((_, owner)) = owners.iter().find(|(h, _)| *h == host.name) {
@@ -137,11 +146,26 @@ impl LabWithBroker {
     /// job there cannot be given its own machine) and node03.. for the broker, jobs over
     /// real rsh: the setting of the module and MPI lab tests and of their benchmarks.
     pub fn start_with_front_end(hosts: usize) -> Self {
+        Self::start_opts(hosts, &Self::front_end_options())
+    }
+
+    /// [`start_with_front_end`](Self::start_with_front_end) with the front end managed too,
+    /// as on the usual lab where every workstation is a lab host: the broker may grant
+    /// node02 to any job, including one whose agent runs there.
+    pub fn start_with_managed_front_end(hosts: usize) -> Self {
+        let mut opts = Self::front_end_options();
+        opts.unmanaged.clear();
+        Self::start_opts(hosts, &opts)
+    }
+
+    /// The options of [`start_with_front_end`](Self::start_with_front_end): rsh everywhere,
+    /// jobs' remote shell rsh, node02 not managed.
+    pub fn front_end_options() -> LabOptions {
         let mut opts = LabOptions::new(&[], TEST_TIMING);
         opts.rsh = true;
         opts.job_shell = Some(vec!["rsh".into()]);
         opts.unmanaged = vec![FRONT_END.into()];
-        Self::start_opts(hosts, &opts)
+        opts
     }
 
     /// The lab user's processes matching the pgrep pattern `name`, on every host, as

@@ -313,7 +313,8 @@ fn pvm_grow_answers_alike_with_the_pvm_task_and_with_the_console() {
     );
     for way in ["task", "console", "fallback"] {
         let lines = way_lines(&out, way);
-        assert_added_then_already_there(&lines, way, &out);
+        let already = "pvm-grow: node03 is in the virtual machine already (Duplicate host)";
+        assert_added_then_already_there(&lines, way, already, &out);
         assert!(
             lines.iter().any(|l| l.ends_with(
                 "nosuchhost rc=1 stderr=pvm-grow: PVM could not add nosuchhost: No such host"
@@ -325,6 +326,156 @@ fn pvm_grow_answers_alike_with_the_pvm_task_and_with_the_console() {
             "{way}: node03 in conf: {out}"
         );
     }
+}
+
+/// The usual lab (issue 14, item 6): every workstation is a lab host, so the broker
+/// manages node02, the front end the job runs on, as well as node03 and node04.
+fn lab_with_the_front_end_inside() -> LabWithBroker {
+    LabWithBroker::start_with_managed_front_end(3)
+}
+
+/// The notes of the running job in `rb jobs`, joined.
+fn job_notes(env: &LabWithBroker) -> String {
+    env.broker
+        .jobs()
+        .iter()
+        .filter(|j| j["state"] == "running")
+        .map(|j| j["notes"].to_string())
+        .collect()
+}
+
+/// Issue 14, item 6: with the front end managed by the broker, a PVM job on node02 that
+/// typed `add anyLinux` was granted node02 itself; PVM refused the duplicate and the job
+/// never grew. It must grow onto another host; a host it added by name (node03, through
+/// the shim) is never granted to it either.
+#[test]
+fn pvm_add_any_linux_with_the_front_end_inside_grows_onto_another_host() {
+    if skip_unless_root("pvm_add_any_linux_with_the_front_end_inside_grows_onto_another_host") {
+        return;
+    }
+    let env = lab_with_the_front_end_inside();
+    let driver = format!(
+        "{PVM_ENV} echo quit | pvm >/dev/null 2>&1; touch ~/pvm-ready; \
+         while [ ! -e ~/pvm-go ]; do sleep 0.1; done; \
+         echo 'add anyLinux' | pvm >~/pvm-add.out 2>&1; \
+         while [ ! -e ~/pvm-named ]; do sleep 0.1; done; \
+         echo 'add node03' | pvm >~/pvm-add-named.out 2>&1; \
+         echo 'add anyLinux' | pvm >~/pvm-add2.out 2>&1; \
+         while [ ! -e ~/pvm-stop ]; do sleep 0.1; done"
+    );
+    let home = env.lab.user().home.clone();
+    let mut job = Some(start_job(&env, "pvm", &driver));
+    wait_for(
+        &env,
+        &mut job,
+        "the job's PVM master started",
+        Duration::from_secs(20),
+        || home.join("pvm-ready").exists().then_some(()),
+    );
+    std::fs::write(home.join("pvm-go"), "").expect("go");
+    let grown = wait_for(
+        &env,
+        &mut job,
+        "a host other than the front end in PVM's conf",
+        Duration::from_secs(30),
+        || pvm_hosts_in_conf(&env).pop(),
+    );
+    assert_ne!(grown, FRONT_END);
+    let held = wait_for(
+        &env,
+        &mut job,
+        "the job holds one host",
+        Duration::from_secs(10),
+        || {
+            let held = held_hosts(&env);
+            (held.len() == 1).then_some(held)
+        },
+    );
+    assert_eq!(held, vec![grown.clone()], "never its own node02");
+    // Give the grown host back, then add node03 by name and anyLinux again: the grant must
+    // be node04, whatever held what before.
+    let out = env.broker.rb(&["release", &grown, "--grace-s", "5"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for(
+        &env,
+        &mut job,
+        "the released host gone",
+        Duration::from_secs(20),
+        || (pvm_hosts_in_conf(&env).is_empty() && held_hosts(&env).is_empty()).then_some(()),
+    );
+    std::fs::write(home.join("pvm-named"), "").expect("named");
+    wait_for(
+        &env,
+        &mut job,
+        "node03 (by name) and node04 (granted) in conf, node04 held",
+        Duration::from_secs(30),
+        || {
+            let mut conf = pvm_hosts_in_conf(&env);
+            conf.sort();
+            (conf == ["node03", "node04"] && held_hosts(&env) == ["node04"]).then_some(())
+        },
+    );
+    let notes = job_notes(&env);
+    assert!(
+        !notes.contains("already"),
+        "no grant of a host in use: {notes}"
+    );
+    std::fs::write(home.join("pvm-stop"), "").expect("stop");
+    let out = finish(&env, job.take().expect("job"));
+    assert_nothing_left(&env, "pvmd3?", &out);
+}
+
+/// Issue 14, item 6 for LAM: `lamgrow anyLinux` in a universe booted on node02 (managed
+/// by the broker) grows onto another host, and a host of the boot schema (node03, booted
+/// through the shim) is never granted to the job.
+#[test]
+fn lam_grow_any_linux_with_the_front_end_inside_grows_onto_another_host() {
+    if skip_unless_root("lam_grow_any_linux_with_the_front_end_inside_grows_onto_another_host") {
+        return;
+    }
+    let env = lab_with_the_front_end_inside();
+    let driver = "printf 'node02\\nnode03\\n' >~/lam-boot.schema; \
+         lamboot -s ~/lam-boot.schema </dev/null >~/lam-boot.out 2>&1 || exit 3; \
+         lamgrow anyLinux </dev/null >~/lam-grow.out 2>&1; \
+         while [ ! -e ~/lam-stop ]; do sleep 0.1; done";
+    let mut job = Some(start_job(&env, "lam", driver));
+    let grown = wait_for(
+        &env,
+        &mut job,
+        "node04 in lamnodes",
+        Duration::from_secs(30),
+        || {
+            lam_nodes(&env)
+                .into_iter()
+                .find(|n| n.starts_with("node04"))
+        },
+    );
+    assert!(grown.starts_with("node04"), "{grown}");
+    let nodes = lam_nodes(&env);
+    assert_eq!(
+        nodes.len(),
+        3,
+        "node02, node03 and node04 once each: {nodes:?}"
+    );
+    wait_for(
+        &env,
+        &mut job,
+        "node04 held",
+        Duration::from_secs(10),
+        || (held_hosts(&env) == ["node04"]).then_some(()),
+    );
+    let notes = job_notes(&env);
+    assert!(
+        !notes.contains("already"),
+        "no grant of a host in use: {notes}"
+    );
+    std::fs::write(env.lab.user().home.join("lam-stop"), "").expect("stop");
+    let out = finish(&env, job.take().expect("job"));
+    assert_nothing_left(&env, "lamd", &out);
 }
 
 /// A program of the shipped modules (`modules/` of this repository).
@@ -549,7 +700,8 @@ fn lam_grow_answers_alike_with_rb_lam_add_and_with_lamgrow() {
     );
     for (way, lamgrow_calls) in [("rb-lam-add", 0), ("lamgrow", 3), ("fallback", 3)] {
         let lines = way_lines(&out, way);
-        assert_added_then_already_there(&lines, way, &out);
+        let already = "lam-grow: node03 is a node of this LAM universe already";
+        assert_added_then_already_there(&lines, way, already, &out);
         assert!(
             lines
                 .iter()
@@ -576,14 +728,14 @@ fn way_lines<'a>(out: &'a str, way: &str) -> Vec<&'a str> {
 }
 
 /// What every way of an "answers alike" test shares: the first `node03` call added the
-/// host, the second found it there already; both exit 0 and say nothing.
-fn assert_added_then_already_there(lines: &[&str], way: &str, out: &str) {
-    assert_eq!(
-        lines
-            .iter()
-            .filter(|l| l.contains("node03 rc=0 stderr="))
-            .count(),
-        2,
+/// host (exit 0, silent), the second found it there already (exit 6, `already` on stderr:
+/// the agent then gives the grant back and asks again, modules/CONTRACT.md).
+fn assert_added_then_already_there(lines: &[&str], way: &str, already: &str, out: &str) {
+    let node03: Vec<&&str> = lines.iter().filter(|l| l.contains(" node03 rc=")).collect();
+    assert!(
+        node03.len() == 2
+            && node03[0].ends_with("node03 rc=0 stderr=")
+            && node03[1].ends_with(&format!("node03 rc=6 stderr={already}")),
         "{way}: added, then already there: {out}"
     );
 }

@@ -198,6 +198,53 @@ rsh "$1" "echo \$\$ >$SCRATCH/daemon.pid; exec sleep 300" </dev/null >/dev/null 
     assert!(scratch.log().contains("halt 0"), "{}", scratch.log());
 }
 
+/// Issue 14, item 6: a grow that finds the granted host in the job's virtual machine
+/// already (exit 6, e.g. PVM's "Duplicate host") used to count as the job having grown:
+/// the job held a host it could not use and never grew. The host must go back, the request
+/// be served by another host, and `rb jobs` say what happened.
+#[test]
+fn a_grant_already_in_the_virtual_machine_goes_back_and_the_request_is_served_elsewhere() {
+    let broker = Broker::start(&local_lab(2));
+    broker.wait_all_up(Duration::from_secs(10));
+    let scratch = Scratch::new();
+    let modules = module_dir(
+        "d",
+        Some(
+            r#"if [ ! -e "$SCRATCH/first" ]; then
+  echo "$1" >"$SCRATCH/first"; echo "d-grow: $1 is in the virtual machine already" >&2; exit 6
+fi
+echo "grow $1" >>"$SCRATCH/log""#,
+        ),
+        Some("exit 0"),
+        Some("exit 0"),
+    );
+    let child = start_job(&broker, "d", modules.path(), &scratch, &[]);
+    scratch.wait_log("grow vhost", "the request asked again and grown elsewhere");
+    let first = std::fs::read_to_string(scratch.path("first")).expect("first grant");
+    let first = first.trim();
+    let grown = wait_until(Duration::from_secs(10), || {
+        let held = held_hosts(&broker);
+        (held.len() == 1).then(|| held[0].clone())
+    })
+    .unwrap_or_else(|| panic!("one host held: {:?}", held_hosts(&broker)));
+    assert_ne!(grown, first, "served elsewhere");
+    assert!(
+        scratch.log().contains(&format!("grow {grown}")),
+        "{}",
+        scratch.log()
+    );
+    let note = wait_note(&broker, "already");
+    assert_eq!(
+        note,
+        format!(
+            "d-grow {first}: {first} is in the job's virtual machine already; giving it back; \
+             asking again for anyLinux"
+        )
+    );
+    scratch.stop_job();
+    finish(child);
+}
+
 #[test]
 fn a_failing_module_is_noted_and_its_host_given_back_while_the_job_runs_on() {
     let broker = Broker::start(&local_lab(1));

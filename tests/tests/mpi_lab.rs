@@ -252,3 +252,44 @@ fn instance_names_put_mpi_ranks_on_distinct_hosts() {
         assert_all_given_back(&env, daemon);
     }
 }
+
+/// Issue 14, item 10: with 4 idle hosts of which 2 are `public`, the broad names of
+/// `-hosts anyLinux,anyHost,anyPublic` took both public hosts, `anyPublic` waited while two
+/// hosts sat idle, and the ranks waited in MPI_Init for ever. Every name must get a host
+/// (three distinct ones), `anyPublic` a public one, and the run must complete.
+#[test]
+fn broad_names_leave_the_public_hosts_for_any_public_and_mpi_starts() {
+    if skip_unless_root("broad_names_leave_the_public_hosts_for_any_public_and_mpi_starts") {
+        return;
+    }
+    // node02: the front end; node03, node04 public; node05, node06 not.
+    let mut opts = LabWithBroker::front_end_options();
+    opts.labels = vec![("node05".into(), vec![]), ("node06".into(), vec![])];
+    let env = LabWithBroker::start_opts(5, &opts);
+    build_program(&env, "mpi_hosts", "mpicc.mpich", "mpi_hosts.mpich");
+    build_program(&env, "mpi_hosts", "mpicc.openmpi", "mpi_hosts.ompi");
+    for (daemon, script) in [
+        (
+            "hydra_pmi_proxy",
+            "UCX_TLS=^sm mpiexec.mpich -launcher rsh -hosts anyLinux,anyHost,anyPublic -n 3 ~/mpi_hosts.mpich",
+        ),
+        (
+            "orted",
+            "mpirun.openmpi -np 3 --host anyLinux,anyHost,anyPublic ~/mpi_hosts.ompi",
+        ),
+    ] {
+        let out = job(&env, None, script);
+        let hosts = rank_hosts(&env, script, &out);
+        let mut distinct = hosts.clone();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 3, "three names, three hosts: {hosts:?}");
+        let public = hosts.iter().filter(|h| GRANTABLE.contains(&h.as_str()));
+        assert_eq!(
+            public.count(),
+            1,
+            "{script}: only anyPublic on a public host, the broad names on node05/node06: \
+             {hosts:?}"
+        );
+        assert_all_given_back(&env, daemon);
+    }
+}

@@ -3,7 +3,11 @@
 //! a reclaim runs `NAME-shrink HOST` before the subagents' TERM/grace/KILL; the job's end
 //! runs `NAME-halt`. Failures become notes in `rb jobs`, never the end of the job.
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::Arc,
+    time::Duration,
+};
 
 use proto::{agent::ShimReply, msg::FromBroker, msg::ToBroker};
 use tokio::{sync::mpsc, time::Instant};
@@ -42,6 +46,9 @@ pub(super) struct ModuleJob {
     lookups: Vec<(String, u32, Instant)>,
     /// Grants whose `NAME-grow` runs: allocation → the symbolic name asked for.
     growing: HashMap<u64, String>,
+    /// Hosts the job uses without holding them (reached by name through the shim, or found
+    /// in its virtual machine by `NAME-grow`), as told to the broker (`hosts_in_use`).
+    pub(super) in_use: BTreeSet<String>,
 }
 
 impl ModuleJob {
@@ -72,6 +79,7 @@ impl ModuleJob {
             recent: Vec::new(),
             lookups: Vec::new(),
             growing: HashMap::new(),
+            in_use: BTreeSet::new(),
         }
     }
 
@@ -231,16 +239,38 @@ impl Agent {
         true
     }
 
+    /// The shim passed a call to `host` through: a module job uses that host by name now,
+    /// so the broker must never grant it to the job (PVM and LAM refuse a host twice).
+    pub(super) async fn named(&mut self, host: String) {
+        let ours = self
+            .allocs
+            .values()
+            .any(|a| a.host == host || a.address == host);
+        let Some(m) = self.module.as_mut() else {
+            return;
+        };
+        if ours || !m.in_use.insert(host.clone()) {
+            return;
+        }
+        info!(%host, "the job reaches a host by name; telling the broker it is in use");
+        self.tell_broker(ToBroker::HostsInUse { hosts: vec![host] })
+            .await;
+    }
+
     /// A module program finished.
     pub(super) async fn module_done(&mut self, outcome: Outcome) {
         let Some(m) = &self.module else { return };
         module::log_outcome(&outcome, m.name());
-        if let Err(e) = &outcome.result {
+        let already = outcome.already_there();
+        if let (Err(e), false) = (&outcome.result, already) {
             self.note(e.clone()).await;
         }
         let Some(alloc) = outcome.call.alloc else {
             return;
         };
+        if already {
+            return self.grant_already_there(alloc).await;
+        }
         if outcome.call.action == Action::Grow {
             self.grow_done(alloc);
         }
@@ -260,6 +290,41 @@ impl Agent {
         };
         if let Some(symbolic) = m.growing.remove(&alloc) {
             m.recent.retain(|(s, _)| s != &symbolic);
+        }
+    }
+
+    /// `NAME-grow` found the granted host in the job's virtual machine already (the job
+    /// added it by name where the agent could not see it): the broker learns the host is in
+    /// use, the host goes back, and the request is asked again (served elsewhere); a note
+    /// in `rb jobs` says so.
+    async fn grant_already_there(&mut self, alloc: u64) {
+        let symbolic = self
+            .module
+            .as_mut()
+            .and_then(|m| m.growing.get(&alloc).cloned());
+        self.grow_done(alloc);
+        let Some(host) = self.allocs.get(&alloc).map(|a| a.host.clone()) else {
+            return;
+        };
+        let again = match &symbolic {
+            Some(s) => format!("; asking again for {s}"),
+            None => String::new(),
+        };
+        let name = self.module.as_ref().map_or("", |m| m.name()).to_string();
+        self.note(format!(
+            "{name}-grow {host}: {host} is in the job's virtual machine already; \
+             giving it back{again}"
+        ))
+        .await;
+        if let Some(m) = self.module.as_mut() {
+            m.in_use.insert(host.clone());
+        }
+        self.tell_broker(ToBroker::HostsInUse { hosts: vec![host] })
+            .await;
+        self.drop_if_idle(alloc).await;
+        if let Some(symbolic) = symbolic {
+            self.record_request(symbolic, std::process::id(), "already there")
+                .await;
         }
     }
 

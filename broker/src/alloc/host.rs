@@ -164,6 +164,14 @@ impl HostView {
         self.up && self.owner_away() && self.matches(want)
     }
 
+    /// How many distinct labels the host carries (lab file and sensors).
+    pub(crate) fn label_count(&self) -> usize {
+        let mut labels: Vec<&str> = self.labels.iter().map(String::as_str).collect();
+        labels.sort_unstable();
+        labels.dedup();
+        labels.len()
+    }
+
     /// `load1 / cpus` (a missing CPU count counts as one); `None` when the load is unknown.
     pub fn load_ratio(&self) -> Option<f64> {
         let cpus = f64::from(self.cpus.unwrap_or(1).max(1));
@@ -171,7 +179,16 @@ impl HostView {
     }
 }
 
-/// The choice order among eligible hosts: quiet first, then least loaded (unknown load
+/// The order among eligible hosts that no other waiting request prefers: the fewest labels
+/// first (the most generic host: a broad name leaves the specific hosts to the names that
+/// need them), then [`choice_order`].
+pub(crate) fn generic_first(a: &HostView, b: &HostView) -> Ordering {
+    a.label_count()
+        .cmp(&b.label_count())
+        .then_with(|| choice_order(a, b))
+}
+
+/// The choice order among equally generic hosts: quiet first, then least loaded (unknown load
 /// last), then public before private, then by name.
 pub(crate) fn choice_order(a: &HostView, b: &HostView) -> Ordering {
     b.quiet()

@@ -9,6 +9,8 @@
 //! - `policy`: serving the queue, choosing a host, choosing what to reclaim (built-in policy).
 //! - `view`: read-only views for people: [`JobRow`]s with each waiting request's
 //!   [`WaitReason`], and each host's [`HostAlloc`] (free, held, draining…).
+//! - `in_use`: hosts a job uses without holding them (never granted to it), and finding
+//!   the lab host an agent names.
 //! - [`snapshot`]: [`Snapshot`], the plain-data form of the durable state; snapshot/restore and
 //!   the invariant checker.
 //! - [`store`]: [`Store`], the SQLite file (WAL) that saves and loads a [`Snapshot`].
@@ -38,6 +40,11 @@
 //!   adaptive job; an adaptive requester only from an adaptive job holding at least two more
 //!   hosts than itself (counting hosts already being reclaimed for it), so two adaptive jobs
 //!   never take the same host back and forth.
+//! - **A broad name takes the most generic host** (`policy`): among eligible hosts a
+//!   request gets one no other waiting request could use, then the one with the fewest
+//!   labels, then the usual choice order. With `anyLinux,anyHost,anyPublic` asked at once
+//!   (an MPI launcher), the public hosts are left for `anyPublic` instead of being taken by
+//!   the broad names while generic hosts sit idle and the launcher waits for ever.
 //! - **Owner returns** (flow 8): a private host held by an adaptive job whose report shows a
 //!   session or console input within the last 5 minutes is reclaimed with the policy grace.
 //!   Non-adaptive holders are left alone (a policy file may decide otherwise later).
@@ -59,6 +66,7 @@
 //!   [`AllocConfig::ended_jobs_kept`] have ended; then the oldest are forgotten.
 
 mod host;
+mod in_use;
 mod policy;
 pub mod snapshot;
 mod state;

@@ -2,9 +2,18 @@
 //! choosing what to reclaim when nothing is eligible (or when a private host's owner returns).
 //!
 //! Eligibility of a host for a request: the host is up, matches the symbolic name, is not
-//! drained, is not held, is not reserved for another queued request, and — for a private
-//! host — its owner is away ([`HostView::owner_away`]). Among eligible hosts the first in
-//! [`choice_order`] wins.
+//! drained, is not held, is not reserved for another queued request, is not one the
+//! requesting job uses already ([`Allocator::uses_hosts`]), and — for a private host — its
+//! owner is away ([`HostView::owner_away`]).
+//!
+//! Which eligible host a request gets (`pick_host`), so that a broad name never
+//! takes the host a narrower one needs (MPI launchers ask for `anyLinux,anyHost,anyPublic`
+//! at once and wait for all three):
+//! 1. a host no other waiting request could use, before one that some could (the fewer the
+//!    better): a request does not take a host another waits for when another would do;
+//! 2. then the most generic host: the fewest labels (lab file and sensors), so that a name
+//!    arriving a moment later still finds the scarce, specific host free;
+//! 3. then [`choice_order`] (quiet, least loaded, public, name).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -12,8 +21,8 @@ use std::{
 };
 
 use super::{
-    host::{choice_order, HostView, Want},
-    state::{AllocState, Allocation, Allocator, Fx},
+    host::{generic_first, HostView, Want},
+    state::{AllocState, Allocation, Allocator, Fx, Waiting},
     AllocId, Effect, JobId, RequestId,
 };
 
@@ -23,12 +32,29 @@ const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 impl Allocator {
     /// `Err(reason)` when no host of the lab can ever match `want`. While some host has not
     /// reported yet (its sensor labels are unknown) or no host is known, anything may match.
-    pub(crate) fn possible(&self, want: &Want, symbolic: &str) -> Result<(), String> {
+    pub(crate) fn possible(&self, job: JobId, want: &Want, symbolic: &str) -> Result<(), String> {
+        let unsure = self.hosts.is_empty() || self.hosts.values().any(|h| !h.reported);
+        if unsure {
+            return Ok(());
+        }
+        let matching: Vec<&str> = self
+            .hosts
+            .values()
+            .filter(|v| v.matches(want))
+            .map(|v| v.name.as_str())
+            .collect();
+        if !matching.is_empty() && matching.iter().all(|h| self.uses(job, h)) {
+            return Err(format!(
+                "every host that `{symbolic}` matches ({}) is one this job uses already \
+                 (the machine it runs on, or one it added by name)\nhelp: ask for a name \
+                 more hosts match, e.g. anyHost",
+                matching.join(", ")
+            ));
+        }
         let Want::Label(label) = want else {
             return Ok(());
         };
-        let unsure = self.hosts.is_empty() || self.hosts.values().any(|h| !h.reported);
-        if unsure || self.hosts.values().any(|h| h.labels.contains(label)) {
+        if !matching.is_empty() {
             return Ok(());
         }
         let labels: BTreeSet<&str> = self
@@ -59,7 +85,7 @@ impl Allocator {
     /// Handles queue entry `i`; true when it leaves the queue (granted or refused).
     fn serve_one(&mut self, i: usize, now: Instant, fx: &mut Fx) -> bool {
         let w = &self.queue[i];
-        if let Err(reason) = self.possible(&w.want, &w.symbolic) {
+        if let Err(reason) = self.possible(w.job, &w.want, &w.symbolic) {
             let (job, req) = (w.job, w.id);
             fx.push(Effect::Refused { job, req, reason });
             return true;
@@ -95,21 +121,31 @@ impl Allocator {
             self.queue[i].reserved = None;
             fx.dirty = true;
             let others = self.reserved_except(i);
-            if self.eligible(&h, &self.queue[i].want, &others) {
+            if self.eligible(&self.queue[i], &h, &others) {
                 return Some(h);
             }
         }
         let others = self.reserved_except(i);
-        let want = &self.queue[i].want;
+        let w = &self.queue[i];
         self.hosts
             .values()
-            .filter(|v| self.eligible(&v.name, want, &others))
-            .min_by(|a, b| choice_order(a, b))
-            .map(|v| v.name.clone())
+            .filter(|v| self.eligible(w, &v.name, &others))
+            .map(|v| (self.wanted_by_others(i, &v.name, &others), v))
+            .min_by(|(na, a), (nb, b)| na.cmp(nb).then_with(|| generic_first(a, b)))
+            .map(|(_, v)| v.name.clone())
+    }
+
+    /// How many queued requests other than entry `i` could be granted `host` now.
+    fn wanted_by_others(&self, i: usize, host: &str, reserved: &BTreeSet<String>) -> usize {
+        self.queue
+            .iter()
+            .enumerate()
+            .filter(|&(j, w)| j != i && self.eligible(w, host, reserved))
+            .count()
     }
 
     /// Hosts reserved by queue entries other than `i`.
-    fn reserved_except(&self, i: usize) -> BTreeSet<String> {
+    pub(crate) fn reserved_except(&self, i: usize) -> BTreeSet<String> {
         self.queue
             .iter()
             .enumerate()
@@ -118,8 +154,11 @@ impl Allocator {
             .collect()
     }
 
-    fn eligible(&self, host: &str, want: &Want, reserved: &BTreeSet<String>) -> bool {
-        self.hosts.get(host).is_some_and(|v| v.usable_for(want))
+    /// Whether `host` can be granted now for queue entry `w` (hosts in `reserved` are kept for
+    /// other entries).
+    pub(crate) fn eligible(&self, w: &Waiting, host: &str, reserved: &BTreeSet<String>) -> bool {
+        self.hosts.get(host).is_some_and(|v| v.usable_for(&w.want))
+            && !self.uses(w.job, host)
             && !self.drained.contains(host)
             && !self.by_host.contains_key(host)
             && !reserved.contains(host)
@@ -195,6 +234,7 @@ impl Allocator {
             .is_some_and(|j| j.info.adaptive && j.state == super::JobState::Running);
         a.state == AllocState::Granted
             && a.job != requester
+            && !self.uses(requester, &a.host)
             && holder_adaptive
             && !self.drained.contains(&a.host)
             && self

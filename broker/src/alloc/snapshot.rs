@@ -198,6 +198,7 @@ impl Allocator {
     pub fn check_invariants(&self) -> Result<(), String> {
         self.check_allocations()?;
         self.check_queue()?;
+        self.check_no_idle_host_for_a_waiting_request()?;
         let ended = self
             .jobs
             .values()
@@ -205,6 +206,9 @@ impl Allocator {
             .count();
         if ended > self.config.ended_jobs_kept {
             return Err(format!("{ended} ended jobs kept"));
+        }
+        if let Some(job) = self.in_use.keys().find(|j| !self.is_running(**j)) {
+            return Err(format!("job {job} is not running but has hosts in use"));
         }
         match self.jobs.keys().next_back() {
             Some(&top) if top >= self.next_job => Err(format!("job id {top} ≥ next id")),
@@ -270,6 +274,20 @@ impl Allocator {
                 if !reserved.insert(h) {
                     return Err(format!("host {h} reserved twice"));
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Work conservation: no request waits while a host it could be granted sits free.
+    fn check_no_idle_host_for_a_waiting_request(&self) -> Result<(), String> {
+        for (i, w) in self.queue.iter().enumerate() {
+            let others = self.reserved_except(i);
+            if let Some(h) = self.hosts.keys().find(|h| self.eligible(w, h, &others)) {
+                return Err(format!(
+                    "request {} ({}) waits while {h} could be granted to it",
+                    w.id, w.symbolic
+                ));
             }
         }
         Ok(())

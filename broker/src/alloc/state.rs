@@ -100,6 +100,10 @@ pub struct Allocator {
     /// Latest host views (soft state, not persisted).
     pub(crate) hosts: BTreeMap<String, HostView>,
     pub(crate) drained: BTreeSet<String>,
+    /// Hosts each running job uses without holding them (the machine its agent runs on,
+    /// hosts it added by name): never granted to it. Soft state, like `hosts`: agents tell
+    /// them again when they re-register after a restart.
+    pub(crate) in_use: BTreeMap<JobId, BTreeSet<String>>,
 }
 
 impl Default for Allocator {
@@ -126,6 +130,7 @@ impl Allocator {
             queue: Vec::new(),
             hosts: BTreeMap::new(),
             drained: BTreeSet::new(),
+            in_use: BTreeMap::new(),
         }
     }
 
@@ -187,7 +192,7 @@ impl Allocator {
             return Err(format!("job {job} is not running"));
         }
         let wanted = self.parse_name(symbolic)?;
-        self.possible(&wanted.want, symbolic)?;
+        self.possible(job, &wanted.want, symbolic)?;
         Ok(wanted)
     }
 
@@ -244,6 +249,7 @@ impl Allocator {
             self.release_alloc(id, &mut fx);
         }
         self.queue.retain(|w| w.job != job);
+        self.in_use.remove(&job);
         self.prune_ended();
         self.serve(now, &mut fx);
         self.finish(fx)

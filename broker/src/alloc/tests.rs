@@ -196,6 +196,181 @@ fn labels_match_case_insensitively() {
     assert_eq!(position(&fx, req), Some(1), "all x86_64 hosts are held");
 }
 
+/// The MPICH start-up deadlock (issue 14, item 10): 4 idle hosts, 2 of them `public`;
+/// `mpiexec -hosts anyLinux,anyHost,anyPublic` asks for the three at once and waits for all.
+#[test]
+fn broad_names_leave_the_scarce_public_hosts_for_any_public() {
+    let mut views = hosts(&["node03", "node04", "node05", "node06"]);
+    views[0].labels.push("public".into());
+    views[1].labels.push("public".into());
+    let mut lab = Lab::new(views);
+    let j = lab.job(false);
+    let linux = lab.take(j, "anyLinux").1;
+    let any = lab.take(j, "anyHost").1;
+    let (req, fx) = lab.req(j, "anyPublic");
+    let public = granted(&fx).map(|g| g.1);
+    assert_eq!(position(&fx, req), None, "anyPublic must not wait: {fx:?}");
+    assert_eq!(
+        (linux.as_str(), any.as_str(), public.as_deref()),
+        ("node05", "node06", Some("node03")),
+        "the broad names take the generic hosts"
+    );
+    let (_, fx) = lab.req(j, "anyPublic");
+    assert_eq!(granted(&fx).map(|g| g.1).as_deref(), Some("node04"));
+}
+
+#[test]
+fn fewest_labels_come_before_load_and_name() {
+    let mut views = hosts(&["a", "b"]);
+    views[0].labels.push("gpu".into());
+    views[1].load1 = Some(3.0);
+    let mut lab = Lab::new(views);
+    let j = lab.job(false);
+    assert_eq!(
+        lab.take(j, "anyHost").1,
+        "b",
+        "b has fewer labels, though loaded"
+    );
+    assert_eq!(lab.take(j, "anyGpu").1, "a");
+}
+
+/// Two hosts freed at once, two requests waiting: the head (broad) must not take the host
+/// the second (narrow) one needs when another host would do, even one as specific and
+/// first by name.
+#[test]
+fn a_waiting_request_does_not_lose_its_only_host_to_a_broad_one() {
+    let mut views = hosts(&["a-pub", "b-gpu"]);
+    views[0].labels.push("public".into());
+    views[1].labels.push("gpu".into());
+    let mut lab = Lab::new(views);
+    let holder = lab.job(false);
+    lab.take(holder, "anyPublic");
+    lab.take(holder, "anyGpu");
+    let waiter = lab.job(false);
+    let (broad, _) = lab.req(waiter, "anyLinux");
+    let (narrow, fx) = lab.req(waiter, "anyPublic");
+    assert_eq!(position(&fx, narrow), Some(2));
+    let fx = lab.end(holder);
+    let grants: Vec<(RequestId, String)> = fx
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Granted { req, host, .. } => Some((*req, host.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        grants,
+        vec![(broad, "b-gpu".into()), (narrow, "a-pub".into())],
+        "{fx:?}"
+    );
+}
+
+/// Issue 14, item 6: a PVM job on node01 that typed `add anyLinux` was granted node01.
+#[test]
+fn a_job_is_never_granted_a_host_it_uses_already() {
+    let mut lab = Lab::new(hosts(&["node01", "node02", "node03"]));
+    let pvm = lab.job(true);
+    let fx = lab.a.uses_hosts(pvm, ["node01".to_string()], lab.now);
+    lab.check();
+    assert!(granted(&fx).is_none());
+    assert_eq!(lab.take(pvm, "anyLinux").1, "node02", "not its own node01");
+    lab.a.uses_hosts(pvm, ["node03".to_string()], lab.now);
+    lab.check();
+    let (req, fx) = lab.req(pvm, "anyHost");
+    assert_eq!(
+        position(&fx, req),
+        Some(1),
+        "node01 and node03 are in use: {fx:?}"
+    );
+    let other = lab.job(false);
+    assert_eq!(
+        lab.take(other, "anyLinux").1,
+        "node01",
+        "free for other jobs"
+    );
+    let fx = lab.end(other);
+    assert_eq!(
+        granted(&fx),
+        None,
+        "node01 freed, still not for the PVM job: {fx:?}"
+    );
+}
+
+#[test]
+fn a_request_only_hosts_in_use_could_serve_is_refused() {
+    let mut lab = Lab::new(hosts(&["ws", "n2"]));
+    lab.set("n2", |v| v.labels.push("gpu".into()));
+    let j = lab.job(false);
+    lab.a.uses_hosts(j, ["ws".to_string()], lab.now);
+    let holder = lab.job(false);
+    lab.take(holder, "anyGpu");
+    let (req, fx) = lab.req(j, "anyGpu");
+    assert_eq!(position(&fx, req), Some(1), "n2 may come free: {fx:?}");
+    let fx = lab.a.uses_hosts(j, ["n2".to_string()], lab.now);
+    lab.check();
+    let reason = fx
+        .iter()
+        .find_map(|e| match e {
+            Effect::Refused { req: r, reason, .. } if *r == req => Some(reason.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("refused once n2 is in use too: {fx:?}"));
+    assert!(
+        reason.contains("(n2) is one this job uses already"),
+        "{reason}"
+    );
+    let (_, fx) = lab.req(j, "anyHost");
+    assert!(
+        matches!(&fx[0], Effect::Refused { reason, .. } if reason.contains("(n2, ws)")),
+        "{fx:?}"
+    );
+}
+
+#[test]
+fn a_host_in_use_is_not_reclaimed_for_its_user() {
+    let mut lab = Lab::new(hosts(&["n1", "n2"]));
+    let adaptive = lab.job(true);
+    lab.take(adaptive, "anyHost");
+    lab.take(adaptive, "anyHost");
+    let rigid = lab.job(false);
+    lab.a.uses_hosts(rigid, ["n2".to_string()], lab.now);
+    let (_, fx) = lab.req(rigid, "anyHost");
+    let taken: Vec<String> = reclaims(&fx).into_iter().map(|r| r.2).collect();
+    assert_eq!(taken, ["n1"], "n2, the newest, is of no use to it: {fx:?}");
+}
+
+#[test]
+fn the_lab_host_of_an_agent_is_found_by_address_then_name() {
+    let mut views = hosts(&["node01", "node02"]);
+    views[1].address = "10.0.0.2".into();
+    let lab = Lab::new(views);
+    let addr = |h: &str| {
+        lab.views
+            .iter()
+            .find(|v| v.name == h)
+            .expect("host")
+            .address
+            .clone()
+    };
+    let a = &lab.a;
+    assert_eq!(a.lab_host(&addr("node02")).as_deref(), Some("node02"));
+    assert_eq!(a.lab_host("NODE01").as_deref(), Some("node01"));
+    assert_eq!(a.lab_host("node01.lab.example").as_deref(), Some("node01"));
+    assert_eq!(a.lab_host("node07"), None);
+    let addresses = vec!["127.0.0.1".to_string(), addr("node02")];
+    assert_eq!(
+        a.lab_host_of("node01", &addresses).as_deref(),
+        Some("node02")
+    );
+    let loopback = vec!["127.0.0.1".to_string()];
+    assert_eq!(
+        a.lab_host_of("laptop", &loopback),
+        None,
+        "loopback never counts"
+    );
+    assert_eq!(a.lab_host_of("node01", &[]).as_deref(), Some("node01"));
+}
+
 #[test]
 fn impossible_label_is_refused_with_the_labels_that_exist() {
     let mut lab = Lab::new(hosts(&["n1"]));
@@ -730,7 +905,7 @@ fn random_op(lab: &mut Lab, rng: &mut Rng, jobs: &mut Vec<JobId>) -> Vec<Effect>
     let alloc = rng.pick(&lab.a.allocs.keys().copied().collect::<Vec<_>>());
     let queued = rng.pick(&lab.a.queue.iter().map(|w| w.id).collect::<Vec<_>>());
     let host = format!("n{}", rng.below(6));
-    match rng.below(12) {
+    match rng.below(13) {
         0 => {
             let adaptive = rng.below(2) == 0;
             jobs.push(lab.job(adaptive));
@@ -753,6 +928,11 @@ fn random_op(lab: &mut Lab, rng: &mut Rng, jobs: &mut Vec<JobId>) -> Vec<Effect>
             let fresh = random_views(rng).swap_remove(i);
             lab.set(&fresh.name.clone(), |v| *v = fresh)
         }
+        11 => job.map_or_else(Vec::new, |j| {
+            let fx = lab.a.uses_hosts(j, [host], lab.now);
+            lab.check();
+            fx
+        }),
         _ => lab.tick(rng.below(8) as u64),
     }
 }
@@ -775,7 +955,8 @@ fn random_operations_keep_the_invariants() {
                     Effect::Refused { .. } => seen[3] += 1,
                     _ => {}
                 }
-                if let Effect::Granted { host, .. } = e {
+                if let Effect::Granted { host, job, .. } = e {
+                    assert!(!lab.a.uses(*job, host), "seed {seed} step {step}: {e:?}");
                     let v = lab.views.iter().find(|v| &v.name == host).expect("known");
                     assert!(v.up && v.owner_away(), "seed {seed} step {step}: {v:?}");
                     assert!(!lab.a.is_drained(host), "seed {seed} step {step}");
