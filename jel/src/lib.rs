@@ -16,4 +16,5 @@ pub mod client;
 pub mod pool;
 pub mod wire;
 
+pub use client::{Client, Election, JelError, Member as MemberHandle, Watcher, ENV_JEL};
 pub use wire::{DeathReason, Event, EventKind, Member, MemberId};

@@ -6,6 +6,7 @@
 //!   the [`Output`]s it must perform, and the [`Line`]s it writes.
 //! - `state`: [`Pool`] and its entry points [`Pool::handle`] / [`Pool::handle_batch`];
 //!   connections, hello and requests, members joining, leaving and dying.
+//! - `hosts`: hosts granted, reclaimed (`vacate`), released or lost, processes killed.
 //! - `elect`: elections (uniform and non-uniform) and their epochs.
 //! - `stream`: the log (seq, compaction), watchers (replay, snapshot, slow consumers) and the
 //!   per-connection batching of what is sent.
@@ -51,6 +52,7 @@
 //! - **After `terminated` nothing is emitted**: state still changes, the stream has ended.
 
 mod elect;
+mod hosts;
 mod state;
 mod stream;
 
