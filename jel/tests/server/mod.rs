@@ -3,6 +3,9 @@
 //! thread batching inputs, performing outputs with non-blocking writes and reporting
 //! flushes). Clients under test talk to it exactly as they will to the agent.
 
+// Each test binary uses a part of the harness.
+#![allow(dead_code)]
+
 use std::{
     collections::{HashMap, VecDeque},
     io::{BufRead, BufReader},
