@@ -4,8 +4,9 @@
 //! ([`Watcher`], which resumes by seq when the pool cuts it off).
 //!
 //! ```no_run
-//! let me = jel::Client::connect()?.join(Some("worker"))?;
+//! let mut me = jel::Client::connect()?.join(Some("worker"))?;
 //! let master = me.elect("master")?;
+//! println!("master: {:?} (epoch {})", master.winner.map(|m| m.label()), master.epoch);
 //! let mut events = me.watch(1)?;
 //! while let Ok(event) = events.next_event() {
 //!     println!("{} {:?}", event.seq, event.kind);

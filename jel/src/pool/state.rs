@@ -36,6 +36,8 @@ pub struct Pool {
     pub(super) terminated: bool,
     /// Lines to send, per connection, gathered over one batch of inputs.
     pub(super) outbox: BTreeMap<ConnId, Vec<Line>>,
+    /// Whether some watcher has pending lines (so the flush looks at them).
+    pub(super) watchers_pending: bool,
     /// Connections to close at the end of the batch.
     pub(super) closing: Vec<(ConnId, DisconnectReason)>,
 }
@@ -86,6 +88,7 @@ impl Pool {
             closed: false,
             terminated: false,
             outbox: BTreeMap::new(),
+            watchers_pending: false,
             closing: Vec::new(),
         }
     }
@@ -155,7 +158,13 @@ impl Pool {
 
     /// Queues a line to a connection.
     pub(super) fn send(&mut self, conn: ConnId, line: Line) {
-        self.outbox.entry(conn).or_default().push(line);
+        match self.watchers.get_mut(&conn) {
+            Some(w) => {
+                w.pending.push(line);
+                self.watchers_pending = true;
+            }
+            None => self.outbox.entry(conn).or_default().push(line),
+        }
     }
 
     fn reply(&mut self, conn: ConnId, reply: &Reply) {

@@ -19,6 +19,8 @@ pub(super) struct Watcher {
     pub progress: Instant,
     /// Events it lost for being slow (unreliable membership only).
     pub dropped: u64,
+    /// Lines for it in this batch of inputs (sent at [`Pool::flush`]).
+    pub pending: Vec<Line>,
 }
 
 impl Pool {
@@ -41,9 +43,21 @@ impl Pool {
                 self.log.pop_front();
             }
         }
-        let conns: Vec<ConnId> = self.watchers.keys().copied().collect();
-        for conn in conns {
-            self.deliver(conn, Line::Event(Arc::clone(&logged)));
+        let limit = self.config.max_buffer;
+        let reliable = self.config.membership == Membership::Reliable;
+        self.watchers_pending = !self.watchers.is_empty();
+        let mut slow = Vec::new();
+        for (conn, w) in self.watchers.iter_mut() {
+            if w.unflushed + w.pending.len() < limit {
+                w.pending.push(Line::Event(Arc::clone(&logged)));
+            } else if reliable {
+                slow.push(*conn);
+            } else {
+                w.dropped += 1;
+            }
+        }
+        for conn in slow {
+            self.cut_off(conn, DisconnectReason::SlowConsumer);
         }
         self.head
     }
@@ -52,21 +66,6 @@ impl Pool {
         match self.config.membership {
             Membership::Reliable => self.config.max_log,
             Membership::Unreliable => 0,
-        }
-    }
-
-    /// One live event to one watcher, unless its buffer is full.
-    fn deliver(&mut self, conn: ConnId, line: Line) {
-        let pending = self.outbox.get(&conn).map_or(0, Vec::len);
-        let Some(w) = self.watchers.get_mut(&conn) else {
-            return;
-        };
-        if w.unflushed + pending < self.config.max_buffer {
-            return self.send(conn, line);
-        }
-        match self.config.membership {
-            Membership::Unreliable => w.dropped += 1,
-            Membership::Reliable => self.cut_off(conn, DisconnectReason::SlowConsumer),
         }
     }
 
@@ -116,6 +115,7 @@ impl Pool {
             unflushed: 0,
             progress: now,
             dropped: 0,
+            pending: Vec::new(),
         };
         self.watchers.insert(conn, w);
         Ok(())
@@ -155,8 +155,19 @@ impl Pool {
 
     /// The end of a batch: one `Send` per connection, then the closes.
     pub(super) fn flush(&mut self, _now: Instant) -> Vec<Output> {
-        let mut out = Vec::with_capacity(self.outbox.len() + self.closing.len());
-        for (conn, lines) in std::mem::take(&mut self.outbox) {
+        let mut sends = std::mem::take(&mut self.outbox);
+        let watchers = match std::mem::take(&mut self.watchers_pending) {
+            true => self.watchers.iter_mut(),
+            false => Default::default(),
+        };
+        for (conn, w) in watchers {
+            if !w.pending.is_empty() {
+                let lines = std::mem::take(&mut w.pending);
+                sends.entry(*conn).or_default().extend(lines);
+            }
+        }
+        let mut out = Vec::with_capacity(sends.len() + self.closing.len());
+        for (conn, lines) in sends {
             if let Some(w) = self.watchers.get_mut(&conn) {
                 w.unflushed += lines.len();
             }

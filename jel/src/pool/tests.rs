@@ -675,3 +675,47 @@ fn random_walks_keep_the_invariants_and_every_watcher_agrees_with_the_pool() {
         }
     }
 }
+
+/// Not a unit test: `cargo test --release -p jel --lib -- --ignored --nocapture scale` prints
+/// how long the core takes for 2000 watchers × 2000 joins (4 million deliveries).
+#[test]
+#[ignore]
+fn scale_2000_watchers_see_2000_joins() {
+    let mut pool = Pool::new(PoolConfig::default());
+    let now = Instant::now();
+    let n: u64 = 2000;
+    let hello = |conn| Input::Line {
+        conn,
+        line: r#"{"jel":1}"#.into(),
+    };
+    let open = |conn| Input::Opened {
+        conn,
+        host: "front".into(),
+        pid: None,
+    };
+    let watch = (0..n).flat_map(|c| {
+        let line = r#"{"op":"watch"}"#.to_string();
+        [open(c), hello(c), Input::Line { conn: c, line }]
+    });
+    pool.handle_batch(watch.collect::<Vec<_>>(), now);
+    let started = Instant::now();
+    let mut delivered = 0;
+    for chunk in (n..2 * n).collect::<Vec<_>>().chunks(100) {
+        let joins = chunk.iter().flat_map(|&c| {
+            let line = r#"{"op":"join"}"#.to_string();
+            [open(c), hello(c), Input::Line { conn: c, line }]
+        });
+        let mut flushed = Vec::new();
+        for o in pool.handle_batch(joins.collect::<Vec<_>>(), now) {
+            if let Output::Send { conn, lines } = o {
+                delivered += lines.len();
+                flushed.push(Input::Flushed {
+                    conn,
+                    lines: lines.len(),
+                });
+            }
+        }
+        assert!(pool.handle_batch(flushed, now).is_empty());
+    }
+    println!("{delivered} lines in {:?}", started.elapsed());
+}
