@@ -50,6 +50,32 @@
 //! - **Signals are events:** every watcher sees them, with the addressees in `to` (empty: all);
 //!   a member filters them.
 //! - **After `terminated` nothing is emitted**: state still changes, the stream has ended.
+//!
+//! # Hosting a pool (what the agent's shell does)
+//! `jel/tests/server` is a small working example of all this, on one host.
+//! - **Start:** one [`Pool`] per job, `Pool::new(PoolConfig::from_rsl(jel)?)` with the RSL
+//!   `jel` value (a [`JelRslError`] is a bad job spec: exit 64 before the job starts). Bind a
+//!   Unix socket in the job's private directory and put its path in the job's environment as
+//!   `RB_JEL` ([`crate::ENV_JEL`]); each subagent does the same on its host for the remote
+//!   processes and relays connections over its agent link (open, line, closed one way; send,
+//!   disconnect the other), the agent choosing [`ConnId`]s unique across hosts.
+//! - **Connections:** accept only peers of the job's uid (`proto::peercred::peer_uid`);
+//!   [`Input::Opened`] with the host's lab name and the peer's pid; every line read (bound
+//!   its length, and close the connection past it) → [`Input::Line`]; EOF or an error →
+//!   [`Input::Closed`] at once (the issue wants `died` within 100 ms).
+//! - **Batching:** feed everything that is ready (all lines read in one go) through one
+//!   [`Pool::handle_batch`]: each connection then gets one [`Output::Send`].
+//! - **Outputs:** `Send` → append the lines to the connection's buffer and write it
+//!   non-blocking (one `writev`), reporting [`Input::Flushed`] with the whole lines written;
+//!   `Disconnect` → write what is buffered if it goes at once, then close and forget (no
+//!   `Closed` needed). Never drop an output.
+//! - **Job events:** a broker grant → [`Input::HostGranted`]; a reclaim → [`Input::Reclaim`]
+//!   with `deadline_ms` = now + grace (Unix ms), performed *before* the subagent is told to
+//!   terminate; the host given back (release confirmed, forced, or a shrink) →
+//!   [`Input::HostReleased`]; a subagent link lost → [`Input::HostLost`] only once its own
+//!   deadline for ending its processes has passed; a process the agent kills (pid known) →
+//!   [`Input::Killed`]; the job's end → [`Input::Terminate`], then write out and close.
+//! - **Time:** [`Input::Tick`] about once a second (stalled watchers).
 
 mod elect;
 mod hosts;
