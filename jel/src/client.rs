@@ -108,10 +108,7 @@ impl Conn {
             consistency: None,
         })?;
         let line = conn.read_line()?;
-        match serde_json::from_str::<Hello>(&line) {
-            Ok(hello) => conn.consistency = hello.consistency.unwrap_or_default(),
-            Err(e) => return Err(conn.refusal_or(line, e.to_string())),
-        }
+        conn.consistency = decode_hello(&conn.path, line)?;
         Ok(conn)
     }
 
@@ -140,34 +137,61 @@ impl Conn {
         }
     }
 
-    /// A line that is not what we expected: the pool's error reply, or a protocol error.
-    fn refusal_or(&self, line: String, reason: String) -> JelError {
-        match serde_json::from_str::<Reply>(&line) {
-            Ok(Reply::Error { op, error, help }) => JelError::Refused { op, error, help },
-            _ => JelError::Protocol {
-                path: self.path.clone(),
-                line: line.trim_end().to_string(),
-                reason,
-            },
-        }
-    }
-
     fn request(&mut self, request: &Request) -> Result<Reply, JelError> {
         self.write(request)?;
         let line = self.read_line()?;
-        match serde_json::from_str::<Reply>(&line) {
-            Ok(Reply::Error { op, error, help }) => Err(JelError::Refused { op, error, help }),
-            Ok(reply) => Ok(reply),
-            Err(e) => Err(self.refusal_or(line, e.to_string())),
-        }
+        decode_reply(&self.path, line)
     }
 
     fn unexpected(&self, reply: Reply) -> JelError {
-        JelError::Protocol {
-            path: self.path.clone(),
-            line: to_line(&reply).trim_end().to_string(),
-            reason: "not the reply to the request sent".into(),
-        }
+        unexpected(&self.path, reply)
+    }
+}
+
+/// The server's hello line: the pool's consistency, or why it refused us.
+pub(crate) fn decode_hello(path: &Path, line: String) -> Result<String, JelError> {
+    match serde_json::from_str::<Hello>(&line) {
+        Ok(hello) => Ok(hello.consistency.unwrap_or_default()),
+        Err(e) => Err(refusal_or(path, line, e.to_string())),
+    }
+}
+
+/// A reply line: the reply, or the pool's refusal as [`JelError::Refused`].
+pub(crate) fn decode_reply(path: &Path, line: String) -> Result<Reply, JelError> {
+    match serde_json::from_str::<Reply>(&line) {
+        Ok(Reply::Error { op, error, help }) => Err(JelError::Refused { op, error, help }),
+        Ok(reply) => Ok(reply),
+        Err(e) => Err(refusal_or(path, line, e.to_string())),
+    }
+}
+
+/// An event line of a watch connection.
+pub(crate) fn decode_event(path: &Path, line: String) -> Result<Event, JelError> {
+    serde_json::from_str(&line).map_err(|e| JelError::Protocol {
+        path: path.to_path_buf(),
+        line: line.trim_end().to_string(),
+        reason: e.to_string(),
+    })
+}
+
+/// A line that is not what we expected: the pool's error reply, or a protocol error.
+fn refusal_or(path: &Path, line: String, reason: String) -> JelError {
+    match serde_json::from_str::<Reply>(&line) {
+        Ok(Reply::Error { op, error, help }) => JelError::Refused { op, error, help },
+        _ => JelError::Protocol {
+            path: path.to_path_buf(),
+            line: line.trim_end().to_string(),
+            reason,
+        },
+    }
+}
+
+/// A reply of another kind than the request calls for.
+pub(crate) fn unexpected(path: &Path, reply: Reply) -> JelError {
+    JelError::Protocol {
+        path: path.to_path_buf(),
+        line: to_line(&reply).trim_end().to_string(),
+        reason: "not the reply to the request sent".into(),
     }
 }
 
@@ -383,11 +407,7 @@ impl Watcher {
             }
             other => other?,
         };
-        let event: Event = serde_json::from_str(&line).map_err(|e| JelError::Protocol {
-            path: self.conn.path.clone(),
-            line: line.trim_end().to_string(),
-            reason: e.to_string(),
-        })?;
+        let event = decode_event(&self.conn.path, line)?;
         self.next = event.seq + 1;
         self.terminated |= event.kind == EventKind::Terminated;
         Ok(event)

@@ -9,10 +9,13 @@
 //!   hosts (no sockets, no clock).
 //! - [`client`]: the blocking Rust client ([`client::Client`], [`client::Member`],
 //!   [`client::Watcher`]).
+//! - `nonblocking` (feature `tokio`): the same client, async.
 //!
 //! The protocol, with an example of every line, is in PROTOCOL.md, section "JEL".
 
 pub mod client;
+#[cfg(feature = "tokio")]
+pub mod nonblocking;
 pub mod pool;
 pub mod wire;
 

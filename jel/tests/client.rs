@@ -179,3 +179,41 @@ fn a_refused_request_is_an_error_with_help_and_exit_1() {
     assert_eq!(e.exit_code(), 1);
     assert!(e.to_string().contains("no member 4242") && e.to_string().contains("help:"));
 }
+
+#[cfg(feature = "tokio")]
+#[test]
+fn the_async_client_joins_elects_watches_and_leaves() {
+    use jel::nonblocking::AsyncClient;
+    let pool = TestPool::start(PoolConfig::default());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let mut a = AsyncClient::connect_to(&pool.path)
+            .await
+            .expect("a")
+            .join(Some("a"))
+            .await
+            .expect("join");
+        assert_eq!(a.elect("m").await.expect("elect").epoch, 1);
+        let mut w = a.watch(1).await.expect("watch");
+        let b = Client::connect_to(&pool.path)
+            .expect("b")
+            .join(None)
+            .expect("b");
+        drop(b);
+        let mut kinds = Vec::new();
+        while kinds.len() < 4 {
+            kinds.push(w.next_event().await.expect("event").kind);
+        }
+        assert!(matches!(
+            kinds[3],
+            EventKind::Died {
+                reason: DeathReason::Exited,
+                ..
+            }
+        ));
+        assert_eq!(a.leave().await.expect("leave"), 5);
+    });
+}

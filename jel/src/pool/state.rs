@@ -241,8 +241,8 @@ impl Pool {
             Request::Join { name, pid } => self.join(conn, name, pid),
             Request::Leave => {
                 let id = self.member_of(conn)?;
-                self.remove_member(id, None);
-                let reply = Reply::Leave { seq: self.head };
+                let seq = self.remove_member(id, None);
+                let reply = Reply::Leave { seq };
                 self.reply(conn, &reply);
                 Ok(())
             }
@@ -381,19 +381,21 @@ impl Pool {
     }
 
     /// Removes a member: `left` when `death` is `None`, else `died{death}`; then its elections.
-    pub(super) fn remove_member(&mut self, id: MemberId, death: Option<DeathReason>) {
+    /// Returns the seq of the `left` or `died` event.
+    pub(super) fn remove_member(&mut self, id: MemberId, death: Option<DeathReason>) -> u64 {
         let Some(rec) = self.members.remove(&id) else {
-            return;
+            return self.head;
         };
         if let Some(c) = rec.conn.and_then(|conn| self.conns.get_mut(&conn)) {
             c.member = None;
         }
         let member = rec.member;
-        self.emit(match death {
+        let seq = self.emit(match death {
             None => EventKind::Left { member },
             Some(reason) => EventKind::Died { member, reason },
         });
         self.member_gone_from_elections(id);
+        seq
     }
 
     fn closed_conn(&mut self, conn: ConnId) {

@@ -274,6 +274,21 @@ fn uniform_election_re_elects_among_the_remaining_candidates_with_a_growing_epoc
 }
 
 #[test]
+fn leave_replies_the_seq_of_left_even_when_an_elected_follows() {
+    let mut lab = Lab::new(PoolConfig::default());
+    let w = lab.watcher(1);
+    let (c, _) = lab.join("front", None);
+    lab.say(c, json!({"op": "elect", "name": "m"}));
+    let r = lab.say(c, json!({"op": "leave"}));
+    let left = lab
+        .events(w)
+        .into_iter()
+        .find(|e| matches!(e.kind, EventKind::Left { .. }));
+    assert_eq!(r["seq"].as_u64(), left.map(|e| e.seq), "{r}");
+    assert_eq!(lab.kinds(w), ["joined", "elected", "left", "elected"]);
+}
+
+#[test]
 fn non_uniform_election_announces_no_winner_and_the_next_elect_wins() {
     let config = PoolConfig::from_rsl("reliable,nonuniform").expect("rsl");
     let mut lab = Lab::new(config);
