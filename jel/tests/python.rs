@@ -119,3 +119,40 @@ fn a_python_member_that_exits_without_leave_is_died_exited_and_loses_its_electio
         "{kinds:?}"
     );
 }
+
+#[test]
+fn a_slow_python_watcher_is_cut_off_and_resumes_with_no_gap_and_no_duplicate() {
+    let config = PoolConfig {
+        max_buffer: 16,
+        ..PoolConfig::default()
+    };
+    let pool = TestPool::start(config);
+    let mut me = Client::connect_to(&pool.path)
+        .expect("c")
+        .join(None)
+        .expect("join");
+    let n = 3000;
+    let count = (n + 1).to_string();
+    let mut child = python(Some(&pool), &["watch", "--from", "1", "--count", &count])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let first = lines.next().expect("line").expect("read");
+    assert!(first.starts_with(r#"{"seq":1,"event":"joined""#), "{first}");
+    // Python now blocks on its full stdout pipe and stops reading the socket.
+    let payload = serde_json::json!("x".repeat(1000));
+    for _ in 0..n {
+        me.signal("tick", &[], payload.clone()).expect("signal");
+    }
+    assert!(
+        pool.cut_off.load(std::sync::atomic::Ordering::SeqCst) > 0,
+        "the slow watcher was never cut off"
+    );
+    for seq in 2..=n + 1 {
+        let line = lines.next().expect("line").expect("read");
+        let event: serde_json::Value = serde_json::from_str(&line).expect("json");
+        assert_eq!(event["seq"].as_u64(), Some(seq));
+    }
+    assert!(child.wait().expect("wait").success());
+}
