@@ -286,6 +286,51 @@ mod tests {
     }
 
     #[test]
+    fn every_event_kind_reads_back_as_written() {
+        let kinds = [
+            EventKind::Joined { member: alice() },
+            EventKind::Left { member: alice() },
+            EventKind::Vacate {
+                host: "nodeb".into(),
+                members: vec![alice()],
+                deadline: 1_764_000_005_000,
+            },
+            EventKind::HostGranted { host: "b".into() },
+            EventKind::HostReleased { host: "b".into() },
+            EventKind::Elected {
+                name: "m".into(),
+                winner: None,
+                epoch: 2,
+            },
+            EventKind::Signal {
+                name: "go".into(),
+                from: alice(),
+                to: vec![1, 2],
+                payload: json!({"k": [1, "two"]}),
+            },
+            EventKind::Terminated,
+            EventKind::Snapshot {
+                members: vec![alice()],
+                elections: vec![ElectionState {
+                    name: "m".into(),
+                    winner: Some(alice()),
+                    epoch: 1,
+                }],
+                closed: true,
+            },
+        ];
+        for (seq, kind) in kinds.into_iter().enumerate() {
+            let event = Event {
+                seq: seq as u64 + 1,
+                kind,
+            };
+            let line = to_line(&event);
+            assert!(line.ends_with('\n') && !line[..line.len() - 1].contains('\n'));
+            assert_eq!(serde_json::from_str::<Event>(&line).expect(&line), event);
+        }
+    }
+
+    #[test]
     fn requests_parse_with_defaults_and_refuse_unknown_fields() {
         let join: Request = serde_json::from_str(r#"{"op":"join"}"#).expect("join");
         assert_eq!(

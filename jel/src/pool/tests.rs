@@ -616,7 +616,7 @@ impl Replica {
 fn random_op(lab: &mut Lab, rng: &mut Rng, conns: &mut Vec<ConnId>) {
     let host = HOSTS[rng.below(3) as usize];
     let pick = |rng: &mut Rng, conns: &Vec<ConnId>| conns[rng.below(conns.len() as u64) as usize];
-    match rng.below(12) {
+    match rng.below(13) {
         0..=3 => {
             let (c, _) = lab.join(host, Some(["a", "b"][rng.below(2) as usize]));
             conns.push(c);
@@ -646,6 +646,14 @@ fn random_op(lab: &mut Lab, rng: &mut Rng, conns: &mut Vec<ConnId>) {
         }
         10 => {
             lab.input(Input::HostLost { host: host.into() });
+        }
+        11 if !conns.is_empty() => {
+            // The test shell gives connection c the pid 1000 + c.
+            let pid = 1000 + pick(rng, conns) as u32;
+            lab.input(Input::Killed {
+                host: host.into(),
+                pid,
+            });
         }
         _ => {
             lab.input(Input::HostGranted { host: host.into() });
