@@ -12,7 +12,7 @@ use std::{
 
 use jel::{pool::PoolConfig, Client, EventKind};
 use serde_json::json;
-use server::TestPool;
+use server::{kill_after, TestPool};
 
 /// The test program, compiled once against libjel.so (rpath set) and jel.h.
 fn member_program() -> &'static PathBuf {
@@ -61,6 +61,7 @@ fn a_c_member_joins_elects_watches_gets_its_signal_and_leaves() {
         .stdout(Stdio::piped())
         .spawn()
         .expect("run");
+    let _guard = kill_after(child.id(), std::time::Duration::from_secs(60));
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     let first = lines.next().expect("line").expect("read");
     let fields: Vec<&str> = first.split(' ').collect();
@@ -91,4 +92,41 @@ fn a_c_member_joins_elects_watches_gets_its_signal_and_leaves() {
     assert!(child.wait().expect("wait").success());
     let left = w.next_event().expect("event");
     assert!(matches!(left.kind, EventKind::Left { member } if member.id == c_id));
+}
+
+#[test]
+fn a_slow_c_watcher_is_cut_off_and_resumes_with_no_gap_and_no_duplicate() {
+    let config = PoolConfig {
+        max_buffer: 16,
+        ..PoolConfig::default()
+    };
+    let pool = TestPool::start(config);
+    let mut me = Client::connect_to(&pool.path)
+        .expect("c")
+        .join(None)
+        .expect("join");
+    let n = 3000;
+    let mut child = Command::new(member_program())
+        .args(["watch", &(n + 1).to_string()])
+        .env(jel::ENV_JEL, &pool.path)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run");
+    let _guard = kill_after(child.id(), std::time::Duration::from_secs(60));
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let first = lines.next().expect("line").expect("read");
+    assert!(first.starts_with(r#"{"seq":1,"event":"joined""#), "{first}");
+    // The program now blocks on its full stdout pipe and stops reading the socket.
+    let payload = json!("x".repeat(1000));
+    for _ in 0..n {
+        me.signal("tick", &[], payload.clone()).expect("signal");
+    }
+    let cut_off = pool.cut_off.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(cut_off > 0, "the slow watcher was never cut off");
+    for seq in 2..=n + 1 {
+        let line = lines.next().expect("line").expect("read");
+        let event: serde_json::Value = serde_json::from_str(&line).expect("json");
+        assert_eq!(event["seq"].as_u64(), Some(seq));
+    }
+    assert!(child.wait().expect("wait").success());
 }

@@ -9,7 +9,7 @@ use std::{
 };
 
 use jel::{pool::PoolConfig, Client, EventKind};
-use server::TestPool;
+use server::{kill_after, TestPool};
 
 fn jel_py() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/jel.py"))
@@ -88,6 +88,7 @@ fn a_python_member_that_exits_without_leave_is_died_exited_and_loses_its_electio
         .stdout(Stdio::piped())
         .spawn()
         .expect("python3");
+    let _guard = kill_after(child.id(), std::time::Duration::from_secs(60));
     let mut line = String::new();
     let stdout = child.stdout.take().expect("stdout");
     BufReader::new(stdout).read_line(&mut line).expect("read");
@@ -137,6 +138,7 @@ fn a_slow_python_watcher_is_cut_off_and_resumes_with_no_gap_and_no_duplicate() {
         .stdout(Stdio::piped())
         .spawn()
         .expect("python3");
+    let _guard = kill_after(child.id(), std::time::Duration::from_secs(60));
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     let first = lines.next().expect("line").expect("read");
     assert!(first.starts_with(r#"{"seq":1,"event":"joined""#), "{first}");

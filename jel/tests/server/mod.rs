@@ -213,3 +213,18 @@ fn perform(outputs: Vec<Output>, outs: &mut HashMap<ConnId, Out>, cut_off: &Atom
         }
     }
 }
+
+/// Kills process `pid` if the guard still lives after `limit`: a client under test that
+/// hangs fails its test instead of hanging it.
+pub struct KillGuard(Sender<()>);
+
+pub fn kill_after(pid: u32, limit: Duration) -> KillGuard {
+    let (tx, rx) = channel::<()>();
+    thread::spawn(move || {
+        if rx.recv_timeout(limit) == Err(RecvTimeoutError::Timeout) {
+            // SAFETY: kill(2) with a pid we spawned; at worst it is gone (ESRCH).
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+    });
+    KillGuard(tx)
+}
