@@ -122,7 +122,7 @@ impl Pool {
         for input in inputs {
             self.input(input, now);
         }
-        self.flush(now)
+        self.flush()
     }
 
     fn input(&mut self, input: Input, now: Instant) {
@@ -420,7 +420,7 @@ impl Pool {
         }
     }
 
-    /// The state a `snapshot` carries: members, elections, closed.
+    /// Whether `closed` was emitted (no more joins).
     pub(super) fn is_closed(&self) -> bool {
         self.closed
     }

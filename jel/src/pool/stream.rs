@@ -154,7 +154,7 @@ impl Pool {
     }
 
     /// The end of a batch: one `Send` per connection, then the closes.
-    pub(super) fn flush(&mut self, _now: Instant) -> Vec<Output> {
+    pub(super) fn flush(&mut self) -> Vec<Output> {
         let mut sends = std::mem::take(&mut self.outbox);
         let watchers = match std::mem::take(&mut self.watchers_pending) {
             true => self.watchers.iter_mut(),
