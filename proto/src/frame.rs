@@ -78,11 +78,21 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FramedConn<S> {
                 return Ok(line);
             }
             let room = (self.limit + 1 - self.rbuf.len()).min(READ_CHUNK);
-            self.rbuf.reserve_exact(room);
+            self.grow_for(room);
             let mut window = (&mut self.rbuf).limit(room);
             if self.stream.read_buf(&mut window).await? == 0 {
                 return self.take_last_line();
             }
+        }
+    }
+
+    /// Room for `more` bytes: capacity doubles (amortized, for multi-MiB answers) but never
+    /// past `limit + 1`.
+    fn grow_for(&mut self, more: usize) {
+        let need = self.rbuf.len() + more;
+        if self.rbuf.capacity() < need {
+            let target = need.max((2 * self.rbuf.capacity()).min(self.limit + 1));
+            self.rbuf.reserve_exact(target - self.rbuf.len());
         }
     }
 
