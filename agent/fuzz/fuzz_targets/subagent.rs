@@ -1,0 +1,7 @@
+//! Fuzz target: arbitrary bytes on the agent's subagent port (handshake and subagent
+//! messages). See `src/lib.rs` for what counts as a bug.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| agent_fuzz::subagent(data));

@@ -1,0 +1,6 @@
+//! Fuzz target: arbitrary bytes as a lab file. See `src/lib.rs` for what counts as a bug.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| config_fuzz::lab_file(data));

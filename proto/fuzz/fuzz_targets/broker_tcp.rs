@@ -1,0 +1,7 @@
+//! Fuzz target: arbitrary bytes from a peer of the broker's TCP port (host daemons, agents, rb).
+//! See `src/lib.rs` for what counts as a bug.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| proto_fuzz::broker_tcp(data));
