@@ -4,4 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| agent_fuzz::shim_socket(data));
+#[path = "../../../bench/fuzz/slowest.rs"]
+mod slowest;
+
+fuzz_target!(|data: &[u8]| slowest::timed(|| agent_fuzz::shim_socket(data)));

@@ -68,11 +68,15 @@ fn names_of(request: &ShimRequest) {
     }
 }
 
+/// Runs `session` to its end on this thread's runtime (one per thread, reused: a
+/// runtime per input would cost more than the input).
 fn run(session: impl std::future::Future<Output = ()>) {
-    tokio::runtime::Builder::new_current_thread()
-        .build()
-        .expect("a current-thread runtime builds")
-        .block_on(session);
+    thread_local! {
+        static RUNTIME: tokio::runtime::Runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a current-thread runtime builds");
+    }
+    RUNTIME.with(|runtime| runtime.block_on(session));
 }
 
 /// Every line of `data` decoded as a frame of type `T`, then `check`ed.

@@ -3,4 +3,7 @@
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| config_fuzz::lab_file(data));
+#[path = "../../../bench/fuzz/slowest.rs"]
+mod slowest;
+
+fuzz_target!(|data: &[u8]| slowest::timed(|| config_fuzz::lab_file(data)));

@@ -42,10 +42,7 @@ pub fn control_socket(data: &[u8]) {
 /// One connection whose peer sent `data` and then closed: the handshake, then messages
 /// until the first error, as a broker session reads them.
 fn serve(data: &[u8], auth: ServerAuth<'_>) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .expect("a current-thread runtime builds");
-    runtime.block_on(async {
+    run(async {
         let mut conn = FramedConn::with_limit(tokio::io::join(data, tokio::io::sink()), LIMIT);
         if server_handshake(&mut conn, auth).await.is_err() {
             return;
@@ -54,6 +51,17 @@ fn serve(data: &[u8], auth: ServerAuth<'_>) {
             round_trip(&msg);
         }
     });
+}
+
+/// Runs `session` to its end on this thread's runtime (one per thread, reused: a
+/// runtime per input would cost more than the input).
+fn run(session: impl std::future::Future<Output = ()>) {
+    thread_local! {
+        static RUNTIME: tokio::runtime::Runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a current-thread runtime builds");
+    }
+    RUNTIME.with(|runtime| runtime.block_on(session));
 }
 
 /// Every line of `data` decoded as the broker decodes a frame.
