@@ -18,6 +18,7 @@ trap 'rm -f "$out"' EXIT
   echo
   ./target/release/rb-bench "$@"
   rsl/bench/run.sh
+  bench/fuzz/run.sh   # >= 1 M inputs per fuzz target (nightly + cargo-fuzz; says so when absent)
 } > "$out"
 mv "$out" BENCHMARKS.md
 trap - EXIT

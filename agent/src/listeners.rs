@@ -14,7 +14,7 @@ use proto::{
     auth::Secret,
     frame::{FrameError, FramedConn},
     handshake::{refuse, server_handshake, ServerAuth},
-    msg::{ErrorCode, FromBroker, ToBroker},
+    msg::{ErrorCode, FromBroker, Hello, ToBroker},
     peercred,
 };
 use tokio::{
@@ -138,6 +138,11 @@ async fn shim_conn(mut conn: FramedConn<tokio::net::UnixStream>, events: mpsc::S
     }
 }
 
+/// The allocation a subagent's hello names (its `name` is the allocation id), if any.
+pub fn subagent_alloc(hello: &Hello) -> Option<u64> {
+    hello.name.parse().ok()
+}
+
 /// Serves subagents until the listener is dropped.
 pub async fn serve_subagents(
     listener: TcpListener,
@@ -167,7 +172,7 @@ async fn sub_conn(
         Ok(Err(e)) => return warn!(%peer, error = %e, "subagent refused"),
         Err(_) => return warn!(%peer, "subagent handshake timed out"),
     };
-    let Ok(alloc) = hello.name.parse::<u64>() else {
+    let Some(alloc) = subagent_alloc(&hello) else {
         return refuse(
             &mut conn,
             ErrorCode::BadMessage,

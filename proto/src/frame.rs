@@ -2,13 +2,21 @@
 //!
 //! [`FramedConn`] wraps any async byte stream. A line that is too long, not UTF-8 or not
 //! valid JSON for the expected type is an error; callers close the connection on errors.
+//!
+//! The reader never holds more than the connection's limit: each read asks for at most the
+//! room left below `limit + 1` bytes, so a peer streaming a line without end is refused
+//! after `limit + 1` bytes, whatever it sends after (issue 17). Reads and writes are
+//! cancel-safe (both are used inside `tokio::select!`): bytes read or not yet written stay
+//! in the connection's buffers.
 
-use futures::{SinkExt, StreamExt};
+use bytes::BufMut;
 use serde::{de::DeserializeOwned, Serialize};
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio_util::codec::{Framed, LinesCodec, LinesCodecError};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::MAX_FRAME_BYTES;
+
+/// Most bytes asked of the stream by one read.
+const READ_CHUNK: usize = 64 * 1024;
 
 /// Why a frame could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -25,7 +33,16 @@ pub enum FrameError {
 
 /// A message stream over an async byte stream.
 pub struct FramedConn<S> {
-    inner: Framed<S, LinesCodec>,
+    stream: S,
+    /// Bytes read and not yet returned as lines; never more than `limit + 1`.
+    rbuf: Vec<u8>,
+    /// How much of `rbuf` is known to hold no newline.
+    scanned: usize,
+    /// Encoded frames not yet written.
+    wbuf: Vec<u8>,
+    limit: usize,
+    /// Set once a line was too long: the rest of the stream is not read.
+    refused: bool,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> FramedConn<S> {
@@ -38,7 +55,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FramedConn<S> {
     /// [`crate::MAX_RESPONSE_BYTES`], since a status of 10k hosts is several MiB.
     pub fn with_limit(stream: S, max_bytes: usize) -> Self {
         Self {
-            inner: Framed::new(stream, LinesCodec::new_with_max_length(max_bytes)),
+            stream,
+            rbuf: Vec::new(),
+            scanned: 0,
+            wbuf: Vec::new(),
+            limit: max_bytes,
+            refused: false,
         }
     }
 
@@ -48,32 +70,93 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FramedConn<S> {
         decode(&line)
     }
 
-    /// Reads the next raw line (for callers that decode themselves).
+    /// Reads the next raw line (for callers that decode themselves). A last line without
+    /// a newline counts as a line at the end of the stream.
     pub async fn recv_line(&mut self) -> Result<String, FrameError> {
-        match self.inner.next().await {
-            None => Err(FrameError::Closed),
-            Some(Ok(line)) => Ok(line),
-            Some(Err(LinesCodecError::MaxLineLengthExceeded)) => Err(FrameError::TooLong),
-            Some(Err(LinesCodecError::Io(e))) if e.kind() == std::io::ErrorKind::InvalidData => {
-                Err(FrameError::Malformed("frame is not UTF-8".into()))
+        loop {
+            if let Some(line) = self.take_line()? {
+                return Ok(line);
             }
-            Some(Err(LinesCodecError::Io(e))) => Err(FrameError::Io(e)),
+            let room = (self.limit + 1 - self.rbuf.len()).min(READ_CHUNK);
+            self.grow_for(room);
+            let mut window = (&mut self.rbuf).limit(room);
+            if self.stream.read_buf(&mut window).await? == 0 {
+                return self.take_last_line();
+            }
         }
+    }
+
+    /// Room for `more` bytes: capacity doubles (amortized, for multi-MiB answers) but never
+    /// past `limit + 1`.
+    fn grow_for(&mut self, more: usize) {
+        let need = self.rbuf.len() + more;
+        if self.rbuf.capacity() < need {
+            let target = need.max((2 * self.rbuf.capacity()).min(self.limit + 1));
+            self.rbuf.reserve_exact(target - self.rbuf.len());
+        }
+    }
+
+    /// The next complete line in the buffer, if any; `TooLong` once the buffer exceeds
+    /// the limit without a newline.
+    fn take_line(&mut self) -> Result<Option<String>, FrameError> {
+        if self.refused {
+            return Err(FrameError::TooLong);
+        }
+        let Some(at) = self.rbuf[self.scanned..].iter().position(|&b| b == b'\n') else {
+            self.scanned = self.rbuf.len();
+            if self.rbuf.len() > self.limit {
+                self.refused = true;
+                self.rbuf = Vec::new();
+                return Err(FrameError::TooLong);
+            }
+            return Ok(None);
+        };
+        let end = self.scanned + at;
+        let line = line_text(&self.rbuf[..end]);
+        self.rbuf.drain(..=end);
+        self.scanned = 0;
+        if self.rbuf.capacity() > READ_CHUNK && self.rbuf.len() < READ_CHUNK {
+            self.rbuf.shrink_to(READ_CHUNK);
+        }
+        line.map(Some)
+    }
+
+    /// At end of stream: what is left, as a line, or `Closed`.
+    fn take_last_line(&mut self) -> Result<String, FrameError> {
+        if self.rbuf.is_empty() {
+            return Err(FrameError::Closed);
+        }
+        let rest = std::mem::take(&mut self.rbuf);
+        self.scanned = 0;
+        line_text(&rest)
     }
 
     /// Writes one message and flushes it.
     pub async fn send<T: Serialize>(&mut self, msg: &T) -> Result<(), FrameError> {
         let line = encode(msg)?;
-        self.inner.send(line).await.map_err(|e| match e {
-            LinesCodecError::MaxLineLengthExceeded => FrameError::TooLong,
-            LinesCodecError::Io(e) => FrameError::Io(e),
-        })
+        self.wbuf.extend_from_slice(line.as_bytes());
+        self.wbuf.push(b'\n');
+        while !self.wbuf.is_empty() {
+            let n = self.stream.write(&self.wbuf).await?;
+            if n == 0 {
+                return Err(FrameError::Io(std::io::ErrorKind::WriteZero.into()));
+            }
+            self.wbuf.drain(..n);
+        }
+        self.stream.flush().await?;
+        Ok(())
     }
 
     /// The underlying stream (e.g. to read peer credentials).
     pub fn get_ref(&self) -> &S {
-        self.inner.get_ref()
+        &self.stream
     }
+}
+
+/// A line's text: without its `\r` (if any), and UTF-8.
+fn line_text(line: &[u8]) -> Result<String, FrameError> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    String::from_utf8(line.to_vec()).map_err(|_| FrameError::Malformed("frame is not UTF-8".into()))
 }
 
 /// Decodes one frame's text.
@@ -142,5 +225,67 @@ mod tests {
             b.recv::<ToBroker>().await,
             Err(FrameError::Closed)
         ));
+    }
+
+    /// An endless line: yields `x` forever and counts what the connection pulled.
+    struct Endless(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+    impl tokio::io::AsyncRead for Endless {
+        fn poll_read(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            let n = buf.remaining();
+            buf.put_slice(&vec![b'x'; n]);
+            self.0.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    /// Issue 17: a peer streaming a line without end is refused after at most `limit + 1`
+    /// bytes; the connection never reads (so never holds) more than its limit.
+    #[tokio::test]
+    async fn an_endless_line_is_refused_without_reading_past_the_limit() {
+        for limit in [1000, crate::MAX_FRAME_BYTES] {
+            let pulled = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let stream = tokio::io::join(Endless(pulled.clone()), tokio::io::sink());
+            let mut conn = FramedConn::with_limit(stream, limit);
+            let got = conn.recv::<ToBroker>().await;
+            assert!(matches!(got, Err(FrameError::TooLong)), "{got:?}");
+            let pulled = pulled.load(std::sync::atomic::Ordering::Relaxed);
+            assert!(
+                pulled <= limit + 1,
+                "read {pulled} bytes for a limit of {limit}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn lines_in_one_write_crlf_and_an_unterminated_last_line_are_frames() {
+        let (mut a, b) = tokio::io::duplex(4096);
+        let mut b = FramedConn::new(b);
+        a.write_all(b"one\r\ntwo\nthree").await.expect("write");
+        drop(a);
+        for want in ["one", "two", "three"] {
+            assert_eq!(b.recv_line().await.expect("line"), want);
+        }
+        assert!(matches!(b.recv_line().await, Err(FrameError::Closed)));
+    }
+
+    /// `recv` is used inside `tokio::select!`: a read cancelled halfway loses nothing.
+    #[tokio::test(start_paused = true)]
+    async fn a_cancelled_recv_keeps_the_partial_line() {
+        let (mut a, b) = tokio::io::duplex(4096);
+        let mut b = FramedConn::new(b);
+        a.write_all(b"{\"t\":\"heart").await.expect("write");
+        let waited =
+            tokio::time::timeout(std::time::Duration::from_millis(20), b.recv::<ToBroker>()).await;
+        assert!(waited.is_err(), "no full line yet: {waited:?}");
+        a.write_all(b"beat\"}\n").await.expect("write");
+        assert_eq!(
+            b.recv::<ToBroker>().await.expect("recv"),
+            ToBroker::Heartbeat
+        );
     }
 }

@@ -146,13 +146,7 @@ fn garbage_on_the_broker_port_leaves_it_unaffected() {
             String::from_utf8_lossy(&buf)
         );
     }
-    let mut huge = TcpStream::connect(addr).expect("connect");
-    let chunk = vec![b'x'; 64 * 1024];
-    for _ in 0..40 {
-        if huge.write_all(&chunk).is_err() {
-            break;
-        }
-    }
+    endless_line_is_dropped_without_growing_the_broker(&broker);
     let hosts = broker.status().expect("broker still answers");
     assert!(hosts.iter().all(|h| h.state == HostState::Up), "{hosts:?}");
     silent.write_all(b"\n").ok();
@@ -160,6 +154,38 @@ fn garbage_on_the_broker_port_leaves_it_unaffected() {
         broker.log().contains("dropped connection").then_some(())
     });
     assert!(logged.is_some(), "bad peers must be logged");
+}
+
+/// Issue 17: a peer streaming 100 MiB without a newline is dropped at the frame limit
+/// (its writes fail long before 100 MiB), and the broker's peak RSS does not grow by
+/// anything near what was sent.
+fn endless_line_is_dropped_without_growing_the_broker(broker: &Broker) {
+    let peak_before = peak_rss_kib(broker.child.id()).expect("broker VmHWM");
+    let mut huge = TcpStream::connect(broker.tcp_addr()).expect("connect");
+    let chunk = vec![b'x'; 64 * 1024];
+    let mut sent = 0usize;
+    while sent < 100 << 20 && huge.write_all(&chunk).is_ok() {
+        sent += chunk.len();
+    }
+    assert!(
+        sent < 100 << 20,
+        "the broker read 100 MiB of one line without dropping the connection"
+    );
+    let peak_after = peak_rss_kib(broker.child.id()).expect("broker VmHWM");
+    let grown = peak_after.saturating_sub(peak_before);
+    eprintln!("dropped after {sent} bytes; broker peak RSS grew by {grown} KiB");
+    assert!(
+        grown < 8 * 1024,
+        "broker peak RSS grew by {grown} KiB for one endless line (limit {} bytes)",
+        proto::MAX_FRAME_BYTES
+    );
+}
+
+/// Peak resident set size of a process, in KiB (`VmHWM`).
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 #[test]

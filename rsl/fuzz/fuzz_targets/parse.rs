@@ -6,7 +6,12 @@
 use libfuzzer_sys::fuzz_target;
 use rsl::{JobSpec, Mode, Rsl, SymbolTable};
 
-fuzz_target!(|data: &[u8]| {
+#[path = "../../../bench/fuzz/slowest.rs"]
+mod slowest;
+
+fuzz_target!(|data: &[u8]| slowest::timed(|| check(data)));
+
+fn check(data: &[u8]) {
     for mode in [Mode::Compatible, Mode::Strict] {
         let Ok(rsl) = Rsl::parse_bytes(data, mode) else {
             continue;
@@ -28,4 +33,4 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(text) = std::str::from_utf8(data) {
         let _ = JobSpec::from_rsl_text(text).map(|s| s.to_json_pretty());
     }
-});
+}

@@ -1,0 +1,9 @@
+//! Fuzz target: arbitrary bytes as a lab file. See `src/lib.rs` for what counts as a bug.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+#[path = "../../../bench/fuzz/slowest.rs"]
+mod slowest;
+
+fuzz_target!(|data: &[u8]| slowest::timed(|| config_fuzz::lab_file(data)));

@@ -1,0 +1,10 @@
+//! Fuzz target: arbitrary bytes from a peer of the broker's TCP port (host daemons, agents, rb).
+//! See `src/lib.rs` for what counts as a bug.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+#[path = "../../../bench/fuzz/slowest.rs"]
+mod slowest;
+
+fuzz_target!(|data: &[u8]| slowest::timed(|| proto_fuzz::broker_tcp(data)));
