@@ -62,7 +62,8 @@ pub fn subagent(data: &[u8]) {
 fn names_of(request: &ShimRequest) {
     let (ShimRequest::Allocate { symbolic: name, .. }
     | ShimRequest::Attach { host: name, .. }
-    | ShimRequest::Resolved { symbolic: name, .. }) = request;
+    | ShimRequest::Resolved { symbolic: name, .. }
+    | ShimRequest::Named { host: name, .. }) = request;
     if symbolic::is_symbolic(name) {
         let _ = symbolic::placeholder_address(name);
     }
