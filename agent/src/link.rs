@@ -14,6 +14,7 @@ use proto::{
     frame::FramedConn,
     handshake::{client_handshake, ClientAuth},
     msg::{FromBroker, JobRegistration, Role, ToBroker},
+    peercred::BrokerSocketError,
 };
 use tokio::io::{AsyncRead, AsyncWrite};
 
@@ -113,20 +114,6 @@ pub fn resolve(
     }))
 }
 
-/// Why a Unix socket could not be reached, in words a user can act on: a permission error
-/// is not a missing broker.
-pub fn socket_error(path: &Path, err: std::io::Error) -> anyhow::Error {
-    let help = if err.kind() == std::io::ErrorKind::PermissionDenied {
-        "the socket or a directory above it is not yours (another user's broker?); use your own lab file's broker, or --broker IP:PORT with the lab secret"
-    } else {
-        "is rb-broker running? start it with `rb-broker --lab LAB.toml`"
-    };
-    anyhow::Error::new(err).context(format!(
-        "cannot reach the broker at {}\nhelp: {help}",
-        path.display()
-    ))
-}
-
 /// Connects and authenticates; returns the connection and our address as the broker sees
 /// it (where subagents on other hosts can reach us).
 pub async fn connect(t: &BrokerTarget, label: &str) -> anyhow::Result<(Conn, IpAddr)> {
@@ -134,7 +121,7 @@ pub async fn connect(t: &BrokerTarget, label: &str) -> anyhow::Result<(Conn, IpA
         Target::Socket(path) => {
             let stream = tokio::net::UnixStream::connect(path)
                 .await
-                .map_err(|e| socket_error(path, e))?;
+                .map_err(|e| BrokerSocketError::new(path, e))?;
             proto::peercred::check_server(&stream, path, "broker")?;
             let mut conn: Conn =
                 FramedConn::with_limit(Box::new(stream), proto::MAX_RESPONSE_BYTES);

@@ -22,6 +22,34 @@ pub fn peer_pid<S: AsFd>(socket: &S) -> Option<i32> {
         .map(|cred| cred.pid())
 }
 
+/// The broker's control socket could not be reached, in words a user can act on: a
+/// permission error is not a missing broker. The `io::Error` stays in the error's chain
+/// (callers map `PermissionDenied` to exit 77).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot reach the broker at {path}\nhelp: {}", self.help())]
+pub struct BrokerSocketError {
+    pub path: String,
+    #[source]
+    pub source: std::io::Error,
+}
+
+impl BrokerSocketError {
+    pub fn new(path: &Path, source: std::io::Error) -> Self {
+        BrokerSocketError {
+            path: path.display().to_string(),
+            source,
+        }
+    }
+
+    fn help(&self) -> &'static str {
+        if self.source.kind() == std::io::ErrorKind::PermissionDenied {
+            "the socket or a directory above it is not yours (another user's broker?); use your own lab file's broker, or --broker IP:PORT with the lab secret"
+        } else {
+            "is rb-broker running? start it with `rb-broker --lab LAB.toml`"
+        }
+    }
+}
+
 /// A unix-socket server that is not us.
 #[derive(Debug, thiserror::Error)]
 pub enum PeerError {

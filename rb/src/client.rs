@@ -15,6 +15,7 @@ use proto::{
     frame::FramedConn,
     handshake::{client_handshake, ClientAuth},
     msg::{FromBroker, Request, Response, Role, ToBroker},
+    peercred::BrokerSocketError,
     report::HostStatus,
 };
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -157,7 +158,7 @@ async fn request_inner(target: &Target, req: Request) -> anyhow::Result<Response
         Target::Socket(path) => {
             let stream = tokio::net::UnixStream::connect(path)
                 .await
-                .map_err(|e| socket_error(path, e))?;
+                .map_err(|e| BrokerSocketError::new(path, e))?;
             proto::peercred::check_server(&stream, path, "broker")?;
             exchange(
                 FramedConn::with_limit(stream, proto::MAX_RESPONSE_BYTES),
@@ -179,20 +180,6 @@ async fn request_inner(target: &Target, req: Request) -> anyhow::Result<Response
             .await
         }
     }
-}
-
-/// Why a Unix socket could not be reached, in words a user can act on: a permission error
-/// is not a missing broker.
-fn socket_error(path: &Path, err: std::io::Error) -> anyhow::Error {
-    let help = if err.kind() == std::io::ErrorKind::PermissionDenied {
-        "the socket or a directory above it is not yours (another user's broker?); use your own lab file's broker, or --broker IP:PORT with the lab secret"
-    } else {
-        "is rb-broker running? start it with `rb-broker --lab LAB.toml`"
-    };
-    anyhow::Error::new(err).context(format!(
-        "cannot reach the broker at {}\nhelp: {help}",
-        path.display()
-    ))
 }
 
 async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
