@@ -406,6 +406,14 @@ impl JobDesk {
                     .await;
                 }
                 Effect::Freed { .. } => {}
+                Effect::PolicyError {
+                    key,
+                    host,
+                    job,
+                    message,
+                } => {
+                    warn!(key, %host, ?job, %message, "policy expression failed; its default was used");
+                }
                 Effect::Persist => persist = true,
             }
         }

@@ -154,7 +154,7 @@ impl Allocator {
                 _ if self.drained.contains(&v.name) => &mut b.drained,
                 _ if others.contains(v.name.as_str()) => &mut b.reserved,
                 _ if self.by_host.contains_key(&v.name) => &mut b.held,
-                _ if !v.owner_away() => &mut b.owner_active,
+                _ if v.is_private() && !v.owner_away() => &mut b.owner_active,
                 _ => &mut b.other,
             };
             *count += 1;
