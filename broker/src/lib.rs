@@ -60,8 +60,13 @@ pub fn info_path(state_dir: &Path) -> PathBuf {
     state_dir.join("broker.json")
 }
 
-/// Runs the broker for `lab` until `shutdown` completes or a local client asks it to stop.
-pub async fn run(lab: LabConfig, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+/// Runs the broker for `lab` with `policy` (loaded before the runtime started, from
+/// `[broker] policy`) until `shutdown` completes or a local client asks it to stop.
+pub async fn run(
+    lab: LabConfig,
+    policy: Arc<policies::Policy>,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
     prepare_state_dir(&lab.broker.state_dir)?;
     let secret = Secret::load(&lab.broker.secret_file)?;
     raise_fd_limit();
@@ -92,7 +97,7 @@ pub async fn run(lab: LabConfig, shutdown: impl Future<Output = ()>) -> anyhow::
     let supervisors =
         SupervisorSet::spawn(&lab.hosts, &spec, events_tx, lab.broker.restart_backoff_max);
     let table = HostTable::new(&lab.hosts, lab.broker.down_after);
-    let desk = job_desk(&lab, &spec)?;
+    let desk = job_desk(&lab, &spec, policy)?;
     let core = tokio::spawn(core::run(
         table,
         desk,
@@ -117,7 +122,11 @@ pub async fn run(lab: LabConfig, shutdown: impl Future<Output = ()>) -> anyhow::
 }
 
 /// The job side, restored from `STATE_DIR/broker.db` when it holds a previous run's state.
-fn job_desk(lab: &LabConfig, spec: &LaunchSpec) -> anyhow::Result<jobs::JobDesk> {
+fn job_desk(
+    lab: &LabConfig,
+    spec: &LaunchSpec,
+    policy: Arc<policies::Policy>,
+) -> anyhow::Result<jobs::JobDesk> {
     let db = lab.broker.state_dir.join("broker.db");
     let (writer, previous) =
         persist::StoreWriter::open(&db).with_context(|| format!("cannot open {}", db.display()))?;
@@ -137,6 +146,9 @@ fn job_desk(lab: &LabConfig, spec: &LaunchSpec) -> anyhow::Result<jobs::JobDesk>
         }
         None => alloc::Allocator::with_config(config),
     };
+    let mut allocator = allocator.with_policy(policy);
+    let (unix, offset) = wall_clock();
+    allocator.set_wall_clock(now, unix, offset);
     let desk = jobs::JobDesk::new(
         allocator,
         spec.remote_shell(),
@@ -144,6 +156,25 @@ fn job_desk(lab: &LabConfig, spec: &LaunchSpec) -> anyhow::Result<jobs::JobDesk>
         &lab.broker.secret_file,
     );
     Ok(desk.with_store(writer, now))
+}
+
+/// Unix seconds now and the local time zone's offset from UTC (for the policy's `now`).
+fn wall_clock() -> (i64, i64) {
+    let unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let t = unix as libc::time_t;
+    // SAFETY: `tm` is a plain C struct that localtime_r fills; both pointers are valid for
+    // the call and localtime_r keeps neither.
+    let offset = unsafe {
+        let mut tm: libc::tm = std::mem::zeroed();
+        if libc::localtime_r(&t, &mut tm).is_null() {
+            0
+        } else {
+            tm.tm_gmtoff
+        }
+    };
+    (unix, offset)
 }
 
 /// Creates the state dir (mode 0700) if missing and refuses one another user owns or

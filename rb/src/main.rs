@@ -181,6 +181,15 @@ fn cmd_check(file: Option<&Path>) -> ExitCode {
     for warning in lab.warnings() {
         eprintln!("{warning}");
     }
+    // The policy the broker will load (`[broker] policy`): its own FILE:LINE:COL error.
+    let policy = match policies::Policy::from_setting(&lab.broker.policy, &lab.policy_base()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {}: broker.policy: {e}", path.display());
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    println!("policy {}", policy.summary());
     println!(
         "{}: ok: {} hosts, transport {}, listen {}",
         path.display(),

@@ -102,6 +102,17 @@ impl Allocator {
         &self.policy
     }
 
+    /// The same allocator with `policy`, before any host is known (at the broker's start,
+    /// after a restore): no decision is due, so there are no effects.
+    pub fn with_policy(mut self, policy: impl Into<Arc<Policy>>) -> Self {
+        self.policy = policy.into();
+        let names: Vec<String> = self.hosts.keys().cloned().collect();
+        for host in &names {
+            self.rebuild_host(host);
+        }
+        self
+    }
+
     /// Replaces the policy. Cached host decisions are recomputed, every held host whose
     /// holder the new `vacate` sends away is reclaimed at once (with `grace_s`), and the
     /// queue is served (the new `start` may allow grants). Running jobs keep their hosts
