@@ -20,6 +20,7 @@ pub mod embedded;
 pub mod hosts;
 pub mod jobs;
 pub mod persist;
+pub mod reload;
 pub mod server;
 pub mod supervisor;
 pub mod transport;
@@ -86,12 +87,21 @@ pub async fn run(
     let (stop_tx, mut stop_rx) = watch::channel(false);
     let names: HashSet<String> = lab.hosts.iter().map(|h| h.name.clone()).collect();
     let interval_ms = lab.broker.report_interval.as_millis() as u64;
+    let policy_handle = Arc::new(reload::PolicyHandle::new(
+        &lab.broker.policy,
+        &lab.policy_base(),
+        &policy,
+        events_tx.clone(),
+    ));
+    let watcher = reload::spawn_policy_watcher(policy_handle.clone(), stop_rx.clone())
+        .context("cannot watch for SIGHUP")?;
     let ctx = Arc::new(ServerCtx::new(
         secret,
         events_tx.clone(),
         names,
         interval_ms,
         stop_tx.clone(),
+        policy_handle,
     ));
     let spec = LaunchSpec::new(&lab, listen);
     let supervisors =
@@ -113,7 +123,7 @@ pub async fn run(
         _ = stop_rx.changed() => {}
     }
     let _ = stop_tx.send(true);
-    let _ = tokio::join!(tcp_task, unix_task);
+    let _ = tokio::join!(tcp_task, unix_task, watcher);
     let _ = core.await;
     let _ = std::fs::remove_file(&socket_path);
     let _ = std::fs::remove_file(info_path(&lab.broker.state_dir));

@@ -110,3 +110,152 @@ fn the_broker_runs_with_a_policy_file_from_the_lab_file() {
     });
     assert!(loaded.is_some(), "{}", broker.log());
 }
+
+/// `rb policy show --json`, parsed.
+fn show(broker: &Broker) -> serde_json::Value {
+    let out = broker.rb(&["policy", "show", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
+/// The short sha256 `rb policy check FILE` prints for `file`.
+fn short_sha(file: &Path) -> String {
+    let out = rb(&["policy", "check", file.to_str().expect("utf8")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let sha = text.rsplit("sha256 ").next().expect("a sha256");
+    sha.trim().to_string()
+}
+
+/// Waits until `rb policy show` reports a sha256 starting with `short`.
+fn wait_sha(broker: &Broker, short: &str, what: &str) -> serde_json::Value {
+    let got = wait_until(Duration::from_secs(10), || {
+        let info = show(broker);
+        info["sha256"]
+            .as_str()
+            .is_some_and(|s| s.starts_with(short))
+            .then_some(info)
+    });
+    got.unwrap_or_else(|| {
+        panic!(
+            "{what}: not in force; shows {}\n{}",
+            show(broker),
+            broker.log()
+        )
+    })
+}
+
+#[test]
+fn rb_policy_reload_refuses_a_bad_file_and_keeps_the_old_policy() {
+    let dir = policy_dir();
+    let file = write(dir.path(), "p.toml", "start = 'true'\n");
+    let broker = Broker::start(&lab_with_policy(1, file.to_str().expect("utf8")));
+    let first = wait_sha(&broker, &short_sha(&file), "the lab file's policy");
+    assert_eq!(first["path"], file.display().to_string());
+    assert!(first["last_reload_error"].is_null(), "{first}");
+
+    write(dir.path(), "p.toml", "start = 'host.lod1 > 1.0'\n");
+    let out = broker.rb(&["policy", "reload"]);
+    assert!(!out.status.success(), "a bad file must fail the reload");
+    let at = format!("{}:1:", file.display());
+    assert!(stderr(&out).contains(&at), "{}", stderr(&out));
+    let after = show(&broker);
+    assert_eq!(after["sha256"], first["sha256"], "the old policy stays");
+    let error = after["last_reload_error"].as_str().unwrap_or_default();
+    assert!(error.contains(&at), "{after}");
+
+    write(dir.path(), "p.toml", "start = 'false'\n");
+    let out = broker.rb(&["policy", "reload"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let short = short_sha(&file);
+    assert!(stdout(&out).contains(&short), "{}", stdout(&out));
+    let now = show(&broker);
+    assert!(now["last_reload_error"].is_null(), "{now}");
+    let human = broker.rb(&["policy", "show"]);
+    assert!(
+        stdout(&human).contains("last reload error  none"),
+        "{}",
+        stdout(&human)
+    );
+}
+
+/// Same size and modification time as before, so only the signal can make it reload.
+fn rewrite_unnoticed(file: &Path, text: &str) {
+    let before = std::fs::metadata(file).expect("stat");
+    assert_eq!(before.len(), text.len() as u64, "same size");
+    let mtime = before.modified().expect("mtime");
+    std::fs::write(file, text).expect("write");
+    let f = std::fs::File::options()
+        .write(true)
+        .open(file)
+        .expect("open");
+    f.set_modified(mtime).expect("keep the mtime");
+}
+
+#[test]
+fn sighup_reloads_the_policy() {
+    let dir = policy_dir();
+    let file = write(dir.path(), "p.toml", "start = 'true' \n");
+    let broker = Broker::start(&lab_with_policy(1, file.to_str().expect("utf8")));
+    wait_sha(&broker, &short_sha(&file), "the lab file's policy");
+    rewrite_unnoticed(&file, "start = 'false'\n");
+    let pid = nix::unistd::Pid::from_raw(broker.child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).expect("SIGHUP");
+    wait_sha(&broker, &short_sha(&file), "after SIGHUP");
+}
+
+#[test]
+fn an_edited_policy_file_is_picked_up_and_a_bad_edit_refused() {
+    let dir = policy_dir();
+    let file = write(dir.path(), "p.toml", "start = 'true'\n");
+    let broker = Broker::start(&lab_with_policy(1, file.to_str().expect("utf8")));
+    let first = wait_sha(&broker, &short_sha(&file), "the lab file's policy");
+    write(dir.path(), "p.toml", "start = 'host.lod1 > 1.0'\n");
+    let refused = wait_until(Duration::from_secs(10), || {
+        let info = show(&broker);
+        (!info["last_reload_error"].is_null()).then_some(info)
+    })
+    .unwrap_or_else(|| panic!("the bad edit was not seen\n{}", broker.log()));
+    assert_eq!(refused["sha256"], first["sha256"], "the old policy stays");
+    write(dir.path(), "p.toml", "start = 'false && true'\n");
+    wait_sha(&broker, &short_sha(&file), "after the edit");
+}
+
+#[test]
+fn rb_policy_explain_and_status_say_why_a_free_host_is_not_startable() {
+    let dir = policy_dir();
+    let file = write(dir.path(), "p.toml", "start = 'host.name == \"vhost02\"'\n");
+    let broker = Broker::start(&lab_with_policy(2, file.to_str().expect("utf8")));
+    broker.wait_all_up(Duration::from_secs(20));
+    let out = broker.rb(&["policy", "explain", "vhost01", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let e: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let start = e["hooks"]
+        .as_array()
+        .and_then(|h| h.iter().find(|h| h["key"] == "start"))
+        .expect("start")
+        .clone();
+    assert_eq!(start["value"], serde_json::json!(false), "{e}");
+    assert!(start["inputs"].to_string().contains("host.name"), "{e}");
+    let human = broker.rb(&["policy", "explain", "vhost02"]);
+    assert!(
+        stdout(&human).contains("start = true"),
+        "{}",
+        stdout(&human)
+    );
+    let hosts = broker.status().expect("status");
+    let note = |name: &str| {
+        hosts
+            .iter()
+            .find(|h| h.name == name)
+            .and_then(|h| h.policy_note.clone())
+    };
+    assert!(
+        note("vhost01").is_some_and(|n| n.contains("start is false")),
+        "{hosts:?}"
+    );
+    assert_eq!(note("vhost02"), None);
+    let out = broker.rb(&["policy", "explain", "vhost09"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("no host named"), "{}", stderr(&out));
+}

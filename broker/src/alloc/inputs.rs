@@ -87,10 +87,10 @@ impl Clone for ErrorLog {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Inputs {
     pub(crate) hosts: BTreeMap<String, Arc<HostEntry>>,
-    jobs: BTreeMap<JobId, (JobFacts, Arc<JobValue>)>,
-    users: BTreeMap<String, Arc<UserValue>>,
-    lab: Option<Arc<LabValue>>,
-    now: Option<Arc<NowValue>>,
+    pub(crate) jobs: BTreeMap<JobId, (JobFacts, Arc<JobValue>)>,
+    pub(crate) users: BTreeMap<String, Arc<UserValue>>,
+    pub(crate) lab: Option<Arc<LabValue>>,
+    pub(crate) now: Option<Arc<NowValue>>,
     at: Option<Instant>,
     wall: Option<WallClock>,
     errors: ErrorLog,

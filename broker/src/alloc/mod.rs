@@ -10,6 +10,7 @@
 //!   asking the policy file (`policies` crate) for each decision.
 //! - `inputs`: the policy's inputs (a pre-built value per host and per job, cached with the
 //!   host-only decisions), [`Allocator::set_policy`], and rate-limited run-time errors.
+//! - `explain`: the policy explained on one host (`rb policy explain`, `policy_note`).
 //! - `view`: read-only views for people: [`JobRow`]s with each waiting request's
 //!   [`WaitReason`], and each host's [`HostAlloc`] (free, held, draining…).
 //! - `in_use`: hosts a job uses without holding them (never granted to it), and finding
@@ -78,6 +79,7 @@
 //! - **Ended jobs** stay listed in [`Allocator::jobs`] until more than
 //!   [`AllocConfig::ended_jobs_kept`] have ended; then the oldest are forgotten.
 
+mod explain;
 mod host;
 mod in_use;
 mod inputs;
