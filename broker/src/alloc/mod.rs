@@ -10,6 +10,7 @@
 //!   asking the policy file (`policies` crate) for each decision.
 //! - `inputs`: the policy's inputs (a pre-built value per host and per job, cached with the
 //!   host-only decisions), [`Allocator::set_policy`], and rate-limited run-time errors.
+//! - `decide`: evaluating one hook on the cached inputs; run-time errors, rate-limited.
 //! - `explain`: the policy explained on one host (`rb policy explain`, `policy_note`).
 //! - `view`: read-only views for people: [`JobRow`]s with each waiting request's
 //!   [`WaitReason`], and each host's [`HostAlloc`] (free, held, draining…).
@@ -79,6 +80,7 @@
 //! - **Ended jobs** stay listed in [`Allocator::jobs`] until more than
 //!   [`AllocConfig::ended_jobs_kept`] have ended; then the oldest are forgotten.
 
+mod decide;
 mod explain;
 mod host;
 mod in_use;
@@ -93,8 +95,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use decide::POLICY_ERROR_EVERY;
 pub use host::{HostView, IDLE_AFTER};
-pub use inputs::POLICY_ERROR_EVERY;
 pub use snapshot::{AllocRecord, JobRecord, ReleasingRecord, RequestRecord, Snapshot};
 pub use state::Allocator;
 pub use store::{Store, StoreError};
