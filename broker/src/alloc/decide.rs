@@ -75,6 +75,27 @@ impl Allocator {
         d.value
     }
 
+    /// `max_hosts` for `job` when it holds (or is being given) that many hosts already:
+    /// then its requests wait. `None`: below its limit, or no limit.
+    pub(crate) fn at_max_hosts(&self, job: JobId) -> Option<usize> {
+        let (facts, j) = self.inputs.jobs.get(&job)?;
+        let user = self.jobs.get(&job).map(|j| j.info.user.as_str());
+        let mut scope = Scope::new().job(j);
+        if let Some(u) = user.and_then(|u| self.inputs.users.get(u)) {
+            scope = scope.user(u);
+        }
+        if let Some(lab) = &self.inputs.lab {
+            scope = scope.lab(lab);
+        }
+        if let Some(now) = &self.inputs.now {
+            scope = scope.now(now);
+        }
+        let d = self.policy.max_hosts(scope);
+        self.note_error(&d, "-", Some(job));
+        let max = d.value.filter(|n| n.is_finite() && *n >= 0.0)? as usize;
+        (facts.hosts_held as usize >= max).then_some(max)
+    }
+
     /// `start`: the cached host-only value, else evaluated for `job`.
     pub(crate) fn starts(&self, job: JobId, host: &str) -> bool {
         match self.inputs.hosts.get(host).and_then(|h| h.start) {

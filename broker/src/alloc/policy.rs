@@ -18,6 +18,9 @@
 //! 3. then the policy's `rank`, higher first (the paper's is today's choice order: quiet,
 //!    least loaded, public), then the name.
 //!
+//! A job holding as many hosts as the policy's `max_hosts` allows (counting hosts being
+//! reclaimed for it) gets no more: its requests wait (reason `max_hosts`).
+//!
 //! What to reclaim for a waiting request: a granted host the request could start on, held
 //! by another running job the policy's `may_preempt` allows taking from; the highest
 //! `preempt_rank` loses (ties: the newest job, its newest allocation). The grace of every
@@ -101,6 +104,10 @@ impl Allocator {
             fx.push(Effect::Refused { job, req, reason });
             return true;
         }
+        if self.at_max_hosts(w.job).is_some() {
+            self.drop_free_reservation(i, fx);
+            return false;
+        }
         if let Some(host) = self.pick_host(i, fx) {
             if self.queue[i].restored {
                 // Nobody waits for it (see `Waiting::restored`): the host stays free.
@@ -125,6 +132,16 @@ impl Allocator {
             }
         }
         false
+    }
+
+    /// Forgets entry `i`'s reservation once its host is free (the entry cannot take it: its
+    /// job is at its `max_hosts`), so that the host serves the next request.
+    fn drop_free_reservation(&mut self, i: usize, fx: &mut Fx) {
+        let free = matches!(&self.queue[i].reserved, Some(h) if !self.by_host.contains_key(h));
+        if free {
+            self.queue[i].reserved = None;
+            fx.dirty = true;
+        }
     }
 
     /// The host to grant entry `i` now: its reserved host once free and still eligible,

@@ -139,3 +139,20 @@ fn a_run_time_error_gives_the_default_and_is_reported_once_per_key_and_host() {
         "rate-limited: {fx:?}"
     );
 }
+
+#[test]
+fn max_hosts_keeps_a_job_waiting_until_it_gives_one_back() {
+    let mut lab = Lab::new(hosts(&["node01", "node02"]));
+    lab.a.set_policy(policy("max_hosts = 1"), lab.now);
+    let j = lab.job(false);
+    let (alloc, _) = lab.take(j, "anyHost");
+    let (req, fx) = lab.req(j, "anyHost");
+    assert_eq!(granted(&fx), None, "at its max_hosts");
+    let row = &lab.a.jobs(lab.now)[0];
+    assert_eq!(row.waiting[0].reason_code, "max_hosts", "{row:?}");
+    let fx = lab.give_back(alloc);
+    assert!(
+        matches!(fx.iter().find(|e| matches!(e, Effect::Granted { .. })), Some(Effect::Granted { req: r, .. }) if *r == req),
+        "{fx:?}"
+    );
+}
