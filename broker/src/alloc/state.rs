@@ -291,6 +291,7 @@ impl Allocator {
             dirty: self.drained.insert(host.to_string()),
             ..Fx::default()
         };
+        self.rebuild_host(host);
         Ok(self.finish(fx))
     }
 
@@ -301,6 +302,7 @@ impl Allocator {
             dirty: self.drained.remove(host),
             ..Fx::default()
         };
+        self.rebuild_host(host);
         self.serve(now, &mut fx);
         Ok(self.finish(fx))
     }
