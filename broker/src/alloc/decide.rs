@@ -75,10 +75,9 @@ impl Allocator {
         d.value
     }
 
-    /// `max_hosts` for `job` when it holds (or is being given) that many hosts already:
-    /// then its requests wait. `None`: below its limit, or no limit.
-    pub(crate) fn at_max_hosts(&self, job: JobId) -> Option<usize> {
-        let (facts, j) = self.inputs.jobs.get(&job)?;
+    /// The scope of the hooks that read no host (`share`, `max_hosts`, `priority`).
+    fn job_scope(&self, job: JobId) -> Option<Scope<'_>> {
+        let (_, j) = self.inputs.jobs.get(&job)?;
         let user = self.jobs.get(&job).map(|j| j.info.user.as_str());
         let mut scope = Scope::new().job(j);
         if let Some(u) = user.and_then(|u| self.inputs.users.get(u)) {
@@ -90,10 +89,27 @@ impl Allocator {
         if let Some(now) = &self.inputs.now {
             scope = scope.now(now);
         }
-        let d = self.policy.max_hosts(scope);
+        Some(scope)
+    }
+
+    /// `max_hosts` for `job` when it holds (or is being given) that many hosts already:
+    /// then its requests wait. `None`: below its limit, or no limit.
+    pub(crate) fn at_max_hosts(&self, job: JobId) -> Option<usize> {
+        let d = self.policy.max_hosts(self.job_scope(job)?);
         self.note_error(&d, "-", Some(job));
         let max = d.value.filter(|n| n.is_finite() && *n >= 0.0)? as usize;
-        (facts.hosts_held as usize >= max).then_some(max)
+        let held = self.inputs.jobs.get(&job)?.0.hosts_held as usize;
+        (held >= max).then_some(max)
+    }
+
+    /// `priority` of `job`'s waiting requests, higher first; 0 when it has none.
+    pub(crate) fn priority(&self, job: JobId) -> f64 {
+        let Some(scope) = self.job_scope(job) else {
+            return 0.0;
+        };
+        let d = self.policy.priority(scope);
+        self.note_error(&d, "-", Some(job));
+        d.value.filter(|p| p.is_finite()).unwrap_or(0.0)
     }
 
     /// `start`: the cached host-only value, else evaluated for `job`.

@@ -47,7 +47,8 @@
 //!   after the tie-breaks below, `may_preempt`/`preempt_rank` what to reclaim for a waiting
 //!   request, `vacate` when a holder must give a host back, and `grace_s` the grace when it
 //!   ends before the lab's or the admin's (the earliest deadline wins); a job at its
-//!   `max_hosts` gets no more hosts. `share` and `priority` are not consulted yet. A hook that fails at run time gives
+//!   `max_hosts` gets no more hosts; `priority` orders the queue. `share` is not consulted
+//!   yet. A hook that fails at run time gives
 //!   its default there and an [`Effect::PolicyError`] (once per key and host a minute).
 //! - **Fair partition without thrashing** (the paper's `may_preempt`). A non-adaptive
 //!   requester may reclaim from any adaptive job; an adaptive requester only from an adaptive

@@ -18,6 +18,9 @@
 //! 3. then the policy's `rank`, higher first (the paper's is today's choice order: quiet,
 //!    least loaded, public), then the name.
 //!
+//! The queue is served first to last; when the policy sets `priority`, it is first ordered
+//! by it (higher first, equal in arrival order) at each serve.
+//!
 //! A job holding as many hosts as the policy's `max_hosts` allows (counting hosts being
 //! reclaimed for it) gets no more: its requests wait (reason `max_hosts`).
 //!
@@ -27,7 +30,7 @@
 //! reclaim is the lab's (or the admin's) unless the policy's `grace_s` ends earlier.
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeMap, BTreeSet},
     time::{Duration, Instant},
 };
 
@@ -86,6 +89,7 @@ impl Allocator {
     /// Serves the queue head-first: grant, refuse, or start one reclaim per waiting request.
     pub(crate) fn serve(&mut self, now: Instant, fx: &mut Fx) {
         self.refresh(now);
+        self.order_queue();
         let mut i = 0;
         while i < self.queue.len() {
             if self.serve_one(i, now, fx) {
@@ -94,6 +98,18 @@ impl Allocator {
                 i += 1;
             }
         }
+    }
+
+    /// Orders the queue by the policy's `priority` (higher first; equal: arrival order) when
+    /// the file sets one; else it stays in arrival order.
+    fn order_queue(&mut self) {
+        if !self.policy.is_set(Hook::Priority) || self.queue.len() < 2 {
+            return;
+        }
+        let jobs: BTreeSet<JobId> = self.queue.iter().map(|w| w.job).collect();
+        let prio: BTreeMap<JobId, f64> = jobs.into_iter().map(|j| (j, self.priority(j))).collect();
+        self.queue
+            .sort_by(|a, b| prio[&b.job].total_cmp(&prio[&a.job]));
     }
 
     /// Handles queue entry `i`; true when it leaves the queue (granted or refused).

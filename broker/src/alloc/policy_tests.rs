@@ -156,3 +156,28 @@ fn max_hosts_keeps_a_job_waiting_until_it_gives_one_back() {
         "{fx:?}"
     );
 }
+
+#[test]
+fn priority_orders_the_queue_and_the_first_gets_the_freed_host() {
+    let mut lab = Lab::new(hosts(&["node01"]));
+    lab.a
+        .set_policy(policy("priority = 'double(job.id)'"), lab.now);
+    let holder = lab.job(false);
+    let (alloc, _) = lab.take(holder, "anyHost");
+    let early = lab.job(false);
+    let late = lab.job(false);
+    let (r_early, _) = lab.req(early, "anyHost");
+    let (r_late, fx) = lab.req(late, "anyHost");
+    assert_eq!(
+        position(&fx, r_late),
+        Some(1),
+        "the higher priority goes first"
+    );
+    assert_eq!(position(&fx, r_early), Some(2));
+    let fx = lab.give_back(alloc);
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Granted { req, .. } if *req == r_late)),
+        "{fx:?}"
+    );
+}
