@@ -259,3 +259,59 @@ fn rb_policy_explain_and_status_say_why_a_free_host_is_not_startable() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("no host named"), "{}", stderr(&out));
 }
+
+/// `agent --broker SOCKET -- rsh anyHost sleep 60`, killed on drop.
+struct Job(std::process::Child);
+
+impl Job {
+    fn start(broker: &Broker) -> Job {
+        let child = Command::new(bin("agent"))
+            .arg("--broker")
+            .arg(broker.socket())
+            .args(["--grace-s", "1", "--", "rsh", "anyHost", "sleep", "60"])
+            .env_remove("RB_AGENT")
+            .env_remove("RB_LAB")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("agent");
+        Job(child)
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits until some running job holds `host`.
+fn wait_held(broker: &Broker, host: &str) {
+    let held = wait_until(Duration::from_secs(15), || {
+        broker.held_hosts().iter().any(|h| h == host).then_some(())
+    });
+    assert!(
+        held.is_some(),
+        "{host} not granted; jobs {:?}\n{}",
+        broker.jobs(),
+        broker.log()
+    );
+}
+
+#[test]
+fn a_reloaded_policy_changes_which_host_the_next_job_gets() {
+    let dir = policy_dir();
+    let file = write(dir.path(), "p.toml", "start = 'host.name == \"vhost02\"'\n");
+    let broker = Broker::start(&lab_with_policy(2, file.to_str().expect("utf8")));
+    broker.wait_all_up(Duration::from_secs(20));
+    let _first = Job::start(&broker);
+    wait_held(&broker, "vhost02");
+    write(dir.path(), "p.toml", "start = 'host.name == \"vhost01\"'\n");
+    let out = broker.rb(&["policy", "reload"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let _second = Job::start(&broker);
+    wait_held(&broker, "vhost01");
+    assert_eq!(broker.held_hosts().len(), 2, "{:?}", broker.jobs());
+}
