@@ -100,7 +100,7 @@ impl Allocator {
         self.refresh(now);
         let held: Vec<String> = self.by_host.keys().cloned().collect();
         for host in &held {
-            self.owner_returns(host, now, &mut fx);
+            self.vacate_if_asked(host, now, &mut fx);
         }
         self.serve(now, &mut fx);
         self.finish(fx)

@@ -352,7 +352,7 @@ impl Allocator {
     /// adaptive job on a private host whose owner is back, flow 8), with `grace_s` when it
     /// ends before the lab's grace. A host already being released only gets an earlier
     /// deadline.
-    pub(crate) fn owner_returns(&mut self, host: &str, now: Instant, fx: &mut Fx) {
+    pub(crate) fn vacate_if_asked(&mut self, host: &str, now: Instant, fx: &mut Fx) {
         let Some(job) = self.by_host.get(host).and_then(|id| self.allocs.get(id)) else {
             return;
         };

@@ -329,7 +329,7 @@ impl Allocator {
         };
         let mut fx = Fx::default();
         self.inputs_now(now);
-        self.owner_returns(&host, now, &mut fx);
+        self.vacate_if_asked(&host, now, &mut fx);
         if !same {
             self.serve(now, &mut fx);
         }
