@@ -66,6 +66,17 @@ pub enum Event {
     AgentGone {
         job: JobId,
     },
+    /// A reloaded policy to put in force (`reload`); `reply` fires once it is.
+    SetPolicy {
+        policy: std::sync::Arc<policies::Policy>,
+        reply: oneshot::Sender<()>,
+    },
+    /// `rb policy explain HOST [--job ID]`.
+    Explain {
+        host: String,
+        job: Option<JobId>,
+        reply: oneshot::Sender<Result<serde_json::Value, String>>,
+    },
     /// `rb jobs|release|drain|resume`.
     Admin {
         req: Request,
@@ -157,6 +168,14 @@ async fn apply(
             let _ = reply.send(answer);
             desk.perform(effects).await;
         }
+        Event::SetPolicy { policy, reply } => {
+            let effects = desk.set_policy(policy, now);
+            desk.perform(effects).await;
+            let _ = reply.send(());
+        }
+        Event::Explain { host, job, reply } => {
+            let _ = reply.send(desk.explain(&host, job, now));
+        }
         Event::Status { reply } => {
             let mut rows = table.status(now);
             desk.annotate(&mut rows);
@@ -194,6 +213,8 @@ fn apply_host(
         | Event::AgentRegister { .. }
         | Event::AgentMessage { .. }
         | Event::AgentGone { .. }
+        | Event::SetPolicy { .. }
+        | Event::Explain { .. }
         | Event::Admin { .. } => {}
     }
     Vec::new()

@@ -277,3 +277,88 @@ async fn report_grants_a_waiting_request_without_a_tick() {
     assert_eq!(rows[0].alloc_state, "held");
     core.stop().await;
 }
+
+fn policy(text: &str) -> std::sync::Arc<policies::Policy> {
+    let p = policies::Policy::from_text(Path::new("test.toml"), text).expect("a valid policy");
+    std::sync::Arc::new(p)
+}
+
+impl Core {
+    async fn set_policy(&self, text: &str) {
+        let (reply, done) = oneshot::channel();
+        let policy = policy(text);
+        self.send(Event::SetPolicy { policy, reply }).await;
+        done.await.expect("policy set");
+    }
+
+    async fn explain(&self, host: &str, job: Option<JobId>) -> Result<serde_json::Value, String> {
+        let (reply, answer) = oneshot::channel();
+        let host = host.to_string();
+        self.send(Event::Explain { host, job, reply }).await;
+        answer.await.expect("answered")
+    }
+}
+
+/// Issue 15: a reloaded policy is in force at once: the waiting request the old one
+/// refused every host to is granted the host the new one allows, and no other.
+#[tokio::test(start_paused = true)]
+async fn reload_changes_which_host_is_granted() {
+    let mut core = Core::start(&[entry("node02", None), entry("node03", None)]);
+    core.report("node02", idle_report("node02")).await;
+    core.report("node03", idle_report("node03")).await;
+    core.set_policy("start = 'false'").await;
+    let mut waiting = core.register(false).await;
+    core.allocate(&waiting, 1, "anyHost").await;
+    assert!(matches!(
+        next(&mut waiting.rx).await,
+        FromBroker::Queued { req: 1, .. }
+    ));
+    core.set_policy(r#"start = 'host.name == "node03"'"#).await;
+    match next_decision(&mut waiting.rx).await {
+        FromBroker::Granted { req, host, .. } => assert_eq!((req, host.as_str()), (1, "node03")),
+        other => panic!("expected node03, got {other:?}"),
+    }
+    core.allocate(&waiting, 2, "anyHost").await;
+    assert!(matches!(
+        next(&mut waiting.rx).await,
+        FromBroker::Queued { req: 2, .. }
+    ));
+    core.stop().await;
+}
+
+/// Issue 15: `rb policy explain` gives each hook's value and the inputs it read, and
+/// `rb status` says why a free host is not startable.
+#[tokio::test(start_paused = true)]
+async fn explain_and_status_say_why_a_host_is_not_startable() {
+    let mut core = Core::start(&[entry("ws1", Some("bob"))]);
+    let mut busy = idle_report("ws1");
+    busy.users = Some(vec![UserSession {
+        user: "bob".into(),
+        tty: "pts/0".into(),
+        idle_s: Some(12),
+        from: None,
+    }]);
+    core.report("ws1", busy).await;
+    let rows = core.status().await;
+    assert_eq!(
+        rows[0].policy_note.as_deref(),
+        Some("owner active 12 s ago")
+    );
+    let e = core.explain("ws1", None).await.expect("explained");
+    let start = e["hooks"]
+        .as_array()
+        .and_then(|h| h.iter().find(|h| h["key"] == "start"))
+        .expect("start explained")
+        .clone();
+    assert_eq!(start["value"], serde_json::json!(false));
+    let inputs = start["inputs"].to_string();
+    assert!(
+        inputs.contains("host.keyboard_idle_s") && inputs.contains("12"),
+        "{inputs}"
+    );
+    let unknown = core.explain("ws9", None).await;
+    assert!(unknown.is_err_and(|e| e.contains("no host named")));
+    let no_job = core.explain("ws1", Some(42)).await;
+    assert!(no_job.is_err_and(|e| e.contains("job 42 is not running")));
+    core.stop().await;
+}

@@ -40,6 +40,7 @@ pub fn lab(state_dir: &Path, hosts: usize) -> std::io::Result<LabConfig> {
             rsh_command: vec!["rsh".into()],
             job_shell: None,
             reclaim_grace: Duration::from_secs(5),
+            policy: "paper".into(),
         },
         hosts,
     })

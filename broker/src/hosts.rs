@@ -258,6 +258,7 @@ fn status_row(rec: &HostRecord, now: Instant, down_after: Duration) -> HostStatu
         alloc_state: String::new(),
         held_by: None,
         drained: false,
+        policy_note: None,
     }
 }
 

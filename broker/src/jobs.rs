@@ -80,14 +80,35 @@ impl JobDesk {
         self.alloc.host_changed(HostView::from(row), now)
     }
 
-    /// Adds what the allocator does with each host (`alloc_state`, `held_by`, `drained`).
+    /// Adds what the allocator does with each host (`alloc_state`, `held_by`, `drained`,
+    /// `policy_note`).
     pub fn annotate(&self, rows: &mut [HostStatus]) {
         for row in rows {
             let a = self.alloc.host_alloc(&row.name);
             row.alloc_state = a.alloc_state.to_string();
             row.held_by = a.held_by;
             row.drained = a.drained;
+            row.policy_note = self.alloc.policy_note(&row.name);
         }
+    }
+
+    /// Puts a reloaded policy in force ([`Allocator::set_policy`]).
+    pub fn set_policy(
+        &mut self,
+        policy: std::sync::Arc<policies::Policy>,
+        now: Instant,
+    ) -> Vec<Effect> {
+        self.alloc.set_policy(policy, now)
+    }
+
+    /// `rb policy explain` ([`Allocator::explain`]).
+    pub fn explain(
+        &mut self,
+        host: &str,
+        job: Option<JobId>,
+        now: Instant,
+    ) -> Result<serde_json::Value, String> {
+        self.alloc.explain(host, job, now)
     }
 
     /// Registers a job for a newly connected agent.
@@ -406,6 +427,14 @@ impl JobDesk {
                     .await;
                 }
                 Effect::Freed { .. } => {}
+                Effect::PolicyError {
+                    key,
+                    host,
+                    job,
+                    message,
+                } => {
+                    warn!(key, %host, ?job, %message, "policy expression failed; its default was used");
+                }
                 Effect::Persist => persist = true,
             }
         }
@@ -466,6 +495,7 @@ mod tests {
             alloc_state: String::new(),
             held_by: None,
             drained: false,
+            policy_note: None,
         }
     }
 

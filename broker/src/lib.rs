@@ -20,6 +20,7 @@ pub mod embedded;
 pub mod hosts;
 pub mod jobs;
 pub mod persist;
+pub mod reload;
 pub mod server;
 pub mod supervisor;
 pub mod transport;
@@ -60,8 +61,13 @@ pub fn info_path(state_dir: &Path) -> PathBuf {
     state_dir.join("broker.json")
 }
 
-/// Runs the broker for `lab` until `shutdown` completes or a local client asks it to stop.
-pub async fn run(lab: LabConfig, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+/// Runs the broker for `lab` with `policy` (loaded before the runtime started, from
+/// `[broker] policy`) until `shutdown` completes or a local client asks it to stop.
+pub async fn run(
+    lab: LabConfig,
+    policy: Arc<policies::Policy>,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
     prepare_state_dir(&lab.broker.state_dir)?;
     let secret = Secret::load(&lab.broker.secret_file)?;
     raise_fd_limit();
@@ -81,18 +87,27 @@ pub async fn run(lab: LabConfig, shutdown: impl Future<Output = ()>) -> anyhow::
     let (stop_tx, mut stop_rx) = watch::channel(false);
     let names: HashSet<String> = lab.hosts.iter().map(|h| h.name.clone()).collect();
     let interval_ms = lab.broker.report_interval.as_millis() as u64;
+    let policy_handle = Arc::new(reload::PolicyHandle::new(
+        &lab.broker.policy,
+        &lab.policy_base(),
+        &policy,
+        events_tx.clone(),
+    ));
+    let watcher = reload::spawn_policy_watcher(policy_handle.clone(), stop_rx.clone())
+        .context("cannot watch for SIGHUP")?;
     let ctx = Arc::new(ServerCtx::new(
         secret,
         events_tx.clone(),
         names,
         interval_ms,
         stop_tx.clone(),
+        policy_handle,
     ));
     let spec = LaunchSpec::new(&lab, listen);
     let supervisors =
         SupervisorSet::spawn(&lab.hosts, &spec, events_tx, lab.broker.restart_backoff_max);
     let table = HostTable::new(&lab.hosts, lab.broker.down_after);
-    let desk = job_desk(&lab, &spec)?;
+    let desk = job_desk(&lab, &spec, policy)?;
     let core = tokio::spawn(core::run(
         table,
         desk,
@@ -108,7 +123,7 @@ pub async fn run(lab: LabConfig, shutdown: impl Future<Output = ()>) -> anyhow::
         _ = stop_rx.changed() => {}
     }
     let _ = stop_tx.send(true);
-    let _ = tokio::join!(tcp_task, unix_task);
+    let _ = tokio::join!(tcp_task, unix_task, watcher);
     let _ = core.await;
     let _ = std::fs::remove_file(&socket_path);
     let _ = std::fs::remove_file(info_path(&lab.broker.state_dir));
@@ -117,7 +132,11 @@ pub async fn run(lab: LabConfig, shutdown: impl Future<Output = ()>) -> anyhow::
 }
 
 /// The job side, restored from `STATE_DIR/broker.db` when it holds a previous run's state.
-fn job_desk(lab: &LabConfig, spec: &LaunchSpec) -> anyhow::Result<jobs::JobDesk> {
+fn job_desk(
+    lab: &LabConfig,
+    spec: &LaunchSpec,
+    policy: Arc<policies::Policy>,
+) -> anyhow::Result<jobs::JobDesk> {
     let db = lab.broker.state_dir.join("broker.db");
     let (writer, previous) =
         persist::StoreWriter::open(&db).with_context(|| format!("cannot open {}", db.display()))?;
@@ -137,6 +156,9 @@ fn job_desk(lab: &LabConfig, spec: &LaunchSpec) -> anyhow::Result<jobs::JobDesk>
         }
         None => alloc::Allocator::with_config(config),
     };
+    let mut allocator = allocator.with_policy(policy);
+    let (unix, offset) = wall_clock();
+    allocator.set_wall_clock(now, unix, offset);
     let desk = jobs::JobDesk::new(
         allocator,
         spec.remote_shell(),
@@ -144,6 +166,25 @@ fn job_desk(lab: &LabConfig, spec: &LaunchSpec) -> anyhow::Result<jobs::JobDesk>
         &lab.broker.secret_file,
     );
     Ok(desk.with_store(writer, now))
+}
+
+/// Unix seconds now and the local time zone's offset from UTC (for the policy's `now`).
+fn wall_clock() -> (i64, i64) {
+    let unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let t = unix as libc::time_t;
+    // SAFETY: `tm` is a plain C struct that localtime_r fills; both pointers are valid for
+    // the call and localtime_r keeps neither.
+    let offset = unsafe {
+        let mut tm: libc::tm = std::mem::zeroed();
+        if libc::localtime_r(&t, &mut tm).is_null() {
+            0
+        } else {
+            tm.tm_gmtoff
+        }
+    };
+    (unix, offset)
 }
 
 /// Creates the state dir (mode 0700) if missing and refuses one another user owns or

@@ -55,6 +55,15 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
+    // Parsed before the runtime starts: CEL parsing never runs on a tokio worker.
+    let policy = match policies::Policy::from_setting(&lab.broker.policy, &lab.policy_base()) {
+        Ok(p) => std::sync::Arc::new(p),
+        Err(e) => {
+            eprintln!("rb-broker: error: broker.policy: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    tracing::info!(policy = %policy.source_path().display(), sha256 = policy.sha256(), "policy loaded");
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -65,7 +74,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(broker::run(lab, shutdown_signal())) {
+    match runtime.block_on(broker::run(lab, policy, shutdown_signal())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("rb-broker: error: {e:#}");

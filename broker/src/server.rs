@@ -26,7 +26,10 @@ use tokio::{
 };
 use tracing::{debug, info, warn};
 
-use crate::core::{Event, EventSender};
+use crate::{
+    core::{Event, EventSender},
+    reload::PolicyHandle,
+};
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -39,6 +42,8 @@ pub struct ServerCtx {
     pub uid: u32,
     /// Fired by a local `Shutdown` request.
     pub stop: watch::Sender<bool>,
+    /// The policy in force and its reloads.
+    pub policy: Arc<PolicyHandle>,
     next_conn: AtomicU64,
     limiter: LogLimiter,
 }
@@ -50,8 +55,10 @@ impl ServerCtx {
         hosts: HashSet<String>,
         report_interval_ms: u64,
         stop: watch::Sender<bool>,
+        policy: Arc<PolicyHandle>,
     ) -> Self {
         Self {
+            policy,
             secret,
             events,
             hosts,
@@ -350,6 +357,27 @@ async fn answer(
             Ok(Response::Ok)
         }
         Request::Shutdown => Err("shutdown is only accepted on the local control socket".into()),
+        Request::PolicyReload => {
+            info!(%peer, "policy reload requested");
+            let policy = ctx.policy.reload("rb policy reload").await?;
+            Ok(Response::Policy { policy })
+        }
+        Request::PolicyShow => Ok(Response::Policy {
+            policy: ctx.policy.info(),
+        }),
+        Request::PolicyExplain { host, job } => {
+            let (tx, rx) = oneshot::channel();
+            ctx.events
+                .send(Event::Explain {
+                    host,
+                    job,
+                    reply: tx,
+                })
+                .await
+                .map_err(|_| "broker stopping".to_string())?;
+            let explain = rx.await.map_err(|_| "broker stopping".to_string())??;
+            Ok(Response::Explain { explain })
+        }
         req @ (Request::Jobs
         | Request::Release { .. }
         | Request::Drain { .. }

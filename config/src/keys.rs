@@ -28,6 +28,7 @@ pub const BROKER_KEYS: &[&str] = &[
     "rsh_command",
     "job_shell",
     "reclaim_grace_s",
+    "policy",
 ];
 /// Keys of each `[[host]]`.
 pub const HOST_KEYS: &[&str] = &["name", "address", "labels", "owner"];

@@ -100,6 +100,10 @@ pub struct BrokerSettings {
     /// How long a job's processes get between SIGTERM and SIGKILL when the policy takes a
     /// host back (another job's turn, an owner returns).
     pub reclaim_grace: Duration,
+    /// The allocation policy: a shipped name (`paper`, the default) or a path, relative to
+    /// the lab file's directory unless absolute. Resolved and checked by the `policies`
+    /// crate (`Policy::from_setting(policy, LabConfig::policy_base())`).
+    pub policy: String,
 }
 
 /// One validated `[[host]]` entry.
@@ -124,6 +128,14 @@ pub struct LabConfig {
 }
 
 impl LabConfig {
+    /// The directory a relative `[broker] policy` path is read from: the lab file's.
+    pub fn policy_base(&self) -> PathBuf {
+        self.source
+            .as_deref()
+            .and_then(std::path::Path::parent)
+            .map_or_else(|| PathBuf::from("."), std::path::Path::to_path_buf)
+    }
+
     /// Reads and validates a lab file.
     pub fn load(path: &std::path::Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError::io(path, &e))?;

@@ -36,6 +36,8 @@ pub struct RawBroker {
     pub job_shell: Option<Spanned<Vec<String>>>,
     #[serde(default)]
     pub reclaim_grace_s: Option<Spanned<f64>>,
+    #[serde(default)]
+    pub policy: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -115,8 +115,20 @@ fn broker(ctx: &Ctx, raw: RawBroker) -> Result<BrokerSettings, ConfigError> {
         0.0,
         3600.0,
     )?;
+    let policy = match &raw.policy {
+        Some(p) if p.get_ref().trim().is_empty() => {
+            let span = Some(p.span().start);
+            return Err(ConfigError::at(ctx.text, ctx.path, span, "broker.policy").msg(
+                "is empty",
+                "name a shipped policy (paper, desktop, nights-and-weekends, dedicated) or a policy file's path",
+            ));
+        }
+        Some(p) => p.get_ref().clone(),
+        None => "paper".to_string(),
+    };
     Ok(BrokerSettings {
         reclaim_grace,
+        policy,
         listen,
         transport,
         state_dir: expand_home(raw.state_dir.get_ref()),

@@ -61,6 +61,29 @@ pub enum Request {
     Drain { host: String },
     /// Grants on `host` again.
     Resume { host: String },
+    /// Load the lab's policy file again; answered with [`Response::Policy`], or an error
+    /// (the old policy stays).
+    PolicyReload,
+    /// The policy in force: [`Response::Policy`].
+    PolicyShow,
+    /// Each policy hook's value on `host` and the inputs it read, for `job` (default: a
+    /// sample job of the caller's, see PROTOCOL.md): [`Response::Explain`].
+    PolicyExplain { host: String, job: Option<u64> },
+}
+
+/// The allocation policy in force (`rb policy show`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyInfo {
+    /// The file it came from (`policies/NAME.toml` for a shipped one).
+    pub path: String,
+    /// SHA-256 of the file's bytes, hex.
+    pub sha256: String,
+    /// When it was loaded, Unix seconds.
+    pub loaded_at_unix: i64,
+    /// The one-line summary `rb policy check` prints.
+    pub summary: String,
+    /// Why the last reload was refused, if it was (cleared by a good reload).
+    pub last_reload_error: Option<String>,
 }
 
 /// Answers to [`Request`]s.
@@ -78,6 +101,15 @@ pub enum Response {
     /// What happened, for people (e.g. "reclaiming node03 from job 4").
     Done {
         message: String,
+    },
+    /// The policy in force (after a reload: the new one).
+    Policy {
+        policy: PolicyInfo,
+    },
+    /// `rb policy explain`: `{host, job, policy_sha256, hooks: [{key, set, expression,
+    /// value, error, inputs: [[field, value]]}]}`.
+    Explain {
+        explain: serde_json::Value,
     },
 }
 

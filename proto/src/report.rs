@@ -121,4 +121,8 @@ pub struct HostStatus {
     /// True from `rb drain HOST` until `rb resume HOST`.
     #[serde(default)]
     pub drained: bool,
+    /// Why the policy would not start any job on this free host now (`owner active 12 s
+    /// ago`); `None` when it would, or when the host is held, drained or down.
+    #[serde(default)]
+    pub policy_note: Option<String>,
 }

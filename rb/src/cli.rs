@@ -187,7 +187,10 @@ impl Cmd {
             | Cmd::Jobs { broker, .. }
             | Cmd::Release { broker, .. }
             | Cmd::Drain { broker, .. }
-            | Cmd::Resume { broker, .. } => Some(broker),
+            | Cmd::Resume { broker, .. }
+            | Cmd::Policy(PolicyCommand::Show { broker, .. })
+            | Cmd::Policy(PolicyCommand::Reload { broker })
+            | Cmd::Policy(PolicyCommand::Explain { broker, .. }) => Some(broker),
             _ => None,
         }
     }
@@ -202,6 +205,35 @@ pub enum PolicyCommand {
     Check {
         /// The policy file (a path; the shipped ones are in the checkout's `policies/`).
         file: PathBuf,
+    },
+    /// The broker's policy in force: path, sha256, when it was loaded, the last reload
+    /// error.
+    Show {
+        /// Machine-readable output: one JSON object.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        broker: BrokerFlags,
+    },
+    /// Load the lab's policy file again (as SIGHUP to rb-broker does). A bad file is
+    /// refused with its error (exit 1) and the old policy stays.
+    Reload {
+        #[command(flatten)]
+        broker: BrokerFlags,
+    },
+    /// Each policy hook's value on HOST and the inputs it read, for a job (open to every
+    /// user of the lab).
+    Explain {
+        /// The host, as named in the lab file.
+        host: String,
+        /// The job asking (default: a hypothetical new non-adaptive job).
+        #[arg(long, value_name = "ID")]
+        job: Option<u64>,
+        /// Machine-readable output: one JSON object.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        broker: BrokerFlags,
     },
 }
 

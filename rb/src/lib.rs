@@ -5,10 +5,12 @@
 //! - [`client`]: finding the broker (flag, env, lab file) and talking to it.
 //! - [`table`]: the `rb status` table and its formatting helpers.
 //! - [`init`]: `rb init` (secret and example lab file).
+//! - [`policy`]: `rb policy show|reload|explain`.
 //! - [`demo`]: `rb demo`, the embedded single-machine lab end to end.
 
 pub mod cli;
 pub mod client;
 pub mod demo;
 pub mod init;
+pub mod policy;
 pub mod table;

@@ -102,6 +102,22 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Cmd::Lab(cmd) => lab::cli::run(cmd.clone()).map(|()| ExitCode::SUCCESS),
         Cmd::Policy(cli::PolicyCommand::Check { file }) => Ok(cmd_policy_check(file)),
+        Cmd::Policy(cli::PolicyCommand::Show { json, broker: b }) => {
+            let offset = local_utc_offset_s();
+            block_on(async { rb::policy::show(&broker(b)?, *json, offset).await })
+        }
+        Cmd::Policy(cli::PolicyCommand::Reload { broker: b }) => {
+            block_on(async { rb::policy::reload(&broker(b)?).await })
+        }
+        Cmd::Policy(cli::PolicyCommand::Explain {
+            host,
+            job,
+            json,
+            broker: b,
+        }) => {
+            let host = host.clone();
+            block_on(async { rb::policy::explain(&broker(b)?, host, *job, *json).await })
+        }
         Cmd::Rsl(cmd) => {
             let code = rsl::cli::run(cmd, &mut std::io::stdout(), &mut std::io::stderr());
             Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
@@ -181,6 +197,15 @@ fn cmd_check(file: Option<&Path>) -> ExitCode {
     for warning in lab.warnings() {
         eprintln!("{warning}");
     }
+    // The policy the broker will load (`[broker] policy`): its own FILE:LINE:COL error.
+    let policy = match policies::Policy::from_setting(&lab.broker.policy, &lab.policy_base()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {}: broker.policy: {e}", path.display());
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    println!("policy {}", policy.summary());
     println!(
         "{}: ok: {} hosts, transport {}, listen {}",
         path.display(),

@@ -1,5 +1,6 @@
 //! The `rb status` table (one row per host with its allocation state, a
-//! `condor_status`-style summary, the reasons of down hosts underneath) and the `rb jobs`
+//! `condor_status`-style summary, a NOTE column saying why the policy would start no job on
+//! a free host now, the reasons of down hosts underneath) and the `rb jobs`
 //! table (one row per job, its waiting requests and last note underneath). Columns are
 //! aligned to their widest cell.
 
@@ -9,6 +10,7 @@ use proto::report::{HostState, HostStatus, UserSession};
 pub fn render(hosts: &[HostStatus]) -> String {
     let header = [
         "HOST", "STATE", "ALLOC", "LOAD", "CPUS", "MEM", "USERS", "IDLE", "LABELS", "OWNER", "AGE",
+        "NOTE",
     ];
     let rows: Vec<Vec<String>> = hosts.iter().map(row).collect();
     let mut out = aligned(&header, &rows);
@@ -70,6 +72,8 @@ fn row(h: &HostStatus) -> Vec<String> {
         h.owner.clone().unwrap_or_else(|| "-".into()),
         h.last_report_age_s
             .map_or("-".into(), |a| format!("{a:.1}s")),
+        // Why the policy starts no job on this free host now (empty otherwise).
+        h.policy_note.clone().unwrap_or_default(),
     ]
 }
 
@@ -268,6 +272,7 @@ mod tests {
             alloc_state: "free".into(),
             held_by: None,
             drained: false,
+            policy_note: None,
         }
     }
 

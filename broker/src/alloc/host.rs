@@ -1,11 +1,9 @@
 //! [`HostView`]: what the allocation core knows about one host, and the per-host rules —
 //! symbolic-name parsing and matching ([`Want`]; the naming rules are `proto::symbolic`'s),
-//! "owner away" for private machines, and the choice order.
+//! "owner away" for private machines (for wait reasons; decisions are the policy's).
 //!
 //! Unknown sensor values are never idle: a session whose idle time is unknown counts as
 //! active, and a host whose sessions could not be read is not quiet.
-
-use std::cmp::Ordering;
 
 use proto::{
     report::{HostState, HostStatus, UserSession},
@@ -30,6 +28,10 @@ pub struct HostView {
     /// Set for a private machine (the owner's workstation).
     pub owner: Option<String>,
     pub load1: Option<f64>,
+    pub load5: Option<f64>,
+    pub load15: Option<f64>,
+    /// Available memory, MiB.
+    pub mem_avail_mb: Option<u64>,
     pub cpus: Option<u32>,
     /// Logged-in sessions; `None` when unknown.
     pub users: Option<Vec<UserSession>>,
@@ -47,6 +49,9 @@ impl From<&HostStatus> for HostView {
             os: s.os.clone(),
             owner: s.owner.clone(),
             load1: s.load1,
+            load5: s.load5,
+            load15: s.load15,
+            mem_avail_mb: s.mem_available_kb.map(|kb| kb / 1024),
             cpus: s.cpus,
             users: s.users_known.then(|| s.users.clone()),
             console_idle_s: s.console_idle_s,
@@ -159,11 +164,6 @@ impl HostView {
         self.is_private() && self.up && (session || self.console_idle_s.is_some_and(recent))
     }
 
-    /// Usable for a new grant as far as the host itself goes (up, owner away, matches).
-    pub(crate) fn usable_for(&self, want: &Want) -> bool {
-        self.up && self.owner_away() && self.matches(want)
-    }
-
     /// How many distinct labels the host carries (lab file and sensors).
     pub(crate) fn label_count(&self) -> usize {
         let mut labels: Vec<&str> = self.labels.iter().map(String::as_str).collect();
@@ -176,34 +176,6 @@ impl HostView {
     pub fn load_ratio(&self) -> Option<f64> {
         let cpus = f64::from(self.cpus.unwrap_or(1).max(1));
         self.load1.map(|l| l / cpus)
-    }
-}
-
-/// The order among eligible hosts that no other waiting request prefers: the fewest labels
-/// first (the most generic host: a broad name leaves the specific hosts to the names that
-/// need them), then [`choice_order`].
-pub(crate) fn generic_first(a: &HostView, b: &HostView) -> Ordering {
-    a.label_count()
-        .cmp(&b.label_count())
-        .then_with(|| choice_order(a, b))
-}
-
-/// The choice order among equally generic hosts: quiet first, then least loaded (unknown load
-/// last), then public before private, then by name.
-pub(crate) fn choice_order(a: &HostView, b: &HostView) -> Ordering {
-    b.quiet()
-        .cmp(&a.quiet())
-        .then_with(|| load_order(a.load_ratio(), b.load_ratio()))
-        .then_with(|| a.is_private().cmp(&b.is_private()))
-        .then_with(|| a.name.cmp(&b.name))
-}
-
-fn load_order(a: Option<f64>, b: Option<f64>) -> Ordering {
-    match (a, b) {
-        (Some(x), Some(y)) => x.total_cmp(&y),
-        (Some(_), None) => Ordering::Less,
-        (None, Some(_)) => Ordering::Greater,
-        (None, None) => Ordering::Equal,
     }
 }
 
@@ -222,6 +194,9 @@ pub(crate) mod tests {
             os: Some("Linux".into()),
             owner: None,
             load1: Some(0.0),
+            load5: None,
+            load15: None,
+            mem_avail_mb: None,
             cpus: Some(4),
             users: Some(vec![]),
             console_idle_s: None,
@@ -326,29 +301,5 @@ pub(crate) mod tests {
             "public hosts ignore sessions for eligibility"
         );
         assert!(!v.owner_active());
-    }
-
-    #[test]
-    fn choice_order_prefers_quiet_then_load_then_public_then_name() {
-        let quiet_loaded = HostView {
-            load1: Some(3.0),
-            ..view("q")
-        };
-        let busy_unloaded = HostView {
-            users: Some(vec![session(Some(1))]),
-            ..view("b")
-        };
-        assert_eq!(choice_order(&quiet_loaded, &busy_unloaded), Ordering::Less);
-        let unknown_load = HostView {
-            load1: None,
-            ..view("u")
-        };
-        assert_eq!(choice_order(&quiet_loaded, &unknown_load), Ordering::Less);
-        let private = HostView {
-            owner: Some("bob".into()),
-            ..view("a")
-        };
-        assert_eq!(choice_order(&view("z"), &private), Ordering::Less);
-        assert_eq!(choice_order(&view("a"), &view("b")), Ordering::Less);
     }
 }

@@ -6,7 +6,12 @@
 //!   the per-host predicates: symbolic-name matching, "owner away", the choice order.
 //! - `state`: [`Allocator`], the pure state machine (jobs, requests, allocations) and its
 //!   public entry points, each returning the [`Effect`]s the async shell must perform.
-//! - `policy`: serving the queue, choosing a host, choosing what to reclaim (built-in policy).
+//! - `policy`: serving the queue, choosing a host, choosing what to reclaim: the mechanism,
+//!   asking the policy file (`policies` crate) for each decision.
+//! - `inputs`: the policy's inputs (a pre-built value per host and per job, cached with the
+//!   host-only decisions), [`Allocator::set_policy`], and rate-limited run-time errors.
+//! - `decide`: evaluating one hook on the cached inputs; run-time errors, rate-limited.
+//! - `explain`: the policy explained on one host (`rb policy explain`, `policy_note`).
 //! - `view`: read-only views for people: [`JobRow`]s with each waiting request's
 //!   [`WaitReason`], and each host's [`HostAlloc`] (free, held, draining…).
 //! - `in_use`: hosts a job uses without holding them (never granted to it), and finding
@@ -36,18 +41,29 @@
 //!   responding" before it is declared DOWN, the allocation stays with the job until the job
 //!   gives it back, ends, or an admin runs `rb release HOST`. Dropping it would let a second job
 //!   be granted the host while the first one's processes still run there.
-//! - **Fair partition without thrashing.** A non-adaptive requester may reclaim from any
-//!   adaptive job; an adaptive requester only from an adaptive job holding at least two more
-//!   hosts than itself (counting hosts already being reclaimed for it), so two adaptive jobs
-//!   never take the same host back and forth.
+//! - **Policy in a file, mechanism here.** The [`Allocator`] holds a compiled
+//!   [`policies::Policy`] (default: the shipped `paper`). Rust filters first (up, drained,
+//!   held, reserved, label, in use); then `start` decides eligibility, `rank` the order
+//!   after the tie-breaks below, `may_preempt`/`preempt_rank` what to reclaim for a waiting
+//!   request, `vacate` when a holder must give a host back, and `grace_s` the grace when it
+//!   ends before the lab's or the admin's (the earliest deadline wins); a job at its
+//!   `max_hosts` gets no more hosts; `priority` orders the queue. `share` is not consulted
+//!   yet. A hook that fails at run time gives
+//!   its default there and an [`Effect::PolicyError`] (once per key and host a minute).
+//! - **Fair partition without thrashing** (the paper's `may_preempt`). A non-adaptive
+//!   requester may reclaim from any adaptive job; an adaptive requester only from an adaptive
+//!   job holding at least two more hosts than itself (counting hosts already being reclaimed
+//!   for it: the policy's `hosts_held`), so two adaptive jobs never take the same host back
+//!   and forth.
 //! - **A broad name takes the most generic host** (`policy`): among eligible hosts a
 //!   request gets one no other waiting request could use, then the one with the fewest
 //!   labels, then the usual choice order. With `anyLinux,anyHost,anyPublic` asked at once
 //!   (an MPI launcher), the public hosts are left for `anyPublic` instead of being taken by
 //!   the broad names while generic hosts sit idle and the launcher waits for ever.
-//! - **Owner returns** (flow 8): a private host held by an adaptive job whose report shows a
-//!   session or console input within the last 5 minutes is reclaimed with the policy grace.
-//!   Non-adaptive holders are left alone (a policy file may decide otherwise later).
+//! - **Owner returns** (flow 8): on each report of a held host the policy's `vacate` is
+//!   asked about its holder; the paper's reclaims a private host from an adaptive job once a
+//!   session or the console saw input within the last 5 minutes. Non-adaptive holders are
+//!   left alone by the paper, which never gives them private hosts in the first place.
 //! - **Deadlines across restarts:** a snapshot stores each in-flight reclaim's grace, not its
 //!   deadline; [`Allocator::restore`] re-arms it as `now + grace`, so a restart never shortens
 //!   the time a job was promised ([`Allocator::resend_reclaims`] re-sends them).
@@ -65,8 +81,11 @@
 //! - **Ended jobs** stay listed in [`Allocator::jobs`] until more than
 //!   [`AllocConfig::ended_jobs_kept`] have ended; then the oldest are forgotten.
 
+mod decide;
+mod explain;
 mod host;
 mod in_use;
+mod inputs;
 mod policy;
 pub mod snapshot;
 mod state;
@@ -77,6 +96,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use decide::POLICY_ERROR_EVERY;
 pub use host::{HostView, IDLE_AFTER};
 pub use snapshot::{AllocRecord, JobRecord, ReleasingRecord, RequestRecord, Snapshot};
 pub use state::Allocator;
@@ -161,6 +181,15 @@ pub enum Effect {
     /// `host` left its allocation (released); it may be granted again (maybe in this same
     /// batch of effects).
     Freed { host: String },
+    /// A policy expression failed at run time on `host` (for `job`, when one was asked
+    /// about); its default was used. Reported at most once per key and host every
+    /// [`POLICY_ERROR_EVERY`]: the shell logs it.
+    PolicyError {
+        key: &'static str,
+        host: String,
+        job: Option<JobId>,
+        message: String,
+    },
     /// Durable state changed: write [`Allocator::snapshot`] to the store.
     Persist,
 }
@@ -174,7 +203,7 @@ pub enum AllocError {
     NotHeld { host: String },
 }
 
-/// Tunables of the built-in policy.
+/// Tunables of the allocation mechanism.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AllocConfig {
     /// Grace given to a job when the policy (not an admin) reclaims one of its hosts.
@@ -216,5 +245,7 @@ pub struct JobRow {
     pub ended_ago: Option<Duration>,
 }
 
+#[cfg(test)]
+mod policy_tests;
 #[cfg(test)]
 mod tests;

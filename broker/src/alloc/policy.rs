@@ -1,10 +1,12 @@
-//! The built-in policy: serving the queue head-first, choosing the host for a request, and
-//! choosing what to reclaim when nothing is eligible (or when a private host's owner returns).
+//! Serving the queue head-first, choosing the host for a request, and choosing what to
+//! reclaim when nothing is eligible or when the policy's `vacate` sends a holder away. The
+//! mechanism is here; the decisions are the policy file's (`Allocator::policy`, default the
+//! shipped `paper`), evaluated on cached inputs (`inputs`).
 //!
-//! Eligibility of a host for a request: the host is up, matches the symbolic name, is not
-//! drained, is not held, is not reserved for another queued request, is not one the
-//! requesting job uses already ([`Allocator::uses_hosts`]), and — for a private host — its
-//! owner is away ([`HostView::owner_away`]).
+//! Eligibility of a host for a request: Rust filters first — the host is up, matches the
+//! symbolic name, is not drained, is not held, is not reserved for another queued request,
+//! is not one the requesting job uses already ([`Allocator::uses_hosts`]) — then the
+//! policy's `start` (cached per report when it reads only `host`).
 //!
 //! Which eligible host a request gets (`pick_host`), so that a broad name never
 //! takes the host a narrower one needs (MPI launchers ask for `anyLinux,anyHost,anyPublic`
@@ -13,15 +15,29 @@
 //!    better): a request does not take a host another waits for when another would do;
 //! 2. then the most generic host: the fewest labels (lab file and sensors), so that a name
 //!    arriving a moment later still finds the scarce, specific host free;
-//! 3. then [`choice_order`] (quiet, least loaded, public, name).
+//! 3. then the policy's `rank`, higher first (the paper's is today's choice order: quiet,
+//!    least loaded, public), then the name.
+//!
+//! The queue is served first to last; when the policy sets `priority`, it is first ordered
+//! by it (higher first, equal in arrival order) at each serve.
+//!
+//! A job holding as many hosts as the policy's `max_hosts` allows (counting hosts being
+//! reclaimed for it) gets no more: its requests wait (reason `max_hosts`).
+//!
+//! What to reclaim for a waiting request: a granted host the request could start on, held
+//! by another running job the policy's `may_preempt` allows taking from; the highest
+//! `preempt_rank` loses (ties: the newest job, its newest allocation). The grace of every
+//! reclaim is the lab's (or the admin's) unless the policy's `grace_s` ends earlier.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
     time::{Duration, Instant},
 };
 
+use policies::{Answer, Hook};
+
 use super::{
-    host::{generic_first, HostView, Want},
+    host::{HostView, Want},
     state::{AllocState, Allocation, Allocator, Fx, Waiting},
     AllocId, Effect, JobId, RequestId,
 };
@@ -72,6 +88,8 @@ impl Allocator {
 
     /// Serves the queue head-first: grant, refuse, or start one reclaim per waiting request.
     pub(crate) fn serve(&mut self, now: Instant, fx: &mut Fx) {
+        self.refresh(now);
+        self.order_queue();
         let mut i = 0;
         while i < self.queue.len() {
             if self.serve_one(i, now, fx) {
@@ -82,6 +100,18 @@ impl Allocator {
         }
     }
 
+    /// Orders the queue by the policy's `priority` (higher first; equal: arrival order) when
+    /// the file sets one; else it stays in arrival order.
+    fn order_queue(&mut self) {
+        if !self.policy.is_set(Hook::Priority) || self.queue.len() < 2 {
+            return;
+        }
+        let jobs: BTreeSet<JobId> = self.queue.iter().map(|w| w.job).collect();
+        let prio: BTreeMap<JobId, f64> = jobs.into_iter().map(|j| (j, self.priority(j))).collect();
+        self.queue
+            .sort_by(|a, b| prio[&b.job].total_cmp(&prio[&a.job]));
+    }
+
     /// Handles queue entry `i`; true when it leaves the queue (granted or refused).
     fn serve_one(&mut self, i: usize, now: Instant, fx: &mut Fx) -> bool {
         let w = &self.queue[i];
@@ -89,6 +119,10 @@ impl Allocator {
             let (job, req) = (w.job, w.id);
             fx.push(Effect::Refused { job, req, reason });
             return true;
+        }
+        if self.at_max_hosts(w.job).is_some() {
+            self.drop_free_reservation(i, fx);
+            return false;
         }
         if let Some(host) = self.pick_host(i, fx) {
             if self.queue[i].restored {
@@ -102,12 +136,28 @@ impl Allocator {
         if self.queue[i].reserved.is_none() && !self.queue[i].restored {
             if let Some(alloc) = self.reclaim_victim(i) {
                 let req = self.queue[i].id;
-                let host = self.allocs.get(&alloc).map(|a| a.host.clone());
-                self.reclaim(alloc, Some(req), self.config.reclaim_grace, now, fx);
-                self.queue[i].reserved = host;
+                let (holder, host) = self
+                    .allocs
+                    .get(&alloc)
+                    .map_or((0, String::new()), |a| (a.job, a.host.clone()));
+                let grace = self.grace_for(holder, &host, self.config.reclaim_grace);
+                self.reclaim(alloc, Some(req), grace, now, fx);
+                self.queue[i].reserved = Some(host);
+                let job = self.queue[i].job;
+                self.touch_job(job);
             }
         }
         false
+    }
+
+    /// Forgets entry `i`'s reservation once its host is free (the entry cannot take it: its
+    /// job is at its `max_hosts`), so that the host serves the next request.
+    fn drop_free_reservation(&mut self, i: usize, fx: &mut Fx) {
+        let free = matches!(&self.queue[i].reserved, Some(h) if !self.by_host.contains_key(h));
+        if free {
+            self.queue[i].reserved = None;
+            fx.dirty = true;
+        }
     }
 
     /// The host to grant entry `i` now: its reserved host once free and still eligible,
@@ -128,11 +178,20 @@ impl Allocator {
         let others = self.reserved_except(i);
         let w = &self.queue[i];
         self.hosts
-            .values()
-            .filter(|v| self.eligible(w, &v.name, &others))
-            .map(|v| (self.wanted_by_others(i, &v.name, &others), v))
-            .min_by(|(na, a), (nb, b)| na.cmp(nb).then_with(|| generic_first(a, b)))
-            .map(|(_, v)| v.name.clone())
+            .keys()
+            .filter(|h| self.eligible(w, h, &others))
+            .map(|h| {
+                let labels = self.hosts[h].label_count();
+                let wanted = self.wanted_by_others(i, h, &others);
+                (wanted, labels, self.rank(w.job, h), h)
+            })
+            .min_by(|a, b| {
+                (a.0, a.1)
+                    .cmp(&(b.0, b.1))
+                    .then_with(|| b.2.total_cmp(&a.2))
+                    .then_with(|| a.3.cmp(b.3))
+            })
+            .map(|(_, _, _, h)| h.clone())
     }
 
     /// How many queued requests other than entry `i` could be granted `host` now.
@@ -157,11 +216,14 @@ impl Allocator {
     /// Whether `host` can be granted now for queue entry `w` (hosts in `reserved` are kept for
     /// other entries).
     pub(crate) fn eligible(&self, w: &Waiting, host: &str, reserved: &BTreeSet<String>) -> bool {
-        self.hosts.get(host).is_some_and(|v| v.usable_for(&w.want))
+        self.hosts
+            .get(host)
+            .is_some_and(|v| v.up && v.matches(&w.want))
             && !self.uses(w.job, host)
             && !self.drained.contains(host)
             && !self.by_host.contains_key(host)
             && !reserved.contains(host)
+            && self.starts(w.job, host)
     }
 
     fn grant(&mut self, i: usize, host: String, fx: &mut Fx) {
@@ -181,6 +243,8 @@ impl Allocator {
             state: AllocState::Granted,
         };
         self.allocs.insert(alloc, record);
+        self.rebuild_host(&host);
+        self.touch_job(job);
         fx.push(Effect::Granted {
             job,
             req,
@@ -192,55 +256,50 @@ impl Allocator {
     }
 
     /// The allocation to reclaim for entry `i`, if the policy allows one: a granted host the
-    /// request could use, held by another running adaptive job. The job holding the most
-    /// hosts loses (ties: the newest job), its newest allocation first. An adaptive requester
-    /// only takes from a job holding at least two more granted hosts than the requester has
-    /// (granted, plus hosts already being reclaimed for it), so a move always narrows the gap
-    /// and two adaptive jobs never pass a host back and forth.
+    /// request could start on, held by another running job that `may_preempt` lets the
+    /// requester take from. The highest `preempt_rank` loses (the paper's: the job holding
+    /// the most hosts, then the newest); ties: the newest job, its newest allocation.
     fn reclaim_victim(&self, i: usize) -> Option<AllocId> {
         let w = &self.queue[i];
-        let counts = self.granted_counts();
-        let requester_adaptive = self.jobs.get(&w.job).is_some_and(|j| j.info.adaptive);
-        let incoming = self
-            .queue
-            .iter()
-            .filter(|q| q.job == w.job && q.reserved.is_some())
-            .count();
-        let have = counts.get(&w.job).copied().unwrap_or(0) + incoming;
         self.allocs
             .iter()
             .filter(|(_, a)| self.reclaimable(a, w.job, &w.want))
-            .map(|(&id, a)| (counts.get(&a.job).copied().unwrap_or(0), a.job, id))
-            .filter(|&(count, _, _)| !requester_adaptive || count >= have + 2)
-            .max()
+            .filter(|(_, a)| self.may_preempt(w.job, a))
+            .map(|(&id, a)| (self.preempt_rank(w.job, a), a.job, id))
+            .max_by(|a, b| {
+                a.0.total_cmp(&b.0)
+                    .then_with(|| (a.1, a.2).cmp(&(b.1, b.2)))
+            })
             .map(|(_, _, id)| id)
     }
 
-    /// Granted allocations per job.
-    fn granted_counts(&self) -> BTreeMap<JobId, usize> {
-        let mut counts = BTreeMap::new();
-        for a in self.allocs.values() {
-            if a.state == AllocState::Granted {
-                *counts.entry(a.job).or_insert(0) += 1;
-            }
-        }
-        counts
+    fn may_preempt(&self, requester: JobId, a: &Allocation) -> bool {
+        self.decide(Hook::MayPreempt, requester, &a.host, Some(a.job))
+            .and_then(Answer::as_bool)
+            .unwrap_or(false)
+    }
+
+    fn preempt_rank(&self, requester: JobId, a: &Allocation) -> f64 {
+        self.decide(Hook::PreemptRank, requester, &a.host, Some(a.job))
+            .and_then(Answer::as_number)
+            .unwrap_or(0.0)
     }
 
     fn reclaimable(&self, a: &Allocation, requester: JobId, want: &Want) -> bool {
-        let holder_adaptive = self
+        let holder_running = self
             .jobs
             .get(&a.job)
-            .is_some_and(|j| j.info.adaptive && j.state == super::JobState::Running);
+            .is_some_and(|j| j.state == super::JobState::Running);
         a.state == AllocState::Granted
             && a.job != requester
             && !self.uses(requester, &a.host)
-            && holder_adaptive
+            && holder_running
             && !self.drained.contains(&a.host)
             && self
                 .hosts
                 .get(&a.host)
-                .is_some_and(|v: &HostView| v.usable_for(want))
+                .is_some_and(|v: &HostView| v.up && v.matches(want))
+            && self.starts(requester, &a.host)
     }
 
     /// Asks the holder of `alloc` to release it within `grace`. An allocation already being
@@ -280,6 +339,7 @@ impl Allocator {
             }
         }
         let (job, host) = (a.job, a.host.clone());
+        self.touch_job(job);
         fx.push(Effect::Reclaim {
             job,
             alloc,
@@ -288,18 +348,23 @@ impl Allocator {
         });
     }
 
-    /// Reclaims `host` when an adaptive job holds it and its owner is back (flow 8).
-    pub(crate) fn owner_returns(&mut self, host: &str, now: Instant, fx: &mut Fx) {
-        let Some(&alloc) = self.by_host.get(host) else {
+    /// Reclaims `host` when the policy's `vacate` sends its holder away (the paper: an
+    /// adaptive job on a private host whose owner is back, flow 8), with `grace_s` when it
+    /// ends before the lab's grace. A host already being released only gets an earlier
+    /// deadline.
+    pub(crate) fn vacate_if_asked(&mut self, host: &str, now: Instant, fx: &mut Fx) {
+        let Some(job) = self.by_host.get(host).and_then(|id| self.allocs.get(id)) else {
             return;
         };
-        let target = self.allocs.get(&alloc).is_some_and(|a| {
-            a.state == AllocState::Granted
-                && self.jobs.get(&a.job).is_some_and(|j| j.info.adaptive)
-                && self.hosts.get(host).is_some_and(|v| v.owner_active())
-        });
-        if target {
-            self.reclaim(alloc, None, self.config.reclaim_grace, now, fx);
+        let (alloc, job) = (self.by_host[host], job.job);
+        let vacate = self.hosts.get(host).is_some_and(|v| v.up)
+            && self
+                .decide(Hook::Vacate, job, host, None)
+                .and_then(Answer::as_bool)
+                .unwrap_or(false);
+        if vacate {
+            let grace = self.grace_for(job, host, self.config.reclaim_grace);
+            self.reclaim(alloc, None, grace, now, fx);
         }
     }
 
@@ -309,6 +374,8 @@ impl Allocator {
             return;
         };
         self.by_host.remove(&a.host);
+        self.rebuild_host(&a.host);
+        self.touch_job(a.job);
         fx.push(Effect::Freed { host: a.host });
     }
 }

@@ -279,9 +279,13 @@ impl Allocator {
         Ok(())
     }
 
-    /// Work conservation: no request waits while a host it could be granted sits free.
+    /// Work conservation: no request waits while a host it could be granted sits free
+    /// (unless its job is at the policy's `max_hosts`).
     fn check_no_idle_host_for_a_waiting_request(&self) -> Result<(), String> {
         for (i, w) in self.queue.iter().enumerate() {
+            if self.at_max_hosts(w.job).is_some() {
+                continue;
+            }
             let others = self.reserved_except(i);
             if let Some(h) = self.hosts.keys().find(|h| self.eligible(w, h, &others)) {
                 return Err(format!(

@@ -6,11 +6,15 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
+use policies::Policy;
+
 use super::{
     host::{HostView, Want, Wanted},
+    inputs::{paper, Inputs},
     AllocConfig, AllocError, AllocId, Effect, JobId, JobInfo, JobState, RequestId,
 };
 
@@ -104,6 +108,10 @@ pub struct Allocator {
     /// hosts it added by name): never granted to it. Soft state, like `hosts`: agents tell
     /// them again when they re-register after a restart.
     pub(crate) in_use: BTreeMap<JobId, BTreeSet<String>>,
+    /// The policy in force (default: the shipped `paper`); see [`Allocator::set_policy`].
+    pub(crate) policy: Arc<Policy>,
+    /// The policy's inputs, built as the state changes (soft state).
+    pub(crate) inputs: Inputs,
 }
 
 impl Default for Allocator {
@@ -131,6 +139,8 @@ impl Allocator {
             hosts: BTreeMap::new(),
             drained: BTreeSet::new(),
             in_use: BTreeMap::new(),
+            policy: paper(),
+            inputs: Inputs::default(),
         }
     }
 
@@ -267,6 +277,9 @@ impl Allocator {
             return Err(AllocError::NotHeld { host: host.into() });
         };
         let mut fx = Fx::default();
+        self.refresh(now);
+        let job = self.allocs.get(&alloc).map_or(0, |a| a.job);
+        let grace = self.grace_for(job, host, grace);
         self.reclaim(alloc, None, grace, now, &mut fx);
         Ok(self.finish(fx))
     }
@@ -278,6 +291,7 @@ impl Allocator {
             dirty: self.drained.insert(host.to_string()),
             ..Fx::default()
         };
+        self.rebuild_host(host);
         Ok(self.finish(fx))
     }
 
@@ -288,27 +302,37 @@ impl Allocator {
             dirty: self.drained.remove(host),
             ..Fx::default()
         };
+        self.rebuild_host(host);
         self.serve(now, &mut fx);
         Ok(self.finish(fx))
     }
 
     /// One host's view changed (a report, up/down, a daemon (re)connected), or a host of the
-    /// lab file is made known at start: stores it, reclaims it from an adaptive holder when
-    /// its owner came back, and serves the queue. Costs O(1) in the number of hosts besides
-    /// serving the queue; nothing rebuilds every view.
+    /// lab file is made known at start: stores it, rebuilds its policy value, reclaims it
+    /// when the policy's `vacate` sends its holder away, and serves the queue. Costs O(1) in
+    /// the number of hosts besides serving the queue; nothing rebuilds every view.
     ///
-    /// A report that changes nothing a decision reads (only the load, say) does not serve the
-    /// queue: the queue was served after every earlier change, so nothing new could happen.
+    /// A report that changes nothing `start` reads (only the load, say, under the paper)
+    /// does not serve the queue: the queue was served after every earlier change, so nothing
+    /// new could happen.
     pub fn host_changed(&mut self, view: HostView, now: Instant) -> Vec<Effect> {
         let host = view.name.clone();
         let old = self.hosts.insert(host.clone(), view);
-        let new = &self.hosts[&host];
-        if old.is_some_and(|old| decision_inputs(&old) == decision_inputs(new)) {
-            return Vec::new();
-        }
+        let old_entry = self.inputs.hosts.get(&host).cloned();
+        self.rebuild_host(&host);
+        let same = match (old, old_entry) {
+            (Some(old), Some(entry)) => {
+                let new = &self.hosts[&host];
+                rust_inputs(&old) == rust_inputs(new) && self.same_start(&entry, &host)
+            }
+            _ => false,
+        };
         let mut fx = Fx::default();
-        self.owner_returns(&host, now, &mut fx);
-        self.serve(now, &mut fx);
+        self.inputs_now(now);
+        self.vacate_if_asked(&host, now, &mut fx);
+        if !same {
+            self.serve(now, &mut fx);
+        }
         self.finish(fx)
     }
 
@@ -435,6 +459,7 @@ impl Allocator {
                 reason,
             });
         }
+        self.drain_errors(&mut fx);
         if fx.dirty {
             fx.out.push(Effect::Persist);
         }
@@ -442,15 +467,8 @@ impl Allocator {
     }
 }
 
-/// What of a host's view the decisions read besides the choice order: eligibility (up,
-/// labels, owner away), owner return (owner active), and whether every host has reported.
-fn decision_inputs(v: &HostView) -> (bool, bool, &[String], Option<&str>, bool, bool) {
-    (
-        v.up,
-        v.reported,
-        &v.labels,
-        v.owner.as_deref(),
-        v.owner_away(),
-        v.owner_active(),
-    )
+/// What of a host's view the Rust-side filters read: up, whether it reported (every host
+/// has before a label can be refused), and its labels.
+fn rust_inputs(v: &HostView) -> (bool, bool, &[String]) {
+    (v.up, v.reported, &v.labels)
 }

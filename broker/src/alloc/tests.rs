@@ -9,14 +9,14 @@ use super::*;
 const GRACE: Duration = Duration::from_secs(5);
 
 /// An allocator, a clock and helpers that check the invariants after every operation.
-struct Lab {
-    a: Allocator,
-    now: Instant,
-    views: Vec<HostView>,
+pub(super) struct Lab {
+    pub(super) a: Allocator,
+    pub(super) now: Instant,
+    pub(super) views: Vec<HostView>,
 }
 
 impl Lab {
-    fn new(views: Vec<HostView>) -> Lab {
+    pub(super) fn new(views: Vec<HostView>) -> Lab {
         let mut lab = Lab {
             a: Allocator::new(),
             now: Instant::now(),
@@ -26,14 +26,14 @@ impl Lab {
         lab
     }
 
-    fn check(&self) {
+    pub(super) fn check(&self) {
         if let Err(e) = self.a.check_invariants() {
             panic!("invariant broken: {e}\n{:#?}", self.a);
         }
     }
 
     /// Tells the allocator every host's view, one at a time (as reports arrive).
-    fn sync(&mut self) -> Vec<Effect> {
+    pub(super) fn sync(&mut self) -> Vec<Effect> {
         let mut fx = Vec::new();
         for v in self.views.clone() {
             fx.extend(self.a.host_changed(v, self.now));
@@ -42,7 +42,7 @@ impl Lab {
         fx
     }
 
-    fn set(&mut self, host: &str, f: impl FnOnce(&mut HostView)) -> Vec<Effect> {
+    pub(super) fn set(&mut self, host: &str, f: impl FnOnce(&mut HostView)) -> Vec<Effect> {
         let v = self
             .views
             .iter_mut()
@@ -54,7 +54,7 @@ impl Lab {
         fx
     }
 
-    fn job(&mut self, adaptive: bool) -> JobId {
+    pub(super) fn job(&mut self, adaptive: bool) -> JobId {
         let info = JobInfo {
             user: "alice".into(),
             cwd: "/home/alice".into(),
@@ -68,56 +68,56 @@ impl Lab {
         id
     }
 
-    fn req(&mut self, job: JobId, name: &str) -> (RequestId, Vec<Effect>) {
+    pub(super) fn req(&mut self, job: JobId, name: &str) -> (RequestId, Vec<Effect>) {
         let r = self.a.request(job, name, self.now);
         self.check();
         r
     }
 
     /// Requests and expects a grant; returns (alloc, host).
-    fn take(&mut self, job: JobId, name: &str) -> (AllocId, String) {
+    pub(super) fn take(&mut self, job: JobId, name: &str) -> (AllocId, String) {
         let (_, fx) = self.req(job, name);
         granted(&fx).unwrap_or_else(|| panic!("no grant: {fx:?}"))
     }
 
-    fn give_back(&mut self, alloc: AllocId) -> Vec<Effect> {
+    pub(super) fn give_back(&mut self, alloc: AllocId) -> Vec<Effect> {
         let fx = self.a.give_back(alloc, self.now);
         self.check();
         fx
     }
 
-    fn confirm(&mut self, alloc: AllocId) -> Vec<Effect> {
+    pub(super) fn confirm(&mut self, alloc: AllocId) -> Vec<Effect> {
         let fx = self.a.release_confirmed(alloc, self.now);
         self.check();
         fx
     }
 
-    fn tick(&mut self, secs: u64) -> Vec<Effect> {
+    pub(super) fn tick(&mut self, secs: u64) -> Vec<Effect> {
         self.now += Duration::from_secs(secs);
         let fx = self.a.tick(self.now);
         self.check();
         fx
     }
 
-    fn end(&mut self, job: JobId) -> Vec<Effect> {
+    pub(super) fn end(&mut self, job: JobId) -> Vec<Effect> {
         let fx = self.a.end_job(job, self.now);
         self.check();
         fx
     }
 }
 
-fn hosts(names: &[&str]) -> Vec<HostView> {
+pub(super) fn hosts(names: &[&str]) -> Vec<HostView> {
     names.iter().map(|n| view(n)).collect()
 }
 
-fn granted(fx: &[Effect]) -> Option<(AllocId, String)> {
+pub(super) fn granted(fx: &[Effect]) -> Option<(AllocId, String)> {
     fx.iter().find_map(|e| match e {
         Effect::Granted { alloc, host, .. } => Some((*alloc, host.clone())),
         _ => None,
     })
 }
 
-fn reclaims(fx: &[Effect]) -> Vec<(JobId, AllocId, String)> {
+pub(super) fn reclaims(fx: &[Effect]) -> Vec<(JobId, AllocId, String)> {
     fx.iter()
         .filter_map(|e| match e {
             Effect::Reclaim {
@@ -128,7 +128,7 @@ fn reclaims(fx: &[Effect]) -> Vec<(JobId, AllocId, String)> {
         .collect()
 }
 
-fn position(fx: &[Effect], req: RequestId) -> Option<usize> {
+pub(super) fn position(fx: &[Effect], req: RequestId) -> Option<usize> {
     fx.iter().rev().find_map(|e| match e {
         Effect::Queued {
             req: r, position, ..
@@ -157,7 +157,8 @@ fn least_loaded_then_public_then_name() {
     lab.set("a", |v| v.load1 = Some(2.0));
     lab.set("b", |v| v.load1 = None);
     lab.set("c", |v| v.owner = Some("carol".into()));
-    let j = lab.job(false);
+    // Adaptive: under the paper only adaptive jobs get (idle) private hosts.
+    let j = lab.job(true);
     let order: Vec<String> = (0..4).map(|_| lab.take(j, "anyHost").1).collect();
     assert_eq!(order, ["d", "c", "a", "b"]);
 }
@@ -169,7 +170,8 @@ fn private_host_with_owner_active_or_unknown_is_never_chosen() {
         v.owner = Some("bob".into());
         v.users = Some(vec![session(Some(60))]);
     });
-    let j = lab.job(false);
+    // Adaptive: under the paper only adaptive jobs get (idle) private hosts.
+    let j = lab.job(true);
     let (req, fx) = lab.req(j, "anyHost");
     assert_eq!(granted(&fx), None);
     assert_eq!(position(&fx, req), Some(1));
@@ -736,14 +738,15 @@ fn host_down_keeps_its_allocation_and_comes_back_with_it() {
 
 #[test]
 fn owner_return_reclaims_adaptive_jobs_only() {
-    let mut lab = Lab::new(hosts(&["ws1", "ws2"]));
+    // Under the paper a rigid job never holds a private host, so the rigid holder here is
+    // on a public one whose console is used: left alone.
+    let mut lab = Lab::new(hosts(&["ws1", "n2"]));
     lab.set("ws1", |v| v.owner = Some("bob".into()));
-    lab.set("ws2", |v| v.owner = Some("carol".into()));
-    let adaptive = lab.job(true);
     let rigid = lab.job(false);
+    let adaptive = lab.job(true);
+    assert_eq!(lab.take(rigid, "anyHost").1, "n2");
     let (a1, _) = lab.take(adaptive, "anyHost");
-    lab.take(rigid, "anyHost");
-    let fx = lab.set("ws2", |v| v.users = Some(vec![session(Some(3))]));
+    let fx = lab.set("n2", |v| v.users = Some(vec![session(Some(3))]));
     assert!(reclaims(&fx).is_empty(), "rigid holder left alone");
     let fx = lab.set("ws1", |v| v.console_idle_s = Some(2));
     assert_eq!(reclaims(&fx), vec![(adaptive, a1, "ws1".into())]);

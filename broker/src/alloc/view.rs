@@ -3,8 +3,10 @@
 //! host's allocation state ([`HostAlloc`]). Pure: `now` is passed in, nothing changes.
 //!
 //! The wait reason mirrors the eligibility rule of `policy` (up, not drained, not reserved
-//! for another request, not held, owner away): for each host the name matches, the first of
-//! those that fails is counted (a reserved host is always held too: it is being taken back).
+//! for another request, not held, the policy's `start`): for each host the name matches, the
+//! first of those that fails is counted (a reserved host is always held too: it is being
+//! taken back); a private host the policy declines while its owner is active counts as
+//! `owner_active`.
 
 use std::{
     collections::BTreeSet,
@@ -28,6 +30,8 @@ pub enum WaitReason {
     NoHostMatches { unreported: usize },
     /// Every host the name matches is unavailable; how many for each cause.
     Unavailable(Blocked),
+    /// The job holds `max` hosts, the most the policy's `max_hosts` allows.
+    AtMaxHosts { max: usize },
 }
 
 /// Matching hosts counted by the first reason each cannot be granted now.
@@ -62,12 +66,13 @@ impl Blocked {
 }
 
 impl WaitReason {
-    /// A stable machine-readable code: `reclaiming`, `no_host_matches`, `all_held`,
+    /// A stable machine-readable code: `reclaiming`, `no_host_matches`, `max_hosts`, `all_held`,
     /// `owner_active`, `drained`, `down`, `reserved`, `policy`, or `mixed`.
     pub fn code(&self) -> &'static str {
         match self {
             WaitReason::Reclaiming { .. } => "reclaiming",
             WaitReason::NoHostMatches { .. } => "no_host_matches",
+            WaitReason::AtMaxHosts { .. } => "max_hosts",
             WaitReason::Unavailable(b) => {
                 let mut present = b.causes().into_iter().filter(|c| c.0 > 0);
                 match (present.next(), present.next()) {
@@ -86,6 +91,10 @@ impl fmt::Display for WaitReason {
                 write!(f, "taking {host} back from job {holder} for it")
             }
             WaitReason::NoHostMatches { unreported: 0 } => f.write_str("no host matches"),
+            WaitReason::AtMaxHosts { max } => write!(
+                f,
+                "the job holds {max} host(s), the most the policy's max_hosts allows"
+            ),
             WaitReason::NoHostMatches { unreported } => write!(
                 f,
                 "no host matches yet ({unreported} host(s) have not reported their labels)"
@@ -139,6 +148,9 @@ impl Allocator {
             let host = host.clone();
             return WaitReason::Reclaiming { host, holder };
         }
+        if let Some(max) = self.at_max_hosts(w.job) {
+            return WaitReason::AtMaxHosts { max };
+        }
         let others: BTreeSet<&str> = self
             .queue
             .iter()
@@ -154,7 +166,7 @@ impl Allocator {
                 _ if self.drained.contains(&v.name) => &mut b.drained,
                 _ if others.contains(v.name.as_str()) => &mut b.reserved,
                 _ if self.by_host.contains_key(&v.name) => &mut b.held,
-                _ if !v.owner_away() => &mut b.owner_active,
+                _ if v.is_private() && !v.owner_away() => &mut b.owner_active,
                 _ => &mut b.other,
             };
             *count += 1;

@@ -1,0 +1,119 @@
+//! Explaining the policy on one host, for people: `rb policy explain HOST [--job ID]` (each
+//! hook's value and the inputs it read) and `rb status`'s `policy_note` (why a free host is
+//! not startable now). Read-only over the cached inputs (`inputs`), refreshed first.
+
+use std::time::Instant;
+
+use policies::{
+    facts::{JobFacts, UserFacts},
+    value::{JobValue, UserValue},
+    Answer, Explanation, Hook, Scope,
+};
+use serde_json::{json, Value};
+
+use super::{AllocError, Allocator, JobId};
+
+impl Allocator {
+    /// Each hook's value on `host` for `job` (default: a hypothetical new non-adaptive job
+    /// with no hosts, id 0) and, when the host is held, its holder; with the inputs each
+    /// hook read. An error names what is unknown.
+    pub fn explain(
+        &mut self,
+        host: &str,
+        job: Option<JobId>,
+        now: Instant,
+    ) -> Result<Value, String> {
+        if !self.inputs.hosts.contains_key(host) {
+            return Err(AllocError::UnknownHost { host: host.into() }.to_string());
+        }
+        self.refresh(now);
+        if let Some(id) = job {
+            if !self.inputs.jobs.contains_key(&id) {
+                return Err(format!(
+                    "job {id} is not running\nhelp: `rb jobs` lists the running jobs"
+                ));
+            }
+        }
+        let hypothetical = JobValue::new(&JobFacts {
+            count: 1,
+            ..JobFacts::default()
+        });
+        let nobody = UserValue::new(&UserFacts::default());
+        let entry = &self.inputs.hosts[host];
+        let job_value = match job {
+            Some(id) => &self.inputs.jobs[&id].1,
+            None => &hypothetical,
+        };
+        let user = job
+            .and_then(|id| self.jobs.get(&id))
+            .and_then(|j| self.inputs.users.get(&j.info.user))
+            .map_or(&nobody, |u| u.as_ref());
+        let mut scope = Scope::new().host(&entry.value).job(job_value).user(user);
+        if let Some(lab) = &self.inputs.lab {
+            scope = scope.lab(lab);
+        }
+        if let Some(n) = &self.inputs.now {
+            scope = scope.now(n);
+        }
+        let holder = self
+            .holder(host)
+            .and_then(|(id, _)| self.inputs.jobs.get(&id));
+        if let Some((_, h)) = holder {
+            scope = scope.holder(h);
+        }
+        let hooks: Vec<Value> = self.policy.explain(scope).iter().map(hook_json).collect();
+        Ok(json!({
+            "host": host,
+            "job": job,
+            "holder": self.holder(host).map(|h| h.0),
+            "policy_path": self.policy.source_path().display().to_string(),
+            "policy_sha256": self.policy.sha256(),
+            "hooks": hooks,
+        }))
+    }
+
+    /// Why `host`, free, is not startable now; `None` when it is, for some job, or when it
+    /// is held, drained or down (its state says so already).
+    pub fn policy_note(&self, host: &str) -> Option<String> {
+        let view = self.hosts.get(host)?;
+        if !view.up || self.by_host.contains_key(host) || self.drained.contains(host) {
+            return None;
+        }
+        let entry = self.inputs.hosts.get(host)?;
+        if entry.start != Some(false) {
+            return None;
+        }
+        let facts = serde_json::to_value(&entry.facts).ok()?;
+        let idle = entry.facts.keyboard_idle_s;
+        if entry.facts.private && idle.is_some_and(|s| s < 300) {
+            let s = idle.unwrap_or(0);
+            return Some(format!("owner active {s} s ago"));
+        }
+        let read: Vec<String> = self
+            .policy
+            .fields_read(Hook::Start)
+            .into_iter()
+            .filter_map(|f| {
+                let name = f.strip_prefix("host.")?.split('.').next()?.to_string();
+                let v = facts.get(&name).cloned().unwrap_or(Value::Null);
+                Some(format!("host.{name} = {v}"))
+            })
+            .collect();
+        Some(format!("policy start is false here ({})", read.join(", ")))
+    }
+}
+
+fn hook_json(e: &Explanation) -> Value {
+    let value = e.value.map(|a| match a {
+        Answer::Bool(b) => json!(b),
+        Answer::Number(n) => json!(n),
+    });
+    json!({
+        "key": e.hook.key(),
+        "set": e.set,
+        "expression": e.expression,
+        "value": value,
+        "error": e.error.as_ref().map(|x| x.message.clone()),
+        "inputs": e.inputs,
+    })
+}

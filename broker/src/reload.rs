@@ -1,0 +1,166 @@
+//! Policy reloads: `rb policy reload`, SIGHUP to `rb-broker`, and the policy file changing
+//! on disk (polled each second, read once its size and mtime have been still for
+//! [`QUIET`]: editors write in steps). Loading (CEL parsing) runs in `spawn_blocking`,
+//! never on a tokio worker; a good policy goes to the core ([`Event::SetPolicy`]), which
+//! hands it to the allocator; a bad one is refused, logged and kept as the last reload
+//! error, and the old policy stays.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+    time::{Duration, SystemTime},
+};
+
+use policies::Policy;
+use proto::msg::PolicyInfo;
+use tokio::{
+    signal::unix::{signal, SignalKind},
+    sync::{oneshot, watch},
+    task::JoinHandle,
+};
+use tracing::{info, warn};
+
+use crate::core::{Event, EventSender};
+
+/// How often the policy file is looked at.
+pub const POLL: Duration = Duration::from_secs(1);
+/// How long the file must stay unchanged before it is read.
+pub const QUIET: Duration = Duration::from_millis(200);
+
+/// The lab's policy setting, what is in force, and the reloads.
+pub struct PolicyHandle {
+    setting: String,
+    base: PathBuf,
+    events: EventSender,
+    info: Mutex<PolicyInfo>,
+    /// One reload at a time.
+    serial: tokio::sync::Mutex<()>,
+}
+
+impl PolicyHandle {
+    /// `setting` is `[broker] policy` (a shipped name or a path relative to `base`, the lab
+    /// file's directory); `policy` is what was loaded from it at start.
+    pub fn new(setting: &str, base: &Path, policy: &Policy, events: EventSender) -> Self {
+        PolicyHandle {
+            setting: setting.to_string(),
+            base: base.to_path_buf(),
+            events,
+            info: Mutex::new(info_of(policy)),
+            serial: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The policy in force and the last reload error.
+    pub fn info(&self) -> PolicyInfo {
+        self.info
+            .lock()
+            .map(|i| i.clone())
+            .unwrap_or_else(|e| e.into_inner().clone())
+    }
+
+    /// The file to watch: `None` for a shipped policy (built into the binary).
+    pub fn file(&self) -> Option<PathBuf> {
+        policies::shipped_text(&self.setting)
+            .is_none()
+            .then(|| self.base.join(&self.setting))
+    }
+
+    /// Loads the setting again and, when it is good, puts it in force. `cause` is logged.
+    pub async fn reload(&self, cause: &'static str) -> Result<PolicyInfo, String> {
+        let _one = self.serial.lock().await;
+        let (setting, base) = (self.setting.clone(), self.base.clone());
+        let loaded = tokio::task::spawn_blocking(move || Policy::from_setting(&setting, &base))
+            .await
+            .map_err(|e| format!("the policy loader failed: {e}"));
+        let policy = match loaded {
+            Ok(Ok(p)) => Arc::new(p),
+            Ok(Err(e)) => return Err(self.refused(cause, e.to_string())),
+            Err(e) => return Err(self.refused(cause, e)),
+        };
+        let (reply, done) = oneshot::channel();
+        let event = Event::SetPolicy {
+            policy: policy.clone(),
+            reply,
+        };
+        if self.events.send(event).await.is_err() || done.await.is_err() {
+            return Err("broker stopping".into());
+        }
+        let info = info_of(&policy);
+        info!(cause, path = %info.path, sha256 = %info.sha256, "policy reloaded");
+        if let Ok(mut i) = self.info.lock() {
+            *i = info.clone();
+        }
+        Ok(info)
+    }
+
+    fn refused(&self, cause: &'static str, error: String) -> String {
+        warn!(cause, %error, "policy reload refused; the old policy stays");
+        if let Ok(mut i) = self.info.lock() {
+            i.last_reload_error = Some(error.clone());
+        }
+        error
+    }
+}
+
+fn info_of(policy: &Policy) -> PolicyInfo {
+    let loaded_at_unix = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    PolicyInfo {
+        path: policy.source_path().display().to_string(),
+        sha256: policy.sha256().to_string(),
+        loaded_at_unix,
+        summary: policy.summary().to_string(),
+        last_reload_error: None,
+    }
+}
+
+/// What the poll compares: modification time and size (`None`: cannot be read now).
+type Stamp = Option<(SystemTime, u64)>;
+
+fn stamp(path: &Path) -> Stamp {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.modified().ok()?, m.len()))
+}
+
+/// Reloads on SIGHUP and when the policy file changes, until `shutdown` fires.
+pub fn spawn_policy_watcher(
+    handle: Arc<PolicyHandle>,
+    mut shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<JoinHandle<()>> {
+    let mut hup = signal(SignalKind::hangup())?;
+    let file = handle.file();
+    Ok(tokio::spawn(async move {
+        let mut last = file.as_deref().and_then(stamp);
+        let mut poll = tokio::time::interval(POLL);
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = hup.recv() => {
+                    let _ = handle.reload("SIGHUP").await;
+                }
+                _ = poll.tick() => {
+                    let Some(path) = file.as_deref() else { continue };
+                    let now = stamp(path);
+                    if now == last || now.is_none() {
+                        continue;
+                    }
+                    last = settle(path, now).await;
+                    let _ = handle.reload("policy file changed").await;
+                }
+            }
+        }
+    }))
+}
+
+/// Waits until `path` has kept the same stamp for [`QUIET`]; returns that stamp.
+async fn settle(path: &Path, mut seen: Stamp) -> Stamp {
+    loop {
+        tokio::time::sleep(QUIET).await;
+        let now = stamp(path);
+        if now == seen {
+            return now;
+        }
+        seen = now;
+    }
+}

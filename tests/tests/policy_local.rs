@@ -1,0 +1,317 @@
+//! Tier 2, policies (issue 15): the lab file's `[broker] policy`, `rb check` and `rb-broker`
+//! refusing a bad one, and the broker granting by the policy in force. The real binaries
+//! on virtual hosts of this machine; no root needed.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output},
+    time::Duration,
+};
+
+use tests::{bin, local_lab, rb, wait_until, Broker};
+
+/// A directory for policy files, outside any broker's.
+fn policy_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("rb-policy-")
+        .tempdir_in("/var/tmp")
+        .expect("tempdir")
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write policy");
+    path
+}
+
+/// `local_lab(n)` with `[broker] policy = SETTING`.
+fn lab_with_policy(n: usize, setting: &str) -> String {
+    local_lab(n).replacen(
+        "[broker]\n",
+        &format!("[broker]\npolicy = {}\n", toml_string(setting)),
+        1,
+    )
+}
+
+fn toml_string(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A lab file (with its secret) in `dir`, as `rb check` and `rb-broker` read it.
+fn lab_file(dir: &Path, text: &str) -> PathBuf {
+    let secret = dir.join("secret");
+    if !secret.exists() {
+        proto::auth::write_new_secret(&secret, false).expect("secret");
+    }
+    let text = text
+        .replace("@STATE@", &dir.join("state").display().to_string())
+        .replace("@SECRET@", &secret.display().to_string());
+    write(dir, "lab.toml", &text)
+}
+
+#[test]
+fn rb_check_and_the_broker_refuse_a_bad_policy_with_its_position() {
+    let dir = policy_dir();
+    let bad = write(dir.path(), "bad.toml", "start = 'host.lod1 > 1.0'\n");
+    let lab = lab_file(dir.path(), &lab_with_policy(1, "bad.toml"));
+    let out = rb(&["check", lab.to_str().expect("utf8")]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    let at = format!("{}:1:", bad.display());
+    assert!(err.contains(&at), "the policy's own FILE:LINE:COL: {err}");
+    assert!(err.contains("help:"), "{err}");
+    let out = Command::new(bin("rb-broker"))
+        .arg("--lab")
+        .arg(&lab)
+        .output()
+        .expect("run rb-broker");
+    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
+    assert!(stderr(&out).contains(&at), "{}", stderr(&out));
+}
+
+#[test]
+fn rb_check_loads_a_shipped_policy_by_name() {
+    let dir = policy_dir();
+    let lab = lab_file(dir.path(), &lab_with_policy(1, "desktop"));
+    let out = rb(&["check", lab.to_str().expect("utf8")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("policies/desktop.toml: ok"),
+        "{}",
+        stdout(&out)
+    );
+    let lab = lab_file(dir.path(), &lab_with_policy(1, "papr"));
+    let out = rb(&["check", lab.to_str().expect("utf8")]);
+    assert_eq!(
+        out.status.code(),
+        Some(64),
+        "a misspelt name is a missing file"
+    );
+    assert!(stderr(&out).contains("papr"), "{}", stderr(&out));
+}
+
+/// The broker starts with the lab file's policy file and says which it loaded.
+#[test]
+fn the_broker_runs_with_a_policy_file_from_the_lab_file() {
+    let dir = policy_dir();
+    let policy = write(dir.path(), "p.toml", "start = 'host.name == \"vhost02\"'\n");
+    let broker = Broker::start(&lab_with_policy(2, policy.to_str().expect("utf8")));
+    broker.wait_all_up(Duration::from_secs(20));
+    let loaded = wait_until(Duration::from_secs(5), || {
+        broker.log().contains("policy loaded").then_some(())
+    });
+    assert!(loaded.is_some(), "{}", broker.log());
+}
+
+/// `rb policy show --json`, parsed.
+fn show(broker: &Broker) -> serde_json::Value {
+    let out = broker.rb(&["policy", "show", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
+/// The short sha256 `rb policy check FILE` prints for `file`.
+fn short_sha(file: &Path) -> String {
+    let out = rb(&["policy", "check", file.to_str().expect("utf8")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let sha = text.rsplit("sha256 ").next().expect("a sha256");
+    sha.trim().to_string()
+}
+
+/// Waits until `rb policy show` reports a sha256 starting with `short`.
+fn wait_sha(broker: &Broker, short: &str, what: &str) -> serde_json::Value {
+    let got = wait_until(Duration::from_secs(10), || {
+        let info = show(broker);
+        info["sha256"]
+            .as_str()
+            .is_some_and(|s| s.starts_with(short))
+            .then_some(info)
+    });
+    got.unwrap_or_else(|| {
+        panic!(
+            "{what}: not in force; shows {}\n{}",
+            show(broker),
+            broker.log()
+        )
+    })
+}
+
+#[test]
+fn rb_policy_reload_refuses_a_bad_file_and_keeps_the_old_policy() {
+    let dir = policy_dir();
+    let file = write(dir.path(), "p.toml", "start = 'true'\n");
+    let broker = Broker::start(&lab_with_policy(1, file.to_str().expect("utf8")));
+    let first = wait_sha(&broker, &short_sha(&file), "the lab file's policy");
+    assert_eq!(first["path"], file.display().to_string());
+    assert!(first["last_reload_error"].is_null(), "{first}");
+
+    write(dir.path(), "p.toml", "start = 'host.lod1 > 1.0'\n");
+    let out = broker.rb(&["policy", "reload"]);
+    assert!(!out.status.success(), "a bad file must fail the reload");
+    let at = format!("{}:1:", file.display());
+    assert!(stderr(&out).contains(&at), "{}", stderr(&out));
+    let after = show(&broker);
+    assert_eq!(after["sha256"], first["sha256"], "the old policy stays");
+    let error = after["last_reload_error"].as_str().unwrap_or_default();
+    assert!(error.contains(&at), "{after}");
+
+    write(dir.path(), "p.toml", "start = 'false'\n");
+    let out = broker.rb(&["policy", "reload"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let short = short_sha(&file);
+    assert!(stdout(&out).contains(&short), "{}", stdout(&out));
+    let now = show(&broker);
+    assert!(now["last_reload_error"].is_null(), "{now}");
+    let human = broker.rb(&["policy", "show"]);
+    assert!(
+        stdout(&human).contains("last reload error  none"),
+        "{}",
+        stdout(&human)
+    );
+}
+
+/// Same size and modification time as before, so only the signal can make it reload.
+fn rewrite_unnoticed(file: &Path, text: &str) {
+    let before = std::fs::metadata(file).expect("stat");
+    assert_eq!(before.len(), text.len() as u64, "same size");
+    let mtime = before.modified().expect("mtime");
+    std::fs::write(file, text).expect("write");
+    let f = std::fs::File::options()
+        .write(true)
+        .open(file)
+        .expect("open");
+    f.set_modified(mtime).expect("keep the mtime");
+}
+
+#[test]
+fn sighup_reloads_the_policy() {
+    let dir = policy_dir();
+    let file = write(dir.path(), "p.toml", "start = 'true' \n");
+    let broker = Broker::start(&lab_with_policy(1, file.to_str().expect("utf8")));
+    wait_sha(&broker, &short_sha(&file), "the lab file's policy");
+    rewrite_unnoticed(&file, "start = 'false'\n");
+    let pid = nix::unistd::Pid::from_raw(broker.child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).expect("SIGHUP");
+    wait_sha(&broker, &short_sha(&file), "after SIGHUP");
+}
+
+#[test]
+fn an_edited_policy_file_is_picked_up_and_a_bad_edit_refused() {
+    let dir = policy_dir();
+    let file = write(dir.path(), "p.toml", "start = 'true'\n");
+    let broker = Broker::start(&lab_with_policy(1, file.to_str().expect("utf8")));
+    let first = wait_sha(&broker, &short_sha(&file), "the lab file's policy");
+    write(dir.path(), "p.toml", "start = 'host.lod1 > 1.0'\n");
+    let refused = wait_until(Duration::from_secs(10), || {
+        let info = show(&broker);
+        (!info["last_reload_error"].is_null()).then_some(info)
+    })
+    .unwrap_or_else(|| panic!("the bad edit was not seen\n{}", broker.log()));
+    assert_eq!(refused["sha256"], first["sha256"], "the old policy stays");
+    write(dir.path(), "p.toml", "start = 'false && true'\n");
+    wait_sha(&broker, &short_sha(&file), "after the edit");
+}
+
+#[test]
+fn rb_policy_explain_and_status_say_why_a_free_host_is_not_startable() {
+    let dir = policy_dir();
+    let file = write(dir.path(), "p.toml", "start = 'host.name == \"vhost02\"'\n");
+    let broker = Broker::start(&lab_with_policy(2, file.to_str().expect("utf8")));
+    broker.wait_all_up(Duration::from_secs(20));
+    let out = broker.rb(&["policy", "explain", "vhost01", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let e: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let start = e["hooks"]
+        .as_array()
+        .and_then(|h| h.iter().find(|h| h["key"] == "start"))
+        .expect("start")
+        .clone();
+    assert_eq!(start["value"], serde_json::json!(false), "{e}");
+    assert!(start["inputs"].to_string().contains("host.name"), "{e}");
+    let human = broker.rb(&["policy", "explain", "vhost02"]);
+    assert!(
+        stdout(&human).contains("start = true"),
+        "{}",
+        stdout(&human)
+    );
+    let hosts = broker.status().expect("status");
+    let note = |name: &str| {
+        hosts
+            .iter()
+            .find(|h| h.name == name)
+            .and_then(|h| h.policy_note.clone())
+    };
+    assert!(
+        note("vhost01").is_some_and(|n| n.contains("start is false")),
+        "{hosts:?}"
+    );
+    assert_eq!(note("vhost02"), None);
+    let out = broker.rb(&["policy", "explain", "vhost09"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("no host named"), "{}", stderr(&out));
+}
+
+/// `agent --broker SOCKET -- rsh anyHost sleep 60`, killed on drop.
+struct Job(std::process::Child);
+
+impl Job {
+    fn start(broker: &Broker) -> Job {
+        let child = Command::new(bin("agent"))
+            .arg("--broker")
+            .arg(broker.socket())
+            .args(["--grace-s", "1", "--", "rsh", "anyHost", "sleep", "60"])
+            .env_remove("RB_AGENT")
+            .env_remove("RB_LAB")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("agent");
+        Job(child)
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits until some running job holds `host`.
+fn wait_held(broker: &Broker, host: &str) {
+    let held = wait_until(Duration::from_secs(15), || {
+        broker.held_hosts().iter().any(|h| h == host).then_some(())
+    });
+    assert!(
+        held.is_some(),
+        "{host} not granted; jobs {:?}\n{}",
+        broker.jobs(),
+        broker.log()
+    );
+}
+
+#[test]
+fn a_reloaded_policy_changes_which_host_the_next_job_gets() {
+    let dir = policy_dir();
+    let file = write(dir.path(), "p.toml", "start = 'host.name == \"vhost02\"'\n");
+    let broker = Broker::start(&lab_with_policy(2, file.to_str().expect("utf8")));
+    broker.wait_all_up(Duration::from_secs(20));
+    let _first = Job::start(&broker);
+    wait_held(&broker, "vhost02");
+    write(dir.path(), "p.toml", "start = 'host.name == \"vhost01\"'\n");
+    let out = broker.rb(&["policy", "reload"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let _second = Job::start(&broker);
+    wait_held(&broker, "vhost01");
+    assert_eq!(broker.held_hosts().len(), 2, "{:?}", broker.jobs());
+}
