@@ -12,11 +12,15 @@
 //! - [`simple_command`]: remote commands that need no shell (exec'd directly).
 //! - [`subagent`]: the subagent: runs the remote command as its own process group with the
 //!   caller's stdio, and a guardian process that reports to the agent and ends the group on
-//!   reclaim or when the agent disappears.
+//!   reclaim or when the agent disappears (saying why in its host's `subagent.log`).
+//! - [`jobguard`]: the job's guardian on the front end: outlives the agent and ends what
+//!   is left of the job on this machine when the agent is gone, however it ended.
+//! - [`watch`]: what a guardian watches and ends: a process group and tagged processes.
 
 pub mod ancestry;
 pub mod cli;
 pub mod jobenv;
+pub mod jobguard;
 pub mod launcher;
 pub mod link;
 pub mod listeners;
@@ -24,3 +28,4 @@ pub mod module;
 pub mod run;
 pub mod simple_command;
 pub mod subagent;
+pub mod watch;

@@ -45,6 +45,8 @@ pub struct Registered {
     pub remote_shell: Vec<String>,
     pub transport: String,
     pub secret_file: PathBuf,
+    /// The broker's IP as its hosts reach it (see [`advertised_ip`]).
+    pub hosts_reach_broker_at: Option<IpAddr>,
 }
 
 /// Resolves the broker from the flags, env and lab file; `None` = start an embedded one.
@@ -73,7 +75,7 @@ pub fn resolve(
 }
 
 /// Connects and authenticates; returns the connection and our address as the broker sees
-/// it (where subagents on other hosts can reach us).
+/// it over TCP (loopback through the control socket): [`advertised_ip`]'s fallback.
 pub async fn connect(t: &BrokerTarget, label: &str) -> anyhow::Result<(Conn, IpAddr)> {
     match &t.target {
         Target::Socket(path) => {
@@ -118,15 +120,28 @@ pub async fn register(conn: &mut Conn, reg: JobRegistration) -> anyhow::Result<R
             remote_shell,
             transport,
             secret_file,
+            hosts_reach_broker_at,
         } => Ok(Registered {
             job,
             remote_shell,
             transport,
             secret_file: PathBuf::from(secret_file),
+            hosts_reach_broker_at,
         }),
         FromBroker::Error { message, .. } => bail!("the broker refused the job: {message}"),
         other => bail!("unexpected answer to registration: {other:?}"),
     }
+}
+
+/// The address subagents on the lab's hosts reach this agent at: ours on the route to the
+/// broker's host-facing IP, which the broker tells us whichever way we reached it (through
+/// the control socket, `fallback` would be loopback: unreachable from other hosts). For the
+/// `local` transport that IP is loopback, and so is ours. `fallback` when the broker told
+/// nothing or no route leads there.
+pub fn advertised_ip(job: &Registered, fallback: IpAddr) -> IpAddr {
+    job.hosts_reach_broker_at
+        .and_then(|broker| proto::route::source_toward(broker).ok())
+        .unwrap_or(fallback)
 }
 
 /// A single-machine broker started for this job (virtual hosts on this machine).
