@@ -260,10 +260,9 @@ enum Way {
     ImplicitLabFile,
 }
 
-/// `agent … -- rsh anyLinux COMMAND` run by root inside the front end, reaching the broker
-/// `way`; HOME is a fresh home of its own, holding `~/.config/rb/lab.toml` for
-/// [`Way::ImplicitLabFile`] only.
-fn agent_on_front_end(env: &LabWithBroker, way: Way, home: &Path, command: &str) -> Command {
+/// `agent … -- APP…` run by root inside the front end, reaching the broker `way`; HOME is a
+/// fresh home of its own, holding `~/.config/rb/lab.toml` for [`Way::ImplicitLabFile`] only.
+fn agent_on_front_end(env: &LabWithBroker, way: Way, home: &Path, app: &[&str]) -> Command {
     let lab_file = env.broker.lab_file.display().to_string();
     let mut argv = vec![bin("agent").display().to_string()];
     match way {
@@ -281,7 +280,8 @@ fn agent_on_front_end(env: &LabWithBroker, way: Way, home: &Path, command: &str)
         std::fs::create_dir_all(&dir).expect("mkdir ~/.config/rb");
         std::fs::copy(&env.broker.lab_file, dir.join("lab.toml")).expect("copy the lab file");
     }
-    argv.extend(["--grace-s", "1", "--", "rsh", "anyLinux", command].map(String::from));
+    argv.extend(["--grace-s", "1", "--"].map(String::from));
+    argv.extend(app.iter().map(|a| a.to_string()));
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
     let mut cmd = env
         .lab
@@ -332,7 +332,8 @@ fn a_remote_command_outlives_6_s_however_the_agent_on_a_lab_host_reaches_the_bro
                 .prefix("rb-home-")
                 .tempdir_in("/var/tmp")
                 .expect("home");
-            let child = agent_on_front_end(&env, *way, home.path(), "sleep 8; hostname; echo ok")
+            let app = ["rsh", "anyLinux", "sleep 8; hostname; echo ok"];
+            let child = agent_on_front_end(&env, *way, home.path(), &app)
                 .spawn()
                 .expect("agent");
             (way, home, child)
@@ -353,4 +354,44 @@ fn a_remote_command_outlives_6_s_however_the_agent_on_a_lab_host_reaches_the_bro
         }
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+#[test]
+fn gnu_parallels_clean_environment_probe_is_served_by_the_jobs_agent() {
+    if skip_unless_root("gnu_parallels_clean_environment_probe_is_served_by_the_jobs_agent") {
+        return;
+    }
+    let opts = LabOptions::new(&[(FRONT_END, "root")], TEST_TIMING);
+    let env = LabWithBroker::start_opts(3, &opts);
+    let _at_keyboard = env
+        .lab
+        .fake_login(FRONT_END, "root", "rbtty-front", Duration::ZERO)
+        .expect("fake login");
+    env.broker
+        .wait_host(FRONT_END, Duration::from_secs(10), "root's login", |h| {
+            h.users.iter().any(|u| u.user == "root")
+        });
+    // parallel probes the host's CPUs with only PATH and HOME in the environment
+    // (`rsh anyLinux -- exec parallel --number-of-threads`); HOME's lab file names this
+    // broker, so a probe that escaped the job would be a second job here.
+    let home = tempfile::Builder::new()
+        .prefix("rb-home-")
+        .tempdir_in("/var/tmp")
+        .expect("home");
+    let app = [
+        "parallel", "--ssh", "rsh", "-S", "anyLinux", "echo", ":::", "a", "b",
+    ];
+    let out = agent_on_front_end(&env, Way::ImplicitLabFile, home.path(), &app)
+        .output()
+        .expect("agent");
+    let mut lines: Vec<String> = text(&out).lines().map(String::from).collect();
+    lines.sort();
+    assert!(
+        out.status.success() && lines == ["a", "b"],
+        "{:?}, stdout {lines:?}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let jobs = env.broker.jobs();
+    assert_eq!(jobs.len(), 1, "one job for every call: {jobs:#?}");
 }
