@@ -150,9 +150,14 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
     // Held until this process ends, however it ends: then the guardian ends what is left.
     let _guard = child.id().and_then(|pgid| {
         let grace = Duration::from_millis(cfg.grace_ms);
-        jobguard::JobGuard::spawn(pgid as i32, &tag, grace)
-            .map_err(|e| warn!(error = %format!("{e:#}"), "no guardian: if the agent is killed, the app outlives it"))
-            .ok()
+        match jobguard::JobGuard::spawn(pgid as i32, &tag, grace) {
+            Ok(guard) => Some(guard),
+            Err(e) => {
+                let error = format!("{e:#}");
+                warn!(%error, "no guardian: a killed agent would leave the app running");
+                None
+            }
+        }
     });
     let mut agent = Agent {
         conn,

@@ -172,7 +172,8 @@ fn guardian(cfg: SubagentConfig, watch: Watch, status_rx: OwnedFd) -> i32 {
     {
         Ok(rt) => rt,
         Err(e) => {
-            tracing::error!(alloc = cfg.alloc, pgid = watch.pgid, error = %e, "no runtime; ending the command's process group");
+            let (alloc, pgid) = (cfg.alloc, watch.pgid);
+            tracing::error!(alloc, pgid, error = %e, "no runtime: ending the command's processes");
             watch.end(Duration::from_secs(1));
             return 1;
         }
@@ -188,9 +189,10 @@ pub fn log_path() -> PathBuf {
 
 /// Sends this process's log to [`log_path`] (appended, mode 0600): the guardian's stderr
 /// is /dev/null, and the command's stderr is the caller's, where a word from us would
-/// break callers that take any stderr output for failure (LAM). Without the file, no log.
+/// break callers that take any stderr output for failure (LAM). Without the file, no log:
+/// only a regular file of ours is written (never a symlink, and no FIFO to block on).
 fn start_log() {
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let path = log_path();
     let opened = path
         .parent()
@@ -201,9 +203,13 @@ fn start_log() {
                 .append(true)
                 .create(true)
                 .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
                 .open(&path)
                 .ok()
+        })
+        .filter(|file| {
+            file.metadata()
+                .is_ok_and(|m| m.is_file() && m.uid() == nix::unistd::getuid().as_raw())
         });
     if let Some(file) = opened {
         let _ = tracing_subscriber::fmt()
@@ -275,7 +281,8 @@ async fn guard(cfg: SubagentConfig, watch: &Watch, status_rx: OwnedFd) {
 /// command's processes end, and the log says why.
 fn agent_lost(cfg: &SubagentConfig, watch: &Watch, since: Instant, why: &str) {
     if !watch.alive() {
-        tracing::info!(alloc = cfg.alloc, agent = %cfg.agent, "the agent is out of reach and the command has ended");
+        let (alloc, agent) = (cfg.alloc, &cfg.agent);
+        tracing::info!(alloc, %agent, "the agent is out of reach; the command has ended");
         return;
     }
     tracing::warn!(
@@ -325,7 +332,8 @@ async fn session(
             }
             msg = conn.recv::<FromBroker>() => match msg {
                 Ok(FromBroker::Terminate { grace_ms }) => {
-                    tracing::info!(pgid = watch.pgid, grace_ms, "the agent ends the command (host reclaimed or job over)");
+                    let pgid = watch.pgid;
+                    tracing::info!(pgid, grace_ms, "the agent ends the command (reclaim or job end)");
                     watch.end(Duration::from_millis(grace_ms));
                     let code = exit_status.unwrap_or(128 + Signal::SIGTERM as i32);
                     let _ = conn.send(&ToBroker::SubExited { status: code }).await;

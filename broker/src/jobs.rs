@@ -34,7 +34,8 @@ pub struct JobDesk {
     remote_shell: Vec<String>,
     transport: String,
     secret_file: String,
-    /// The broker's IP as its hosts reach it, told to agents (see [`Self::with_hosts_reach_broker_at`]).
+    /// The broker's IP as its hosts reach it, told to agents
+    /// (see [`Self::with_hosts_reach_broker_at`]).
     hosts_reach_broker_at: Option<std::net::IpAddr>,
     /// The last [`NOTES_KEPT`] notes of each job (from its agent), oldest first.
     notes: HashMap<JobId, VecDeque<String>>,

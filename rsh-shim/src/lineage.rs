@@ -112,7 +112,8 @@ mod tests {
 
     #[test]
     fn job_variables_are_read_from_an_environment_block() {
-        let block = b"PATH=/bin\0RB_AGENT=/tmp/rb-1/job-2-3/agent.sock\0RB_HOSTS_FILE=/h\0RB_REAL_RSH=[\"ssh\"]\0";
+        let block: &[u8] = b"PATH=/bin\0RB_AGENT=/tmp/rb-1/job-2-3/agent.sock\0\
+            RB_HOSTS_FILE=/h\0RB_REAL_RSH=[\"ssh\"]\0";
         let vars = job_vars(block).expect("names an agent");
         assert_eq!(
             vars.agent.as_deref(),
