@@ -254,7 +254,12 @@ fn a_lab_user_on_a_lab_host_grows_over_real_rsh() {
 /// How the agent finds the broker: every way the README gives.
 #[derive(Debug, Clone, Copy)]
 enum Way {
+    /// `--broker IP:PORT --secret-file S`.
     BrokerFlag,
+    /// `--broker STATE_DIR/broker.sock`.
+    BrokerSocketFlag,
+    /// `RB_BROKER=STATE_DIR/broker.sock`.
+    BrokerVariable,
     LabFlag,
     LabVariable,
     ImplicitLabFile,
@@ -272,8 +277,11 @@ fn agent_on_front_end(env: &LabWithBroker, way: Way, home: &Path, app: &[&str]) 
             "--secret-file".into(),
             env.broker.secret().display().to_string(),
         ]),
+        Way::BrokerSocketFlag => {
+            argv.extend(["--broker".into(), env.broker.socket().display().to_string()])
+        }
         Way::LabFlag => argv.extend(["--lab".into(), lab_file.clone()]),
-        Way::LabVariable | Way::ImplicitLabFile => {}
+        Way::BrokerVariable | Way::LabVariable | Way::ImplicitLabFile => {}
     }
     if let Way::ImplicitLabFile = way {
         let dir = home.join(".config/rb");
@@ -292,9 +300,11 @@ fn agent_on_front_end(env: &LabWithBroker, way: Way, home: &Path, app: &[&str]) 
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    if let Way::LabVariable = way {
-        cmd.env("RB_LAB", &lab_file);
-    }
+    match way {
+        Way::BrokerVariable => cmd.env("RB_BROKER", env.broker.socket()),
+        Way::LabVariable => cmd.env("RB_LAB", &lab_file),
+        _ => &mut cmd,
+    };
     cmd
 }
 
@@ -309,7 +319,7 @@ fn a_remote_command_outlives_6_s_however_the_agent_on_a_lab_host_reaches_the_bro
     // (so it is not granted, and every command below runs on another host, which must
     // reach the agent over the network).
     let opts = LabOptions::new(&[(FRONT_END, "root")], TEST_TIMING);
-    let env = LabWithBroker::start_opts(5, &opts);
+    let env = LabWithBroker::start_opts(7, &opts);
     let _at_keyboard = env
         .lab
         .fake_login(FRONT_END, "root", "rbtty-front", Duration::ZERO)
@@ -318,8 +328,11 @@ fn a_remote_command_outlives_6_s_however_the_agent_on_a_lab_host_reaches_the_bro
         .wait_host(FRONT_END, Duration::from_secs(10), "root's login", |h| {
             h.users.iter().any(|u| u.user == "root")
         });
+    // One host for each way besides the front end.
     let ways = [
         Way::BrokerFlag,
+        Way::BrokerSocketFlag,
+        Way::BrokerVariable,
         Way::LabFlag,
         Way::LabVariable,
         Way::ImplicitLabFile,
