@@ -31,8 +31,8 @@ pub fn job_tag(job: u64) -> String {
     format!("job.{job}.{}", std::process::id())
 }
 
-/// The running guardian, as the agent holds it: dropping this does not stop it (the pipe
-/// closes only when the agent process ends).
+/// The running guardian, as the agent holds it. Dropping it closes the pipe, as the agent's
+/// death does: either way the guardian then ends what is left of the job, and exits.
 pub struct JobGuard {
     _child: Child,
     _alive: ChildStdin,

@@ -147,7 +147,8 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
     let sub_task = tokio::spawn(listeners::serve_subagents(subs, secret, events_tx));
     let tag = jobguard::job_tag(job.job);
     let child = spawn_app(&cfg.app, &env, &tag)?;
-    // Held until this process ends, however it ends: then the guardian ends what is left.
+    // Held until the job is over (the end of this function) or this process dies, however:
+    // then the guardian ends whatever the app left running.
     let _guard = child.id().and_then(|pgid| {
         let grace = Duration::from_millis(cfg.grace_ms);
         match jobguard::JobGuard::spawn(pgid as i32, &tag, grace) {
