@@ -10,9 +10,9 @@
 //!   group — SIGTERM, the grace period, then SIGKILL — when the agent reclaims the host or
 //!   when the agent is gone for longer than [`AGENT_LOSS_LIMIT`]. It stays while any process
 //!   of the group lives (daemons such as a PVM slave outlive the command that started them),
-//!   so nothing the job started on this host is ever left unwatched. Why it ended a
-//!   group (the agent's terminate, or the agent out of reach since when and with what
-//!   error) goes to the host's [`log_path`], never to the caller's stderr.
+//!   so nothing the job started on this host is ever left unwatched. When it ends a group
+//!   on its own (the agent out of reach: for how long, the last error), it says so in the
+//!   host's [`log_path`], never on the caller's stderr.
 //!
 //! Daemons may leave the group: LAM's `hboot` calls `setsid()` before starting `lamd`. So
 //! the command also gets [`TAG_VAR`] in its environment, which every descendant inherits
@@ -214,6 +214,9 @@ fn start_log() {
     if let Some(file) = opened {
         let _ = tracing_subscriber::fmt()
             .with_writer(std::sync::Mutex::new(file))
+            // The usual end (the agent's terminate) is debug: one line per remote command
+            // would grow the file without end on a busy host.
+            .with_max_level(tracing::Level::INFO)
             .with_ansi(false)
             .with_target(false)
             .try_init();
@@ -333,7 +336,7 @@ async fn session(
             msg = conn.recv::<FromBroker>() => match msg {
                 Ok(FromBroker::Terminate { grace_ms }) => {
                     let pgid = watch.pgid;
-                    tracing::info!(pgid, grace_ms, "the agent ends the command (reclaim or job end)");
+                    tracing::debug!(pgid, grace_ms, "the agent ends the command (reclaim or job end)");
                     watch.end(Duration::from_millis(grace_ms));
                     let code = exit_status.unwrap_or(128 + Signal::SIGTERM as i32);
                     let _ = conn.send(&ToBroker::SubExited { status: code }).await;
