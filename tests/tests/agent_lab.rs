@@ -265,6 +265,23 @@ enum Way {
     ImplicitLabFile,
 }
 
+/// A lab of `hosts` hosts whose front end is one of the broker's hosts: root's own machine
+/// (`owner = "root"`), with root at its keyboard so that it is never granted. Keep the login
+/// while the test runs.
+fn lab_with_front_end_at_keyboard(hosts: usize) -> (LabWithBroker, lab::FakeLogin) {
+    let opts = LabOptions::new(&[(FRONT_END, "root")], TEST_TIMING);
+    let env = LabWithBroker::start_opts(hosts, &opts);
+    let login = env
+        .lab
+        .fake_login(FRONT_END, "root", "rbtty-front", Duration::ZERO)
+        .expect("fake login");
+    env.broker
+        .wait_host(FRONT_END, Duration::from_secs(10), "root's login", |h| {
+            h.users.iter().any(|u| u.user == "root")
+        });
+    (env, login)
+}
+
 /// `agent … -- APP…` run by root inside the front end, reaching the broker `way`; HOME is a
 /// fresh home of its own, holding `~/.config/rb/lab.toml` for [`Way::ImplicitLabFile`] only.
 fn agent_on_front_end(env: &LabWithBroker, way: Way, home: &Path, app: &[&str]) -> Command {
@@ -315,19 +332,9 @@ fn a_remote_command_outlives_6_s_however_the_agent_on_a_lab_host_reaches_the_bro
     ) {
         return;
     }
-    // The front end is one of the broker's hosts: root's own machine, root at its keyboard
-    // (so it is not granted, and every command below runs on another host, which must
-    // reach the agent over the network).
-    let opts = LabOptions::new(&[(FRONT_END, "root")], TEST_TIMING);
-    let env = LabWithBroker::start_opts(7, &opts);
-    let _at_keyboard = env
-        .lab
-        .fake_login(FRONT_END, "root", "rbtty-front", Duration::ZERO)
-        .expect("fake login");
-    env.broker
-        .wait_host(FRONT_END, Duration::from_secs(10), "root's login", |h| {
-            h.users.iter().any(|u| u.user == "root")
-        });
+    // Every command below runs on another host than the front end, which must reach the
+    // agent over the network.
+    let (env, _at_keyboard) = lab_with_front_end_at_keyboard(7);
     // One host for each way besides the front end.
     let ways = [
         Way::BrokerFlag,
@@ -374,16 +381,7 @@ fn gnu_parallels_clean_environment_probe_is_served_by_the_jobs_agent() {
     if skip_unless_root("gnu_parallels_clean_environment_probe_is_served_by_the_jobs_agent") {
         return;
     }
-    let opts = LabOptions::new(&[(FRONT_END, "root")], TEST_TIMING);
-    let env = LabWithBroker::start_opts(3, &opts);
-    let _at_keyboard = env
-        .lab
-        .fake_login(FRONT_END, "root", "rbtty-front", Duration::ZERO)
-        .expect("fake login");
-    env.broker
-        .wait_host(FRONT_END, Duration::from_secs(10), "root's login", |h| {
-            h.users.iter().any(|u| u.user == "root")
-        });
+    let (env, _at_keyboard) = lab_with_front_end_at_keyboard(3);
     // parallel probes the host's CPUs with only PATH and HOME in the environment
     // (`rsh anyLinux -- exec parallel --number-of-threads`); HOME's lab file names this
     // broker, so a probe that escaped the job would be a second job here.
