@@ -13,7 +13,8 @@
 //! 3. anything else → pass-through to the real remote shell with the same arguments.
 //!
 //! The job is the caller's whatever its environment: with `RB_AGENT` unset, the agent is
-//! found next to the shim's own path or in an ancestor's environment ([`lineage`]).
+//! found next to the shim's own path, or for a symbolic host in an ancestor's environment
+//! ([`lineage`]).
 //!
 //! `RB_SHIM_DEPTH` counts the shims above us; at 4 we refuse, which stops a loop such as
 //! `RB_REAL_RSH` naming the shim itself.
@@ -106,8 +107,8 @@ pub struct Env {
 }
 
 impl Env {
-    /// Reads the variables of this process; when they name no agent, the job's are found
-    /// from where the shim lives or from its ancestry ([`lineage`]).
+    /// Reads the variables of this process; when they name no agent, the job's are taken
+    /// from the job directory the shim was exec'd from, if any ([`lineage`]).
     pub fn from_process() -> Env {
         let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
         let mut env = Env {
@@ -118,7 +119,7 @@ impl Env {
             path: var("PATH"),
         };
         if env.agent.is_none() {
-            if let Some(job) = lineage::find() {
+            if let Some(job) = lineage::from_own_directory() {
                 env.agent = job.agent;
                 env.hosts_file = env.hosts_file.or(job.hosts_file);
                 env.real_rsh = env.real_rsh.or(job.real_rsh);
@@ -239,7 +240,12 @@ fn via_agent(
             false => ShimError::SymbolicWithoutCommand { host },
         });
     };
-    let Some(socket) = &env.agent else {
+    // A symbolic call whose caller cleaned the environment is still its job's.
+    let agent = match (&env.agent, attach) {
+        (None, false) => lineage::from_ancestry().and_then(|job| job.agent),
+        (agent, _) => agent.clone(),
+    };
+    let Some(socket) = &agent else {
         return match attach {
             true => Err(ShimError::NoAgentVariable { host }),
             false => one_shot(args, env, &host, depth),

@@ -1,10 +1,14 @@
 //! The job of a caller that cleaned its environment (GNU parallel runs its remote probe
 //! with only `PATH` and `HOME`): a process of a job is in the job whatever its environment.
-//! Found, in this order, from
-//! 1. the shim's own directory: the agent installs it as `JOBDIR/bin/rsh`, next to
-//!    `JOBDIR/agent.sock` and `JOBDIR/hosts` (the path the caller exec'd, `AT_EXECFN`);
-//! 2. its ancestry: the nearest ancestor whose environment (`/proc/PID/environ`, as it
-//!    was started) names an agent.
+//! Found from
+//! 1. the shim's own directory ([`from_own_directory`], every call without `RB_AGENT`: one
+//!    `lstat`): the agent installs it as `JOBDIR/bin/rsh`, next to `JOBDIR/agent.sock` and
+//!    `JOBDIR/hosts`, and a caller reaches it there through the job's `PATH` or launcher
+//!    variables (the path it exec'd is `AT_EXECFN`);
+//! 2. else, for a symbolic host only (a call that would otherwise become a one-shot job),
+//!    its ancestry ([`from_ancestry`]): the nearest ancestor whose environment
+//!    (`/proc/PID/environ`, as it was started) names an agent. Pass-through calls outside
+//!    any job do not pay for that walk.
 
 use std::ffi::{CStr, OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
@@ -23,9 +27,14 @@ pub struct JobVars {
     pub real_rsh: Option<OsString>,
 }
 
-/// The job this process belongs to, when its own environment does not say.
-pub fn find() -> Option<JobVars> {
-    own_directory(&exec_path()?).or_else(|| ancestry(std::os::unix::process::parent_id()))
+/// The job whose directory holds this shim, if it was exec'd there.
+pub fn from_own_directory() -> Option<JobVars> {
+    own_directory(&exec_path()?)
+}
+
+/// The job of the nearest ancestor that names one.
+pub fn from_ancestry() -> Option<JobVars> {
+    ancestry(std::os::unix::process::parent_id())
 }
 
 /// The path this program was exec'd by (relative paths resolve against the unchanged cwd).

@@ -182,22 +182,28 @@ fn a_caller_that_cleans_its_environment_is_served_by_its_jobs_agent() {
     let out_file = home.path().join("detached.out");
     // As GNU parallel does: only PATH and HOME. Then a caller that also left the job's
     // process tree (setsid -f: its parent exits, it is re-parented): only the shim's own
-    // directory tells its job.
+    // directory tells its job. Last, the shim installed elsewhere ($3, as a system-wide
+    // rsh) and a clean PATH: only the caller's ancestry tells.
     let script = r#"
         env -i PATH="$PATH" HOME="$1" rsh anyLinux echo cleaned-ok
         env -i PATH="$PATH" HOME="$1" setsid -f sh -c 'exec rsh anyLinux echo detached-ok > "$1"' sh "$2"
         i=0; while [ ! -s "$2" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
         cat "$2"
+        env -i PATH=/usr/bin:/bin HOME="$1" "$3" anyLinux echo ancestry-ok
     "#;
     let home_arg = home.path().display().to_string();
     let out_arg = out_file.display().to_string();
-    let out = agent(&broker, &["sh", "-c", script, "sh", &home_arg, &out_arg])
-        .output()
-        .expect("agent");
+    let shim = bin("rsh").display().to_string();
+    let out = agent(
+        &broker,
+        &["sh", "-c", script, "sh", &home_arg, &out_arg, &shim],
+    )
+    .output()
+    .expect("agent");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         stdout.split_whitespace().collect::<Vec<_>>(),
-        ["cleaned-ok", "detached-ok"],
+        ["cleaned-ok", "detached-ok", "ancestry-ok"],
         "stderr: {}",
         String::from_utf8_lossy(&out.stderr)
     );
