@@ -282,12 +282,14 @@ async fn guard(cfg: SubagentConfig, watch: &Watch, status_rx: OwnedFd) {
 
 /// The agent has been out of reach since `since` (`why`: the last attempt's failure): the
 /// command's processes end, and the log says why.
-fn agent_lost(cfg: &SubagentConfig, watch: &Watch, since: Instant, why: &str) {
+fn agent_lost(cfg: &SubagentConfig, watch: &Watch, since: Instant, why: &AgentLinkError) {
     if !watch.alive() {
         let (alloc, agent) = (cfg.alloc, &cfg.agent);
         tracing::info!(alloc, %agent, "the agent is out of reach; the command has ended");
         return;
     }
+    // One line per entry: a `help:` line of the error joins the first.
+    let why = why.to_string().replace('\n', "; ");
     tracing::warn!(
         alloc = cfg.alloc,
         pgid = watch.pgid,
@@ -357,18 +359,43 @@ fn read_status(fd: OwnedFd) -> Option<i32> {
     }
 }
 
-/// Connects to the agent and authenticates; the error says what failed, for the log.
-async fn connect(cfg: &SubagentConfig) -> Result<FramedConn<tokio::net::TcpStream>, String> {
-    let secret = Secret::load(&cfg.secret_file)
-        .map_err(|e| format!("secret {}: {e}", cfg.secret_file.display()))?;
-    let agent = &cfg.agent;
+/// Why a guardian could not get through to its agent (said in the log).
+#[derive(Debug, thiserror::Error)]
+enum AgentLinkError {
+    #[error(transparent)]
+    Secret(#[from] proto::auth::SecretError),
+    #[error("connecting to {agent} timed out")]
+    ConnectTimeout { agent: String },
+    #[error("connecting to {agent}: {source}")]
+    Connect {
+        agent: String,
+        source: std::io::Error,
+    },
+    #[error("the handshake with {agent} timed out")]
+    HandshakeTimeout { agent: String },
+    #[error("the handshake with {agent}: {source}")]
+    Handshake {
+        agent: String,
+        source: proto::handshake::HandshakeError,
+    },
+}
+
+/// Connects to the agent and authenticates.
+async fn connect(
+    cfg: &SubagentConfig,
+) -> Result<FramedConn<tokio::net::TcpStream>, AgentLinkError> {
+    let secret = Secret::load(&cfg.secret_file)?;
+    let agent = || cfg.agent.clone();
     let stream = tokio::time::timeout(
         Duration::from_secs(3),
-        tokio::net::TcpStream::connect(agent),
+        tokio::net::TcpStream::connect(&cfg.agent),
     )
     .await
-    .map_err(|_| format!("connecting to {agent} timed out"))?
-    .map_err(|e| format!("connecting to {agent}: {e}"))?;
+    .map_err(|_| AgentLinkError::ConnectTimeout { agent: agent() })?
+    .map_err(|source| AgentLinkError::Connect {
+        agent: agent(),
+        source,
+    })?;
     let _ = stream.set_nodelay(true);
     let mut conn = FramedConn::new(stream);
     let name = cfg.alloc.to_string();
@@ -380,8 +407,11 @@ async fn connect(cfg: &SubagentConfig) -> Result<FramedConn<tokio::net::TcpStrea
     );
     tokio::time::timeout(Duration::from_secs(5), hs)
         .await
-        .map_err(|_| format!("the handshake with {agent} timed out"))?
-        .map_err(|e| format!("the handshake with {agent}: {e}"))?;
+        .map_err(|_| AgentLinkError::HandshakeTimeout { agent: agent() })?
+        .map_err(|source| AgentLinkError::Handshake {
+            agent: agent(),
+            source,
+        })?;
     Ok(conn)
 }
 
