@@ -62,39 +62,31 @@ impl JobGuard {
     }
 }
 
-/// What `rb-subagent guard-job` was asked to guard.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What `rb-subagent guard-job` was asked to guard (the agent passes every flag).
+#[derive(Debug, Clone, PartialEq, Eq, clap::Parser)]
+#[command(
+    name = "rb-subagent guard-job",
+    about = "The job's guardian on the front end (started by `agent`, not by hand)"
+)]
 pub struct GuardArgs {
+    /// The app's process group (above 1: 0 and 1 would name our own group and init's).
+    #[arg(long, value_parser = clap::value_parser!(i32).range(2..))]
     pub pgid: i32,
+    /// The job's tag: the value of RB_JOB_TAG in its processes' environment.
+    #[arg(long, value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub tag: String,
-    pub grace: Duration,
+    /// Time between SIGTERM and SIGKILL for what is left, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    pub grace_ms: u64,
 }
 
-/// Parses `--pgid N --tag T --grace-ms N` (the arguments after the subcommand).
-pub fn parse_args(args: &[String]) -> Result<GuardArgs, String> {
-    let (mut pgid, mut tag, mut grace) = (None, None, Duration::from_secs(1));
-    let mut words = args.iter();
-    while let Some(flag) = words.next() {
-        let value = words
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value"))?;
-        match flag.as_str() {
-            "--pgid" => pgid = Some(value.parse::<i32>().map_err(|e| format!("--pgid: {e}"))?),
-            "--tag" => tag = Some(value.clone()),
-            "--grace-ms" => {
-                grace =
-                    Duration::from_millis(value.parse().map_err(|e| format!("--grace-ms: {e}"))?)
-            }
-            other => return Err(format!("unknown argument `{other}`")),
-        }
-    }
-    match (pgid, tag) {
-        // 0 and 1 would name our own group and init's: never the app's.
-        (Some(pgid), Some(tag)) if pgid > 1 && !tag.is_empty() => {
-            Ok(GuardArgs { pgid, tag, grace })
-        }
-        _ => Err("needs --pgid (above 1) and a non-empty --tag".into()),
-    }
+/// Parses the arguments after the subcommand.
+pub fn parse_args(args: &[String]) -> Result<GuardArgs, clap::Error> {
+    use clap::Parser;
+    let argv0 = format!("rb-subagent {SUBCOMMAND}");
+    GuardArgs::try_parse_from(
+        std::iter::once(argv0.as_str()).chain(args.iter().map(String::as_str)),
+    )
 }
 
 /// `rb-subagent guard-job …`: waits for the agent to end (end-of-file on stdin), then ends
@@ -103,10 +95,8 @@ pub fn guard_job(args: &[String]) -> i32 {
     let guard = match parse_args(args) {
         Ok(g) => g,
         Err(e) => {
-            eprintln!(
-                "rb-subagent {SUBCOMMAND}: {e}\nhelp: the agent starts this; it is not run by hand"
-            );
-            return 64;
+            let _ = e.print();
+            return if e.use_stderr() { 64 } else { 0 };
         }
     };
     let Ok(pipe) = std::io::stdin().as_fd().try_clone_to_owned() else {
@@ -122,7 +112,7 @@ pub fn guard_job(args: &[String]) -> i32 {
         tag: guard.tag,
     };
     if watch.alive() {
-        watch.end(guard.grace);
+        watch.end(Duration::from_millis(guard.grace_ms));
     }
     0
 }
@@ -152,12 +142,12 @@ mod tests {
     #[test]
     fn guard_arguments_need_a_real_group_and_a_tag() {
         assert_eq!(
-            parse_args(&words("--pgid 4242 --tag job.3.77 --grace-ms 250")),
-            Ok(GuardArgs {
+            parse_args(&words("--pgid 4242 --tag job.3.77 --grace-ms 250")).expect("parses"),
+            GuardArgs {
                 pgid: 4242,
                 tag: "job.3.77".into(),
-                grace: Duration::from_millis(250)
-            })
+                grace_ms: 250
+            }
         );
         for bad in [
             "--pgid 0 --tag t",
