@@ -209,3 +209,31 @@ impl EmbeddedBroker {
 pub fn sibling(name: &str) -> PathBuf {
     config::sibling_program(name)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registered(hosts_reach_broker_at: Option<IpAddr>) -> Registered {
+        Registered {
+            job: 1,
+            remote_shell: vec!["ssh".into()],
+            transport: "ssh".into(),
+            secret_file: PathBuf::from("/s"),
+            hosts_reach_broker_at,
+        }
+    }
+
+    #[test]
+    fn the_agent_advertises_its_address_on_the_route_to_the_broker_else_the_fallback() {
+        let fallback = IpAddr::from([192, 0, 2, 7]);
+        let loopback = IpAddr::from([127, 0, 0, 1]);
+        // The local transport: the broker is reached on loopback, and so are we.
+        assert_eq!(
+            advertised_ip(&registered(Some(loopback)), fallback),
+            loopback
+        );
+        // An older broker says nothing: what the connection gave.
+        assert_eq!(advertised_ip(&registered(None), fallback), fallback);
+    }
+}
