@@ -62,6 +62,20 @@ impl JobGuard {
     }
 }
 
+/// [`JobGuard::spawn`] for the app whose pid (its process group) is `pid`. When the guardian
+/// cannot start, the job runs on without it, with a warning.
+pub fn guard_app(pid: Option<u32>, tag: &str, grace: Duration) -> Option<JobGuard> {
+    let pgid = i32::try_from(pid?).ok()?;
+    match JobGuard::spawn(pgid, tag, grace) {
+        Ok(guard) => Some(guard),
+        Err(e) => {
+            let error = format!("{e:#}");
+            tracing::warn!(%error, "no guardian: a killed agent would leave the app running");
+            None
+        }
+    }
+}
+
 /// What `rb-subagent guard-job` was asked to guard (the agent passes every flag).
 #[derive(Debug, Clone, PartialEq, Eq, clap::Parser)]
 #[command(

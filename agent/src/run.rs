@@ -149,17 +149,7 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
     let child = spawn_app(&cfg.app, &env, &tag)?;
     // Held until the job is over (the end of this function) or this process dies, however:
     // then the guardian ends whatever the app left running.
-    let _guard = child.id().and_then(|pgid| {
-        let grace = Duration::from_millis(cfg.grace_ms);
-        match jobguard::JobGuard::spawn(pgid as i32, &tag, grace) {
-            Ok(guard) => Some(guard),
-            Err(e) => {
-                let error = format!("{e:#}");
-                warn!(%error, "no guardian: a killed agent would leave the app running");
-                None
-            }
-        }
-    });
+    let _guard = jobguard::guard_app(child.id(), &tag, Duration::from_millis(cfg.grace_ms));
     let mut agent = Agent {
         conn,
         job,
