@@ -16,11 +16,15 @@
 //!   caller's stdio, and a guardian process that reports to the agent and ends the group on
 //!   reclaim or when the agent disappears.
 //! - [`whereami`]: the machine the agent runs on, for the registration.
+//! - [`jobguard`]: the job's guardian on the front end: outlives the agent and ends what
+//!   is left of the job on this machine when the agent is gone, however it ended.
+//! - [`watch`]: what a guardian watches and ends: a process group and tagged processes.
 
 pub mod ancestry;
 pub mod cli;
 pub mod instances;
 pub mod jobenv;
+pub mod jobguard;
 pub mod launcher;
 pub mod link;
 pub mod listeners;
@@ -29,4 +33,5 @@ pub mod program;
 pub mod run;
 pub mod simple_command;
 pub mod subagent;
+pub mod watch;
 pub mod whereami;

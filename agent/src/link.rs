@@ -46,6 +46,8 @@ pub struct Registered {
     pub remote_shell: Vec<String>,
     pub transport: String,
     pub secret_file: PathBuf,
+    /// The broker's IP as its hosts reach it (see [`advertised_ip`]).
+    pub hosts_reach_broker_at: Option<IpAddr>,
 }
 
 /// A `--broker`/`RB_BROKER` value that is neither a socket path nor IP:port (exit 64).
@@ -115,7 +117,7 @@ pub fn resolve(
 }
 
 /// Connects and authenticates; returns the connection and our address as the broker sees
-/// it (where subagents on other hosts can reach us).
+/// it over TCP (loopback through the control socket): [`advertised_ip`]'s fallback.
 pub async fn connect(t: &BrokerTarget, label: &str) -> anyhow::Result<(Conn, IpAddr)> {
     match &t.target {
         Target::Socket(path) => {
@@ -156,15 +158,28 @@ pub async fn register(conn: &mut Conn, reg: JobRegistration) -> anyhow::Result<R
             remote_shell,
             transport,
             secret_file,
+            hosts_reach_broker_at,
         } => Ok(Registered {
             job,
             remote_shell,
             transport,
             secret_file: PathBuf::from(secret_file),
+            hosts_reach_broker_at,
         }),
         FromBroker::Error { message, .. } => bail!("the broker refused the job: {message}"),
         other => bail!("unexpected answer to registration: {other:?}"),
     }
+}
+
+/// The address subagents on the lab's hosts reach this agent at: ours on the route to the
+/// broker's host-facing IP, which the broker tells us whichever way we reached it (through
+/// the control socket, `fallback` would be loopback: unreachable from other hosts). For the
+/// `local` transport that IP is loopback, and so is ours. `fallback` when the broker told
+/// nothing or no route leads there.
+pub fn advertised_ip(job: &Registered, fallback: IpAddr) -> IpAddr {
+    job.hosts_reach_broker_at
+        .and_then(|broker| proto::route::source_toward(broker).ok())
+        .unwrap_or(fallback)
 }
 
 /// A single-machine broker started for this job (virtual hosts on this machine).
@@ -226,4 +241,32 @@ impl EmbeddedBroker {
 /// A program installed next to this one (see [`config::sibling_program`]).
 pub fn sibling(name: &str) -> PathBuf {
     config::sibling_program(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registered(hosts_reach_broker_at: Option<IpAddr>) -> Registered {
+        Registered {
+            job: 1,
+            remote_shell: vec!["ssh".into()],
+            transport: "ssh".into(),
+            secret_file: PathBuf::from("/s"),
+            hosts_reach_broker_at,
+        }
+    }
+
+    #[test]
+    fn the_agent_advertises_its_address_on_the_route_to_the_broker_else_the_fallback() {
+        let fallback = IpAddr::from([192, 0, 2, 7]);
+        let loopback = IpAddr::from([127, 0, 0, 1]);
+        // The local transport: the broker is reached on loopback, and so are we.
+        assert_eq!(
+            advertised_ip(&registered(Some(loopback)), fallback),
+            loopback
+        );
+        // An older broker says nothing: what the connection gave.
+        assert_eq!(advertised_ip(&registered(None), fallback), fallback);
+    }
 }

@@ -27,6 +27,7 @@ use crate::{
     cli::{AgentConfig, Preload},
     instances::Instances,
     jobenv::{self, JobEnv},
+    jobguard,
     link::{self, Conn, Registered},
     listeners::{self, Event},
 };
@@ -135,10 +136,12 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
     let shims = UnixListener::bind(&env.socket)
         .with_context(|| format!("cannot bind {}", env.socket.display()))?;
     std::fs::set_permissions(&env.socket, std::fs::Permissions::from_mode(0o600))?;
-    let subs = TcpListener::bind((local_ip, 0))
+    let sub_ip = link::advertised_ip(&job, local_ip);
+    let subs = TcpListener::bind((sub_ip, 0))
         .await
         .context("cannot open the subagent port")?;
     let sub_addr = subs.local_addr()?.to_string();
+    info!(%sub_addr, "subagents reach the agent here");
     let secret_file = target
         .secret_file
         .clone()
@@ -152,7 +155,11 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
         .map(|name| growth::ModuleJob::start(name, cfg.module_timeout, &env, events_tx.clone()));
     let events_tx_loop = events_tx.clone();
     let sub_task = tokio::spawn(listeners::serve_subagents(subs, secret, events_tx));
-    let child = spawn_app(&cfg.app, &env)?;
+    let tag = jobguard::job_tag(job.job);
+    let child = spawn_app(&cfg.app, &env, &tag)?;
+    // Held until the job is over (the end of this function) or this process dies, however:
+    // then the guardian ends whatever the app left running.
+    let _guard = jobguard::guard_app(child.id(), &tag, Duration::from_millis(cfg.grace_ms));
     let mut agent = Agent {
         conn,
         job,
@@ -218,10 +225,12 @@ fn registration(cfg: &AgentConfig) -> anyhow::Result<JobRegistration> {
     })
 }
 
-fn spawn_app(app: &[String], env: &JobEnv) -> anyhow::Result<Child> {
+/// Starts the app as its own process group, every process it starts tagged with `tag`.
+fn spawn_app(app: &[String], env: &JobEnv, tag: &str) -> anyhow::Result<Child> {
     let mut cmd = Command::new(&app[0]);
     cmd.args(&app[1..])
         .envs(&env.vars)
+        .env(jobguard::JOB_TAG_VAR, tag)
         .stdin(Stdio::inherit())
         .process_group(0);
     cmd.spawn()

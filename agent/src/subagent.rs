@@ -10,7 +10,9 @@
 //!   group — SIGTERM, the grace period, then SIGKILL — when the agent reclaims the host or
 //!   when the agent is gone for longer than [`AGENT_LOSS_LIMIT`]. It stays while any process
 //!   of the group lives (daemons such as a PVM slave outlive the command that started them),
-//!   so nothing the job started on this host is ever left unwatched.
+//!   so nothing the job started on this host is ever left unwatched. When it ends a group
+//!   on its own (the agent out of reach: for how long, the last error), it says so in the
+//!   host's [`log_path`], never on the caller's stderr.
 //!
 //! Daemons may leave the group: LAM's `hboot` calls `setsid()` before starting `lamd`. So
 //! the command also gets [`TAG_VAR`] in its environment, which every descendant inherits
@@ -26,10 +28,7 @@ use std::{
 
 use std::os::unix::process::CommandExt as _;
 
-use nix::{
-    sys::signal::{killpg, Signal},
-    unistd::Pid,
-};
+use nix::sys::signal::Signal;
 use proto::{
     auth::Secret,
     frame::FramedConn,
@@ -37,12 +36,12 @@ use proto::{
     msg::{FromBroker, Role, ToBroker},
 };
 
+use crate::watch::Watch;
+
 /// How long the guardian keeps the group alive without its agent before ending it.
 pub const AGENT_LOSS_LIMIT: Duration = Duration::from_secs(6);
 const HEARTBEAT: Duration = Duration::from_secs(2);
 const GROUP_POLL: Duration = Duration::from_millis(200);
-/// The longest pause between checks while a reclaimed command is given its grace period.
-const END_POLL_MAX: Duration = Duration::from_millis(20);
 
 /// What the subagent was asked to do.
 #[derive(Debug, Clone)]
@@ -80,6 +79,7 @@ pub fn run(cfg: SubagentConfig) -> i32 {
     };
     let watch = Watch {
         pgid: child.id() as i32,
+        var: TAG_VAR,
         tag,
     };
     let (status_rx, status_tx) = match nix::unistd::pipe() {
@@ -165,12 +165,15 @@ fn wait_code(status: std::io::Result<ExitStatus>) -> i32 {
 /// The guardian process: detached, reports to the agent, ends the group when told.
 fn guardian(cfg: SubagentConfig, watch: Watch, status_rx: OwnedFd) -> i32 {
     detach_from_session();
+    start_log();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
         Ok(rt) => rt,
-        Err(_) => {
+        Err(e) => {
+            let (alloc, pgid) = (cfg.alloc, watch.pgid);
+            tracing::error!(alloc, pgid, error = %e, "no runtime: ending the command's processes");
             watch.end(Duration::from_secs(1));
             return 1;
         }
@@ -179,8 +182,48 @@ fn guardian(cfg: SubagentConfig, watch: Watch, status_rx: OwnedFd) -> i32 {
     0
 }
 
+/// Where guardians on this host say why they ended a command (see [`start_log`]):
+/// `subagent.log` in the private runtime root ([`privdir::runtime_root`]).
+pub fn log_path() -> PathBuf {
+    privdir::runtime_root().join("subagent.log")
+}
+
+/// Sends this process's log to [`log_path`] (appended, mode 0600): the guardian's stderr
+/// is /dev/null, and the command's stderr is the caller's, where a word from us would
+/// break callers that take any stderr output for failure (LAM). Without the file, no log:
+/// only a regular file of ours is written (never a symlink, and no FIFO to block on).
+fn start_log() {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let path = log_path();
+    let opened = privdir::ensure_root()
+        .ok()
+        .and_then(|_| {
+            std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                .open(&path)
+                .ok()
+        })
+        .filter(|file| {
+            file.metadata()
+                .is_ok_and(|m| m.is_file() && m.uid() == nix::unistd::getuid().as_raw())
+        });
+    if let Some(file) = opened {
+        let _ = tracing_subscriber::fmt()
+            .with_writer(std::sync::Mutex::new(file))
+            // The usual end (the agent's terminate) is debug: one line per remote command
+            // would grow the file without end on a busy host.
+            .with_max_level(tracing::Level::INFO)
+            .with_ansi(false)
+            .with_target(false)
+            .try_init();
+    }
+}
+
 /// New session, stdio on /dev/null: the remote shell's session may end without us.
-fn detach_from_session() {
+pub(crate) fn detach_from_session() {
     let _ = nix::unistd::setsid();
     if let Ok(null) = std::fs::OpenOptions::new()
         .read(true)
@@ -200,14 +243,17 @@ async fn guard(cfg: SubagentConfig, watch: &Watch, status_rx: OwnedFd) {
     let mut lost_since: Option<Instant> = None;
     loop {
         let conn = connect(&cfg).await;
-        let Some(mut conn) = conn else {
-            let since = *lost_since.get_or_insert_with(Instant::now);
-            if since.elapsed() > AGENT_LOSS_LIMIT || !watch.alive() {
-                watch.end(Duration::from_secs(1));
-                return;
+        let mut conn = match conn {
+            Ok(conn) => conn,
+            Err(why) => {
+                let since = *lost_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > AGENT_LOSS_LIMIT || !watch.alive() {
+                    agent_lost(&cfg, watch, since, &why);
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
             }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            continue;
         };
         lost_since = None;
         let host = nix::unistd::gethostname()
@@ -231,6 +277,28 @@ async fn guard(cfg: SubagentConfig, watch: &Watch, status_rx: OwnedFd) {
             SessionEnd::Lost => lost_since = Some(Instant::now()),
         }
     }
+}
+
+/// The agent has been out of reach since `since` (`why`: the last attempt's failure): the
+/// command's processes end, and the log says why.
+fn agent_lost(cfg: &SubagentConfig, watch: &Watch, since: Instant, why: &AgentLinkError) {
+    if !watch.alive() {
+        let (alloc, agent) = (cfg.alloc, &cfg.agent);
+        tracing::info!(alloc, %agent, "the agent is out of reach; the command has ended");
+        return;
+    }
+    // One line per entry: a `help:` line of the error joins the first.
+    let why = why.to_string().replace('\n', "; ");
+    tracing::warn!(
+        alloc = cfg.alloc,
+        pgid = watch.pgid,
+        agent = %cfg.agent,
+        unreachable_for_s = since.elapsed().as_secs_f64(),
+        limit_s = AGENT_LOSS_LIMIT.as_secs(),
+        last_error = %why,
+        "the job's agent is unreachable: ending the command's processes"
+    );
+    watch.end(Duration::from_secs(1));
 }
 
 enum SessionEnd {
@@ -268,6 +336,8 @@ async fn session(
             }
             msg = conn.recv::<FromBroker>() => match msg {
                 Ok(FromBroker::Terminate { grace_ms }) => {
+                    let pgid = watch.pgid;
+                    tracing::debug!(pgid, grace_ms, "the agent ends the command (reclaim or job end)");
                     watch.end(Duration::from_millis(grace_ms));
                     let code = exit_status.unwrap_or(128 + Signal::SIGTERM as i32);
                     let _ = conn.send(&ToBroker::SubExited { status: code }).await;
@@ -288,15 +358,43 @@ fn read_status(fd: OwnedFd) -> Option<i32> {
     }
 }
 
-async fn connect(cfg: &SubagentConfig) -> Option<FramedConn<tokio::net::TcpStream>> {
-    let secret = Secret::load(&cfg.secret_file).ok()?;
+/// Why a guardian could not get through to its agent (said in the log).
+#[derive(Debug, thiserror::Error)]
+enum AgentLinkError {
+    #[error(transparent)]
+    Secret(#[from] proto::auth::SecretError),
+    #[error("connecting to {agent} timed out")]
+    ConnectTimeout { agent: String },
+    #[error("connecting to {agent}: {source}")]
+    Connect {
+        agent: String,
+        source: std::io::Error,
+    },
+    #[error("the handshake with {agent} timed out")]
+    HandshakeTimeout { agent: String },
+    #[error("the handshake with {agent}: {source}")]
+    Handshake {
+        agent: String,
+        source: proto::handshake::HandshakeError,
+    },
+}
+
+/// Connects to the agent and authenticates.
+async fn connect(
+    cfg: &SubagentConfig,
+) -> Result<FramedConn<tokio::net::TcpStream>, AgentLinkError> {
+    let secret = Secret::load(&cfg.secret_file)?;
+    let agent = || cfg.agent.clone();
     let stream = tokio::time::timeout(
         Duration::from_secs(3),
         tokio::net::TcpStream::connect(&cfg.agent),
     )
     .await
-    .ok()?
-    .ok()?;
+    .map_err(|_| AgentLinkError::ConnectTimeout { agent: agent() })?
+    .map_err(|source| AgentLinkError::Connect {
+        agent: agent(),
+        source,
+    })?;
     let _ = stream.set_nodelay(true);
     let mut conn = FramedConn::new(stream);
     let name = cfg.alloc.to_string();
@@ -308,111 +406,12 @@ async fn connect(cfg: &SubagentConfig) -> Option<FramedConn<tokio::net::TcpStrea
     );
     tokio::time::timeout(Duration::from_secs(5), hs)
         .await
-        .ok()?
-        .ok()?;
-    Some(conn)
-}
-
-/// What a guardian watches: the command's process group and every process of this uid
-/// carrying the tag (daemons that left the group).
-#[derive(Debug, Clone)]
-pub struct Watch {
-    pub pgid: i32,
-    pub tag: String,
-}
-
-impl Watch {
-    /// True while any watched process exists.
-    pub fn alive(&self) -> bool {
-        group_alive(self.pgid) || !tagged_processes(&self.tag).is_empty()
-    }
-
-    /// SIGTERM to everything watched, up to `grace` for it to go, then SIGKILL what is left.
-    pub fn end(&self, grace: Duration) {
-        self.signal(Signal::SIGTERM);
-        let deadline = Instant::now() + grace;
-        // Most commands are gone within a millisecond or two of SIGTERM, and the host is
-        // held until we see it: look again soon, then less and less often.
-        let mut pause = Duration::from_millis(1);
-        while Instant::now() < deadline {
-            if !self.alive() {
-                return;
-            }
-            std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
-            pause = (pause * 2).min(END_POLL_MAX);
-        }
-        self.signal(Signal::SIGKILL);
-    }
-
-    fn signal(&self, signal: Signal) {
-        let _ = killpg(Pid::from_raw(self.pgid), signal);
-        for pid in tagged_processes(&self.tag) {
-            let _ = nix::sys::signal::kill(Pid::from_raw(pid), signal);
-        }
-    }
-}
-
-/// Pids of this uid's live processes whose environment holds `TAG_VAR=tag`.
-pub fn tagged_processes(tag: &str) -> Vec<i32> {
-    use std::os::unix::fs::MetadataExt;
-    let needle = format!("{TAG_VAR}={tag}\0").into_bytes();
-    let uid = nix::unistd::getuid().as_raw();
-    let me = std::process::id() as i32;
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok().map(|p| (p, e)))
-        .filter(|(pid, e)| *pid != me && e.metadata().is_ok_and(|m| m.uid() == uid))
-        .filter(|(_, e)| has_tag(&e.path(), &needle))
-        .map(|(pid, _)| pid)
-        .collect()
-}
-
-/// Whether the process is a zombie, gone, or a kernel thread: none has an environment.
-fn is_zombie_gone_or_kernel_thread(proc_dir: &std::path::Path) -> bool {
-    /// `PF_KTHREAD` in the flags field of `/proc/PID/stat`.
-    const KERNEL_THREAD: u64 = 0x0020_0000;
-    let Ok(stat) = std::fs::read_to_string(proc_dir.join("stat")) else {
-        return true;
-    };
-    let fields: Vec<&str> = crate::ancestry::stat_fields(&stat).take(7).collect();
-    let Some(flags) = fields.get(6).and_then(|f| f.parse::<u64>().ok()) else {
-        return true;
-    };
-    matches!(fields.first(), Some(&("Z" | "X"))) || flags & KERNEL_THREAD != 0
-}
-
-/// Whether `/proc/PID/environ` holds `needle`. While a process is in the middle of
-/// `execve` its environ may not be readable (nor is it empty): retry a few times so a daemon
-/// caught exec'ing is not taken for gone. Processes whose environment we may not read (other
-/// users', setuid programs) were not started under us, and zombies and kernel threads have
-/// none: those are answered at once (a scan as root meets many of them).
-fn has_tag(proc_dir: &std::path::Path, needle: &[u8]) -> bool {
-    has_tag_pausing(proc_dir, needle, || {
-        std::thread::sleep(Duration::from_millis(2))
-    })
-}
-
-/// [`has_tag`], calling `pause` between attempts.
-fn has_tag_pausing(proc_dir: &std::path::Path, needle: &[u8], mut pause: impl FnMut()) -> bool {
-    for _ in 0..5 {
-        match std::fs::read(proc_dir.join("environ")) {
-            Ok(env) if !env.is_empty() => {
-                return env.windows(needle.len()).any(|w| w == needle);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return false,
-            _ if is_zombie_gone_or_kernel_thread(proc_dir) => return false,
-            _ => pause(),
-        }
-    }
-    false
-}
-
-/// True while any process of the group exists.
-pub fn group_alive(pgid: i32) -> bool {
-    killpg(Pid::from_raw(pgid), None).is_ok()
+        .map_err(|_| AgentLinkError::HandshakeTimeout { agent: agent() })?
+        .map_err(|source| AgentLinkError::Handshake {
+            agent: agent(),
+            source,
+        })?;
+    Ok(conn)
 }
 
 /// `rb-subagent local-shell [-n] [-l USER] HOST CMD`: the remote shell of the `local`
@@ -447,81 +446,4 @@ pub fn local_shell(args: &[String]) -> i32 {
     let err = cmd.exec();
     eprintln!("rb-subagent local-shell: cannot run /bin/sh: {err}");
     127
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn proc_dir_with_stat(stat: &str) -> tempfile::TempDir {
-        let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::write(dir.path().join("stat"), stat).expect("write stat");
-        dir
-    }
-
-    #[test]
-    fn kernel_threads_zombies_and_vanished_processes_have_no_environment_to_wait_for() {
-        // Fields as in proc(5); the flags of a kernel thread carry PF_KTHREAD (0x200000).
-        let kthread = proc_dir_with_stat("2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0");
-        let zombie = proc_dir_with_stat("77 (sh) Z 1 77 77 0 -1 4194304 0 0");
-        let user = proc_dir_with_stat("78 (a (b) c) S 1 78 78 0 -1 4194560 0 0");
-        let empty = tempfile::tempdir().expect("tempdir");
-        assert!(is_zombie_gone_or_kernel_thread(kthread.path()));
-        assert!(is_zombie_gone_or_kernel_thread(zombie.path()));
-        assert!(is_zombie_gone_or_kernel_thread(empty.path()));
-        assert!(!is_zombie_gone_or_kernel_thread(user.path()));
-    }
-
-    #[test]
-    fn a_kernel_thread_is_answered_at_once_a_live_process_is_retried() {
-        // No environ file and a kernel thread's stat: not tagged, and no 5 × 2 ms retries.
-        let kthread = proc_dir_with_stat("2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0");
-        let mut pauses = 0;
-        let tagged = has_tag_pausing(kthread.path(), b"RB_SUBAGENT_TAG=x\0", || pauses += 1);
-        assert!(!tagged);
-        assert_eq!(pauses, 0);
-        // A live process caught without a readable environment is retried.
-        let user = proc_dir_with_stat("78 (lamd) S 1 78 78 0 -1 4194560 0 0");
-        let tagged = has_tag_pausing(user.path(), b"RB_SUBAGENT_TAG=x\0", || pauses += 1);
-        assert!(!tagged);
-        assert_eq!(pauses, 5);
-    }
-
-    #[test]
-    fn a_daemon_that_left_the_group_is_still_watched_and_ended() {
-        // `setsid` puts the sleep in a new session and group, as LAM's hboot does to lamd.
-        let tag = format!("test.{}", std::process::id());
-        let mut child = Command::new("setsid")
-            .args(["sleep", "30"])
-            .env(TAG_VAR, &tag)
-            .spawn()
-            .expect("setsid");
-        let is_sleep = |pid: &i32| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep")
-        };
-        let found = (0..200).find_map(|_| {
-            let pids = tagged_processes(&tag);
-            if pids.is_empty() || !pids.iter().all(is_sleep) {
-                std::thread::sleep(Duration::from_millis(10));
-                None
-            } else {
-                Some(pids)
-            }
-        });
-        assert_eq!(found, Some(vec![child.id() as i32]));
-        // A group that no longer exists: only the tag keeps it alive.
-        let watch = Watch {
-            pgid: i32::MAX - 1,
-            tag: tag.clone(),
-        };
-        assert!(watch.alive());
-        let ended = std::thread::spawn(move || child.wait());
-        watch.end(Duration::from_secs(2));
-        ended.join().expect("join").expect("wait");
-        assert!(!watch.alive());
-        assert!(
-            tagged_processes(&format!("{tag}9")).is_empty(),
-            "tags match exactly"
-        );
-    }
 }

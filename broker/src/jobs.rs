@@ -34,6 +34,9 @@ pub struct JobDesk {
     remote_shell: Vec<String>,
     transport: String,
     secret_file: String,
+    /// The broker's IP as its hosts reach it, told to agents
+    /// (see [`Self::with_hosts_reach_broker_at`]).
+    hosts_reach_broker_at: Option<std::net::IpAddr>,
     /// The last [`NOTES_KEPT`] notes of each job (from its agent), oldest first.
     notes: HashMap<JobId, VecDeque<String>>,
 }
@@ -59,8 +62,16 @@ impl JobDesk {
             agent_req: HashMap::new(),
             remote_shell,
             transport: transport.to_string(),
+            hosts_reach_broker_at: None,
             notes: HashMap::new(),
         }
+    }
+
+    /// Agents are told `ip`, the broker's address as its hosts reach it: an agent that
+    /// came through the control socket advertises its own address on the route there.
+    pub fn with_hosts_reach_broker_at(mut self, ip: Option<std::net::IpAddr>) -> Self {
+        self.hosts_reach_broker_at = ip;
+        self
     }
 
     /// Restored running jobs get [`RESUME_WINDOW`] for their agents to reconnect; durable
@@ -144,6 +155,7 @@ impl JobDesk {
             remote_shell: self.remote_shell.clone(),
             transport: self.transport.clone(),
             secret_file: self.secret_file.clone(),
+            hosts_reach_broker_at: self.hosts_reach_broker_at,
         };
         let _ = tx.send(msg).await;
         self.agents.insert(job, tx);

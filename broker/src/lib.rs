@@ -28,7 +28,7 @@ pub mod transport;
 use std::{
     collections::HashSet,
     future::Future,
-    net::SocketAddr,
+    net::{IpAddr, SocketAddr},
     os::unix::fs::{DirBuilderExt, PermissionsExt},
     path::{Path, PathBuf},
     sync::Arc,
@@ -164,8 +164,23 @@ fn job_desk(
         spec.remote_shell(),
         lab.broker.transport.name(),
         &lab.broker.secret_file,
-    );
+    )
+    .with_hosts_reach_broker_at(hosts_reach_broker_at(spec.broker_addr, &lab.hosts));
     Ok(desk.with_store(writer, now))
+}
+
+/// The broker's IP as its hosts reach it: the bound address, or for a wildcard (allowed
+/// with the manual transport only) this machine's address on the route to the first host
+/// whose address resolves; `None` when none does.
+fn hosts_reach_broker_at(listen: SocketAddr, hosts: &[config::HostEntry]) -> Option<IpAddr> {
+    use std::net::ToSocketAddrs;
+    if !listen.ip().is_unspecified() {
+        return Some(listen.ip());
+    }
+    hosts.iter().find_map(|h| {
+        let peer = (h.address.as_str(), 0).to_socket_addrs().ok()?.next()?;
+        proto::route::source_toward(peer.ip()).ok()
+    })
 }
 
 /// Unix seconds now and the local time zone's offset from UTC (for the policy's `now`).
@@ -233,5 +248,39 @@ fn raise_fd_limit() {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
         let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(address: &str) -> config::HostEntry {
+        config::HostEntry {
+            name: "node02".into(),
+            address: address.into(),
+            labels: Vec::new(),
+            owner: None,
+        }
+    }
+
+    #[test]
+    fn agents_are_told_the_listen_ip_or_for_a_wildcard_the_route_to_the_hosts() {
+        let listen: SocketAddr = "10.77.0.1:7700".parse().expect("addr");
+        assert_eq!(
+            hosts_reach_broker_at(listen, &[]),
+            Some(listen.ip()),
+            "a specific listen address is what the hosts use"
+        );
+        let wildcard: SocketAddr = "0.0.0.0:7700".parse().expect("addr");
+        assert_eq!(
+            hosts_reach_broker_at(
+                wildcard,
+                &[host("no host by this name.invalid"), host("127.0.0.1")]
+            ),
+            Some(IpAddr::from([127, 0, 0, 1])),
+            "the first host that resolves gives the route"
+        );
+        assert_eq!(hosts_reach_broker_at(wildcard, &[]), None);
     }
 }

@@ -7,6 +7,7 @@
 //! - [`auth`]: the lab secret and the HMAC challenge–response used on TCP connections.
 //! - [`handshake`]: the opening exchange (hello → challenge → auth → welcome) for both sides.
 //! - [`peercred`]: SO_PEERCRED uid checks for local (unix-socket) connections.
+//! - [`route`]: this machine's address on the route to a peer (what an agent advertises).
 //! - [`symbolic`]: which host names are symbolic, and their placeholder addresses.
 //!
 //! Every connection starts with a [`msg::Hello`] carrying [`PROTOCOL_VERSION`] and the
@@ -19,6 +20,7 @@ pub mod handshake;
 pub mod msg;
 pub mod peercred;
 pub mod report;
+pub mod route;
 pub mod symbolic;
 
 /// Version spoken by this build; a peer with another version is refused at hello.

@@ -250,11 +250,18 @@ pub enum FromBroker {
     /// To an agent: the job is registered as `job`; reach hosts with `remote_shell`.
     /// `secret_file` is where the broker reads the lab secret (a path, never the secret):
     /// agents on the same machine or a shared home use it to authenticate their subagents.
+    ///
+    /// `hosts_reach_broker_at` is the broker's IP as its hosts reach it (from `listen`):
+    /// an agent advertises to its subagents its own address on the route to that IP, which
+    /// the hosts can reach too, however the agent itself reached the broker (the control
+    /// socket has no address of its own). Absent when unknown.
     Registered {
         job: u64,
         remote_shell: Vec<String>,
         transport: String,
         secret_file: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        hosts_reach_broker_at: Option<std::net::IpAddr>,
     },
     /// To an agent: request `req` waits; `position` 1 = next; `reason` says why, for people
     /// (absent from brokers before it was added).

@@ -15,6 +15,10 @@
 //! 3. anything else → pass-through to the real remote shell with the same arguments (in a
 //!    job, after a `named` line to the agent: the job uses that host by name).
 //!
+//! The job is the caller's whatever its environment: with `RB_AGENT` unset, the agent is
+//! found next to the shim's own path, or for a symbolic host in an ancestor's environment
+//! ([`lineage`]).
+//!
 //! `RB_SHIM_DEPTH` counts the shims above us; at 4 we refuse, which stops a loop such as
 //! `RB_REAL_RSH` naming the shim itself.
 //!
@@ -25,6 +29,7 @@
 //! - [`realsh`]: finding the real remote shell, never ourselves.
 //! - [`conversation`]: the request/reply exchange with the agent (`proto::agent`).
 //! - [`quote`]: the remote command string that starts the subagent.
+//! - [`lineage`]: the job of a caller that cleaned its environment (own directory, ancestry).
 //! - [`launch`]: exec plans (pass-through, granted host, one-shot agent) and `exec`.
 
 pub mod args;
@@ -32,6 +37,7 @@ pub mod callers;
 pub mod conversation;
 pub mod hosts;
 pub mod launch;
+pub mod lineage;
 pub mod quote;
 pub mod realsh;
 
@@ -125,16 +131,25 @@ pub struct Env {
 }
 
 impl Env {
-    /// Reads the variables of this process.
+    /// Reads the variables of this process; when they name no agent, the job's are taken
+    /// from the job directory the shim was exec'd from, if any ([`lineage`]).
     pub fn from_process() -> Env {
         let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
-        Env {
+        let mut env = Env {
             agent: var(ENV_AGENT),
             hosts_file: var(ENV_HOSTS_FILE),
             real_rsh: var(ENV_REAL_RSH),
             depth: var(ENV_SHIM_DEPTH),
             path: var("PATH"),
+        };
+        if env.agent.is_none() {
+            if let Some(job) = lineage::from_own_directory() {
+                env.agent = job.agent;
+                env.hosts_file = env.hosts_file.or(job.hosts_file);
+                env.real_rsh = env.real_rsh.or(job.real_rsh);
+            }
         }
+        env
     }
 }
 
@@ -279,7 +294,12 @@ fn via_agent(
             });
         }
     }
-    let Some(socket) = &env.agent else {
+    // A symbolic call whose caller cleaned the environment is still its job's.
+    let agent = match (&env.agent, attach) {
+        (None, false) => lineage::from_ancestry().and_then(|job| job.agent),
+        (agent, _) => agent.clone(),
+    };
+    let Some(socket) = &agent else {
         return match attach {
             true => Err(ShimError::NoAgentVariable { host }),
             false => one_shot(args, env, &host, depth),

@@ -1,15 +1,18 @@
 //! Tier 3 for the agent layer: the agent on the gateway machine, the broker over TCP with
 //! the lab secret, remote commands on real namespaced hosts over real ssh, each under a
-//! subagent. Root only; each test prints why it is skipped otherwise.
+//! subagent; and the agent on a lab host (the front end, one of the broker's hosts)
+//! reaching the broker every way the README gives. Root only; each test prints why it is
+//! skipped otherwise.
 
 use std::{
-    process::{Command, Output},
+    path::Path,
+    process::{Command, Output, Stdio},
     time::Duration,
 };
 
 use tests::{
     bin,
-    labtier::{skip_unless_root, LabOptions, LabWithBroker, TEST_TIMING},
+    labtier::{skip_unless_root, LabOptions, LabWithBroker, FRONT_END, TEST_TIMING},
     wait_until,
 };
 
@@ -246,4 +249,160 @@ fn a_lab_user_on_a_lab_host_grows_over_real_rsh() {
     );
     assert_eq!(lines[1], env.lab.user().name, "runs as the lab user");
     assert_eq!(lines[2], "node03");
+}
+
+/// How the agent finds the broker: every way the README gives.
+#[derive(Debug, Clone, Copy)]
+enum Way {
+    /// `--broker IP:PORT --secret-file S`.
+    BrokerFlag,
+    /// `--broker STATE_DIR/broker.sock`.
+    BrokerSocketFlag,
+    /// `RB_BROKER=STATE_DIR/broker.sock`.
+    BrokerVariable,
+    LabFlag,
+    LabVariable,
+    ImplicitLabFile,
+}
+
+/// A lab of `hosts` hosts whose front end is one of the broker's hosts: root's own machine
+/// (`owner = "root"`), with root at its keyboard so that it is never granted. Keep the login
+/// while the test runs.
+fn lab_with_front_end_at_keyboard(hosts: usize) -> (LabWithBroker, lab::FakeLogin) {
+    let opts = LabOptions::new(&[(FRONT_END, "root")], TEST_TIMING);
+    let env = LabWithBroker::start_opts(hosts, &opts);
+    let login = env
+        .lab
+        .fake_login(FRONT_END, "root", "rbtty-front", Duration::ZERO)
+        .expect("fake login");
+    env.broker
+        .wait_host(FRONT_END, Duration::from_secs(10), "root's login", |h| {
+            h.users.iter().any(|u| u.user == "root")
+        });
+    (env, login)
+}
+
+/// `agent … -- APP…` run by root inside the front end, reaching the broker `way`; HOME is a
+/// fresh home of its own, holding `~/.config/rb/lab.toml` for [`Way::ImplicitLabFile`] only.
+fn agent_on_front_end(env: &LabWithBroker, way: Way, home: &Path, app: &[&str]) -> Command {
+    let lab_file = env.broker.lab_file.display().to_string();
+    let mut argv = vec![bin("agent").display().to_string()];
+    match way {
+        Way::BrokerFlag => argv.extend([
+            "--broker".into(),
+            env.broker.tcp_addr().to_string(),
+            "--secret-file".into(),
+            env.broker.secret().display().to_string(),
+        ]),
+        Way::BrokerSocketFlag => {
+            argv.extend(["--broker".into(), env.broker.socket().display().to_string()])
+        }
+        Way::LabFlag => argv.extend(["--lab".into(), lab_file.clone()]),
+        Way::BrokerVariable | Way::LabVariable | Way::ImplicitLabFile => {}
+    }
+    if let Way::ImplicitLabFile = way {
+        let dir = home.join(".config/rb");
+        std::fs::create_dir_all(&dir).expect("mkdir ~/.config/rb");
+        std::fs::copy(&env.broker.lab_file, dir.join("lab.toml")).expect("copy the lab file");
+    }
+    argv.extend(["--grace-s", "1", "--"].map(String::from));
+    argv.extend(app.iter().map(|a| a.to_string()));
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let mut cmd = env
+        .lab
+        .command(FRONT_END, &argv, false)
+        .unwrap_or_else(|e| panic!("agent in {FRONT_END}: {e}"));
+    cmd.env("HOME", home)
+        .env("RB_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    match way {
+        Way::BrokerVariable => cmd.env("RB_BROKER", env.broker.socket()),
+        Way::LabVariable => cmd.env("RB_LAB", &lab_file),
+        _ => &mut cmd,
+    };
+    cmd
+}
+
+#[test]
+fn a_remote_command_outlives_6_s_however_the_agent_on_a_lab_host_reaches_the_broker() {
+    if skip_unless_root(
+        "a_remote_command_outlives_6_s_however_the_agent_on_a_lab_host_reaches_the_broker",
+    ) {
+        return;
+    }
+    // Every command below runs on another host than the front end, which must reach the
+    // agent over the network.
+    let (env, _at_keyboard) = lab_with_front_end_at_keyboard(7);
+    // One host for each way besides the front end.
+    let ways = [
+        Way::BrokerFlag,
+        Way::BrokerSocketFlag,
+        Way::BrokerVariable,
+        Way::LabFlag,
+        Way::LabVariable,
+        Way::ImplicitLabFile,
+    ];
+    // Longer than the 6 s a subagent waits for an unreachable agent; all ways at once.
+    let jobs: Vec<_> = ways
+        .iter()
+        .map(|way| {
+            let home = tempfile::Builder::new()
+                .prefix("rb-home-")
+                .tempdir_in("/var/tmp")
+                .expect("home");
+            let app = ["rsh", "anyLinux", "sleep 8; hostname; echo ok"];
+            let child = agent_on_front_end(&env, *way, home.path(), &app)
+                .spawn()
+                .expect("agent");
+            (way, home, child)
+        })
+        .collect();
+    let mut failed = Vec::new();
+    for (way, _home, child) in jobs {
+        let out = child.wait_with_output().expect("agent");
+        let stdout = text(&out);
+        let lines: Vec<&str> = stdout.lines().collect();
+        let ran_elsewhere = lines.len() == 2 && lines[0] != FRONT_END && lines[1] == "ok";
+        if !out.status.success() || !ran_elsewhere {
+            failed.push(format!(
+                "{way:?}: {:?}, stdout {stdout:?}\nstderr:\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+#[test]
+fn gnu_parallels_clean_environment_probe_is_served_by_the_jobs_agent() {
+    if skip_unless_root("gnu_parallels_clean_environment_probe_is_served_by_the_jobs_agent") {
+        return;
+    }
+    let (env, _at_keyboard) = lab_with_front_end_at_keyboard(3);
+    // parallel probes the host's CPUs with only PATH and HOME in the environment
+    // (`rsh anyLinux -- exec parallel --number-of-threads`); HOME's lab file names this
+    // broker, so a probe that escaped the job would be a second job here.
+    let home = tempfile::Builder::new()
+        .prefix("rb-home-")
+        .tempdir_in("/var/tmp")
+        .expect("home");
+    let app = [
+        "parallel", "--ssh", "rsh", "-S", "anyLinux", "echo", ":::", "a", "b",
+    ];
+    let out = agent_on_front_end(&env, Way::ImplicitLabFile, home.path(), &app)
+        .output()
+        .expect("agent");
+    let mut lines: Vec<String> = text(&out).lines().map(String::from).collect();
+    lines.sort();
+    assert!(
+        out.status.success() && lines == ["a", "b"],
+        "{:?}, stdout {lines:?}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let jobs = env.broker.jobs();
+    assert_eq!(jobs.len(), 1, "one job for every call: {jobs:#?}");
 }

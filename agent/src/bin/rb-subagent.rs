@@ -1,5 +1,7 @@
 //! `rb-subagent`: flags → [`agent::subagent::run`]. Started by the `rsh` shim on an
-//! allocated host; not meant to be run by hand.
+//! allocated host; not meant to be run by hand. Also `rb-subagent local-shell` (the `local`
+//! transport's remote shell) and `rb-subagent guard-job` (the job's guardian on the front
+//! end, started by the agent: [`agent::jobguard`]).
 
 use std::path::PathBuf;
 
@@ -31,6 +33,9 @@ fn main() {
     let argv: Vec<String> = std::env::args().collect();
     if argv.get(1).map(String::as_str) == Some("local-shell") {
         std::process::exit(agent::subagent::local_shell(&argv[2..]));
+    }
+    if argv.get(1).map(String::as_str) == Some(agent::jobguard::SUBCOMMAND) {
+        std::process::exit(agent::jobguard::guard_job(&argv[2..]));
     }
     let args = Args::parse();
     let cfg = agent::subagent::SubagentConfig {

@@ -1,0 +1,242 @@
+//! Tier 2: what belongs to a job stays in it, on the front end too — against a broker with
+//! virtual hosts (local transport). No root needed.
+//! - The app and everything it started end when the agent dies, even by SIGKILL (the job's
+//!   guardian), and nothing else does.
+//! - A caller that cleans its environment is still served by its job's agent.
+//! - A subagent that loses its agent says why it ends the command.
+
+use std::{
+    process::{Child, Command},
+    time::Duration,
+};
+
+use tests::{bin, local_lab, wait_until, Broker};
+
+/// `agent --broker SOCKET --grace-s 1 -- ARGS…` with the broker's lab.
+fn agent(broker: &Broker, args: &[&str]) -> Command {
+    let mut cmd = Command::new(bin("agent"));
+    cmd.arg("--broker")
+        .arg(broker.socket())
+        .arg("--grace-s")
+        .arg("1")
+        .arg("--")
+        .args(args);
+    cmd.env_remove("RB_AGENT").env_remove("RB_LAB");
+    cmd
+}
+
+/// Pids of processes whose command line matches the extended regex `pattern`.
+fn pgrep(pattern: &str) -> Vec<u32> {
+    let out = Command::new("pgrep")
+        .args(["-f", pattern])
+        .output()
+        .expect("pgrep");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// Fields of `/proc/PID/stat` after the command name: state, ppid, pgrp, session, ….
+fn stat(pid: u32) -> Option<Vec<String>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = text.rsplit_once(')')?;
+    Some(rest.split_whitespace().map(String::from).collect())
+}
+
+/// Whether `pid` is a live process (zombies have ended).
+fn running(pid: u32) -> bool {
+    stat(pid).is_some_and(|f| f[0] != "Z" && f[0] != "X")
+}
+
+/// The children of `pid`.
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// The one process matching `pattern` once it has a child: `[it, its child]`.
+fn process_and_child(pattern: &str) -> Option<Vec<u32>> {
+    let found = pgrep(pattern);
+    let [pid] = found[..] else {
+        return None;
+    };
+    let kids = children(pid);
+    (!kids.is_empty()).then(|| [vec![pid], kids].concat())
+}
+
+fn kill(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn a_sigkilled_agents_app_and_its_setsid_and_plain_children_are_gone_within_10_s() {
+    let broker = Broker::start(&local_lab(1));
+    let mark = format!("rbguard{}x", std::process::id());
+    // The markers are made at run time from $1: only the children's command lines hold
+    // them. The first child leaves the job's session and group, as pvmd and lamd do.
+    let script =
+        r#"setsid sh -c "sleep 401; : ${1}setsid" & sh -c "sleep 402; : ${1}plain" & wait"#;
+    let mut job = agent(&broker, &["sh", "-c", script, "sh", &mark])
+        .spawn()
+        .expect("agent");
+    let found = wait_until(Duration::from_secs(10), || {
+        let setsid = process_and_child(&format!("{mark}setsid"))?;
+        let plain = process_and_child(&format!("{mark}plain"))?;
+        Some((setsid, plain))
+    });
+    let Some((setsid, plain)) = found else {
+        kill(&mut job);
+        panic!("the app's two children did not start");
+    };
+    let session = |pid: u32| stat(pid).map(|f| f[3].clone());
+    assert_eq!(
+        session(setsid[0]),
+        Some(setsid[0].to_string()),
+        "the first child leads its own session"
+    );
+    job.kill().expect("SIGKILL the agent");
+    let _ = job.wait();
+    let all: Vec<u32> = [setsid, plain].concat();
+    let gone = wait_until(Duration::from_secs(10), || {
+        all.iter().all(|p| !running(*p)).then_some(())
+    });
+    let left: Vec<u32> = all.iter().copied().filter(|p| running(*p)).collect();
+    for pid in &left {
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    }
+    assert!(
+        gone.is_some(),
+        "processes of the job outlived its SIGKILLed agent by 10 s: {left:?}"
+    );
+}
+
+#[test]
+fn the_job_guardian_ends_its_own_jobs_processes_and_nothing_else() {
+    let broker = Broker::start(&local_lab(1));
+    let id = std::process::id();
+    // Same user, same machine: a process outside any job and another job's app.
+    let mut outsider = Command::new("sh")
+        .args(["-c", &format!("sleep 300; : rboutsider{id}x")])
+        .spawn()
+        .expect("outsider");
+    // Markers made at run time: the agents' own command lines do not hold them.
+    let app = r#"exec sh -c "sleep 300; : ${1}x""#;
+    let mut other_job = agent(&broker, &["sh", "-c", app, "sh", &format!("rbjobb{id}")])
+        .spawn()
+        .expect("agent B");
+    let mut job = agent(&broker, &["sh", "-c", app, "sh", &format!("rbjoba{id}")])
+        .spawn()
+        .expect("agent A");
+    let guardian = format!("guard-job .*--tag job\\.[0-9]+\\.{} ", job.id());
+    let started = wait_until(Duration::from_secs(10), || {
+        let seen = [
+            format!("rboutsider{id}x"),
+            format!("rbjobb{id}x"),
+            format!("rbjoba{id}x"),
+            guardian.clone(),
+        ]
+        .map(|p| pgrep(&p));
+        seen.iter()
+            .all(|p| p.len() == 1)
+            .then(|| seen.map(|p| p[0]))
+    });
+    let Some([outsider_pid, other_pid, app_pid, guardian_pid]) = started else {
+        for c in [&mut outsider, &mut other_job, &mut job] {
+            kill(c);
+        }
+        panic!("the three processes and job A's guardian did not all start");
+    };
+    job.kill().expect("SIGKILL agent A");
+    let _ = job.wait();
+    // The guardian exits once its sweep is over: then whatever it would end has ended.
+    let swept = wait_until(Duration::from_secs(10), || {
+        (!running(guardian_pid) && !running(app_pid)).then_some(())
+    });
+    let survivors = (running(outsider_pid), running(other_pid));
+    for c in [&mut outsider, &mut other_job] {
+        kill(c);
+    }
+    assert!(swept.is_some(), "job A's app or guardian still runs");
+    assert_eq!(
+        survivors,
+        (true, true),
+        "(outsider, job B's app) must outlive job A's sweep"
+    );
+}
+
+#[test]
+fn a_caller_that_cleans_its_environment_is_served_by_its_jobs_agent() {
+    let broker = Broker::start(&local_lab(2));
+    broker.wait_all_up(Duration::from_secs(10));
+    // The README's implicit lab file names this broker: a call that escaped the job would
+    // become a second job here (a one-shot agent) instead of going unnoticed.
+    let home = tempfile::tempdir().expect("home");
+    std::fs::create_dir_all(home.path().join(".config/rb")).expect("mkdir");
+    std::fs::copy(&broker.lab_file, home.path().join(".config/rb/lab.toml")).expect("lab");
+    let out_file = home.path().join("detached.out");
+    // As GNU parallel does: only PATH and HOME. Then a caller that also left the job's
+    // process tree (setsid -f: its parent exits, it is re-parented): only the shim's own
+    // directory tells its job. Last, the shim installed elsewhere ($3, as a system-wide
+    // rsh) and a clean PATH: only the caller's ancestry tells.
+    let script = r#"
+        env -i PATH="$PATH" HOME="$1" rsh anyLinux echo cleaned-ok
+        env -i PATH="$PATH" HOME="$1" setsid -f sh -c 'exec rsh anyLinux echo detached-ok > "$1"' sh "$2"
+        i=0; while [ ! -s "$2" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
+        cat "$2"
+        env -i PATH=/usr/bin:/bin HOME="$1" "$3" anyLinux echo ancestry-ok
+    "#;
+    let home_arg = home.path().display().to_string();
+    let out_arg = out_file.display().to_string();
+    let shim = bin("rsh").display().to_string();
+    let out = agent(
+        &broker,
+        &["sh", "-c", script, "sh", &home_arg, &out_arg, &shim],
+    )
+    .output()
+    .expect("agent");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout.split_whitespace().collect::<Vec<_>>(),
+        ["cleaned-ok", "detached-ok", "ancestry-ok"],
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let jobs = broker.jobs();
+    assert_eq!(
+        jobs.len(),
+        1,
+        "every call in the job's own agent: {jobs:#?}"
+    );
+}
+
+#[test]
+fn a_subagent_that_loses_its_agent_logs_why_it_ends_the_command() {
+    let log = agent::subagent::log_path();
+    // An allocation id no other test uses: it finds our line in the shared log.
+    let alloc = format!("{}{}", 7_000_000, std::process::id());
+    let out = Command::new(bin("rb-subagent"))
+        .args(["--agent", "127.0.0.1:1", "--alloc", &alloc])
+        .args(["--secret-file", "/nonexistent", "-c", "sleep 30"])
+        .output()
+        .expect("rb-subagent");
+    assert_eq!(out.status.code(), Some(143), "ended by SIGTERM");
+    assert!(
+        out.stderr.is_empty(),
+        "nothing on the caller's stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.contains(&format!("alloc={alloc} ")))
+        .map(String::from)
+        .unwrap_or_else(|| panic!("no line for alloc {alloc} in {}", log.display()));
+    for word in ["unreachable", "127.0.0.1:1", "/nonexistent"] {
+        assert!(line.contains(word), "`{word}` not in: {line}");
+    }
+}
