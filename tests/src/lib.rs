@@ -13,6 +13,7 @@ use std::{
 
 use proto::report::{HostState, HostStatus};
 
+pub mod faults;
 pub mod labtier;
 
 /// Directory holding the workspace's binaries (`target/<profile>`), built on first use.

@@ -1,0 +1,210 @@
+//! The fault-injection suite (issue 17): a seeded stream of real jobs on a real lab (agents on
+//! the gateway, `rsh anyLinux-N` over ssh to namespaced hosts, releases, owner returns, job
+//! ends) with faults injected at random points, and the invariants checked after each:
+//! no host in two live allocations, running jobs keep their hosts and queued requests, no
+//! process of an ended job on any host, every agent exits within a bound after its app.
+//!
+//! `RB_FAULT_SEED` replays a run (the seed is printed); `RB_FAULT_KILLS` sets the number of
+//! faults (10 by default, >= 100 from `bench/faults/run.sh`). Each scenario writes
+//! `target/faults/SCENARIO.json`, which `bench/faults/run.sh` turns into `RELIABILITY.md`.
+//! Root only; each test prints why it is skipped otherwise.
+
+use std::{
+    collections::BTreeSet,
+    time::{Duration, Instant},
+};
+
+use tests::{
+    faults::{being_taken, exclusive, held, kept, leftovers, FaultConfig, Jobs, Rng, Tally, View},
+    labtier::{skip_unless_root, LabWithBroker},
+    wait_until,
+};
+
+/// The owned (private) host of the stream's lab, where the owner comes back.
+const PRIVATE: &str = "node05";
+const OWNER: &str = "alice";
+/// At most this many apps at once (3 hosts: some requests queue).
+const MAX_LIVE: usize = 4;
+
+/// The mutable state of a job stream.
+struct Stream {
+    rng: Rng,
+    jobs: Jobs,
+    tally: Tally,
+    login: Option<lab::FakeLogin>,
+    /// Hosts taken from their job on purpose since the last check.
+    taken: BTreeSet<String>,
+}
+
+impl Stream {
+    fn new(scenario: &str, seed: u64) -> Self {
+        Self {
+            rng: Rng::new(seed),
+            jobs: Jobs::new(scenario),
+            tally: Tally::new(scenario, seed),
+            login: None,
+            taken: BTreeSet::new(),
+        }
+    }
+
+    /// One random step of the stream: a job starts or ends, a host is released, the owner
+    /// of the private host comes back or leaves.
+    fn step(&mut self, env: &LabWithBroker) {
+        let live = self.jobs.live().count();
+        match self.rng.below(6) {
+            0..=2 if live < MAX_LIVE => {
+                let n = 1 + self.rng.below(2);
+                self.jobs.start(env, n);
+                self.tally.jobs += 1;
+            }
+            0..=3 if live > 0 => {
+                let i = self.rng.below(live);
+                self.jobs.end_app(i);
+            }
+            4 => {
+                let Some(view) = View::take(env) else { return };
+                let hosts = held(&view);
+                if hosts.is_empty() {
+                    return;
+                }
+                let host = hosts[self.rng.below(hosts.len())].clone();
+                let _ = env.broker.rb(&["release", &host, "--grace-s", "1"]);
+                self.taken.insert(host);
+            }
+            _ => match self.login.take() {
+                Some(login) => {
+                    let _ = login.end();
+                }
+                None => {
+                    let login = env
+                        .lab
+                        .fake_login(PRIVATE, OWNER, "rbtty-alice", Duration::ZERO)
+                        .expect("fake login");
+                    self.login = Some(login);
+                    self.taken.insert(PRIVATE.into());
+                }
+            },
+        }
+    }
+
+    /// Agents that outlive their app, and processes of ended jobs still on a host.
+    fn ended_checks(&mut self, env: &LabWithBroker) -> Vec<String> {
+        let mut out = self.jobs.reap();
+        let ended = self.jobs.ended_markers();
+        let left = leftovers(env, &ended);
+        self.tally.leftovers += left.len() as u64;
+        out.extend(left);
+        out
+    }
+
+    /// Ends every job; then no agent, no process of a job, no held host may be left.
+    fn finish(mut self, env: &LabWithBroker) {
+        if let Some(login) = self.login.take() {
+            let _ = login.end();
+        }
+        let mut out = self.jobs.end_all();
+        out.extend(self.ended_checks(env));
+        let freed = wait_until(Duration::from_secs(15), || {
+            View::take(env).filter(|v| held(v).is_empty())
+        });
+        if freed.is_none() {
+            out.push(format!(
+                "hosts still held after every job ended: {:?}",
+                View::take(env).map(|v| held(&v))
+            ));
+        }
+        let subagents = env.user_processes("rb-subagent");
+        let root_subagents: Vec<String> = env
+            .lab
+            .hosts()
+            .iter()
+            .filter_map(|h| {
+                let o = env
+                    .lab
+                    .exec(&h.name, &["pgrep", "-a", "rb-subagent"])
+                    .ok()?;
+                let s = String::from_utf8_lossy(&o.stdout).trim().to_string();
+                (!s.is_empty()).then(|| format!("{}: {s}", h.name))
+            })
+            .collect();
+        for s in subagents.iter().chain(&root_subagents) {
+            self.tally.leftovers += 1;
+            out.push(format!("subagent left after every job ended: {s}"));
+        }
+        self.tally.fault("end", out);
+        self.tally.finish();
+    }
+}
+
+fn stream_lab() -> LabWithBroker {
+    // node02..node05, all managed; node05 private (its owner comes and goes).
+    let mut env = LabWithBroker::start(4, &[(PRIVATE, OWNER)]);
+    pin_port(&mut env);
+    env
+}
+
+/// Writes the port the broker got into its lab file and restarts it there, so that agents
+/// find it again after a restart (a lab's broker has a fixed port; tests bind port 0).
+fn pin_port(env: &mut LabWithBroker) {
+    let addr = env.broker.tcp_addr();
+    let text = std::fs::read_to_string(&env.broker.lab_file).expect("lab file");
+    let pinned = text.replacen(
+        &format!("listen = \"{}:0\"", addr.ip()),
+        &format!("listen = \"{addr}\""),
+        1,
+    );
+    assert_ne!(pinned, text, "listen line not found in\n{text}");
+    std::fs::write(&env.broker.lab_file, pinned).expect("write lab file");
+    env.broker.kill_and_restart();
+    env.broker.wait_all_up(Duration::from_secs(20));
+    assert_eq!(env.broker.tcp_addr(), addr, "broker moved to another port");
+}
+
+/// A deadline for `faults` faults: the default run stays well under 3 minutes.
+fn budget(faults: usize) -> Instant {
+    Instant::now() + Duration::from_secs(30 + 12 * faults as u64)
+}
+
+#[test]
+fn broker_sigkilled_at_random_points_loses_no_job_host_or_request() {
+    let name = "broker_sigkilled_at_random_points_loses_no_job_host_or_request";
+    if skip_unless_root(name) {
+        return;
+    }
+    let cfg = FaultConfig::from_env("broker_kill", 10);
+    let mut env = stream_lab();
+    let mut s = Stream::new("broker_kill", cfg.seed);
+    let deadline = budget(cfg.kills);
+    for _ in 0..cfg.kills {
+        if Instant::now() > deadline {
+            s.tally
+                .violations
+                .push(format!("time budget spent before {} kills", cfg.kills));
+            break;
+        }
+        for _ in 0..1 + s.rng.below(3) {
+            s.step(&env);
+        }
+        // The kill point: a random moment of the stream, not a wait for a condition.
+        std::thread::sleep(s.rng.millis(0, 1500));
+        let Some(before) = wait_until(Duration::from_secs(5), || View::take(&env)) else {
+            panic!("broker not answering before a kill:\n{}", env.broker.log());
+        };
+        s.taken.extend(being_taken(&before));
+        env.broker.kill_and_restart();
+        let after = wait_until(Duration::from_secs(10), || View::take(&env));
+        let mut out = match &after {
+            None => vec!["broker not answering 10 s after a restart".to_string()],
+            Some(after) => {
+                let live: Vec<String> = s.jobs.live().map(|j| j.marker.clone()).collect();
+                let mut v = exclusive(after);
+                v.extend(kept(&before, after, &live, &s.taken));
+                v
+            }
+        };
+        out.extend(s.ended_checks(&env));
+        s.tally.fault("broker_kill", out);
+        s.taken.clear();
+    }
+    s.finish(&env);
+}
