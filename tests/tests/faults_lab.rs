@@ -208,3 +208,103 @@ fn broker_sigkilled_at_random_points_loses_no_job_host_or_request() {
     }
     s.finish(&env);
 }
+
+/// A process of the stack to SIGKILL inside the lab.
+#[derive(Debug, Clone, Copy)]
+enum Victim {
+    Hostd,
+    Subagent,
+    Agent,
+}
+
+impl Victim {
+    fn name(self) -> &'static str {
+        match self {
+            Victim::Hostd => "hostd_kill",
+            Victim::Subagent => "subagent_kill",
+            Victim::Agent => "agent_kill",
+        }
+    }
+}
+
+/// SIGKILLs one `victim` chosen by the stream's seed; false when there was none to kill.
+fn kill_one(env: &LabWithBroker, s: &mut Stream, victim: Victim) -> bool {
+    let hosts: Vec<String> = env.lab.hosts().iter().map(|h| h.name.clone()).collect();
+    match victim {
+        Victim::Agent => {
+            let live = s.jobs.live().count();
+            live > 0 && s.jobs.kill_agent(s.rng.below(live)).is_some()
+        }
+        Victim::Hostd => {
+            let host = &hosts[s.rng.below(hosts.len())];
+            let Some(pid) = env.hostd_pid(host) else {
+                return false;
+            };
+            env.lab.exec(host, &["kill", "-9", &pid]).is_ok()
+        }
+        Victim::Subagent => {
+            let mut found = Vec::new();
+            for host in &hosts {
+                let Ok(o) = env.lab.exec(host, &["pgrep", "-x", "rb-subagent"]) else {
+                    continue;
+                };
+                for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+                    found.push((host.clone(), pid.to_string()));
+                }
+            }
+            if found.is_empty() {
+                return false;
+            }
+            let (host, pid) = &found[s.rng.below(found.len())];
+            env.lab.exec(host, &["kill", "-9", pid]).is_ok()
+        }
+    }
+}
+
+#[test]
+fn hostd_subagent_and_agent_sigkilled_at_random_points_leave_nothing_behind() {
+    let name = "hostd_subagent_and_agent_sigkilled_at_random_points_leave_nothing_behind";
+    if skip_unless_root(name) {
+        return;
+    }
+    let cfg = FaultConfig::from_env("daemon_kill", 10);
+    let env = stream_lab();
+    let mut s = Stream::new("daemon_kill", cfg.seed);
+    let deadline = budget(cfg.kills);
+    let victims = [Victim::Hostd, Victim::Subagent, Victim::Agent];
+    let mut done = 0;
+    while done < cfg.kills && Instant::now() < deadline {
+        for _ in 0..1 + s.rng.below(3) {
+            s.step(&env);
+        }
+        std::thread::sleep(s.rng.millis(0, 1500));
+        let victim = victims[s.rng.below(victims.len())];
+        if !kill_one(&env, &mut s, victim) {
+            continue;
+        }
+        done += 1;
+        // Every host up again (the broker restarts a killed daemon), then the checks.
+        let up = wait_until(Duration::from_secs(20), || {
+            env.broker
+                .status()
+                .filter(|hs| hs.iter().all(|h| h.state == proto::report::HostState::Up))
+        });
+        let mut out = Vec::new();
+        if up.is_none() {
+            out.push(format!("not every host up 20 s after a {victim:?} kill"));
+        }
+        match View::take(&env) {
+            Some(view) => out.extend(exclusive(&view)),
+            None => out.push("broker not answering".into()),
+        }
+        out.extend(s.ended_checks(&env));
+        s.tally.fault(victim.name(), out);
+    }
+    if done < cfg.kills {
+        s.tally.violations.push(format!(
+            "time budget spent after {done} of {} kills",
+            cfg.kills
+        ));
+    }
+    s.finish(&env);
+}
