@@ -275,6 +275,7 @@ impl Jobs {
             .nth(i)?;
         let _ = job.child.kill();
         job.ended_at = Some(Instant::now());
+        eprintln!("fault: agent of {} killed", job.marker);
         Some(job.marker.clone())
     }
 

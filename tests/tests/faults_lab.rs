@@ -54,12 +54,13 @@ impl Stream {
         match self.rng.below(6) {
             0..=2 if live < MAX_LIVE => {
                 let n = 1 + self.rng.below(2);
-                self.jobs.start(env, n);
+                let m = self.jobs.start(env, n).marker.clone();
+                eprintln!("step: start {m} with {n} instance(s)");
                 self.tally.jobs += 1;
             }
             0..=3 if live > 0 => {
                 let i = self.rng.below(live);
-                self.jobs.end_app(i);
+                eprintln!("step: end app of {:?}", self.jobs.end_app(i));
             }
             4 => {
                 let Some(view) = View::take(env) else { return };
@@ -68,14 +69,17 @@ impl Stream {
                     return;
                 }
                 let host = hosts[self.rng.below(hosts.len())].clone();
+                eprintln!("step: release {host}");
                 let _ = env.broker.rb(&["release", &host, "--grace-s", "1"]);
                 self.taken.insert(host);
             }
             _ => match self.login.take() {
                 Some(login) => {
+                    eprintln!("step: owner leaves");
                     let _ = login.end();
                 }
                 None => {
+                    eprintln!("step: owner returns");
                     let login = env
                         .lab
                         .fake_login(PRIVATE, OWNER, "rbtty-alice", Duration::ZERO)
@@ -191,6 +195,7 @@ fn broker_sigkilled_at_random_points_loses_no_job_host_or_request() {
             panic!("broker not answering before a kill:\n{}", env.broker.log());
         };
         s.taken.extend(being_taken(&before));
+        eprintln!("fault: broker killed");
         env.broker.kill_and_restart();
         let after = wait_until(Duration::from_secs(10), || View::take(&env));
         let mut out = match &after {
@@ -282,6 +287,7 @@ fn hostd_subagent_and_agent_sigkilled_at_random_points_leave_nothing_behind() {
         if !kill_one(&env, &mut s, victim) {
             continue;
         }
+        eprintln!("fault: {victim:?} killed");
         done += 1;
         // Every host up again (the broker restarts a killed daemon), then the checks.
         let up = wait_until(Duration::from_secs(20), || {
@@ -307,4 +313,40 @@ fn hostd_subagent_and_agent_sigkilled_at_random_points_leave_nothing_behind() {
         ));
     }
     s.finish(&env);
+}
+
+/// Pid of the guardian of the subagent running on `host`: the `rb-subagent` whose parent
+/// is an `rb-subagent` (the front forks it).
+fn guardian_pid(env: &LabWithBroker, host: &str) -> Option<String> {
+    let script = "for p in $(pgrep -x rb-subagent); do \
+                  pp=$(awk '/^PPid:/{print $2}' /proc/$p/status); \
+                  [ \"$(cat /proc/$pp/comm 2>/dev/null)\" = rb-subagent ] && echo $p; done; true";
+    let out = env.lab.exec(host, &["sh", "-c", script]).ok()?;
+    let pid = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (!pid.is_empty()).then_some(pid)
+}
+
+#[test]
+fn sigkilled_subagent_guardian_leaves_no_process_of_the_ended_job() {
+    let name = "sigkilled_subagent_guardian_leaves_no_process_of_the_ended_job";
+    if skip_unless_root(name) {
+        return;
+    }
+    let env = LabWithBroker::start(2, &[]);
+    let mut jobs = Jobs::new("guardian_kill");
+    let marker = jobs.start(&env, 1).marker.clone();
+    let (host, _) = wait_until(Duration::from_secs(15), || {
+        tests::faults::job_processes(&env)
+            .into_iter()
+            .find(|(_, m)| *m == marker)
+    })
+    .expect("the job's remote sleep running");
+    let guardian = wait_until(Duration::from_secs(5), || guardian_pid(&env, &host))
+        .expect("the subagent's guardian");
+    env.lab
+        .exec(&host, &["kill", "-9", &guardian])
+        .expect("kill guardian");
+    let mut out = jobs.end_all();
+    out.extend(leftovers(&env, &jobs.ended_markers()));
+    assert!(out.is_empty(), "{out:?}");
 }
