@@ -208,13 +208,19 @@ impl Jobs {
     /// Starts an adaptive job whose app binds `instances` instances (`anyLinux-1..`), each
     /// running a long sleep tagged with the job's marker, then waits for its stop file.
     pub fn start(&mut self, env: &LabWithBroker, instances: usize) -> &Job {
+        self.start_running(env, instances, "sleep 600")
+    }
+
+    /// [`start`](Self::start) with `body` as each instance's remote command (after the
+    /// marker's `export`), e.g. `trap '' TERM; sleep 600` for one that outlasts SIGTERM.
+    pub fn start_running(&mut self, env: &LabWithBroker, instances: usize, body: &str) -> &Job {
         let marker = format!("j{}", self.next);
         self.next += 1;
         let stop = self.dir.path().join(format!("stop-{marker}"));
         let mut script = String::new();
         for i in 1..=instances {
             script.push_str(&format!(
-                "rsh anyLinux-{i} 'export RBFAULT={marker}; sleep 600' </dev/null >/dev/null 2>&1 & "
+                "rsh anyLinux-{i} \"export RBFAULT={marker}; {body}\" </dev/null >/dev/null 2>&1 & "
             ));
         }
         script.push_str(&format!(
@@ -369,24 +375,46 @@ pub fn leftovers(env: &LabWithBroker, ended: &BTreeSet<String>) -> Vec<String> {
     .map_or_else(find, |()| Vec::new())
 }
 
+/// Hosts where processes of two jobs run at once: a host went to a second job while the
+/// first one's processes were still there.
+pub fn shared_hosts(procs: &[(String, String)]) -> Vec<String> {
+    let mut by_host: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for (h, m) in procs {
+        by_host.entry(h).or_default().insert(m);
+    }
+    by_host
+        .into_iter()
+        .filter(|(_, ms)| ms.len() > 1)
+        .map(|(h, ms)| format!("{h} runs processes of jobs {ms:?} at once"))
+        .collect()
+}
+
 /// `rb status --json` and `rb jobs --json` at one moment.
+/// The jobs are asked for before and after the status (`jobs_before`, `jobs`), so that a
+/// grant or a job end between the two questions is not taken for an inconsistency.
 #[derive(Debug, Clone, Default)]
 pub struct View {
     pub status: Vec<Value>,
     pub jobs: Vec<Value>,
+    pub jobs_before: Vec<Value>,
 }
 
 impl View {
     /// Both lists, or `None` when the broker does not answer.
     pub fn take(env: &LabWithBroker) -> Option<View> {
+        let before = env.broker.rb(&["jobs", "--json"]);
         let status = env.broker.rb(&["status", "--json"]);
         let jobs = env.broker.rb(&["jobs", "--json"]);
-        if !status.status.success() || !jobs.status.success() {
+        if [&before, &status, &jobs]
+            .iter()
+            .any(|o| !o.status.success())
+        {
             return None;
         }
         Some(View {
             status: serde_json::from_slice(&status.stdout).ok()?,
             jobs: serde_json::from_slice(&jobs.stdout).ok()?,
+            jobs_before: serde_json::from_slice(&before.stdout).ok()?,
         })
     }
 
@@ -421,6 +449,7 @@ pub fn exclusive(view: &View) -> Vec<String> {
     let running: BTreeSet<u64> = view
         .jobs
         .iter()
+        .chain(&view.jobs_before)
         .filter(|j| j["state"] == "running")
         .filter_map(|j| j["id"].as_u64())
         .collect();
@@ -437,11 +466,21 @@ pub fn exclusive(view: &View) -> Vec<String> {
         let held_by = row["held_by"].as_u64();
         if let Some(j) = held_by {
             if !running.contains(&j) {
-                out.push(format!("{name} held_by job {j}, which is not running"));
+                out.push(format!(
+                    "{name} held_by job {j} ({}), which is not running: {}",
+                    row["alloc_state"],
+                    view.jobs
+                        .iter()
+                        .find(|x| x["id"].as_u64() == Some(j))
+                        .map_or("not in rb jobs".into(), |x| format!(
+                            "{} {}",
+                            x["state"], x["hosts"]
+                        ))
+                ));
             }
         }
         if let Some(&j) = holder.get(name) {
-            if held_by != Some(j) {
+            if held_by != Some(j) && holds(&view.jobs_before, j, name) {
                 out.push(format!(
                     "{name} is in job {j}'s hosts but status says held_by {held_by:?}"
                 ));
@@ -449,6 +488,15 @@ pub fn exclusive(view: &View) -> Vec<String> {
         }
     }
     out
+}
+
+/// Whether running job `id` lists `host` in `jobs`.
+fn holds(jobs: &[Value], id: u64, host: &str) -> bool {
+    jobs.iter().any(|j| {
+        j["id"].as_u64() == Some(id)
+            && j["state"] == "running"
+            && strings(&j["hosts"]).iter().any(|h| h == host)
+    })
 }
 
 /// Every job running before a fault (app not ended since) keeps its hosts but `taken`

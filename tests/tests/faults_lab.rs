@@ -15,7 +15,10 @@ use std::{
 };
 
 use tests::{
-    faults::{being_taken, exclusive, held, kept, leftovers, FaultConfig, Jobs, Rng, Tally, View},
+    faults::{
+        being_taken, exclusive, held, kept, leftovers, shared_hosts, FaultConfig, Jobs, Rng, Tally,
+        View,
+    },
     labtier::{skip_unless_root, LabWithBroker},
     wait_until,
 };
@@ -94,6 +97,7 @@ impl Stream {
     /// Agents that outlive their app, and processes of ended jobs still on a host.
     fn ended_checks(&mut self, env: &LabWithBroker) -> Vec<String> {
         let mut out = self.jobs.reap();
+        out.extend(shared_hosts(&tests::faults::job_processes(env)));
         let ended = self.jobs.ended_markers();
         let left = leftovers(env, &ended);
         self.tally.leftovers += left.len() as u64;
@@ -349,4 +353,100 @@ fn sigkilled_subagent_guardian_leaves_no_process_of_the_ended_job() {
     let mut out = jobs.end_all();
     out.extend(leftovers(&env, &jobs.ended_markers()));
     assert!(out.is_empty(), "{out:?}");
+}
+
+/// A host fault injected while the host is being taken back.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum HostFault {
+    Crash,
+    Partition,
+}
+
+/// Job 1 holds a host with a command that outlasts SIGTERM; `rb release` takes it back
+/// with a 5 s grace and, within the grace, the host crashes or is cut off; job 2 asks for
+/// a host meanwhile. Checked all along and after the host is back: no host in two live
+/// allocations, never processes of two jobs on one host, none left of ended jobs.
+fn host_fault_during_reclaim(fault: HostFault, scenario: &str) {
+    let cfg = FaultConfig::from_env(scenario, 1);
+    let env = LabWithBroker::start(3, &[]);
+    let mut s = Stream::new(scenario, cfg.seed);
+    let marker = s
+        .jobs
+        .start_running(&env, 1, "trap '' TERM; sleep 600")
+        .marker
+        .clone();
+    let (host, _) = wait_until(Duration::from_secs(15), || {
+        tests::faults::job_processes(&env)
+            .into_iter()
+            .find(|(_, m)| *m == marker)
+    })
+    .expect("job 1's command running");
+    let _ = env.broker.rb(&["release", &host, "--grace-s", "5"]);
+    std::thread::sleep(s.rng.millis(200, 3000)); // a random point of the grace period
+    eprintln!("fault: {fault:?} {host} during its reclaim");
+    match fault {
+        HostFault::Crash => env.lab.crash(&host).expect("crash"),
+        HostFault::Partition => env.lab.partition(&host).expect("partition"),
+    }
+    s.jobs.start(&env, 2);
+    let mut out = Vec::new();
+    // While the host is away (past the down limit and the subagent's agent-loss limit).
+    let away_until = Instant::now() + Duration::from_secs(12);
+    while Instant::now() < away_until {
+        if let Some(view) = View::take(&env) {
+            out.extend(exclusive(&view));
+        }
+        out.extend(shared_hosts(&tests::faults::job_processes(&env)));
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    match fault {
+        HostFault::Crash => env.lab.boot(&host).expect("boot"),
+        HostFault::Partition => env.lab.heal(&host).expect("heal"),
+    }
+    env.broker
+        .wait_host(&host, Duration::from_secs(20), "back up", |h| {
+            h.state == proto::report::HostState::Up
+        });
+    let old = wait_until(Duration::from_secs(10), || {
+        let procs = tests::faults::job_processes(&env);
+        (!procs.iter().any(|(h, m)| *h == host && *m == marker)).then_some(())
+    });
+    if old.is_none() {
+        out.push(format!(
+            "{host}: job 1's command still runs 10 s after the host came back from its reclaim"
+        ));
+        s.tally.leftovers += 1;
+    }
+    if let Some(view) = View::take(&env) {
+        out.extend(exclusive(&view));
+        if view.job(&marker).is_some_and(|j| {
+            j["hosts"]
+                .as_array()
+                .is_some_and(|hs| hs.iter().any(|h| *h == host))
+        }) {
+            out.push(format!("{host} still held by job 1 after its reclaim"));
+        }
+    }
+    out.extend(s.ended_checks(&env));
+    let kind = format!("{fault:?}_during_reclaim").to_lowercase();
+    s.tally.fault(&kind, out);
+    s.finish(&env);
+}
+
+#[test]
+fn host_crash_during_a_reclaim_loses_no_host_and_leaves_nothing_behind() {
+    let name = "host_crash_during_a_reclaim_loses_no_host_and_leaves_nothing_behind";
+    if skip_unless_root(name) {
+        return;
+    }
+    host_fault_during_reclaim(HostFault::Crash, "crash_during_reclaim");
+}
+
+#[test]
+fn host_partition_during_a_reclaim_loses_no_host_and_leaves_nothing_behind() {
+    let name = "host_partition_during_a_reclaim_loses_no_host_and_leaves_nothing_behind";
+    if skip_unless_root(name) {
+        return;
+    }
+    host_fault_during_reclaim(HostFault::Partition, "partition_during_reclaim");
 }
