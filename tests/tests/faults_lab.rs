@@ -450,3 +450,114 @@ fn host_partition_during_a_reclaim_loses_no_host_and_leaves_nothing_behind() {
     }
     host_fault_during_reclaim(HostFault::Partition, "partition_during_reclaim");
 }
+
+/// Unmounts the tmpfs under the broker's state dir (after the broker has stopped).
+struct Unmount(std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// Fills the file system of `dir` with `dir/fill` until it is full.
+fn fill(dir: &std::path::Path) {
+    use std::io::Write;
+    let mut f = std::fs::File::create(dir.join("fill")).expect("create fill");
+    let block = vec![0u8; 64 * 1024];
+    while f.write_all(&block).is_ok() {}
+    let _ = f.sync_all();
+}
+
+#[test]
+fn full_state_dir_keeps_serving_refuses_new_jobs_and_loses_nothing_committed() {
+    let name = "full_state_dir_keeps_serving_refuses_new_jobs_and_loses_nothing_committed";
+    if skip_unless_root(name) {
+        return;
+    }
+    let cfg = FaultConfig::from_env("state_dir_full", 1);
+    let lab = lab::Lab::up(&lab::LabSpec {
+        hosts: 3,
+        ..lab::LabSpec::default()
+    })
+    .expect("lab up");
+    let mut state = std::path::PathBuf::new();
+    // Declared before the broker: unmounted after it stopped (also on a failed start).
+    let mut unmount = None;
+    let broker = tests::Broker::start_prepared(
+        &tests::labtier::lab_file(&lab, &[], tests::labtier::TEST_TIMING),
+        |dir| {
+            std::fs::create_dir_all(dir).expect("mkdir state");
+            let ok = std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", "size=8m,mode=0700", "rbfaults"])
+                .arg(dir)
+                .status()
+                .expect("mount");
+            assert!(ok.success(), "mount tmpfs on {}", dir.display());
+            unmount = Some(Unmount(dir.to_path_buf()));
+            state = dir.to_path_buf();
+        },
+    );
+    let mut env = LabWithBroker { broker, lab };
+    env.broker.wait_all_up(Duration::from_secs(20));
+    pin_port(&mut env);
+    let mut s = Stream::new("state_dir_full", cfg.seed);
+    let a = s.jobs.start(&env, 1).marker.clone();
+    let committed = wait_until(Duration::from_secs(15), || {
+        View::take(&env).and_then(|v| v.job(&a).cloned().filter(|j| j["hosts"][0].is_string()))
+    })
+    .expect("job A holds a host");
+    // The broker writes its state off the hot path: give the writer a moment to commit.
+    std::thread::sleep(Duration::from_secs(1));
+    eprintln!("fault: state dir full");
+    fill(&state);
+    let mut out = Vec::new();
+    // It keeps serving what it has.
+    match View::take(&env) {
+        Some(v) if v.job(&a).is_some_and(|j| j["hosts"] == committed["hosts"]) => {
+            out.extend(exclusive(&v))
+        }
+        other => out.push(format!(
+            "with a full state dir: job A not served: {other:?}"
+        )),
+    }
+    // A new job is refused with a clear error.
+    let b = std::process::Command::new(tests::bin("agent"))
+        .arg("--broker")
+        .arg(env.broker.tcp_addr().to_string())
+        .arg("--secret-file")
+        .arg(env.broker.secret())
+        .args(["--", "true"])
+        .env_remove("RB_AGENT")
+        .env_remove("RB_LAB")
+        .output()
+        .expect("agent");
+    let stderr = String::from_utf8_lossy(&b.stderr);
+    if b.status.success() || !stderr.contains("state") {
+        out.push(format!(
+            "with a full state dir a new job was not refused clearly: {:?}, stderr: {stderr}",
+            b.status
+        ));
+    }
+    // Space back, broker killed and restarted: job A is still there with its host.
+    std::fs::remove_file(state.join("fill")).expect("rm fill");
+    env.broker.kill_and_restart();
+    match wait_until(Duration::from_secs(10), || View::take(&env)) {
+        Some(v) => {
+            out.extend(exclusive(&v));
+            let live = vec![a.clone()];
+            let before = View {
+                jobs: vec![committed.clone()],
+                ..View::default()
+            };
+            out.extend(kept(&before, &v, &live, &BTreeSet::new()));
+        }
+        None => out.push("broker not answering after the restart".into()),
+    }
+    out.extend(s.ended_checks(&env));
+    s.tally.fault("state_dir_full", out);
+    s.finish(&env);
+}
