@@ -16,162 +16,13 @@ use std::{
 
 use tests::{
     faults::{
-        being_taken, exclusive, held, kept, leftovers, shared_hosts, FaultConfig, Jobs, Rng, Tally,
-        View,
+        being_taken, exclusive, job_processes, kept, leftovers, shared_hosts,
+        stream::{budget, kill_one, pin_port, stream_lab, Stream, Victim},
+        FaultConfig, Jobs, View,
     },
     labtier::{skip_unless_root, LabWithBroker},
     wait_until,
 };
-
-/// The owned (private) host of the stream's lab, where the owner comes back.
-const PRIVATE: &str = "node05";
-const OWNER: &str = "alice";
-/// At most this many apps at once (3 hosts: some requests queue).
-const MAX_LIVE: usize = 4;
-
-/// The mutable state of a job stream.
-struct Stream {
-    rng: Rng,
-    jobs: Jobs,
-    tally: Tally,
-    login: Option<lab::FakeLogin>,
-    /// Hosts taken from their job on purpose since the last check.
-    taken: BTreeSet<String>,
-}
-
-impl Stream {
-    fn new(scenario: &str, seed: u64) -> Self {
-        Self {
-            rng: Rng::new(seed),
-            jobs: Jobs::new(scenario),
-            tally: Tally::new(scenario, seed),
-            login: None,
-            taken: BTreeSet::new(),
-        }
-    }
-
-    /// One random step of the stream: a job starts or ends, a host is released, the owner
-    /// of the private host comes back or leaves.
-    fn step(&mut self, env: &LabWithBroker) {
-        let live = self.jobs.live().count();
-        match self.rng.below(6) {
-            0..=2 if live < MAX_LIVE => {
-                let n = 1 + self.rng.below(2);
-                let m = self.jobs.start(env, n).marker.clone();
-                eprintln!("step: start {m} with {n} instance(s)");
-                self.tally.jobs += 1;
-            }
-            0..=3 if live > 0 => {
-                let i = self.rng.below(live);
-                eprintln!("step: end app of {:?}", self.jobs.end_app(i));
-            }
-            4 => {
-                let Some(view) = View::take(env) else { return };
-                let hosts = held(&view);
-                if hosts.is_empty() {
-                    return;
-                }
-                let host = hosts[self.rng.below(hosts.len())].clone();
-                eprintln!("step: release {host}");
-                let _ = env.broker.rb(&["release", &host, "--grace-s", "1"]);
-                self.taken.insert(host);
-            }
-            _ => match self.login.take() {
-                Some(login) => {
-                    eprintln!("step: owner leaves");
-                    let _ = login.end();
-                }
-                None => {
-                    eprintln!("step: owner returns");
-                    let login = env
-                        .lab
-                        .fake_login(PRIVATE, OWNER, "rbtty-alice", Duration::ZERO)
-                        .expect("fake login");
-                    self.login = Some(login);
-                    self.taken.insert(PRIVATE.into());
-                }
-            },
-        }
-    }
-
-    /// Agents that outlive their app, and processes of ended jobs still on a host.
-    fn ended_checks(&mut self, env: &LabWithBroker) -> Vec<String> {
-        let mut out = self.jobs.reap();
-        out.extend(shared_hosts(&tests::faults::job_processes(env)));
-        let ended = self.jobs.ended_markers();
-        let left = leftovers(env, &ended);
-        self.tally.leftovers += left.len() as u64;
-        out.extend(left);
-        out
-    }
-
-    /// Ends every job; then no agent, no process of a job, no held host may be left.
-    fn finish(mut self, env: &LabWithBroker) {
-        if let Some(login) = self.login.take() {
-            let _ = login.end();
-        }
-        let mut out = self.jobs.end_all();
-        out.extend(self.ended_checks(env));
-        let freed = wait_until(Duration::from_secs(15), || {
-            View::take(env).filter(|v| held(v).is_empty())
-        });
-        if freed.is_none() {
-            out.push(format!(
-                "hosts still held after every job ended: {:?}",
-                View::take(env).map(|v| held(&v))
-            ));
-        }
-        let subagents = env.user_processes("rb-subagent");
-        let root_subagents: Vec<String> = env
-            .lab
-            .hosts()
-            .iter()
-            .filter_map(|h| {
-                let o = env
-                    .lab
-                    .exec(&h.name, &["pgrep", "-a", "rb-subagent"])
-                    .ok()?;
-                let s = String::from_utf8_lossy(&o.stdout).trim().to_string();
-                (!s.is_empty()).then(|| format!("{}: {s}", h.name))
-            })
-            .collect();
-        for s in subagents.iter().chain(&root_subagents) {
-            self.tally.leftovers += 1;
-            out.push(format!("subagent left after every job ended: {s}"));
-        }
-        self.tally.fault("end", out);
-        self.tally.finish();
-    }
-}
-
-fn stream_lab() -> LabWithBroker {
-    // node02..node05, all managed; node05 private (its owner comes and goes).
-    let mut env = LabWithBroker::start(4, &[(PRIVATE, OWNER)]);
-    pin_port(&mut env);
-    env
-}
-
-/// Writes the port the broker got into its lab file and restarts it there, so that agents
-/// find it again after a restart (a lab's broker has a fixed port; tests bind port 0).
-fn pin_port(env: &mut LabWithBroker) {
-    let addr = env.broker.tcp_addr();
-    let text = std::fs::read_to_string(&env.broker.lab_file).expect("lab file");
-    let pinned = text.replacen(
-        &format!("listen = \"{}:0\"", addr.ip()),
-        &format!("listen = \"{addr}\""),
-        1,
-    );
-    assert_ne!(pinned, text, "listen line not found in\n{text}");
-    std::fs::write(&env.broker.lab_file, pinned).expect("write lab file");
-    env.broker.kill_and_restart();
-    env.broker.wait_all_up(Duration::from_secs(20));
-    assert_eq!(env.broker.tcp_addr(), addr, "broker moved to another port");
-}
-
-/// A deadline for `faults` faults: the default run stays well under 3 minutes.
-fn budget(faults: usize) -> Instant {
-    Instant::now() + Duration::from_secs(30 + 12 * faults as u64)
-}
 
 #[test]
 fn broker_sigkilled_at_random_points_loses_no_job_host_or_request() {
@@ -216,58 +67,6 @@ fn broker_sigkilled_at_random_points_loses_no_job_host_or_request() {
         s.taken.clear();
     }
     s.finish(&env);
-}
-
-/// A process of the stack to SIGKILL inside the lab.
-#[derive(Debug, Clone, Copy)]
-enum Victim {
-    Hostd,
-    Subagent,
-    Agent,
-}
-
-impl Victim {
-    fn name(self) -> &'static str {
-        match self {
-            Victim::Hostd => "hostd_kill",
-            Victim::Subagent => "subagent_kill",
-            Victim::Agent => "agent_kill",
-        }
-    }
-}
-
-/// SIGKILLs one `victim` chosen by the stream's seed; false when there was none to kill.
-fn kill_one(env: &LabWithBroker, s: &mut Stream, victim: Victim) -> bool {
-    let hosts: Vec<String> = env.lab.hosts().iter().map(|h| h.name.clone()).collect();
-    match victim {
-        Victim::Agent => {
-            let live = s.jobs.live().count();
-            live > 0 && s.jobs.kill_agent(s.rng.below(live)).is_some()
-        }
-        Victim::Hostd => {
-            let host = &hosts[s.rng.below(hosts.len())];
-            let Some(pid) = env.hostd_pid(host) else {
-                return false;
-            };
-            env.lab.exec(host, &["kill", "-9", &pid]).is_ok()
-        }
-        Victim::Subagent => {
-            let mut found = Vec::new();
-            for host in &hosts {
-                let Ok(o) = env.lab.exec(host, &["pgrep", "-x", "rb-subagent"]) else {
-                    continue;
-                };
-                for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
-                    found.push((host.clone(), pid.to_string()));
-                }
-            }
-            if found.is_empty() {
-                return false;
-            }
-            let (host, pid) = &found[s.rng.below(found.len())];
-            env.lab.exec(host, &["kill", "-9", pid]).is_ok()
-        }
-    }
 }
 
 #[test]
@@ -340,9 +139,7 @@ fn sigkilled_subagent_guardian_leaves_no_process_of_the_ended_job() {
     let mut jobs = Jobs::new("guardian_kill");
     let marker = jobs.start(&env, 1).marker.clone();
     let (host, _) = wait_until(Duration::from_secs(15), || {
-        tests::faults::job_processes(&env)
-            .into_iter()
-            .find(|(_, m)| *m == marker)
+        job_processes(&env).into_iter().find(|(_, m)| *m == marker)
     })
     .expect("the job's remote sleep running");
     let guardian = wait_until(Duration::from_secs(5), || guardian_pid(&env, &host))
@@ -376,9 +173,7 @@ fn host_fault_during_reclaim(fault: HostFault, scenario: &str) {
         .marker
         .clone();
     let (host, _) = wait_until(Duration::from_secs(15), || {
-        tests::faults::job_processes(&env)
-            .into_iter()
-            .find(|(_, m)| *m == marker)
+        job_processes(&env).into_iter().find(|(_, m)| *m == marker)
     })
     .expect("job 1's command running");
     let _ = env.broker.rb(&["release", &host, "--grace-s", "5"]);
@@ -389,6 +184,7 @@ fn host_fault_during_reclaim(fault: HostFault, scenario: &str) {
         HostFault::Partition => env.lab.partition(&host).expect("partition"),
     }
     s.jobs.start(&env, 2);
+    s.tally.jobs += 2;
     let mut out = Vec::new();
     // While the host is away (past the down limit and the subagent's agent-loss limit).
     let away_until = Instant::now() + Duration::from_secs(12);
@@ -396,7 +192,7 @@ fn host_fault_during_reclaim(fault: HostFault, scenario: &str) {
         if let Some(view) = View::take(&env) {
             out.extend(exclusive(&view));
         }
-        out.extend(shared_hosts(&tests::faults::job_processes(&env)));
+        out.extend(shared_hosts(&job_processes(&env)));
         std::thread::sleep(Duration::from_millis(500));
     }
     match fault {
@@ -408,14 +204,14 @@ fn host_fault_during_reclaim(fault: HostFault, scenario: &str) {
             h.state == proto::report::HostState::Up
         });
     let old = wait_until(Duration::from_secs(10), || {
-        let procs = tests::faults::job_processes(&env);
+        let procs = job_processes(&env);
         (!procs.iter().any(|(h, m)| *h == host && *m == marker)).then_some(())
     });
     if old.is_none() {
         out.push(format!(
             "{host}: job 1's command still runs 10 s after the host came back from its reclaim"
         ));
-        s.tally.leftovers += 1;
+        s.tally.left.insert(format!("{host}: job 1's command"));
     }
     if let Some(view) = View::take(&env) {
         out.extend(exclusive(&view));
@@ -506,6 +302,7 @@ fn full_state_dir_keeps_serving_refuses_new_jobs_and_loses_nothing_committed() {
     pin_port(&mut env);
     let mut s = Stream::new("state_dir_full", cfg.seed);
     let a = s.jobs.start(&env, 1).marker.clone();
+    s.tally.jobs += 2; // A, and B which is refused
     let committed = wait_until(Duration::from_secs(15), || {
         View::take(&env).and_then(|v| v.job(&a).cloned().filter(|j| j["hosts"][0].is_string()))
     })
