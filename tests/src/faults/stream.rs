@@ -128,6 +128,7 @@ impl Stream {
             out.push(format!("subagent left after every job ended: {s}"));
         }
         self.tally.fault("end", out);
+        keep_broker_log(env, &self.jobs);
         self.tally.finish();
     }
 }
@@ -211,4 +212,9 @@ pub fn kill_one(env: &LabWithBroker, s: &mut Stream, victim: Victim) -> bool {
             env.lab.exec(host, &["kill", "-9", pid]).is_ok()
         }
     }
+}
+
+/// Copies the broker's log beside the agents' logs (its temp dir goes with the test).
+pub fn keep_broker_log(env: &LabWithBroker, jobs: &Jobs) {
+    let _ = std::fs::write(jobs.logs.join("broker.log"), env.broker.log());
 }
