@@ -51,12 +51,14 @@ trap 'rm -f "$out"' EXIT
   echo "held after it: no host in two live allocations, running jobs keep their hosts and queued"
   echo "requests, never two jobs' processes on one host, no process of an ended job on any host,"
   echo "every agent gone within 20 s of its app."
-  violations=$(jq -s -r 'map(.violations[] ) | .[]' "${files[@]}")
+  # Each violation once, with how many checks saw it (a leftover is seen by every later check).
+  violations=$(jq -s -r '[.[] | .scenario as $s | .violations[] | "\($s): \(sub("^after [^:]*: "; ""))"]
+    | group_by(.) | map("- \(.[0]) (seen by \(length) check(s))") | .[]' "${files[@]}")
   if [ -n "$violations" ]; then
     echo
     echo "## Violations"
     echo
-    printf '%s\n' "$violations" | sed 's/^/- /'
+    printf '%s\n' "$violations"
   fi
 } > "$out"
 mv "$out" RELIABILITY.md

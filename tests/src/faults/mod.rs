@@ -137,7 +137,8 @@ impl Tally {
         let path = dir.join(format!("{}.json", self.scenario));
         let json = serde_json::json!({
             "scenario": self.scenario,
-            "seed": self.seed,
+            // A string: jq and JavaScript read numbers as doubles, and seeds are u64.
+            "seed": self.seed.to_string(),
             "faults": self.faults,
             "injected": self.faults.values().sum::<u64>(),
             "survived": self.survived,
