@@ -109,21 +109,24 @@ impl Stream {
                 View::take(env).map(|v| held(&v))
             ));
         }
-        let subagents = env.user_processes("rb-subagent");
-        let root_subagents: Vec<String> = env
-            .lab
-            .hosts()
-            .iter()
-            .filter_map(|h| {
-                let o = env
-                    .lab
-                    .exec(&h.name, &["pgrep", "-a", "rb-subagent"])
-                    .ok()?;
-                let s = String::from_utf8_lossy(&o.stdout).trim().to_string();
-                (!s.is_empty()).then(|| format!("{}: {s}", h.name))
-            })
-            .collect();
-        for s in subagents.iter().chain(&root_subagents) {
+        // A subagent may still be ending its command's group: give it the same bound.
+        let find = || -> Vec<String> {
+            env.lab
+                .hosts()
+                .iter()
+                .filter_map(|h| {
+                    let o = env
+                        .lab
+                        .exec(&h.name, &["pgrep", "-a", "rb-subagent"])
+                        .ok()?;
+                    let s = String::from_utf8_lossy(&o.stdout).trim().to_string();
+                    (!s.is_empty()).then(|| format!("{}: {s}", h.name))
+                })
+                .collect()
+        };
+        let gone = wait_until(super::LEFTOVER_BOUND, || find().is_empty().then_some(()));
+        let subagents = if gone.is_some() { Vec::new() } else { find() };
+        for s in &subagents {
             self.tally.left.insert(s.clone());
             out.push(format!("subagent left after every job ended: {s}"));
         }
@@ -209,6 +212,14 @@ pub fn kill_one(env: &LabWithBroker, s: &mut Stream, victim: Victim) -> bool {
                 return false;
             }
             let (host, pid) = &found[s.rng.below(found.len())];
+            // Which one (front or guardian, of which alloc): for reading a failure.
+            if let Ok(o) = env
+                .lab
+                .exec(host, &["ps", "-o", "pid=,ppid=,args=", "-p", pid])
+            {
+                let what = String::from_utf8_lossy(&o.stdout).trim().to_string();
+                eprintln!("fault: SIGKILL rb-subagent on {host}: {what}");
+            }
             env.lab.exec(host, &["kill", "-9", pid]).is_ok()
         }
     }
