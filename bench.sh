@@ -23,3 +23,5 @@ trap 'rm -f "$out"' EXIT
 mv "$out" BENCHMARKS.md
 trap - EXIT
 echo "wrote BENCHMARKS.md" >&2
+# The fault-injection suite's long run (>= 100 broker kill points); regenerates RELIABILITY.md.
+RB_FAULT_KILLS=${RB_FAULT_KILLS:-100} bench/faults/run.sh

@@ -28,7 +28,7 @@ use std::{
 
 use std::os::unix::process::CommandExt as _;
 
-use nix::sys::signal::Signal;
+use nix::{sys::signal::Signal, unistd::Pid};
 use proto::{
     auth::Secret,
     frame::FramedConn,
@@ -96,8 +96,9 @@ pub fn run(cfg: SubagentConfig) -> i32 {
             drop(status_tx);
             std::process::exit(guardian(cfg, watch, status_rx));
         }
-        Ok(nix::unistd::ForkResult::Parent { .. }) => {
+        Ok(nix::unistd::ForkResult::Parent { child: guardian }) => {
             drop(status_rx);
+            end_group_if_guardian_dies(guardian, watch);
             let code = wait_code(child.wait());
             let _ = nix::unistd::write(&status_tx, &code.to_le_bytes());
             code
@@ -106,6 +107,23 @@ pub fn run(cfg: SubagentConfig) -> i32 {
             eprintln!("rb-subagent: fork: {e}; the command runs unguarded");
             wait_code(child.wait())
         }
+    }
+}
+
+/// The guardian ends the group before it exits, so a guardian gone while the command runs
+/// was killed (SIGKILL, the OOM killer): nothing would watch the group any more and the
+/// job's processes would outlive it. The front then ends the group itself (issue 17, the
+/// fault suite's `hostd_subagent_and_agent_sigkilled…` with seed 3).
+fn end_group_if_guardian_dies(guardian: Pid, watch: Watch) {
+    let spawned = std::thread::Builder::new()
+        .name("guardian-watch".into())
+        .spawn(move || {
+            // Only this thread waits for the guardian; the main thread waits for the command.
+            let _ = nix::sys::wait::waitpid(guardian, None);
+            watch.end(Duration::from_secs(1));
+        });
+    if let Err(e) = spawned {
+        eprintln!("rb-subagent: cannot watch the guardian: {e}");
     }
 }
 

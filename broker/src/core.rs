@@ -57,7 +57,7 @@ pub enum Event {
     AgentRegister {
         reg: Box<JobRegistration>,
         tx: mpsc::Sender<FromBroker>,
-        reply: oneshot::Sender<JobId>,
+        reply: oneshot::Sender<Result<JobId, String>>,
     },
     AgentMessage {
         job: JobId,
@@ -150,11 +150,15 @@ async fn apply(
 ) -> Vec<Effect> {
     let now = now();
     match event {
-        Event::AgentRegister { reg, tx, reply } => {
-            let (job, effects) = desk.register(*reg, tx, now).await;
-            let _ = reply.send(job);
-            desk.perform(effects).await;
-        }
+        Event::AgentRegister { reg, tx, reply } => match desk.register(*reg, tx, now).await {
+            Ok((job, effects)) => {
+                let _ = reply.send(Ok(job));
+                desk.perform(effects).await;
+            }
+            Err(why) => {
+                let _ = reply.send(Err(why));
+            }
+        },
         Event::AgentMessage { job, msg } => {
             let effects = desk.agent_message(job, msg, now);
             desk.perform(effects).await;

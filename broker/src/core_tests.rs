@@ -111,7 +111,7 @@ impl Core {
         let (tx, mut rx) = mpsc::channel(64);
         let (reply, job) = oneshot::channel();
         self.send(Event::AgentRegister { reg, tx, reply }).await;
-        let job = job.await.expect("registered");
+        let job = job.await.expect("answered").expect("registered");
         assert!(matches!(next(&mut rx).await, FromBroker::Registered { .. }));
         Agent { job, rx }
     }

@@ -122,16 +122,22 @@ impl JobDesk {
         self.alloc.explain(host, job, now)
     }
 
-    /// Registers a job for a newly connected agent.
+    /// Registers a job for a newly connected agent; a new job (not a resumed one) is refused
+    /// with the reason when the state dir cannot take it (full, read-only).
     pub async fn register(
         &mut self,
         reg: JobRegistration,
         tx: mpsc::Sender<FromBroker>,
         now: Instant,
-    ) -> (JobId, Vec<Effect>) {
+    ) -> Result<(JobId, Vec<Effect>), String> {
         let resumable = reg
             .resume
             .filter(|j| self.awaiting_agent.contains_key(j) && self.alloc.is_running(*j));
+        if let (None, Some(store)) = (resumable, &self.store) {
+            store
+                .check_writable()
+                .inspect_err(|e| warn!(error = %e, "job refused"))?;
+        }
         let own_host = self.own_lab_host(&reg);
         let (job, mut effects) = match resumable {
             Some(job) => {
@@ -164,7 +170,7 @@ impl JobDesk {
             info!(job, %host, "a module job runs on this lab host: never granted to it");
             effects.extend(self.alloc.uses_hosts(job, [host], now));
         }
-        (job, effects)
+        Ok((job, effects))
     }
 
     /// For a module job: the lab host its agent runs on, if it is one of the lab's.
@@ -556,7 +562,8 @@ mod tests {
         let (tx, _rx) = mpsc::channel(16);
         let (pvm, _) = desk
             .register(registration(Some("pvm")), tx.clone(), now)
-            .await;
+            .await
+            .expect("no store: never refused");
         let allocate = |req| ToBroker::Allocate {
             req,
             symbolic: "anyLinux".into(),
@@ -573,7 +580,10 @@ mod tests {
             None,
             "node01 and node03 in use: {effects:?}"
         );
-        let (plain, _) = desk.register(registration(None), tx, now).await;
+        let (plain, _) = desk
+            .register(registration(None), tx, now)
+            .await
+            .expect("no store: never refused");
         let effects = desk.agent_message(plain, allocate(1), now);
         assert_eq!(granted_host(&effects).as_deref(), Some("node01"));
     }

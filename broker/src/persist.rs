@@ -2,7 +2,15 @@
 //! the newest snapshot it has been given (older ones still queued are skipped). Decisions
 //! never wait for the disk; a crash loses at most the last few milliseconds of changes.
 
-use std::{path::Path, sync::mpsc, thread::JoinHandle};
+use std::{
+    io::Write,
+    path::{Path, PathBuf},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        mpsc, Arc,
+    },
+    thread::JoinHandle,
+};
 
 use tracing::{error, warn};
 
@@ -12,7 +20,14 @@ use crate::alloc::{snapshot::Snapshot, store::Store};
 pub struct StoreWriter {
     tx: Option<mpsc::Sender<Snapshot>>,
     thread: Option<JoinHandle<()>>,
+    /// The state dir (where the database lives).
+    dir: PathBuf,
+    /// False while the last save failed.
+    saved: Arc<AtomicBool>,
 }
+
+/// Bytes the writability probe writes: more than one page, so a full tmpfs says so.
+const PROBE_BYTES: usize = 8192;
 
 impl StoreWriter {
     /// Opens the database at `path` and returns the writer plus what it held before.
@@ -20,6 +35,8 @@ impl StoreWriter {
         let mut store = Store::open(path)?;
         let previous = store.load()?;
         let (tx, rx) = mpsc::channel::<Snapshot>();
+        let saved = Arc::new(AtomicBool::new(true));
+        let flag = saved.clone();
         let thread = std::thread::Builder::new()
             .name("rb-store".into())
             .spawn(move || {
@@ -27,7 +44,9 @@ impl StoreWriter {
                     while let Ok(newer) = rx.try_recv() {
                         snap = newer;
                     }
-                    if let Err(e) = store.save(&snap) {
+                    let result = store.save(&snap);
+                    flag.store(result.is_ok(), Ordering::SeqCst);
+                    if let Err(e) = result {
                         error!(error = %e, "cannot save broker state");
                     }
                 }
@@ -36,8 +55,32 @@ impl StoreWriter {
             StoreWriter {
                 tx: Some(tx),
                 thread: Some(thread),
+                dir: path.parent().unwrap_or(Path::new(".")).to_path_buf(),
+                saved,
             },
             previous,
+        ))
+    }
+
+    /// Whether new durable state can be committed now: the last save succeeded and a probe
+    /// file can be written and synced in the state dir (not full, not read-only). New jobs
+    /// are refused when it cannot (issue 17): their state would be lost in a crash.
+    pub fn check_writable(&self) -> Result<(), String> {
+        let probe = self.dir.join(".rb-write-probe");
+        let written = std::fs::File::create(&probe).and_then(|mut f| {
+            f.write_all(&[0u8; PROBE_BYTES])?;
+            f.sync_all()
+        });
+        let _ = std::fs::remove_file(&probe);
+        let why = match written {
+            Err(e) => e.to_string(),
+            Ok(()) if !self.saved.load(Ordering::SeqCst) => "the last save failed".to_string(),
+            Ok(()) => return Ok(()),
+        };
+        Err(format!(
+            "the broker cannot save its state in {}: {why}; new jobs are refused until it can \
+             (running jobs go on)\nhelp: free space in {0} or make it writable for the broker",
+            self.dir.display()
         ))
     }
 

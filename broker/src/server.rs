@@ -269,7 +269,11 @@ async fn agent_session<S>(
     {
         return;
     }
-    let Ok(job) = reply_rx.await else { return };
+    let job = match reply_rx.await {
+        Ok(Ok(job)) => job,
+        Ok(Err(why)) => return refuse(&mut conn, ErrorCode::Failed, &why).await,
+        Err(_) => return,
+    };
     loop {
         tokio::select! {
             _ = shutdown.changed() => return,

@@ -13,6 +13,7 @@ use std::{
 
 use proto::report::{HostState, HostStatus};
 
+pub mod faults;
 pub mod labtier;
 
 /// Directory holding the workspace's binaries (`target/<profile>`), built on first use.
@@ -90,6 +91,12 @@ pub struct Broker {
 impl Broker {
     /// Writes `lab_text` (with `@STATE@` and `@SECRET@` replaced) and starts `rb-broker` on it.
     pub fn start(lab_text: &str) -> Broker {
+        Self::start_prepared(lab_text, |_| {})
+    }
+
+    /// [`start`](Self::start), calling `prepare` with the state dir (not yet created) before
+    /// the broker starts: e.g. to mount a small tmpfs there.
+    pub fn start_prepared(lab_text: &str, prepare: impl FnOnce(&Path)) -> Broker {
         let dir = tempfile::Builder::new()
             .prefix("rb-test-")
             .tempdir_in("/var/tmp")
@@ -97,6 +104,7 @@ impl Broker {
         let secret = dir.path().join("secret");
         proto::auth::write_new_secret(&secret, false).expect("secret");
         let state = dir.path().join("state");
+        prepare(&state);
         let text = lab_text
             .replace("@STATE@", &state.display().to_string())
             .replace("@SECRET@", &secret.display().to_string());
