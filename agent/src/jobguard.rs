@@ -1,7 +1,8 @@
 //! The job's guardian on the front end: a process that outlives the agent and, once the
 //! agent is gone (its exit, a crash or SIGKILL alike), ends what is left of the job on this
 //! machine — the app's process group and every process whose environment carries the job's
-//! tag [`JOB_TAG_VAR`] (pvmd and lamd call `setsid` and leave the group, the tag stays).
+//! tag [`JOB_TAG_VAR`] (pvmd and lamd call `setsid` and leave the group, the tag stays), and
+//! the embedded broker the agent started for the job, if any, with its virtual hosts.
 //! It is the subagent guardian's [`Watch`] applied to the app, as HTCondor's procd does for
 //! a starter.
 //!
@@ -26,9 +27,10 @@ pub const JOB_TAG_VAR: &str = "RB_JOB_TAG";
 /// The `rb-subagent` subcommand that runs the guardian.
 pub const SUBCOMMAND: &str = "guard-job";
 
-/// The tag of this agent's job: unique among the jobs on this machine.
-pub fn job_tag(job: u64) -> String {
-    format!("job.{job}.{}", std::process::id())
+/// The tag of this agent's job: unique among the live agents on this machine, and known
+/// before the job is registered (the embedded broker an agent starts carries it too).
+pub fn job_tag() -> String {
+    format!("agent.{}", std::process::id())
 }
 
 /// The running guardian, as the agent holds it. Dropping it closes the pipe, as the agent's

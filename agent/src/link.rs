@@ -197,6 +197,8 @@ impl EmbeddedBroker {
             .arg("--embedded")
             .arg("--state-dir")
             .arg(&dir)
+            // Ended with the job's processes if this agent dies without stopping it.
+            .env(crate::jobguard::JOB_TAG_VAR, crate::jobguard::job_tag())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

@@ -155,7 +155,7 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
         .map(|name| growth::ModuleJob::start(name, cfg.module_timeout, &env, events_tx.clone()));
     let events_tx_loop = events_tx.clone();
     let sub_task = tokio::spawn(listeners::serve_subagents(subs, secret, events_tx));
-    let tag = jobguard::job_tag(job.job);
+    let tag = jobguard::job_tag();
     let child = spawn_app(&cfg.app, &env, &tag)?;
     // Held until the job is over (the end of this function) or this process dies, however:
     // then the guardian ends whatever the app left running.

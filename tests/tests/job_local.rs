@@ -1,7 +1,7 @@
 //! Tier 2: what belongs to a job stays in it, on the front end too — against a broker with
 //! virtual hosts (local transport). No root needed.
 //! - The app and everything it started end when the agent dies, even by SIGKILL (the job's
-//!   guardian), and nothing else does.
+//!   guardian), and so does an embedded broker the agent started; nothing else does.
 //! - A caller that cleans its environment is still served by its job's agent.
 //! - A subagent that loses its agent says why it ends the command.
 
@@ -49,12 +49,19 @@ fn running(pid: u32) -> bool {
     stat(pid).is_some_and(|f| f[0] != "Z" && f[0] != "X")
 }
 
-/// The children of `pid`.
+/// The children of `pid`, whichever of its threads started them.
 fn children(pid: u32) -> Vec<u32> {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|text| {
+            text.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
         .collect()
 }
 
@@ -116,6 +123,54 @@ fn a_sigkilled_agents_app_and_its_setsid_and_plain_children_are_gone_within_10_s
 }
 
 #[test]
+fn a_sigkilled_agents_embedded_broker_and_its_virtual_hosts_end_too() {
+    // No broker configured: the agent starts an embedded one (four virtual hosts).
+    let home = tempfile::tempdir().expect("home");
+    let mut job = Command::new(bin("agent"))
+        .args(["--", "sleep", "300"])
+        .env_remove("RB_AGENT")
+        .env_remove("RB_BROKER")
+        .env_remove("RB_LAB")
+        .env("HOME", home.path())
+        .spawn()
+        .expect("agent");
+    let is = |pid: &u32, name: &str| {
+        std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == name)
+    };
+    // The job running (its app, and the guardian that outlives the agent), the broker, and
+    // its daemons once all four have started.
+    let started = wait_until(Duration::from_secs(15), || {
+        let kids = children(job.id());
+        let app = kids.iter().any(|p| is(p, "sleep"));
+        let guardian = kids.iter().any(|p| is(p, "rb-subagent"));
+        let broker = kids.into_iter().find(|p| is(p, "rb-broker"));
+        let broker = broker.filter(|_| app && guardian)?;
+        let daemons: Vec<u32> = children(broker)
+            .into_iter()
+            .filter(|p| is(p, "rb-hostd"))
+            .collect();
+        (daemons.len() == 4).then(|| [vec![broker], daemons].concat())
+    });
+    let Some(embedded) = started else {
+        kill(&mut job);
+        panic!("the embedded broker and its four daemons did not start");
+    };
+    job.kill().expect("SIGKILL the agent");
+    let _ = job.wait();
+    let gone = wait_until(Duration::from_secs(10), || {
+        embedded.iter().all(|p| !running(*p)).then_some(())
+    });
+    let left: Vec<u32> = embedded.iter().copied().filter(|p| running(*p)).collect();
+    for pid in &left {
+        let _ = Command::new("kill").arg(pid.to_string()).status();
+    }
+    assert!(
+        gone.is_some(),
+        "the embedded broker or its daemons outlived the agent by 10 s: {left:?}"
+    );
+}
+
+#[test]
 fn the_job_guardian_ends_its_own_jobs_processes_and_nothing_else() {
     let broker = Broker::start(&local_lab(1));
     let id = std::process::id();
@@ -132,7 +187,7 @@ fn the_job_guardian_ends_its_own_jobs_processes_and_nothing_else() {
     let mut job = agent(&broker, &["sh", "-c", app, "sh", &format!("rbjoba{id}")])
         .spawn()
         .expect("agent A");
-    let guardian = format!("guard-job .*--tag job\\.[0-9]+\\.{} ", job.id());
+    let guardian = format!("guard-job .*--tag agent\\.{} ", job.id());
     let started = wait_until(Duration::from_secs(10), || {
         let seen = [
             format!("rboutsider{id}x"),
