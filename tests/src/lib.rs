@@ -144,6 +144,19 @@ impl Broker {
         self.state_dir().join("broker.sock")
     }
 
+    /// `agent --broker SOCKET --grace-s 1 -- ARGS…` with this broker's lab, outside any job.
+    pub fn agent(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(bin("agent"));
+        cmd.arg("--broker")
+            .arg(self.socket())
+            .arg("--grace-s")
+            .arg("1")
+            .arg("--")
+            .args(args);
+        cmd.env_remove("RB_AGENT").env_remove("RB_LAB");
+        cmd
+    }
+
     pub fn secret(&self) -> PathBuf {
         self.dir.path().join("secret")
     }

@@ -9,19 +9,6 @@ use std::{
 
 use tests::{bin, local_lab, wait_until, Broker};
 
-/// `agent --broker SOCKET -- ARGS…` with the broker's lab.
-fn agent(broker: &Broker, args: &[&str]) -> Command {
-    let mut cmd = Command::new(bin("agent"));
-    cmd.arg("--broker")
-        .arg(broker.socket())
-        .arg("--grace-s")
-        .arg("1")
-        .arg("--")
-        .args(args);
-    cmd.env_remove("RB_AGENT").env_remove("RB_LAB");
-    cmd
-}
-
 fn jobs(broker: &Broker) -> Vec<serde_json::Value> {
     broker.jobs()
 }
@@ -30,16 +17,14 @@ fn jobs(broker: &Broker) -> Vec<serde_json::Value> {
 fn symbolic_host_runs_the_command_and_passes_the_exit_status() {
     let broker = Broker::start(&local_lab(2));
     broker.wait_all_up(Duration::from_secs(10));
-    let out = agent(
-        &broker,
-        &[
+    let out = broker
+        .agent(&[
             "sh",
             "-c",
             "rsh anyLinux echo hello from '$(hostname)'; rsh anyHost exit 42",
-        ],
-    )
-    .output()
-    .expect("agent");
+        ])
+        .output()
+        .expect("agent");
     assert_eq!(
         out.status.code(),
         Some(42),
@@ -51,7 +36,8 @@ fn symbolic_host_runs_the_command_and_passes_the_exit_status() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    let out = agent(&broker, &["rsh", "anyLinux", "kill -9 $$"])
+    let out = broker
+        .agent(&["rsh", "anyLinux", "kill -9 $$"])
         .output()
         .expect("agent");
     assert_eq!(
@@ -59,7 +45,8 @@ fn symbolic_host_runs_the_command_and_passes_the_exit_status() {
         Some(137),
         "killed remote command → 128+9"
     );
-    let out = agent(&broker, &["sh", "-c", "exit 3"])
+    let out = broker
+        .agent(&["sh", "-c", "exit 3"])
         .output()
         .expect("agent");
     assert_eq!(out.status.code(), Some(3), "the app's own status");
@@ -69,7 +56,8 @@ fn symbolic_host_runs_the_command_and_passes_the_exit_status() {
 fn stdin_is_relayed_to_the_remote_command_including_eof() {
     let broker = Broker::start(&local_lab(1));
     broker.wait_all_up(Duration::from_secs(10));
-    let mut child = agent(&broker, &["rsh", "anyLinux", "wc -l"])
+    let mut child = broker
+        .agent(&["rsh", "anyLinux", "wc -l"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -89,7 +77,8 @@ fn stdin_is_relayed_to_the_remote_command_including_eof() {
 fn the_job_shows_in_rb_jobs_with_its_host_while_it_runs() {
     let broker = Broker::start(&local_lab(2));
     broker.wait_all_up(Duration::from_secs(10));
-    let mut child = agent(&broker, &["rsh", "anyLinux", "sleep 30"])
+    let mut child = broker
+        .agent(&["rsh", "anyLinux", "sleep 30"])
         .spawn()
         .expect("agent");
     let row = wait_until(Duration::from_secs(10), || {
@@ -130,7 +119,8 @@ fn the_job_shows_in_rb_jobs_with_its_host_while_it_runs() {
 fn a_request_beyond_the_lab_waits_then_proceeds_when_a_host_frees() {
     let broker = Broker::start(&local_lab(1));
     broker.wait_all_up(Duration::from_secs(10));
-    let mut first = agent(&broker, &["rsh", "anyLinux", "sleep 2"])
+    let mut first = broker
+        .agent(&["rsh", "anyLinux", "sleep 2"])
         .spawn()
         .expect("first");
     wait_until(Duration::from_secs(10), || {
@@ -141,7 +131,8 @@ fn a_request_beyond_the_lab_waits_then_proceeds_when_a_host_frees() {
     })
     .expect("first holds the only host");
     let started = Instant::now();
-    let second = agent(&broker, &["rsh", "anyLinux", "echo second"])
+    let second = broker
+        .agent(&["rsh", "anyLinux", "echo second"])
         .output()
         .expect("second");
     assert!(
@@ -162,12 +153,10 @@ fn sigkilled_agent_leaves_no_process_of_the_job_behind() {
     let broker = Broker::start(&local_lab(1));
     broker.wait_all_up(Duration::from_secs(10));
     let marker = format!("rbmarker{}", std::process::id());
-    let mut child = agent(
-        &broker,
-        &["rsh", "anyLinux", &format!("sleep 300 # {marker}")],
-    )
-    .spawn()
-    .expect("agent");
+    let mut child = broker
+        .agent(&["rsh", "anyLinux", &format!("sleep 300 # {marker}")])
+        .spawn()
+        .expect("agent");
     let alive = || {
         let out = Command::new("pgrep")
             .args(["-f", &marker])
@@ -190,7 +179,8 @@ fn broker_killed_and_restarted_mid_job_keeps_the_job_and_its_host() {
     let mut broker = Broker::start(&local_lab(2));
     broker.wait_all_up(Duration::from_secs(10));
     let script = "rsh anyLinux 'sleep 4; echo remote-done'; echo app-done";
-    let child = agent(&broker, &["sh", "-c", script])
+    let child = broker
+        .agent(&["sh", "-c", script])
         .stdout(Stdio::piped())
         .spawn()
         .expect("agent");
@@ -311,9 +301,7 @@ fn another_uid_cannot_use_a_jobs_agent_socket() {
         "echo $RB_AGENT > {0}; chmod 777 $(dirname $RB_AGENT) $RB_AGENT; sleep 5",
         sock_file.display()
     );
-    let mut job = agent(&broker, &["sh", "-c", &script])
-        .spawn()
-        .expect("agent");
+    let mut job = broker.agent(&["sh", "-c", &script]).spawn().expect("agent");
     let sock = wait_until(Duration::from_secs(10), || {
         std::fs::read_to_string(&sock_file)
             .ok()
@@ -443,17 +431,15 @@ fn a_host_whose_remote_shell_fails_goes_back_while_the_job_runs_on() {
     );
     let broker = Broker::start(&lab);
     broker.wait_all_up(Duration::from_secs(10));
-    let mut job = agent(
-        &broker,
-        &[
+    let mut job = broker
+        .agent(&[
             "sh",
             "-c",
             "rsh anyLinux true; echo \"rsh: $?\"; exec sleep 60",
-        ],
-    )
-    .stdout(std::process::Stdio::piped())
-    .spawn()
-    .expect("job");
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("job");
     let mut stdout = std::io::BufReader::new(job.stdout.take().expect("stdout"));
     let mut line = String::new();
     std::io::BufRead::read_line(&mut stdout, &mut line).expect("read");
@@ -500,7 +486,8 @@ fn a_host_reclaimed_while_its_command_starts_is_free_only_once_that_command_is_g
     );
     let broker = Broker::start(&lab);
     broker.wait_all_up(Duration::from_secs(10));
-    let mut holder = agent(&broker, &["rsh", "anyLinux", "exec sleep 30"])
+    let mut holder = broker
+        .agent(&["rsh", "anyLinux", "exec sleep 30"])
         .spawn()
         .expect("holder");
     wait_until(Duration::from_secs(10), || {

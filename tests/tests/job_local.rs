@@ -12,19 +12,6 @@ use std::{
 
 use tests::{bin, local_lab, wait_until, Broker};
 
-/// `agent --broker SOCKET --grace-s 1 -- ARGS…` with the broker's lab.
-fn agent(broker: &Broker, args: &[&str]) -> Command {
-    let mut cmd = Command::new(bin("agent"));
-    cmd.arg("--broker")
-        .arg(broker.socket())
-        .arg("--grace-s")
-        .arg("1")
-        .arg("--")
-        .args(args);
-    cmd.env_remove("RB_AGENT").env_remove("RB_LAB");
-    cmd
-}
-
 /// Pids of processes whose command line matches the extended regex `pattern`.
 fn pgrep(pattern: &str) -> Vec<u32> {
     let out = Command::new("pgrep")
@@ -88,7 +75,8 @@ fn a_sigkilled_agents_app_and_its_setsid_and_plain_children_are_gone_within_10_s
     // them. The first child leaves the job's session and group, as pvmd and lamd do.
     let script =
         r#"setsid sh -c "sleep 401; : ${1}setsid" & sh -c "sleep 402; : ${1}plain" & wait"#;
-    let mut job = agent(&broker, &["sh", "-c", script, "sh", &mark])
+    let mut job = broker
+        .agent(&["sh", "-c", script, "sh", &mark])
         .spawn()
         .expect("agent");
     let found = wait_until(Duration::from_secs(10), || {
@@ -181,10 +169,12 @@ fn the_job_guardian_ends_its_own_jobs_processes_and_nothing_else() {
         .expect("outsider");
     // Markers made at run time: the agents' own command lines do not hold them.
     let app = r#"exec sh -c "sleep 300; : ${1}x""#;
-    let mut other_job = agent(&broker, &["sh", "-c", app, "sh", &format!("rbjobb{id}")])
+    let mut other_job = broker
+        .agent(&["sh", "-c", app, "sh", &format!("rbjobb{id}")])
         .spawn()
         .expect("agent B");
-    let mut job = agent(&broker, &["sh", "-c", app, "sh", &format!("rbjoba{id}")])
+    let mut job = broker
+        .agent(&["sh", "-c", app, "sh", &format!("rbjoba{id}")])
         .spawn()
         .expect("agent A");
     let guardian = format!("guard-job .*--tag agent\\.{} ", job.id());
@@ -248,12 +238,10 @@ fn a_caller_that_cleans_its_environment_is_served_by_its_jobs_agent() {
     let home_arg = home.path().display().to_string();
     let out_arg = out_file.display().to_string();
     let shim = bin("rsh").display().to_string();
-    let out = agent(
-        &broker,
-        &["sh", "-c", script, "sh", &home_arg, &out_arg, &shim],
-    )
-    .output()
-    .expect("agent");
+    let out = broker
+        .agent(&["sh", "-c", script, "sh", &home_arg, &out_arg, &shim])
+        .output()
+        .expect("agent");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         stdout.split_whitespace().collect::<Vec<_>>(),

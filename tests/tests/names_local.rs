@@ -12,20 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use tests::{bin, local_lab, wait_until, Broker};
-
-/// `agent --broker SOCKET -- ARGS…` with the broker's lab.
-fn agent(broker: &Broker, args: &[&str]) -> Command {
-    let mut cmd = Command::new(bin("agent"));
-    cmd.arg("--broker")
-        .arg(broker.socket())
-        .arg("--grace-s")
-        .arg("1")
-        .arg("--")
-        .args(args);
-    cmd.env_remove("RB_AGENT").env_remove("RB_LAB");
-    cmd
-}
+use tests::{local_lab, wait_until, Broker};
 
 /// A remote command that prints `WORD ALLOC` (the allocation it runs under).
 fn says(word: &str) -> String {
@@ -82,7 +69,8 @@ fn an_instance_name_reaches_one_host_across_calls_and_distinct_instances_distinc
         b = says("two"),
         c = says("plain"),
     );
-    let mut job = agent(&broker, &["sh", "-c", &script])
+    let mut job = broker
+        .agent(&["sh", "-c", &script])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -128,7 +116,8 @@ fn an_instance_whose_host_was_taken_back_fails_once_with_255_then_binds_a_new_ho
         first = says("first"),
         again = says("again"),
     );
-    let mut job = agent(&broker, &["sh", "-c", &script])
+    let mut job = broker
+        .agent(&["sh", "-c", &script])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -211,16 +200,14 @@ fn open_mpi_on_a_name_it_refuses_ends_at_once_under_agent() {
     let broker = Broker::start(&local_lab(2));
     broker.wait_all_up(Duration::from_secs(10));
     let started = Instant::now();
-    let mut job = agent(
-        &broker,
-        &[mpirun, "--host", "anyX86_64", "-np", "1", "true"],
-    )
-    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .expect("agent");
+    let mut job = broker
+        .agent(&[mpirun, "--host", "anyX86_64", "-np", "1", "true"])
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("agent");
     let ended = wait_until(Duration::from_secs(30), || job.try_wait().ok().flatten());
     if ended.is_none() {
         // The app holds our pipes: end it too, or reading them would hang the test.
@@ -245,9 +232,8 @@ fn open_mpi_runs_on_the_dash_name_of_an_underscore_label() {
     let name = format!("any{}", std::env::consts::ARCH.replace('_', "-"));
     let broker = Broker::start(&local_lab(2));
     broker.wait_all_up(Duration::from_secs(10));
-    let out = agent(
-        &broker,
-        &[
+    let out = broker
+        .agent(&[
             "timeout",
             "60",
             mpirun,
@@ -257,12 +243,11 @@ fn open_mpi_runs_on_the_dash_name_of_an_underscore_label() {
             "1",
             "echo",
             "rank on the machine label",
-        ],
-    )
-    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    .output()
-    .expect("agent");
+        ])
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .output()
+        .expect("agent");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert_eq!(
