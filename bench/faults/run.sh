@@ -10,6 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 kills=${RB_FAULT_KILLS:-100}
 profile=${RB_FAULT_PROFILE---release}   # RB_FAULT_PROFILE= (empty) for the debug build
+profile_args=()
+[ -n "$profile" ] && profile_args=("$profile")
 if [ "${1:-}" != "--render" ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "bench/faults/run.sh: the fault suite needs root (lab hosts); RELIABILITY.md left as it is" >&2
@@ -17,9 +19,9 @@ if [ "${1:-}" != "--render" ]; then
   fi
   rm -f target/faults/*.json
   # The lab's init is not among the binaries `cargo test` builds for the tests crate.
-  cargo build $profile --quiet -p lab --bin rb-lab-init
+  cargo build "${profile_args[@]}" --quiet -p lab --bin rb-lab-init
   # The tests write their summaries whether they pass or not; the table says what broke.
-  RB_FAULT_KILLS=$kills cargo test $profile --quiet -p tests --test faults_lab -- \
+  RB_FAULT_KILLS=$kills cargo test "${profile_args[@]}" --quiet -p tests --test faults_lab -- \
     --test-threads=1 --include-ignored >&2 || echo "bench/faults/run.sh: some scenarios failed (see the table)" >&2
 fi
 shopt -s nullglob
