@@ -234,13 +234,17 @@ pub fn route(inv: &Invocation, env: &Env) -> Result<Route, ShimError> {
 }
 
 /// In a job, tells the agent the job reaches `host` by name (`named`, no reply): a module
-/// job is then never granted that host. Best effort: a call outside a job, or an agent that
-/// cannot be reached, changes nothing about the pass-through.
+/// job is then never granted that host. Best effort: a call outside a job, an agent that
+/// cannot be reached, or a socket served by another uid (nothing is written to it, as for
+/// every other client of the agent's socket) changes nothing about the pass-through.
 fn tell_named(env: &Env, host: &str) {
     let Some(socket) = &env.agent else { return };
     let Ok(stream) = UnixStream::connect(Path::new(socket)) else {
         return;
     };
+    if proto::peercred::check_server(&stream, Path::new(socket), "job's agent").is_err() {
+        return;
+    }
     let request = ShimRequest::Named {
         host: host.to_string(),
         pid: std::process::id(),
