@@ -49,6 +49,9 @@ struct Alloc {
     /// Bound to an instance name (`anyLinux-1`): kept between commands until the job ends
     /// or the broker takes it back.
     instance: bool,
+    /// Processes given this host (shims, then the remote shells they exec) that may still
+    /// start a subagent there: the job's end waits for them (see [`Agent::end`]).
+    launchers: Vec<u32>,
 }
 
 /// A shim's request the broker has not answered yet.
@@ -348,13 +351,23 @@ impl Agent {
     /// Once the process that got `alloc` (the shim, then the real remote shell) has ended,
     /// and a late subagent has had [`LATE_ATTACH`] to attach, `LauncherGone` checks that
     /// the host is in use.
-    fn watch_launcher(&self, alloc: u64, launcher: u32) {
+    fn watch_launcher(&mut self, alloc: u64, launcher: u32) {
+        self.note_launcher(alloc, launcher);
         let events = self.events_tx.clone();
         tokio::spawn(async move {
             crate::launcher::exited(launcher).await;
             tokio::time::sleep(LATE_ATTACH).await;
             let _ = events.send(Event::LauncherGone { alloc }).await;
         });
+    }
+
+    /// Remembers that `launcher` was given `alloc`'s host (for the job's end); forgets
+    /// launchers of that host that have ended.
+    fn note_launcher(&mut self, alloc: u64, launcher: u32) {
+        if let Some(a) = self.allocs.get_mut(&alloc) {
+            a.launchers.retain(|p| crate::launcher::running(*p));
+            a.launchers.push(launcher);
+        }
     }
 
     /// The launcher of `alloc` is gone: if no subagent ever attached, the remote shell
@@ -474,6 +487,7 @@ impl Agent {
                 reclaiming: false,
                 deadline: None,
                 instance: false,
+                launchers: Vec::new(),
             },
         );
         self.write_hosts();
@@ -553,25 +567,50 @@ impl Agent {
         }
     }
 
-    /// The app ended: end every remote process group, then tell the broker.
+    /// The app ended: end every remote process group, then tell the broker. A remote shell
+    /// still starting a command on a held host (its subagent not yet attached) is waited for
+    /// too, and its subagent told to end at once when it attaches: were the broker told
+    /// first, it could give that host to another job while this job's command starts there.
     async fn end(&mut self, status: i32, events: &mut mpsc::Receiver<Event>) {
         self.module_halt(events).await;
+        let grace = Duration::from_millis(1000);
+        let mut launches = tokio::task::JoinSet::new();
         for a in self.allocs.values_mut() {
             a.reclaiming = true;
+            a.deadline = Some(tokio::time::Instant::now() + grace);
             for tx in a.subs.values() {
-                let _ = tx.send(FromBroker::Terminate { grace_ms: 1000 }).await;
+                let _ = tx
+                    .send(FromBroker::Terminate {
+                        grace_ms: grace.as_millis() as u64,
+                    })
+                    .await;
+            }
+            for pid in a
+                .launchers
+                .drain(..)
+                .filter(|p| crate::launcher::running(*p))
+            {
+                launches.spawn(crate::launcher::exited(pid));
             }
         }
         let deadline = tokio::time::Instant::now() + END_WAIT;
-        while self.allocs.values().any(|a| !a.subs.is_empty()) {
-            match tokio::time::timeout_at(deadline, events.recv()).await {
-                Ok(Some(Event::SubGone { alloc, sub })) => {
-                    if let Some(a) = self.allocs.get_mut(&alloc) {
-                        a.subs.remove(&sub);
+        while self.allocs.values().any(|a| !a.subs.is_empty()) || !launches.is_empty() {
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => break,
+                Some(_) = launches.join_next(), if !launches.is_empty() => {}
+                ev = events.recv() => match ev {
+                    Some(Event::SubGone { alloc, sub }) => {
+                        if let Some(a) = self.allocs.get_mut(&alloc) {
+                            a.subs.remove(&sub);
+                        }
                     }
-                }
-                Ok(Some(_)) => {}
-                _ => break,
+                    // Late: its command ends at once (the alloc is reclaiming).
+                    Some(Event::SubConnected { alloc, sub, tx }) => {
+                        self.sub_connected(alloc, sub, tx).await
+                    }
+                    Some(_) => {}
+                    None => break,
+                },
             }
         }
         self.tell_broker(ToBroker::EndJob { status }).await;

@@ -29,7 +29,11 @@ impl Agent {
             Call::Waits => {}
             Call::Reach { alloc, caller } => {
                 let answer = match self.allocs.get(&alloc) {
-                    Some(a) => self.granted_reply(alloc, a.host.clone(), a.address.clone()),
+                    Some(a) => {
+                        let reply = self.granted_reply(alloc, a.host.clone(), a.address.clone());
+                        self.note_launcher(alloc, caller.pid);
+                        reply
+                    }
                     None => ShimReply::Refused {
                         message: format!("allocation {alloc} of {symbolic} is gone"),
                     },
@@ -138,8 +142,15 @@ impl Agent {
         }
         info!(instance = %request.symbolic, alloc, "instance bound");
         let mut any = delivered;
+        if delivered {
+            self.note_launcher(alloc, request.launcher);
+        }
         for c in waiting {
-            any |= c.reply.send(reply.clone()).await.is_ok();
+            let got = c.reply.send(reply.clone()).await.is_ok();
+            if got {
+                self.note_launcher(alloc, c.pid);
+            }
+            any |= got;
         }
         if !any {
             self.instances.given_back(alloc);
