@@ -94,6 +94,10 @@ struct Agent {
 
 /// How long the agent tries to get its broker back before ending the job.
 const RECONNECT_WINDOW: Duration = Duration::from_secs(60);
+/// How long the job's end waits for the broker to confirm it saved the end (broker lost
+/// meanwhile: reconnecting included). Past it the agent exits anyway: the broker then ends
+/// the job when its agent does not come back after a restart.
+const END_ACK_WINDOW: Duration = Duration::from_secs(10);
 
 /// Runs the job; returns the app's exit code.
 pub async fn run(cfg: AgentConfig) -> anyhow::Result<i32> {
@@ -613,12 +617,52 @@ impl Agent {
                 },
             }
         }
-        self.tell_broker(ToBroker::EndJob { status }).await;
+        self.end_at_broker(status).await;
+    }
+
+    /// Tells the broker the job ended and waits (within [`END_ACK_WINDOW`]) until it says
+    /// the end is saved, re-registering and telling it again when it was lost meanwhile
+    /// (killed, restarted): an end the broker never saved would bring the job back after
+    /// its restart, its hosts held with no agent to end it.
+    async fn end_at_broker(&mut self, status: i32) {
+        let deadline = tokio::time::Instant::now() + END_ACK_WINDOW;
+        // Nothing is asked for any more (a reconnect re-sends what still waits).
+        self.pending.clear();
+        if let Some(m) = &mut self.module {
+            m.requests.clear();
+        }
+        let mut told = !self.broker_lost;
+        if told {
+            self.tell_broker(ToBroker::EndJob { status }).await;
+            info!("told the broker the job ended; waiting for it to save that");
+        }
+        while told {
+            match tokio::time::timeout_at(deadline, self.conn.recv::<FromBroker>()).await {
+                Err(_) => {
+                    warn!("the broker did not confirm the job's end in time");
+                    return;
+                }
+                Ok(Ok(FromBroker::JobEnded { .. })) => return,
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    warn!(error = %e, "lost the broker while ending the job; reconnecting");
+                    told = self.reconnect_until(deadline).await;
+                    if told {
+                        self.tell_broker(ToBroker::EndJob { status }).await;
+                    }
+                }
+            }
+        }
     }
 
     /// Gets the broker back (same job, `resume`), re-sending requests still waiting.
     async fn reconnect(&mut self) -> bool {
-        let deadline = tokio::time::Instant::now() + RECONNECT_WINDOW;
+        self.reconnect_until(tokio::time::Instant::now() + RECONNECT_WINDOW)
+            .await
+    }
+
+    /// [`Agent::reconnect`], trying until `deadline`.
+    async fn reconnect_until(&mut self, deadline: tokio::time::Instant) -> bool {
         let label = self.reg.argv.first().cloned().unwrap_or_default();
         let mut reg = self.reg.clone();
         reg.resume = Some(self.job.job);
