@@ -143,7 +143,7 @@ impl JobDesk {
             Some(job) => {
                 self.awaiting_agent.remove(&job);
                 info!(job, "agent reconnected; job resumed");
-                (job, self.alloc.resend_reclaims(now))
+                (job, self.alloc.resumed(job, now))
             }
             None => {
                 let info = JobInfo {

@@ -362,6 +362,28 @@ impl Allocator {
         self.finish(fx)
     }
 
+    /// `job`'s agent came back after a restart: its requests restored from the snapshot
+    /// leave the queue (the agent sends again those that still wait, under its own ids;
+    /// kept, they would show as queued twice and hold a place nobody waits on), and it is
+    /// told again of its hosts being taken back, with the grace left. Other jobs' agents
+    /// hear nothing.
+    pub fn resumed(&mut self, job: JobId, now: Instant) -> Vec<Effect> {
+        let mut fx = Fx::default();
+        let before = self.queue.len();
+        self.queue.retain(|w| !(w.job == job && w.restored));
+        fx.dirty = self.queue.len() != before;
+        let mut effects = self
+            .resend_reclaims(now)
+            .into_iter()
+            .filter(|e| matches!(e, Effect::Reclaim { job: j, .. } if *j == job))
+            .collect::<Vec<_>>();
+        if fx.dirty {
+            self.serve(now, &mut fx);
+        }
+        effects.extend(self.finish(fx));
+        effects
+    }
+
     /// `Reclaim` effects for every allocation being released, with the grace left — to
     /// re-send after a restart or when an agent reconnects.
     pub fn resend_reclaims(&self, now: Instant) -> Vec<Effect> {

@@ -807,6 +807,10 @@ fn snapshot_and_restore_mid_flight() {
     );
     assert_eq!(lab.a.holder(&host), None, "the host stays free");
     assert!(lab.a.is_drained("n1"));
+    assert!(
+        lab.a.resumed(waiting, lab.now).is_empty(),
+        "nothing to tell an agent with no host being taken back"
+    );
     let (next, _) = lab.req(waiting, "anyHost");
     assert!(next > other_req, "ids keep increasing");
     assert!(lab.job(false) > waiting);

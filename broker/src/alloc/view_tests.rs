@@ -209,3 +209,37 @@ fn restored_request_is_never_granted_and_never_reclaims() {
     );
     b.check_invariants().expect("invariants");
 }
+
+/// A resumed agent re-sends the requests that still wait: the restored copies leave the
+/// queue (else `rb jobs` shows each twice), and only that job hears of its reclaims again.
+#[test]
+fn a_resumed_job_keeps_one_copy_of_each_request_and_hears_only_its_own_reclaims() {
+    let now = Instant::now();
+    let mut a = allocator(vec![view("n1")], now);
+    let adaptive = a.register_job(info(true), now).0;
+    let (_, fx) = a.request(adaptive, "anyHost", now);
+    assert!(matches!(fx[0], Effect::Granted { .. }), "{fx:?}");
+    let rigid = a.register_job(info(false), now).0;
+    let (_, fx) = a.request(rigid, "anyHost", now);
+    assert!(fx.iter().any(|e| matches!(e, Effect::Reclaim { .. })));
+    let (mut b, dropped) = Allocator::restore(a.snapshot(), AllocConfig::default(), now);
+    assert!(dropped.is_empty(), "{dropped:?}");
+    assert_eq!(b.jobs(now)[1].waiting.len(), 1, "restored request queued");
+
+    let fx = b.resumed(rigid, now);
+    assert!(
+        !fx.iter().any(|e| matches!(e, Effect::Reclaim { .. })),
+        "the rigid job holds nothing being taken back: {fx:?}"
+    );
+    assert!(b.jobs(now)[1].waiting.is_empty(), "restored copy dropped");
+    let (_, _) = b.request(rigid, "anyHost", now);
+    assert_eq!(b.jobs(now)[1].waiting.len(), 1, "the re-sent request, once");
+
+    let fx = b.resumed(adaptive, now);
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Reclaim { job, .. } if *job == adaptive)),
+        "the adaptive job is told again: {fx:?}"
+    );
+    b.check_invariants().expect("invariants");
+}
