@@ -263,6 +263,12 @@ impl Client {
     pub fn watch(self, from: u64) -> Result<Watcher, JelError> {
         Watcher::start(self.conn, from)
     }
+
+    /// One request as it is, and its reply (a refusal as [`JelError::Refused`]): for a
+    /// relay such as `rb-jel join`'s, which passes its CMD's requests on.
+    pub fn request(&mut self, request: &Request) -> Result<Reply, JelError> {
+        self.conn.request(request)
+    }
 }
 
 fn members(conn: &mut Conn) -> Result<(u64, Vec<MemberRow>), JelError> {
@@ -354,6 +360,12 @@ impl Member {
             Reply::Signal { seq } => Ok(seq),
             other => Err(self.conn.unexpected(other)),
         }
+    }
+
+    /// One request as it is, on the member's connection, and its reply (a refusal as
+    /// [`JelError::Refused`]): `rb-jel join` relays its CMD's requests this way.
+    pub fn request(&mut self, request: &Request) -> Result<Reply, JelError> {
+        self.conn.request(request)
     }
 
     /// Leaves the pool (`left`); returns the seq of that event.
