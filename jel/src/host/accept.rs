@@ -67,7 +67,8 @@ pub(super) async fn accept(listener: UnixListener, a: Acceptor) {
 /// then reports the close.
 async fn read_lines(conn: ConnId, stream: Arc<UnixStream>, tx: mpsc::Sender<Msg>, max: usize) {
     let mut reader = LineReader::new(max);
-    let mut chunk = vec![0u8; 64 * 1024];
+    // Small: one per connection (thousands), and requests are short lines.
+    let mut chunk = vec![0u8; 4 * 1024];
     loop {
         if stream.readable().await.is_err() {
             break;

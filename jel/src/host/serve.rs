@@ -160,11 +160,12 @@ impl Server {
                 },
                 _ = tick.tick() => batch.inputs.push(Input::Tick),
             }
-            while batch.taken < MAX_BATCH {
-                match rx.try_recv() {
-                    Ok(msg) => self.take(msg, &mut batch),
-                    Err(_) => break,
-                }
+            self.drain_ready(&mut rx, &mut batch);
+            // Let the readers woken meanwhile hand their lines in too: one batch (one write
+            // per connection) then carries them all. Costs one turn of the scheduler.
+            if batch.taken < MAX_BATCH {
+                tokio::task::yield_now().await;
+                self.drain_ready(&mut rx, &mut batch);
             }
             let terminate = batch.terminate.take();
             self.step(std::mem::take(&mut batch.inputs));
@@ -175,6 +176,16 @@ impl Server {
                 self.drain(&mut rx).await;
                 let _ = done.send(());
                 return;
+            }
+        }
+    }
+
+    /// Takes the messages already in the channel, up to [`MAX_BATCH`].
+    fn drain_ready(&mut self, rx: &mut mpsc::Receiver<Msg>, batch: &mut Batch) {
+        while batch.taken < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(msg) => self.take(msg, batch),
+                Err(_) => break,
             }
         }
     }
