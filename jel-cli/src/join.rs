@@ -21,7 +21,7 @@ use std::{
 };
 
 use jel::{
-    client::socket_path,
+    client::find_socket,
     wire::{to_line, Hello, Reply, Request, VERSION},
     Client, JelError, MemberHandle,
 };
@@ -33,7 +33,7 @@ type Shared = Arc<Mutex<Option<MemberHandle>>>;
 
 /// Runs `join`; CMD's exit status as ours.
 pub fn run(name: Option<&str>, cmd: &[String]) -> Result<i32, CliError> {
-    let pool = socket_path()?;
+    let pool = find_socket()?;
     let client = Client::connect_to(&pool).map_err(connect_error)?;
     let consistency = client.consistency().to_string();
     let member = client.join(name)?;

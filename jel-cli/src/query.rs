@@ -7,7 +7,7 @@ use std::{
 };
 
 use jel::{
-    client::socket_path,
+    client::find_socket,
     wire::{MemberId, Reply, Request},
     Client, MemberHandle,
 };
@@ -16,7 +16,7 @@ use crate::{error::connect_error, CliError, ENV_MEMBER_RELAY};
 
 /// Connects to the job's pool as no member.
 pub fn connect() -> Result<Client, CliError> {
-    let path = socket_path()?;
+    let path = find_socket()?;
     Client::connect_to(&path).map_err(connect_error)
 }
 
@@ -38,7 +38,7 @@ enum Caller {
 
 impl Caller {
     fn open() -> Result<Caller, CliError> {
-        let pool = socket_path()?;
+        let pool = find_socket()?;
         match std::env::var_os(ENV_MEMBER_RELAY) {
             Some(relay) if !relay.is_empty() => {
                 Ok(Caller::Relay(Client::connect_to(Path::new(&relay))?))

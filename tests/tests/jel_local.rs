@@ -159,6 +159,26 @@ fn outside_a_job_rb_jel_says_so_and_exits_2() {
 }
 
 #[test]
+fn a_process_that_cleaned_its_environment_finds_the_pool_in_its_ancestry() {
+    let pool = Pool::start();
+    // sh is started with RB_JEL; rb-jel, exec'd by `env -i`, has nothing.
+    let cleaned = Command::new("sh")
+        .args(["-c", r#"env -i "$0" result nobody; echo "status $?""#])
+        .arg(bin("rb-jel"))
+        .env("RB_JEL", &pool.path)
+        .output()
+        .expect("sh");
+    assert_eq!(stdout(&cleaned), "status 1", "the pool answered: no winner");
+    let members = Command::new("sh")
+        .args(["-c", r#"env -i "$0" members --json"#])
+        .arg(bin("rb-jel"))
+        .env("RB_JEL", &pool.path)
+        .output()
+        .expect("sh");
+    assert_eq!(stdout(&members), "[]", "{members:?}");
+}
+
+#[test]
 fn join_runs_cmd_as_a_member_leaves_on_success_and_dies_within_100_ms_of_its_exit() {
     let pool = Pool::start();
     let mut watch = Reader::spawn(pool.rb_jel(&["watch", "--json"]));
