@@ -43,7 +43,8 @@ fn build_binaries(dir: &Path) {
     let mut cmd = Command::new(cargo);
     cmd.args([
         "build", "--quiet", "-p", "broker", "-p", "hostd", "-p", "rb", "-p", "lab", "-p", "bench",
-        "-p", "agent", "-p", "rsh-shim", "-p", "pvm-add", "-p", "lam-add", "--bins",
+        "-p", "agent", "-p", "rsh-shim", "-p", "pvm-add", "-p", "lam-add", "-p", "jel-cli",
+        "--bins",
     ]);
     if release {
         cmd.arg("--release");

@@ -2,6 +2,7 @@
 //! Every figure is measured beside its baseline in the same run. Lab sections need root.
 
 mod agent;
+mod jel;
 mod modules;
 
 use std::{
@@ -48,7 +49,13 @@ struct Args {
     /// Machine counts of the module measurements, each 1 to 8; default 1,2,4,8.
     #[arg(long, value_delimiter = ',')]
     module_machines: Vec<usize>,
-    /// Run only these sections (resource, agent, modules); default all.
+    /// Members of the JEL benchmark (each with a member and a watch connection).
+    #[arg(long, default_value_t = 2000)]
+    jel_members: usize,
+    /// Deaths measured by the JEL benchmark (p50/p99 of the slowest watcher).
+    #[arg(long, default_value_t = 100)]
+    jel_reps: usize,
+    /// Run only these sections (resource, agent, modules, jel); default all.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -87,6 +94,12 @@ fn main() -> anyhow::Result<()> {
         } else {
             println!("## Modules\n\nskipped: needs root (network namespaces; PVM and LAM run as the lab user)\n");
         }
+    }
+    if wanted("jel") {
+        jel::run(&jel::Options {
+            members: args.jel_members,
+            reps: args.jel_reps,
+        })?;
     }
     Ok(())
 }
