@@ -55,13 +55,16 @@ pub struct SubagentConfig {
     pub preload: Option<PathBuf>,
 }
 
-/// The environment variable that marks every process started under one subagent.
-pub const TAG_VAR: &str = "RB_SUBAGENT_TAG";
+/// The environment variable that marks every process started under one subagent
+/// (`ALLOC.PID.MARK`, see [`proto::tag`]: the host daemon reads the allocation from it too).
+pub const TAG_VAR: &str = proto::tag::SUBAGENT_TAG_VAR;
 
 /// Runs the front and forks the guardian; returns the exit code for the front.
 pub fn run(cfg: SubagentConfig) -> i32 {
     unblock_signals();
-    let tag = format!("{}.{}", cfg.alloc, std::process::id());
+    // The lab's mark lets the host daemon tell this lab's leftovers from another broker's.
+    let lab = Secret::load(&cfg.secret_file).ok().map(|s| s.lab_mark());
+    let tag = proto::tag::subagent_tag(cfg.alloc, std::process::id(), lab.as_deref());
     // Plain words are exec'd as `sh -c` would, without starting the shell; should that
     // fail (not found, not executable, a script without `#!`), the shell runs the command
     // after all and says why, with its usual exit code.

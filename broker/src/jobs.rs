@@ -22,6 +22,23 @@ pub const DEFAULT_RELEASE_GRACE: Duration = Duration::from_secs(5);
 /// How long a job restored after a broker restart waits for its agent to come back.
 pub const RESUME_WINDOW: Duration = Duration::from_secs(60);
 
+/// Which allocations are live, as host daemons are told (`FromBroker::LiveAllocs`): they
+/// end leftover processes of the others.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LiveAllocs {
+    pub live: Vec<u64>,
+    pub issued_below: u64,
+}
+
+impl LiveAllocs {
+    pub fn message(&self) -> FromBroker {
+        FromBroker::LiveAllocs {
+            live: self.live.clone(),
+            issued_below: self.issued_below,
+        }
+    }
+}
+
 /// Jobs, their agents and their allocations.
 pub struct JobDesk {
     alloc: Allocator,
@@ -84,6 +101,12 @@ impl JobDesk {
         }
         self.store = Some(store);
         self
+    }
+
+    /// The host daemons' word on live allocations (see `FromBroker::LiveAllocs`).
+    pub fn live_allocs(&self) -> LiveAllocs {
+        let (live, issued_below) = self.alloc.live_allocs();
+        LiveAllocs { live, issued_below }
     }
 
     /// Tells the allocator that one host's row changed (as it happens).

@@ -95,14 +95,23 @@ pub async fn run(
     ));
     let watcher = reload::spawn_policy_watcher(policy_handle.clone(), stop_rx.clone())
         .context("cannot watch for SIGHUP")?;
-    let ctx = Arc::new(ServerCtx::new(
+    let (live_tx, live_rx) = watch::channel(None);
+    let mut ctx = ServerCtx::new(
         secret,
         events_tx.clone(),
         names,
         interval_ms,
         stop_tx.clone(),
         policy_handle,
-    ));
+    );
+    // Host daemons sweep leftovers only where each serves a machine of its own.
+    if matches!(
+        lab.broker.transport,
+        config::Transport::Ssh | config::Transport::Rsh
+    ) {
+        ctx = ctx.with_live_allocs(live_rx);
+    }
+    let ctx = Arc::new(ctx);
     let spec = LaunchSpec::new(&lab, listen);
     let supervisors =
         SupervisorSet::spawn(&lab.hosts, &spec, events_tx, lab.broker.restart_backoff_max);
@@ -114,6 +123,7 @@ pub async fn run(
         events_rx,
         supervisors,
         stop_rx.clone(),
+        live_tx,
     ));
     let tcp_task = tokio::spawn(server::serve_tcp(tcp, ctx.clone(), stop_rx.clone()));
     let unix_task = tokio::spawn(server::serve_unix(unix, ctx, stop_rx.clone()));

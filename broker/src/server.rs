@@ -28,6 +28,7 @@ use tracing::{debug, info, warn};
 
 use crate::{
     core::{Event, EventSender},
+    jobs::LiveAllocs,
     reload::PolicyHandle,
 };
 
@@ -44,6 +45,10 @@ pub struct ServerCtx {
     pub stop: watch::Sender<bool>,
     /// The policy in force and its reloads.
     pub policy: Arc<PolicyHandle>,
+    /// The live allocations, forwarded to each host daemon as they change; `None` where
+    /// daemons share a machine (`local`, `manual`): they must not sweep each other's
+    /// processes (see `hostd::sweep`).
+    pub live: Option<watch::Receiver<Option<LiveAllocs>>>,
     next_conn: AtomicU64,
     limiter: LogLimiter,
 }
@@ -65,9 +70,16 @@ impl ServerCtx {
             report_interval_ms,
             uid: nix::unistd::geteuid().as_raw(),
             stop,
+            live: None,
             next_conn: AtomicU64::new(1),
             limiter: LogLimiter::new(20, Duration::from_secs(10)),
         }
+    }
+
+    /// Host daemons are told the live allocations (`FromBroker::LiveAllocs`) from `live`.
+    pub fn with_live_allocs(mut self, live: watch::Receiver<Option<LiveAllocs>>) -> Self {
+        self.live = Some(live);
+        self
     }
 }
 
@@ -200,10 +212,19 @@ async fn hostd_session<S>(
     if ctx.events.send(connected).await.is_err() || welcome(&mut conn, ctx).await.is_err() {
         return;
     }
+    let mut live = ctx.live.clone();
+    if let Some(rx) = live.as_mut() {
+        rx.mark_changed(); // the current word goes out at once
+    }
     let reason = loop {
         tokio::select! {
             _ = shutdown.changed() => break "broker stopping".to_string(),
             why = &mut close_rx => break why.unwrap_or_else(|_| "closed by broker".into()),
+            word = next_live(&mut live) => {
+                if conn.send(&word).await.is_err() {
+                    break "connection closed".into();
+                }
+            }
             msg = conn.recv::<ToBroker>() => match msg {
                 Ok(ToBroker::Report(report)) => {
                     if ctx.events.send(Event::Report { host: host.clone(), conn: id, report }).await.is_err() {
@@ -231,6 +252,23 @@ async fn hostd_session<S>(
             reason,
         })
         .await;
+}
+
+/// The next word on live allocations for a host daemon; never without a channel, or once
+/// the core is gone.
+async fn next_live(live: &mut Option<watch::Receiver<Option<LiveAllocs>>>) -> FromBroker {
+    loop {
+        let Some(rx) = live.as_mut() else {
+            return std::future::pending().await;
+        };
+        if rx.changed().await.is_err() {
+            *live = None;
+            continue;
+        }
+        if let Some(word) = rx.borrow_and_update().as_ref() {
+            return word.message();
+        }
+    }
 }
 
 async fn agent_session<S>(

@@ -98,6 +98,16 @@ impl Secret {
         mac
     }
 
+    /// A short public mark of the secret (16 hex digits of an HMAC under it): tells apart
+    /// what belongs to this lab from what belongs to another broker (an embedded one, say)
+    /// of the same user on the same machine, without revealing the secret. See
+    /// [`crate::tag`].
+    pub fn lab_mark(&self) -> String {
+        let mut mac = HmacSha256::new_from_slice(&self.0).expect("HMAC takes any key length");
+        mac.update(b"rb-lab-mark\0");
+        hex::encode(&mac.finalize().into_bytes()[..8])
+    }
+
     /// The server's proof for a client hello.
     pub fn server_proof(
         &self,

@@ -9,6 +9,7 @@
 //! - [`peercred`]: SO_PEERCRED uid checks for local (unix-socket) connections.
 //! - [`route`]: this machine's address on the route to a peer (what an agent advertises).
 //! - [`symbolic`]: which host names are symbolic, and their placeholder addresses.
+//! - [`tag`]: the environment tag that marks every process of a remote command.
 //!
 //! Every connection starts with a [`msg::Hello`] carrying [`PROTOCOL_VERSION`] and the
 //! peer's [`msg::Role`]. The full description lives in `PROTOCOL.md` at the repository root.
@@ -22,6 +23,7 @@ pub mod peercred;
 pub mod report;
 pub mod route;
 pub mod symbolic;
+pub mod tag;
 
 /// Version spoken by this build; a peer with another version is refused at hello.
 pub const PROTOCOL_VERSION: u32 = 1;

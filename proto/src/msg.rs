@@ -247,6 +247,16 @@ pub enum FromBroker {
     Shutdown {
         reason: String,
     },
+    /// To a host daemon, on connecting and whenever it changes: the allocations live in the
+    /// lab now (granted or being released, ascending), and that every allocation id below
+    /// `issued_below` has been issued. A process of the daemon's user tagged
+    /// ([`crate::tag`]) for an allocation below `issued_below` that is not in `live` belongs
+    /// to a host its job no longer holds: the daemon ends it (SIGTERM, then SIGKILL).
+    /// Sent only where one daemon serves one machine (the `ssh` and `rsh` transports).
+    LiveAllocs {
+        live: Vec<u64>,
+        issued_below: u64,
+    },
     /// To an agent: the job is registered as `job`; reach hosts with `remote_shell`.
     /// `secret_file` is where the broker reads the lab secret (a path, never the secret):
     /// agents on the same machine or a shared home use it to authenticate their subagents.

@@ -407,6 +407,12 @@ impl Allocator {
         self.allocs.get(&id).map(|a| (a.job, id))
     }
 
+    /// Every live allocation (granted or being released), ascending, and the next id to be
+    /// issued (every id below it has been): what host daemons sweep leftovers by.
+    pub fn live_allocs(&self) -> (Vec<AllocId>, AllocId) {
+        (self.allocs.keys().copied().collect(), self.next_alloc)
+    }
+
     /// The live allocations of `job`: (allocation, host, address).
     pub fn allocations_of(&self, job: JobId) -> Vec<(AllocId, String, String)> {
         self.allocs_of(job)
