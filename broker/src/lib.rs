@@ -3,7 +3,8 @@
 //! # Layout
 //! - [`hosts`]: the pure host table (up/down, latest reports, silence → restart effects, and
 //!   which hosts changed, for the allocator).
-//! - [`alloc`]: the pure allocation core (jobs, requests, allocations, the built-in policy).
+//! - [`alloc`]: the pure allocation core (the `allocation` crate, re-exported: jobs, requests,
+//!   allocations, the policy seam) and its SQLite store.
 //! - [`jobs`]: the allocator's async edge: agents, their request ids, effects → messages.
 //! - [`core`]: the one task that owns broker state and applies events in order.
 //! - [`server`]: TCP and local-socket listeners, handshakes, per-connection tasks.
