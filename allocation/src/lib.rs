@@ -18,6 +18,11 @@
 //!   [`WaitReason`], and each host's [`HostAlloc`] (free, held, draining…).
 //! - `in_use`: hosts a job uses without holding them (never granted to it), and finding
 //!   the lab host an agent names.
+//! - [`trace`]: the decision trace's format (JSON lines of inputs and decisions) and its
+//!   pure [`Recorder`]; [`trace_state`]: [`TraceState`], the whole state that opens each
+//!   trace file.
+//! - [`replay`]: [`Replay`], a trace played again under another policy, and the decisions
+//!   that would have differed (`rb policy replay`).
 //! - [`snapshot`]: [`Snapshot`], the plain-data form of the durable state; snapshot/restore and
 //!   the invariant checker.
 //!
@@ -88,8 +93,11 @@ mod host;
 mod in_use;
 mod inputs;
 mod policy;
+pub mod replay;
 pub mod snapshot;
 mod state;
+pub mod trace;
+pub mod trace_state;
 mod view;
 
 use std::time::Duration;
@@ -98,8 +106,11 @@ use serde::{Deserialize, Serialize};
 
 pub use decide::POLICY_ERROR_EVERY;
 pub use host::{HostView, IDLE_AFTER};
+pub use replay::{Difference, Outcome, Replay};
 pub use snapshot::{AllocRecord, JobRecord, ReleasingRecord, RequestRecord, Snapshot};
 pub use state::Allocator;
+pub use trace::{Recorder, TraceClock};
+pub use trace_state::TraceState;
 pub use view::{Blocked, HostAlloc, WaitReason, WaitingRow};
 
 pub type JobId = u64;
