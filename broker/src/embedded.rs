@@ -41,6 +41,8 @@ pub fn lab(state_dir: &Path, hosts: usize) -> std::io::Result<LabConfig> {
             job_shell: None,
             reclaim_grace: Duration::from_secs(5),
             policy: "paper".into(),
+            trace_file_max_bytes: config::DEFAULT_TRACE_FILE_MAX_KIB * 1024,
+            trace_files_kept: config::DEFAULT_TRACE_FILES_KEPT,
         },
         hosts,
     })

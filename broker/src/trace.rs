@@ -1,0 +1,374 @@
+//! The decision trace's edge: [`TraceSink`], which the job desk hands each allocator input
+//! and its effects, and the writer thread that appends the lines to `STATE_DIR/trace/`.
+//!
+//! The lines come from the pure [`Recorder`] (format and rotation: `allocation::trace`). The
+//! core loop never waits for the disk: lines go to the writer through a bounded queue with
+//! `try_send`; a full queue or a write the disk refuses (full, unwritable directory) drops
+//! lines, counts them, logs once per streak, and makes the next file start afresh (a `start`
+//! record marked `gap`), so a replay never runs over a hole.
+//!
+//! Files are `trace-NNNNNN.jsonl`, numbered on from the highest already there (each broker
+//! run opens a new one); when one is opened the oldest are deleted so that at most
+//! `files_kept` remain.
+
+use std::{
+    fs::{self, File, OpenOptions},
+    io::{BufWriter, Write},
+    os::unix::fs::{DirBuilderExt, OpenOptionsExt},
+    path::{Path, PathBuf},
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        mpsc::{sync_channel, Receiver, SyncSender, TrySendError},
+        Arc,
+    },
+    thread::JoinHandle,
+    time::Instant,
+};
+
+use allocation::{
+    trace::{Input, Out, Recorder, TraceClock},
+    Allocator, Effect,
+};
+use tracing::warn;
+
+/// Lines waiting for the writer at most; beyond that they are dropped.
+const QUEUE_LINES: usize = 16_384;
+
+/// The trace's directory under a state dir.
+pub fn trace_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("trace")
+}
+
+/// Counters shared by the sink and the writer.
+#[derive(Debug, Default)]
+pub struct TraceStats {
+    /// Lines dropped (queue full, or the disk refused them).
+    pub dropped: AtomicU64,
+    /// The writer lost lines: the next file must start afresh.
+    lost: AtomicBool,
+}
+
+/// Where the job desk records the allocator's inputs and decisions.
+pub struct TraceSink {
+    rec: Recorder,
+    tx: Option<SyncSender<Out>>,
+    stats: Arc<TraceStats>,
+    /// A line of the current call was dropped: drop the rest until the next `begin`.
+    dropping: bool,
+    /// A drop was logged and no line was sent since.
+    warned: bool,
+    buf: Vec<Out>,
+    writer: Option<JoinHandle<()>>,
+}
+
+impl TraceSink {
+    /// Starts the writer thread for `dir`: files of about `max_bytes`, the newest
+    /// `files_kept` kept. `clock` is the allocator's (the epoch of its wall clock).
+    pub fn spawn(
+        dir: PathBuf,
+        max_bytes: u64,
+        files_kept: usize,
+        clock: TraceClock,
+        run: String,
+    ) -> std::io::Result<TraceSink> {
+        let (tx, rx) = sync_channel(QUEUE_LINES);
+        let stats = Arc::new(TraceStats::default());
+        let writer_stats = stats.clone();
+        let writer = std::thread::Builder::new()
+            .name("rb-trace".into())
+            .spawn(move || Writer::new(dir, files_kept, writer_stats).run(rx))?;
+        Ok(TraceSink {
+            rec: Recorder::new(clock, run, max_bytes),
+            tx: Some(tx),
+            stats,
+            dropping: false,
+            warned: false,
+            buf: Vec::new(),
+            writer: Some(writer),
+        })
+    }
+
+    pub fn stats(&self) -> &Arc<TraceStats> {
+        &self.stats
+    }
+
+    /// Before an allocator entry point (see [`Recorder::begin`]).
+    pub fn begin(&mut self, alloc: &Allocator, now: Instant) {
+        if self.stats.lost.swap(false, Ordering::Relaxed) {
+            self.rec.gap();
+        }
+        self.dropping = false;
+        self.rec.begin(alloc, now, &mut self.buf);
+        self.send();
+    }
+
+    /// After it: its input and the decisions among its effects.
+    pub fn record(&mut self, alloc: &Allocator, input: Input, effects: &[Effect], now: Instant) {
+        self.rec.record(alloc, input, effects, now, &mut self.buf);
+        self.send();
+    }
+
+    fn send(&mut self) {
+        let Some(tx) = &self.tx else {
+            self.buf.clear();
+            return;
+        };
+        for out in self.buf.drain(..) {
+            if self.dropping {
+                self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            match tx.try_send(out) {
+                Ok(()) => self.warned = false,
+                Err(e) => {
+                    if !self.warned {
+                        let why = match e {
+                            TrySendError::Full(_) => "the writer is behind",
+                            TrySendError::Disconnected(_) => "the writer thread is gone",
+                        };
+                        warn!(
+                            why,
+                            "decision trace: dropping lines (the next file starts afresh)"
+                        );
+                        self.warned = true;
+                    }
+                    self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+                    self.dropping = true;
+                    self.rec.gap();
+                }
+            }
+        }
+    }
+}
+
+impl Drop for TraceSink {
+    /// Lets the writer write what is queued (the broker is stopping).
+    fn drop(&mut self) {
+        self.tx = None;
+        if let Some(w) = self.writer.take() {
+            if w.join().is_err() {
+                warn!("decision trace: the writer thread panicked");
+            }
+        }
+    }
+}
+
+/// The writer thread's state.
+struct Writer {
+    dir: PathBuf,
+    files_kept: usize,
+    stats: Arc<TraceStats>,
+    file: Option<BufWriter<File>>,
+    /// After a failed write, lines are dropped until the next file.
+    broken: bool,
+    /// A failure was logged and nothing was written since.
+    logged: bool,
+}
+
+impl Writer {
+    fn new(dir: PathBuf, files_kept: usize, stats: Arc<TraceStats>) -> Writer {
+        Writer {
+            dir,
+            files_kept: files_kept.max(1),
+            stats,
+            file: None,
+            broken: false,
+            logged: false,
+        }
+    }
+
+    fn run(mut self, rx: Receiver<Out>) {
+        while let Ok(first) = rx.recv() {
+            self.handle(first);
+            while let Ok(next) = rx.try_recv() {
+                self.handle(next);
+            }
+            self.flush();
+        }
+        self.flush();
+    }
+
+    fn handle(&mut self, out: Out) {
+        match out {
+            Out::Rotate => {
+                self.flush();
+                self.file = None;
+                self.broken = false;
+            }
+            Out::Line(_) if self.broken => {
+                self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+            Out::Line(line) => {
+                if let Err(e) = self.write(&line) {
+                    self.failed(&e);
+                } else {
+                    self.logged = false;
+                }
+            }
+        }
+    }
+
+    fn write(&mut self, line: &str) -> std::io::Result<()> {
+        if self.file.is_none() {
+            self.file = Some(BufWriter::new(self.open_next()?));
+        }
+        let Some(f) = self.file.as_mut() else {
+            return Ok(());
+        };
+        f.write_all(line.as_bytes())?;
+        f.write_all(b"\n")
+    }
+
+    fn flush(&mut self) {
+        let result = self.file.as_mut().map(|f| f.flush());
+        if let Some(Err(e)) = result {
+            self.failed(&e);
+        }
+    }
+
+    /// Logs once per streak, drops until the next file, and asks for a fresh one.
+    fn failed(&mut self, e: &std::io::Error) {
+        if !self.logged {
+            warn!(dir = %self.dir.display(), error = %e,
+                "decision trace: cannot write; dropping lines until it can (help: free space \
+                 or fix the permissions of the directory)");
+            self.logged = true;
+        }
+        self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+        self.stats.lost.store(true, Ordering::Relaxed);
+        self.file = None;
+        self.broken = true;
+    }
+
+    /// Opens the next numbered file and deletes the oldest beyond `files_kept`.
+    fn open_next(&mut self) -> std::io::Result<File> {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.dir)?;
+        let mut seqs = trace_files(&self.dir)?;
+        let next = seqs.last().map_or(1, |(n, _)| n + 1);
+        let path = self.dir.join(file_name(next));
+        let file = OpenOptions::new()
+            .create_new(true)
+            .write(true)
+            .mode(0o600)
+            .open(&path)?;
+        seqs.push((next, path));
+        let excess = seqs.len().saturating_sub(self.files_kept);
+        for (_, old) in &seqs[..excess] {
+            if let Err(e) = fs::remove_file(old) {
+                warn!(file = %old.display(), error = %e, "decision trace: cannot delete an old file");
+            }
+        }
+        Ok(file)
+    }
+}
+
+/// `trace-NNNNNN.jsonl`.
+fn file_name(seq: u64) -> String {
+    format!("trace-{seq:06}.jsonl")
+}
+
+/// The trace files in `dir`, oldest first, with their numbers.
+pub fn trace_files(dir: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
+    let mut files: Vec<(u64, PathBuf)> = fs::read_dir(dir)?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name();
+            let n = name
+                .to_str()?
+                .strip_prefix("trace-")?
+                .strip_suffix(".jsonl")?
+                .parse()
+                .ok()?;
+            Some((n, e.path()))
+        })
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use allocation::{HostView, TraceClock};
+
+    use super::*;
+
+    fn view(name: &str) -> HostView {
+        HostView {
+            name: name.into(),
+            address: "127.0.0.1".into(),
+            up: true,
+            reported: true,
+            labels: vec!["linux".into()],
+            os: None,
+            owner: None,
+            load1: Some(0.0),
+            load5: None,
+            load15: None,
+            mem_avail_mb: None,
+            cpus: Some(1),
+            users: Some(vec![]),
+            console_idle_s: None,
+        }
+    }
+
+    fn record_hosts(sink: &mut TraceSink, n: usize) {
+        let mut a = Allocator::new();
+        let mut now = Instant::now();
+        for i in 0..n {
+            let v = view(&format!("node{i:03}"));
+            sink.begin(&a, now);
+            let changed = allocation::trace::host_delta(None, &v);
+            let host = v.name.clone();
+            let fx = a.host_changed(v, now);
+            sink.record(&a, Input::Host { host, changed }, &fx, now);
+            now += Duration::from_millis(10);
+        }
+    }
+
+    #[test]
+    fn files_rotate_and_only_the_newest_are_kept() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("trace");
+        let clock = TraceClock::new(Instant::now(), 0);
+        let mut sink = TraceSink::spawn(dir.clone(), 1024, 3, clock, "r".into()).expect("spawn");
+        record_hosts(&mut sink, 60);
+        drop(sink);
+        let files = trace_files(&dir).expect("listed");
+        assert_eq!(files.len(), 3, "{files:?}");
+        assert!(files[0].0 > 1, "older files deleted: {files:?}");
+        for (_, path) in &files {
+            let text = fs::read_to_string(path).expect("read");
+            assert!(text.starts_with("{\"t_us\":"), "{text}");
+            assert!(text
+                .lines()
+                .next()
+                .is_some_and(|l| l.contains("\"start\":")));
+            // Beyond its opening state, a file holds about the limit (one call's lines more).
+            let start = text.lines().next().map_or(0, |l| l.len() + 1);
+            assert!(
+                text.len() - start < 1024 + 600,
+                "{} bytes",
+                text.len() - start
+            );
+        }
+    }
+
+    #[test]
+    fn an_unwritable_directory_drops_and_counts_without_blocking() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let file = tmp.path().join("not-a-dir");
+        fs::write(&file, "x").expect("write");
+        let clock = TraceClock::new(Instant::now(), 0);
+        let mut sink =
+            TraceSink::spawn(file.join("trace"), 1024, 3, clock, "r".into()).expect("spawn");
+        let stats = sink.stats().clone();
+        record_hosts(&mut sink, 5);
+        drop(sink);
+        assert!(stats.dropped.load(Ordering::Relaxed) > 0);
+    }
+}
