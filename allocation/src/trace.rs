@@ -265,6 +265,19 @@ pub fn apply_delta(
         .map_err(|e| format!("host `{host}`: its view cannot be rebuilt from the trace: {e}"))
 }
 
+/// The name of trace file number `seq`: `trace-NNNNNN.jsonl`.
+pub fn file_name(seq: u64) -> String {
+    format!("trace-{seq:06}.jsonl")
+}
+
+/// The number of a trace file from its name; `None` for any other file.
+pub fn file_seq(name: &str) -> Option<u64> {
+    name.strip_prefix("trace-")?
+        .strip_suffix(".jsonl")?
+        .parse()
+        .ok()
+}
+
 /// What the writer must do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Out {

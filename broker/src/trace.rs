@@ -26,7 +26,7 @@ use std::{
 };
 
 use allocation::{
-    trace::{Input, Out, Recorder, TraceClock},
+    trace::{file_name, file_seq, Input, Out, Recorder, TraceClock},
     Allocator, Effect,
 };
 use tracing::warn;
@@ -265,25 +265,11 @@ impl Writer {
     }
 }
 
-/// `trace-NNNNNN.jsonl`.
-fn file_name(seq: u64) -> String {
-    format!("trace-{seq:06}.jsonl")
-}
-
 /// The trace files in `dir`, oldest first, with their numbers.
 pub fn trace_files(dir: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
     let mut files: Vec<(u64, PathBuf)> = fs::read_dir(dir)?
         .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let name = e.file_name();
-            let n = name
-                .to_str()?
-                .strip_prefix("trace-")?
-                .strip_suffix(".jsonl")?
-                .parse()
-                .ok()?;
-            Some((n, e.path()))
-        })
+        .filter_map(|e| Some((file_seq(e.file_name().to_str()?)?, e.path())))
         .collect();
     files.sort();
     Ok(files)
