@@ -198,7 +198,10 @@ impl Writer {
             Out::Line(_) if self.broken => {
                 self.stats.dropped.fetch_add(1, Ordering::Relaxed);
             }
-            Out::Line(line) => {
+            Out::Line(mut line) => {
+                // One write per line with its newline: a reader never sees half a line
+                // between two flushes (a line larger than the buffer aside).
+                line.push('\n');
                 if let Err(e) = self.write(&line) {
                     self.failed(&e);
                 } else {
@@ -215,8 +218,7 @@ impl Writer {
         let Some(f) = self.file.as_mut() else {
             return Ok(());
         };
-        f.write_all(line.as_bytes())?;
-        f.write_all(b"\n")
+        f.write_all(line.as_bytes())
     }
 
     fn flush(&mut self) {
