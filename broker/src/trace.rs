@@ -34,6 +34,9 @@ use tracing::warn;
 /// Lines waiting for the writer at most; beyond that they are dropped.
 const QUEUE_LINES: usize = 16_384;
 
+/// After the writer failed, how long until a fresh file is tried.
+const RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The trace's directory under a state dir.
 pub fn trace_dir(state_dir: &Path) -> PathBuf {
     state_dir.join("trace")
@@ -57,6 +60,8 @@ pub struct TraceSink {
     dropping: bool,
     /// A drop was logged and no line was sent since.
     warned: bool,
+    /// When to try a fresh file after the writer lost lines.
+    retry_at: Option<Instant>,
     buf: Vec<Out>,
     writer: Option<JoinHandle<()>>,
 }
@@ -83,6 +88,7 @@ impl TraceSink {
             stats,
             dropping: false,
             warned: false,
+            retry_at: None,
             buf: Vec::new(),
             writer: Some(writer),
         })
@@ -93,17 +99,30 @@ impl TraceSink {
     }
 
     /// Before an allocator entry point (see [`Recorder::begin`]).
+    /// While the writer cannot write, nothing is recorded and a fresh file (whose `start`
+    /// record costs a walk over the whole lab) is tried every [`RETRY_AFTER`] only.
     pub fn begin(&mut self, alloc: &Allocator, now: Instant) {
-        if self.stats.lost.swap(false, Ordering::Relaxed) {
+        self.dropping = false;
+        if self.stats.lost.load(Ordering::Relaxed) {
+            let retry = *self.retry_at.get_or_insert(now + RETRY_AFTER);
+            if now < retry {
+                self.dropping = true;
+                return;
+            }
+            self.retry_at = None;
+            self.stats.lost.store(false, Ordering::Relaxed);
             self.rec.gap();
         }
-        self.dropping = false;
         self.rec.begin(alloc, now, &mut self.buf);
         self.send();
     }
 
     /// After it: its input and the decisions among its effects.
     pub fn record(&mut self, alloc: &Allocator, input: Input, effects: &[Effect], now: Instant) {
+        if self.dropping {
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         self.rec.record(alloc, input, effects, now, &mut self.buf);
         self.send();
     }
@@ -204,7 +223,12 @@ impl Writer {
                 line.push('\n');
                 if let Err(e) = self.write(&line) {
                     self.failed(&e);
-                } else {
+                } else if self.logged {
+                    let dropped = self.stats.dropped.load(Ordering::Relaxed);
+                    warn!(
+                        dropped,
+                        "decision trace: writing again; lines dropped so far"
+                    );
                     self.logged = false;
                 }
             }
@@ -305,15 +329,23 @@ mod tests {
     }
 
     fn record_hosts(sink: &mut TraceSink, n: usize) {
-        let mut a = Allocator::new();
-        let mut now = Instant::now();
-        for i in 0..n {
+        record_hosts_from(sink, &mut Allocator::new(), Instant::now(), 0..n);
+    }
+
+    /// Records hosts `names` into `sink` through `a`, 10 ms apart from `now`.
+    fn record_hosts_from(
+        sink: &mut TraceSink,
+        a: &mut Allocator,
+        mut now: Instant,
+        names: std::ops::Range<usize>,
+    ) {
+        for i in names {
             let v = view(&format!("node{i:03}"));
-            sink.begin(&a, now);
+            sink.begin(a, now);
             let changed = allocation::trace::host_delta(None, &v);
             let host = v.name.clone();
             let fx = a.host_changed(v, now);
-            sink.record(&a, Input::Host { host, changed }, &fx, now);
+            sink.record(a, Input::Host { host, changed }, &fx, now);
             now += Duration::from_millis(10);
         }
     }
@@ -358,5 +390,40 @@ mod tests {
         record_hosts(&mut sink, 5);
         drop(sink);
         assert!(stats.dropped.load(Ordering::Relaxed) > 0);
+    }
+
+    #[test]
+    fn once_the_disk_takes_lines_again_a_fresh_file_starts_marked_gap() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("trace");
+        fs::write(&dir, "in the way").expect("block the directory");
+        let start = Instant::now();
+        let clock = TraceClock::new(start, 0);
+        let mut sink = TraceSink::spawn(dir.clone(), 1 << 20, 3, clock, "r".into()).expect("spawn");
+        let stats = sink.stats().clone();
+        let mut a = Allocator::new();
+        record_hosts_from(&mut sink, &mut a, start, 0..3);
+        let lost = || stats.lost.load(Ordering::Relaxed).then_some(());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while lost().is_none() && Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        assert!(lost().is_some(), "the writer saw the failure");
+        let dropped = stats.dropped.load(Ordering::Relaxed);
+        // Within the retry delay nothing is recorded (only counted).
+        record_hosts_from(&mut sink, &mut a, start + Duration::from_secs(1), 3..5);
+        assert!(stats.dropped.load(Ordering::Relaxed) > dropped);
+        fs::remove_file(&dir).expect("unblock");
+        record_hosts_from(&mut sink, &mut a, start + RETRY_AFTER * 2, 5..6);
+        drop(sink);
+        let files = trace_files(&dir).expect("listed");
+        assert_eq!(files.len(), 1, "{files:?}");
+        let text = fs::read_to_string(&files[0].1).expect("read");
+        let first = text.lines().next().unwrap_or_default();
+        assert!(first.contains("\"gap\":true"), "{first}");
+        assert!(
+            first.contains("node004"),
+            "the state before the call: {first}"
+        );
     }
 }
