@@ -10,6 +10,10 @@
 //! Files are `trace-NNNNNN.jsonl`, numbered on from the highest already there (each broker
 //! run opens a new one); when one is opened the oldest are deleted so that at most
 //! `files_kept` remain.
+//!
+//! The trace shares the state dir with the durable store, which must never run out of room
+//! because of it: a new file is opened only while the file system has at least twice the
+//! file limit free (else lines are dropped as for a full disk, and tried again later).
 
 use std::{
     fs::{self, File, OpenOptions},
@@ -81,7 +85,7 @@ impl TraceSink {
         let writer_stats = stats.clone();
         let writer = std::thread::Builder::new()
             .name("rb-trace".into())
-            .spawn(move || Writer::new(dir, files_kept, writer_stats).run(rx))?;
+            .spawn(move || Writer::new(dir, max_bytes, files_kept, writer_stats).run(rx))?;
         Ok(TraceSink {
             rec: Recorder::new(clock, run, max_bytes),
             tx: Some(tx),
@@ -175,6 +179,8 @@ impl Drop for TraceSink {
 /// The writer thread's state.
 struct Writer {
     dir: PathBuf,
+    /// The file size limit (for the free-space check).
+    max_bytes: u64,
     files_kept: usize,
     stats: Arc<TraceStats>,
     file: Option<BufWriter<File>>,
@@ -185,9 +191,10 @@ struct Writer {
 }
 
 impl Writer {
-    fn new(dir: PathBuf, files_kept: usize, stats: Arc<TraceStats>) -> Writer {
+    fn new(dir: PathBuf, max_bytes: u64, files_kept: usize, stats: Arc<TraceStats>) -> Writer {
         Writer {
             dir,
+            max_bytes,
             files_kept: files_kept.max(1),
             stats,
             file: None,
@@ -273,6 +280,17 @@ impl Writer {
             .mode(0o700)
             .create(&self.dir)?;
         let mut seqs = trace_files(&self.dir)?;
+        let free = free_bytes(&self.dir)?;
+        if free < self.max_bytes.saturating_mul(2) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::StorageFull,
+                format!(
+                    "only {free} bytes free; a new trace file needs twice its limit ({} bytes) \
+                     so that the broker's store keeps room",
+                    self.max_bytes
+                ),
+            ));
+        }
         let next = seqs.last().map_or(1, |(n, _)| n + 1);
         let path = self.dir.join(file_name(next));
         let file = OpenOptions::new()
@@ -289,6 +307,12 @@ impl Writer {
         }
         Ok(file)
     }
+}
+
+/// Bytes an unprivileged writer may still use on the file system of `dir`.
+fn free_bytes(dir: &Path) -> std::io::Result<u64> {
+    let st = nix::sys::statvfs::statvfs(dir)?;
+    Ok(st.blocks_available().saturating_mul(st.fragment_size()))
 }
 
 /// The trace files in `dir`, oldest first, with their numbers.
@@ -390,6 +414,20 @@ mod tests {
         record_hosts(&mut sink, 5);
         drop(sink);
         assert!(stats.dropped.load(Ordering::Relaxed) > 0);
+    }
+
+    #[test]
+    fn no_file_is_opened_without_twice_its_limit_free() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("trace");
+        let clock = TraceClock::new(Instant::now(), 0);
+        let huge = 1 << 60;
+        let mut sink = TraceSink::spawn(dir.clone(), huge, 3, clock, "r".into()).expect("spawn");
+        let stats = sink.stats().clone();
+        record_hosts(&mut sink, 3);
+        drop(sink);
+        assert!(stats.dropped.load(Ordering::Relaxed) > 0);
+        assert_eq!(trace_files(&dir).expect("listed"), Vec::new());
     }
 
     #[test]
