@@ -75,26 +75,42 @@ pub fn replay_dir(dir: &Path, policy: Arc<policies::Policy>) -> Result<Outcome, 
     let files = trace_files(dir)?;
     let mut replay = Replay::new(policy);
     for file in &files {
-        let f = fs::File::open(file).map_err(|source| TraceError::Read {
-            file: file.clone(),
-            source,
-        })?;
-        for (i, line) in BufReader::new(f).lines().enumerate() {
-            let line = line.map_err(|source| TraceError::Read {
-                file: file.clone(),
-                source,
-            })?;
-            if line.trim().is_empty() {
-                continue;
-            }
-            replay.feed(&line).map_err(|message| TraceError::Line {
-                file: file.clone(),
-                line: i + 1,
-                message,
-            })?;
-        }
+        replay_file(&mut replay, file)?;
     }
     Ok(replay.finish())
+}
+
+/// Feeds the lines of one file. A last line without its newline was cut short (the broker
+/// was killed, or the disk filled, while writing it): it is skipped with a note.
+fn replay_file(replay: &mut Replay, file: &Path) -> Result<(), TraceError> {
+    let read_error = |source| TraceError::Read {
+        file: file.to_path_buf(),
+        source,
+    };
+    let mut reader = BufReader::new(fs::File::open(file).map_err(read_error)?);
+    let mut line = String::new();
+    for number in 1.. {
+        line.clear();
+        if reader.read_line(&mut line).map_err(read_error)? == 0 {
+            break;
+        }
+        let Some(text) = line.strip_suffix('\n') else {
+            eprintln!(
+                "note: {}:{number}: the last line is incomplete (cut short while being written); skipped",
+                file.display()
+            );
+            break;
+        };
+        if text.trim().is_empty() {
+            continue;
+        }
+        replay.feed(text).map_err(|message| TraceError::Line {
+            file: file.to_path_buf(),
+            line: number,
+            message,
+        })?;
+    }
+    Ok(())
 }
 
 /// The trace files of `dir`, oldest first.
@@ -150,6 +166,15 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tempdir");
         fs::write(tmp.path().join("trace-000001.jsonl"), "\n{\"t_us\": oops\n").expect("write");
         let policy = Arc::new(policies::Policy::shipped("paper").expect("shipped"));
+        // A cut last line alone is skipped: the file has no complete record to refuse.
+        let cut = tempfile::tempdir().expect("tempdir");
+        fs::write(
+            cut.path().join("trace-000001.jsonl"),
+            "{\"t_us\": 1, \"unix",
+        )
+        .expect("write");
+        let outcome = replay_dir(cut.path(), policy.clone()).expect("a cut last line is skipped");
+        assert_eq!(outcome.decisions, 0);
         let err = replay_dir(tmp.path(), policy.clone()).expect_err("bad line");
         let text = err.to_string();
         assert!(

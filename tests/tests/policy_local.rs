@@ -432,3 +432,23 @@ fn the_decision_trace_rotates_and_what_is_kept_still_replays() {
     let (text, differ) = replay(&broker, &shipped_paper(), 0);
     assert_eq!(differ, 0, "{text}");
 }
+
+/// A broker killed and started again on the same state dir: the trace holds both runs (the
+/// second opens its own file with the restored state) and replays with no difference.
+#[test]
+fn a_trace_across_a_broker_restart_replays_the_same() {
+    let mut broker = Broker::start(&local_lab(2));
+    broker.wait_all_up(Duration::from_secs(20));
+    let _first = Job::start(&broker);
+    wait_held(&broker, "vhost01");
+    broker.kill_and_restart();
+    broker.wait_all_up(Duration::from_secs(20));
+    let _second = Job::start(&broker);
+    wait_held(&broker, "vhost02");
+    let files = std::fs::read_dir(broker.state_dir().join("trace"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert!(files >= 2, "one file per run: {files}");
+    let (text, differ) = replay(&broker, &shipped_paper(), 2);
+    assert_eq!(differ, 0, "{text}");
+}
