@@ -1,6 +1,9 @@
 //! The job side of the broker core: owns the [`Allocator`], knows which agent connection
 //! serves which job, maps each agent's own request ids to broker request ids, and turns
 //! allocation effects into messages for agents. Called only from the core task.
+//!
+//! Every call into the allocator goes through [`JobDesk::traced`], which hands the input and
+//! the effects to the decision trace ([`crate::trace`]) when one is kept.
 
 use std::{
     collections::{HashMap, HashSet, VecDeque},
@@ -14,7 +17,12 @@ use proto::{
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-use crate::alloc::{AllocId, Allocator, Effect, HostView, JobId, JobInfo, RequestId};
+use allocation::trace::{host_delta, Input};
+
+use crate::{
+    alloc::{AllocId, Allocator, Effect, HostView, JobId, JobInfo, RequestId},
+    trace::TraceSink,
+};
 
 /// Grace of `rb release` when none is given.
 pub const DEFAULT_RELEASE_GRACE: Duration = Duration::from_secs(5);
@@ -56,6 +64,8 @@ pub struct JobDesk {
     hosts_reach_broker_at: Option<std::net::IpAddr>,
     /// The last [`NOTES_KEPT`] notes of each job (from its agent), oldest first.
     notes: HashMap<JobId, VecDeque<String>>,
+    /// The decision trace, when one is kept.
+    trace: Option<TraceSink>,
 }
 
 /// Notes kept per job, and the longest note kept (longer ones are cut).
@@ -81,7 +91,42 @@ impl JobDesk {
             transport: transport.to_string(),
             hosts_reach_broker_at: None,
             notes: HashMap::new(),
+            trace: None,
         }
+    }
+
+    /// Records every allocator input and decision in `trace` from now on.
+    pub fn with_trace(mut self, trace: TraceSink) -> Self {
+        self.trace = Some(trace);
+        self
+    }
+
+    /// Calls the allocator (`call`) and, when a trace is kept, records what it was given
+    /// (`input`, built from the call's value) and the decisions among its effects.
+    fn traced<T>(
+        &mut self,
+        now: Instant,
+        call: impl FnOnce(&mut Allocator) -> (T, Vec<Effect>),
+        input: impl FnOnce(&T) -> Input,
+    ) -> (T, Vec<Effect>) {
+        if let Some(t) = &mut self.trace {
+            t.begin(&self.alloc, now);
+        }
+        let (value, effects) = call(&mut self.alloc);
+        if let Some(t) = &mut self.trace {
+            t.record(&self.alloc, input(&value), &effects, now);
+        }
+        (value, effects)
+    }
+
+    /// [`Self::traced`] for entry points that return only effects.
+    fn traced_fx(
+        &mut self,
+        now: Instant,
+        call: impl FnOnce(&mut Allocator) -> Vec<Effect>,
+        input: impl FnOnce() -> Input,
+    ) -> Vec<Effect> {
+        self.traced(now, |a| ((), call(a)), |_| input()).1
     }
 
     /// Agents are told `ip`, the broker's address as its hosts reach it: an agent that
@@ -111,7 +156,19 @@ impl JobDesk {
 
     /// Tells the allocator that one host's row changed (as it happens).
     pub fn host_changed(&mut self, row: &HostStatus, now: Instant) -> Vec<Effect> {
-        self.alloc.host_changed(HostView::from(row), now)
+        let view = HostView::from(row);
+        // The delta costs a serialization: only when a trace is kept.
+        let changed = if self.trace.is_some() {
+            host_delta(self.alloc.host_view(&view.name), &view)
+        } else {
+            Default::default()
+        };
+        let host = view.name.clone();
+        self.traced_fx(
+            now,
+            |a| a.host_changed(view, now),
+            || Input::Host { host, changed },
+        )
     }
 
     /// Adds what the allocator does with each host (`alloc_state`, `held_by`, `drained`,
@@ -132,7 +189,12 @@ impl JobDesk {
         policy: std::sync::Arc<policies::Policy>,
         now: Instant,
     ) -> Vec<Effect> {
-        self.alloc.set_policy(policy, now)
+        let sha256 = policy.sha256().to_string();
+        self.traced_fx(
+            now,
+            |a| a.set_policy(policy, now),
+            || Input::Policy { sha256 },
+        )
     }
 
     /// `rb policy explain` ([`Allocator::explain`]).
@@ -142,7 +204,15 @@ impl JobDesk {
         job: Option<JobId>,
         now: Instant,
     ) -> Result<serde_json::Value, String> {
-        self.alloc.explain(host, job, now)
+        let (answer, _) = self.traced(
+            now,
+            |a| (a.explain(host, job, now), Vec::new()),
+            |_| Input::Explain {
+                host: host.to_string(),
+                job,
+            },
+        );
+        answer
     }
 
     /// Registers a job for a newly connected agent; a new job (not a resumed one) is refused
@@ -176,7 +246,15 @@ impl JobDesk {
                     spec: reg.spec,
                     adaptive: reg.adaptive,
                 };
-                self.alloc.register_job(info, now)
+                let recorded = info.clone();
+                self.traced(
+                    now,
+                    |a| a.register_job(info, now),
+                    |&job| Input::Register {
+                        job,
+                        info: recorded,
+                    },
+                )
             }
         };
         let msg = FromBroker::Registered {
@@ -191,9 +269,49 @@ impl JobDesk {
         info!(job, "job registered");
         if let Some(host) = own_host {
             info!(job, %host, "a module job runs on this lab host: never granted to it");
-            effects.extend(self.alloc.uses_hosts(job, [host], now));
+            effects.extend(self.uses_hosts(job, vec![host], now));
         }
         Ok((job, effects))
+    }
+
+    /// [`Allocator::uses_hosts`].
+    fn uses_hosts(&mut self, job: JobId, hosts: Vec<String>, now: Instant) -> Vec<Effect> {
+        let recorded = hosts.clone();
+        self.traced_fx(
+            now,
+            |a| a.uses_hosts(job, hosts, now),
+            || Input::UsesHosts {
+                job,
+                hosts: recorded,
+            },
+        )
+    }
+
+    /// Gives `alloc` back (`confirmed`: after a reclaim) through [`Self::traced`].
+    fn give_back(
+        &mut self,
+        job: JobId,
+        alloc: AllocId,
+        confirmed: bool,
+        now: Instant,
+    ) -> Vec<Effect> {
+        let (host, req) = self.alloc.alloc_host(alloc).unwrap_or_default();
+        self.traced_fx(
+            now,
+            |a| match confirmed {
+                true => a.release_confirmed(alloc, now),
+                false => a.give_back(alloc, now),
+            },
+            || match confirmed {
+                true => Input::Released { job, host, req },
+                false => Input::GiveBack { job, host, req },
+            },
+        )
+    }
+
+    /// [`Allocator::end_job`].
+    fn end_job(&mut self, job: JobId, now: Instant) -> Vec<Effect> {
+        self.traced_fx(now, |a| a.end_job(job, now), || Input::End { job })
     }
 
     /// For a module job: the lab host its agent runs on, if it is one of the lab's.
@@ -221,7 +339,15 @@ impl JobDesk {
     pub fn agent_message(&mut self, job: JobId, msg: ToBroker, now: Instant) -> Vec<Effect> {
         match msg {
             ToBroker::Allocate { req, symbolic } => {
-                let (id, effects) = self.alloc.request(job, &symbolic, now);
+                let (id, effects) = self.traced(
+                    now,
+                    |a| a.request(job, &symbolic, now),
+                    |&req| Input::Allocate {
+                        job,
+                        req,
+                        symbolic: symbolic.clone(),
+                    },
+                );
                 self.by_agent_req.insert((job, req), id);
                 self.agent_req.insert(id, (job, req));
                 effects
@@ -229,15 +355,15 @@ impl JobDesk {
             ToBroker::Cancel { req } => match self.by_agent_req.remove(&(job, req)) {
                 Some(id) => {
                     self.agent_req.remove(&id);
-                    self.alloc.cancel(id)
+                    self.traced_fx(now, |a| a.cancel(id), || Input::Cancel { job, req: id })
                 }
                 None => Vec::new(),
             },
             ToBroker::GiveBack { alloc } if self.owns(job, alloc) => {
-                self.alloc.give_back(alloc, now)
+                self.give_back(job, alloc, false, now)
             }
             ToBroker::Released { alloc } if self.owns(job, alloc) => {
-                self.alloc.release_confirmed(alloc, now)
+                self.give_back(job, alloc, true, now)
             }
             ToBroker::HostsInUse { hosts } => {
                 let hosts = self.lab_hosts(job, &hosts);
@@ -246,7 +372,7 @@ impl JobDesk {
                     ?hosts,
                     "hosts the job uses by name: never granted to it"
                 );
-                self.alloc.uses_hosts(job, hosts, now)
+                self.uses_hosts(job, hosts, now)
             }
             ToBroker::JobNote { text } => {
                 self.add_note(job, &text);
@@ -254,7 +380,7 @@ impl JobDesk {
             }
             ToBroker::EndJob { status } => {
                 info!(job, status, "job ended");
-                self.alloc.end_job(job, now)
+                self.end_job(job, now)
             }
             other => {
                 warn!(job, ?other, "ignoring a message an agent should not send");
@@ -312,13 +438,13 @@ impl JobDesk {
         self.agents.remove(&job);
         if self.alloc.is_running(job) {
             warn!(job, "agent disconnected; ending its job");
-            return self.alloc.end_job(job, now);
+            return self.end_job(job, now);
         }
         Vec::new()
     }
 
     pub fn tick(&mut self, now: Instant) -> Vec<Effect> {
-        let mut effects = self.alloc.tick(now);
+        let mut effects = self.tick_alloc(now);
         let expired: Vec<JobId> = self
             .awaiting_agent
             .iter()
@@ -331,7 +457,37 @@ impl JobDesk {
                 "agent did not come back after the broker restarted; ending its job"
             );
             self.awaiting_agent.remove(&job);
-            effects.extend(self.alloc.end_job(job, now));
+            effects.extend(self.end_job(job, now));
+        }
+        effects
+    }
+
+    /// An admin entry point through the trace; a refused one (unknown host…) changed
+    /// nothing and is not recorded.
+    fn traced_admin(
+        &mut self,
+        now: Instant,
+        call: impl FnOnce(&mut Allocator) -> Result<Vec<Effect>, crate::alloc::AllocError>,
+        input: Input,
+    ) -> Result<Vec<Effect>, crate::alloc::AllocError> {
+        if let Some(t) = &mut self.trace {
+            t.begin(&self.alloc, now);
+        }
+        let effects = call(&mut self.alloc)?;
+        if let Some(t) = &mut self.trace {
+            t.record(&self.alloc, input, &effects, now);
+        }
+        Ok(effects)
+    }
+
+    /// [`Allocator::tick`], recorded in the trace only when it decided something.
+    fn tick_alloc(&mut self, now: Instant) -> Vec<Effect> {
+        if let Some(t) = &mut self.trace {
+            t.begin(&self.alloc, now);
+        }
+        let effects = self.alloc.tick(now);
+        if let (Some(t), false) = (&mut self.trace, effects.is_empty()) {
+            t.record(&self.alloc, Input::Tick, &effects, now);
         }
         effects
     }
@@ -346,7 +502,11 @@ impl JobDesk {
             Request::Release { host, grace_ms } => {
                 let grace = grace_ms.map_or(DEFAULT_RELEASE_GRACE, Duration::from_millis);
                 let holder = self.alloc.holder(&host);
-                match self.alloc.release_host(&host, grace, now) {
+                let input = Input::ReleaseHost {
+                    host: host.clone(),
+                    grace_us: grace.as_micros() as u64,
+                };
+                match self.traced_admin(now, |a| a.release_host(&host, grace, now), input) {
                     Ok(effects) => {
                         let message = match holder {
                             Some((job, _)) => format!(
@@ -360,7 +520,11 @@ impl JobDesk {
                     Err(e) => (Err(e.to_string()), Vec::new()),
                 }
             }
-            Request::Drain { host } => match self.alloc.drain(&host) {
+            Request::Drain { host } => match self.traced_admin(
+                now,
+                |a| a.drain(&host),
+                Input::Drain { host: host.clone() },
+            ) {
                 Ok(effects) => (
                     Ok(Response::Done {
                         message: format!("{host} drained: no new grants"),
@@ -369,7 +533,11 @@ impl JobDesk {
                 ),
                 Err(e) => (Err(e.to_string()), Vec::new()),
             },
-            Request::Resume { host } => match self.alloc.resume(&host, now) {
+            Request::Resume { host } => match self.traced_admin(
+                now,
+                |a| a.resume(&host, now),
+                Input::Resume { host: host.clone() },
+            ) {
                 Ok(effects) => (
                     Ok(Response::Done {
                         message: format!("{host} resumed"),

@@ -3,11 +3,14 @@
 //! # Layout
 //! - [`hosts`]: the pure host table (up/down, latest reports, silence → restart effects, and
 //!   which hosts changed, for the allocator).
-//! - [`alloc`]: the pure allocation core (jobs, requests, allocations, the built-in policy).
+//! - [`alloc`]: the pure allocation core (the `allocation` crate, re-exported: jobs, requests,
+//!   allocations, the policy seam) and its SQLite store.
 //! - [`jobs`]: the allocator's async edge: agents, their request ids, effects → messages.
 //! - [`core`]: the one task that owns broker state and applies events in order.
 //! - [`server`]: TCP and local-socket listeners, handshakes, per-connection tasks.
 //! - [`supervisor`]: keeps every host's daemon running through the transport.
+//! - [`trace`]: the decision trace's edge: the sink the job desk records into, and the
+//!   writer thread appending to `STATE_DIR/trace/` (format and replay: `allocation`).
 //! - [`transport`]: the command line that starts a daemon on a host (ssh, rsh, local).
 //! - [`embedded`]: the single-machine default lab (virtual hosts) used when none is configured.
 //!
@@ -23,6 +26,7 @@ pub mod persist;
 pub mod reload;
 pub mod server;
 pub mod supervisor;
+pub mod trace;
 pub mod transport;
 
 use std::{
@@ -176,7 +180,36 @@ fn job_desk(
         &lab.broker.secret_file,
     )
     .with_hosts_reach_broker_at(hosts_reach_broker_at(spec.broker_addr, &lab.hosts));
+    let desk = match trace_sink(lab, now)? {
+        Some(sink) => desk.with_trace(sink),
+        None => desk,
+    };
     Ok(desk.with_store(writer, now))
+}
+
+/// The decision trace of this run (`STATE_DIR/trace/`), unless `trace_files_kept = 0`. Its
+/// clock starts at `now`, the allocator's wall-clock epoch.
+fn trace_sink(
+    lab: &LabConfig,
+    now: std::time::Instant,
+) -> anyhow::Result<Option<trace::TraceSink>> {
+    if lab.broker.trace_files_kept == 0 {
+        return Ok(None);
+    }
+    let unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let clock = allocation::TraceClock::new(now, unix_ms);
+    let run = format!("{unix_ms}-{}", std::process::id());
+    let sink = trace::TraceSink::spawn(
+        trace::trace_dir(&lab.broker.state_dir),
+        lab.broker.trace_file_max_bytes,
+        lab.broker.trace_files_kept,
+        clock,
+        run,
+    )
+    .context("cannot start the decision-trace writer thread")?;
+    Ok(Some(sink))
 }
 
 /// The broker's IP as its hosts reach it: the bound address, or for a wildcard (allowed

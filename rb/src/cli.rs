@@ -221,6 +221,17 @@ pub enum PolicyCommand {
         #[command(flatten)]
         broker: BrokerFlags,
     },
+    /// Re-simulate the broker's decision trace (TRACE_DIR: its STATE_DIR/trace) under the
+    /// policy FILE: print each decision that would have differed (time, host, job, recorded
+    /// vs replayed) and `N decisions, M would differ under FILE`. Exit 0; 64 for a bad
+    /// policy file or trace (`FILE:LINE` of a bad trace line).
+    Replay {
+        /// The trace directory (`STATE_DIR/trace` of the broker's lab file).
+        trace_dir: PathBuf,
+        /// The policy file to decide with.
+        #[arg(long, value_name = "FILE")]
+        policy: PathBuf,
+    },
     /// Each policy hook's value on HOST and the inputs it read, for a job (open to every
     /// user of the lab).
     Explain {

@@ -102,6 +102,9 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Cmd::Lab(cmd) => lab::cli::run(cmd.clone()).map(|()| ExitCode::SUCCESS),
         Cmd::Policy(cli::PolicyCommand::Check { file }) => Ok(cmd_policy_check(file)),
+        Cmd::Policy(cli::PolicyCommand::Replay { trace_dir, policy }) => {
+            Ok(rb::replay::run(trace_dir, policy, local_utc_offset_s()))
+        }
         Cmd::Policy(cli::PolicyCommand::Show { json, broker: b }) => {
             let offset = local_utc_offset_s();
             block_on(async { rb::policy::show(&broker(b)?, *json, offset).await })

@@ -13,8 +13,9 @@ use proto::{
 /// A session or console is idle once it has seen no input for this many seconds.
 pub const IDLE_AFTER: u64 = 5 * 60;
 
-/// The core's view of one host, rebuilt from each status row.
-#[derive(Debug, Clone, PartialEq)]
+/// The core's view of one host, rebuilt from each status row. Serializable for the
+/// decision trace (`trace`), which records the fields that changed.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct HostView {
     pub name: String,
     pub address: String,

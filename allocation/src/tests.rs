@@ -836,22 +836,6 @@ fn restore_drops_contradicting_records() {
 }
 
 #[test]
-fn store_round_trip_of_a_live_allocator() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("broker.db");
-    let mut lab = Lab::new(hosts(&["n1"]));
-    let adaptive = lab.job(true);
-    lab.take(adaptive, "anyHost");
-    let j = lab.job(false);
-    lab.req(j, "anyLinux");
-    let mut store = Store::open(&path).expect("open");
-    store.save(&lab.a.snapshot()).expect("save");
-    drop(store);
-    let loaded = Store::open(&path).expect("reopen").load().expect("load");
-    assert_eq!(loaded, Some(lab.a.snapshot()));
-}
-
-#[test]
 fn ended_jobs_are_forgotten_beyond_the_limit() {
     let config = AllocConfig {
         ended_jobs_kept: 2,

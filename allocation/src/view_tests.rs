@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::super::host::tests::{session, view};
 use super::*;
-use crate::alloc::{AllocConfig, AllocError, Effect, HostView, JobInfo};
+use crate::{AllocConfig, AllocError, Effect, HostView, JobInfo};
 
 fn info(adaptive: bool) -> JobInfo {
     JobInfo {

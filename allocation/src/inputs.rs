@@ -117,6 +117,11 @@ impl Allocator {
         });
     }
 
+    /// The wall clock last given ([`Self::set_wall_clock`]): (at, unix, utc_offset_s).
+    pub(crate) fn wall_clock(&self) -> Option<(Instant, i64, i64)> {
+        self.inputs.wall.map(|w| (w.at, w.unix, w.utc_offset_s))
+    }
+
     /// Unix seconds at `t`.
     fn unix_at(&self, t: Instant) -> i64 {
         let Some(w) = self.inputs.wall else {
