@@ -317,6 +317,7 @@ impl Replay {
                 _ => self.skip(),
             },
             Input::End { job } => a.end_job(self.jobs.replay(job), now),
+            Input::Resumed { job } => a.resumed(self.jobs.replay(job), now),
             Input::UsesHosts { job, hosts } => a.uses_hosts(self.jobs.replay(job), hosts, now),
             Input::ReleaseHost { host, grace_us } => {
                 let grace = Duration::from_micros(grace_us);

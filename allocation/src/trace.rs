@@ -137,6 +137,8 @@ pub enum Input {
     },
     /// [`Allocator::end_job`].
     End { job: JobId },
+    /// [`Allocator::resumed`]: the job's agent came back after a broker restart.
+    Resumed { job: JobId },
     /// [`Allocator::uses_hosts`].
     UsesHosts { job: JobId, hosts: Vec<String> },
     /// [`Allocator::release_host`] (`rb release`).

@@ -236,7 +236,9 @@ impl JobDesk {
             Some(job) => {
                 self.awaiting_agent.remove(&job);
                 info!(job, "agent reconnected; job resumed");
-                (job, self.alloc.resumed(job, now))
+                let effects =
+                    self.traced_fx(now, |a| a.resumed(job, now), || Input::Resumed { job });
+                (job, effects)
             }
             None => {
                 let info = JobInfo {
