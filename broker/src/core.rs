@@ -16,6 +16,7 @@ use tracing::{info, warn};
 
 use crate::{
     alloc::JobId,
+    authz::{Actor, AdminError},
     hosts::{ConnId, Effect, HostTable},
     jobs::JobDesk,
     supervisor::SupervisorSet,
@@ -77,10 +78,11 @@ pub enum Event {
         job: Option<JobId>,
         reply: oneshot::Sender<Result<serde_json::Value, String>>,
     },
-    /// `rb jobs|release|drain|resume`.
+    /// `rb jobs|release|drain|resume` from `actor` (authorized by the desk).
     Admin {
+        actor: Actor,
         req: Request,
-        reply: oneshot::Sender<Result<Response, String>>,
+        reply: oneshot::Sender<Result<Response, AdminError>>,
     },
 }
 
@@ -167,8 +169,8 @@ async fn apply(
             let effects = desk.agent_gone(job, now);
             desk.perform(effects).await;
         }
-        Event::Admin { req, reply } => {
-            let (answer, effects) = desk.admin(req, now);
+        Event::Admin { actor, req, reply } => {
+            let (answer, effects) = desk.admin(&actor, req, now);
             let _ = reply.send(answer);
             desk.perform(effects).await;
         }

@@ -14,7 +14,10 @@ use proto::{
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-use crate::alloc::{AllocId, Allocator, Effect, HostView, JobId, JobInfo, RequestId};
+use crate::{
+    alloc::{AllocId, Allocator, Effect, HostView, JobId, JobInfo, RequestId},
+    authz::{authorize, Actor, AdminError},
+};
 
 /// Grace of `rb release` when none is given.
 pub const DEFAULT_RELEASE_GRACE: Duration = Duration::from_secs(5);
@@ -130,9 +133,12 @@ impl JobDesk {
         tx: mpsc::Sender<FromBroker>,
         now: Instant,
     ) -> Result<(JobId, Vec<Effect>), String> {
-        let resumable = reg
-            .resume
-            .filter(|j| self.awaiting_agent.contains_key(j) && self.alloc.is_running(*j));
+        // Only the job's own user resumes it (`reg.user` is the authenticated one).
+        let resumable = reg.resume.filter(|j| {
+            self.awaiting_agent.contains_key(j)
+                && self.alloc.is_running(*j)
+                && self.alloc.job_info(*j).is_some_and(|i| i.user == reg.user)
+        });
         if let (None, Some(store)) = (resumable, &self.store) {
             store
                 .check_writable()
@@ -313,8 +319,32 @@ impl JobDesk {
         effects
     }
 
-    /// Client requests about jobs.
-    pub fn admin(&mut self, req: Request, now: Instant) -> (Result<Response, String>, Vec<Effect>) {
+    /// The user of the job holding `host`, if a job holds it.
+    fn holder_user(&self, host: &str) -> Option<String> {
+        let (job, _) = self.alloc.holder(host)?;
+        self.alloc.job_info(job).map(|i| i.user.clone())
+    }
+
+    /// Client requests about jobs, from `actor` (authorized here: whether a user may
+    /// release a host depends on whose job holds it).
+    pub fn admin(
+        &mut self,
+        actor: &Actor,
+        req: Request,
+        now: Instant,
+    ) -> (Result<Response, AdminError>, Vec<Effect>) {
+        if let Err(refusal) = authorize(actor, &req, |h| self.holder_user(h)) {
+            return (Err(refusal.into()), Vec::new());
+        }
+        let (answer, effects) = self.admin_allowed(req, now);
+        (answer.map_err(AdminError::Failed), effects)
+    }
+
+    fn admin_allowed(
+        &mut self,
+        req: Request,
+        now: Instant,
+    ) -> (Result<Response, String>, Vec<Effect>) {
         match req {
             Request::Jobs => {
                 let jobs = self.job_rows(now);

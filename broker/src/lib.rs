@@ -7,6 +7,9 @@
 //! - [`jobs`]: the allocator's async edge: agents, their request ids, effects → messages.
 //! - [`core`]: the one task that owns broker state and applies events in order.
 //! - [`server`]: TCP and local-socket listeners, handshakes, per-connection tasks.
+//! - [`authz`]: who may do what (the owner everything; a user reads, releases own hosts).
+//! - [`users`]: the users with a credential (`rb user add|list|revoke`).
+//! - [`audit`]: the audit log of admin actions and refusals (`STATE_DIR/audit.log`).
 //! - [`supervisor`]: keeps every host's daemon running through the transport.
 //! - [`transport`]: the command line that starts a daemon on a host (ssh, rsh, local).
 //! - [`embedded`]: the single-machine default lab (virtual hosts) used when none is configured.
@@ -15,6 +18,8 @@
 //! shutdown → stop daemons (lifeline, then SIGKILL) → remove the socket.
 
 pub mod alloc;
+pub mod audit;
+pub mod authz;
 pub mod core;
 pub mod embedded;
 pub mod hosts;
@@ -24,6 +29,7 @@ pub mod reload;
 pub mod server;
 pub mod supervisor;
 pub mod transport;
+pub mod users;
 
 use std::{
     collections::HashSet,
@@ -95,6 +101,12 @@ pub async fn run(
     ));
     let watcher = reload::spawn_policy_watcher(policy_handle.clone(), stop_rx.clone())
         .context("cannot watch for SIGHUP")?;
+    let owner = owner_name();
+    let identity = server::Identity {
+        users: Arc::new(users::Users::load(&lab.broker.state_dir, &owner)?),
+        audit: audit::AuditLog::new(&lab.broker.state_dir),
+        owner,
+    };
     let ctx = Arc::new(ServerCtx::new(
         secret,
         events_tx.clone(),
@@ -102,6 +114,7 @@ pub async fn run(
         interval_ms,
         stop_tx.clone(),
         policy_handle,
+        identity,
     ));
     let spec = LaunchSpec::new(&lab, listen);
     let supervisors =
@@ -129,6 +142,15 @@ pub async fn run(
     let _ = std::fs::remove_file(info_path(&lab.broker.state_dir));
     info!("broker stopped");
     Ok(())
+}
+
+/// The login name of the broker's user (whose jobs are the owner's), else `uid N`.
+fn owner_name() -> String {
+    let uid = nix::unistd::geteuid();
+    nix::unistd::User::from_uid(uid)
+        .ok()
+        .flatten()
+        .map_or_else(|| format!("uid {uid}"), |u| u.name)
 }
 
 /// The job side, restored from `STATE_DIR/broker.db` when it holds a previous run's state.

@@ -1,7 +1,13 @@
-//! Listeners and per-connection tasks: TCP (host daemons, remote clients; authenticated
-//! with the lab secret) and the local control socket (clients of the broker's own uid,
-//! checked with SO_PEERCRED). A bad peer is logged (rate-limited) and dropped; it can never
-//! stall the broker, because each connection has its own task and a handshake deadline.
+//! Listeners and per-connection tasks: TCP (host daemons, remote clients and agents;
+//! authenticated with the lab secret — the broker's owner — or a user's credential) and the
+//! local control socket (the broker's own uid only, checked with SO_PEERCRED: the owner).
+//! A bad peer is logged (rate-limited) and dropped; it can never stall the broker, because
+//! each connection has its own task and a handshake deadline.
+//!
+//! Every request is authorized ([`crate::authz::authorize`]; `release` by the job desk,
+//! which knows whose job holds the host) and audited ([`crate::audit`]); a user's jobs are
+//! theirs by authentication, whatever name the agent claims; revoking a user ends their
+//! connections at once.
 
 use std::{
     collections::HashSet,
@@ -15,20 +21,23 @@ use std::{
 use proto::{
     auth::Secret,
     frame::{FrameError, FramedConn},
-    handshake::{refuse, server_handshake, ServerAuth},
+    handshake::{authenticate, refuse, Peer, ServerAuth},
     msg::{ErrorCode, FromBroker, Request, Response, Role, ToBroker},
     peercred,
 };
 use tokio::{
     io::{AsyncRead, AsyncWrite},
     net::{TcpListener, UnixListener},
-    sync::{oneshot, watch},
+    sync::{broadcast, oneshot, watch},
 };
 use tracing::{debug, info, warn};
 
 use crate::{
+    audit::{AuditEntry, AuditLog, Outcome},
+    authz::{self, Actor, AdminError},
     core::{Event, EventSender},
     reload::PolicyHandle,
+    users::Users,
 };
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -44,8 +53,21 @@ pub struct ServerCtx {
     pub stop: watch::Sender<bool>,
     /// The policy in force and its reloads.
     pub policy: Arc<PolicyHandle>,
+    /// The users with a credential.
+    pub users: Arc<Users>,
+    /// Admin actions and refusals.
+    pub audit: AuditLog,
+    /// The broker owner's login name (the user of the owner's jobs).
+    pub owner: String,
     next_conn: AtomicU64,
     limiter: LogLimiter,
+}
+
+/// What a connection's requests are answered from besides the core.
+pub struct Identity {
+    pub users: Arc<Users>,
+    pub audit: AuditLog,
+    pub owner: String,
 }
 
 impl ServerCtx {
@@ -56,9 +78,13 @@ impl ServerCtx {
         report_interval_ms: u64,
         stop: watch::Sender<bool>,
         policy: Arc<PolicyHandle>,
+        identity: Identity,
     ) -> Self {
         Self {
             policy,
+            users: identity.users,
+            audit: identity.audit,
+            owner: identity.owner,
             secret,
             events,
             hosts,
@@ -88,7 +114,10 @@ pub async fn serve_tcp(
                 let ctx = ctx.clone();
                 let shutdown = shutdown.clone();
                 tokio::spawn(async move {
-                    let auth = ServerAuth::Secret(&ctx.secret);
+                    let auth = ServerAuth::SecretOrUser {
+                        secret: &ctx.secret,
+                        users: ctx.users.as_ref(),
+                    };
                     handle(stream, &ctx, auth, peer.to_string(), false, shutdown).await;
                 });
             }
@@ -149,21 +178,39 @@ async fn handle<S>(
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let mut conn = FramedConn::new(stream);
-    let hello =
-        match tokio::time::timeout(HANDSHAKE_TIMEOUT, server_handshake(&mut conn, auth)).await {
-            Ok(Ok(hello)) => hello,
+    let (hello, who) =
+        match tokio::time::timeout(HANDSHAKE_TIMEOUT, authenticate(&mut conn, auth)).await {
+            Ok(Ok(got)) => got,
             Ok(Err(e)) => return ctx.limiter.warn(&peer, &e.to_string()),
             Err(_) => return ctx.limiter.warn(&peer, "handshake timed out"),
         };
+    let actor = match who {
+        Peer::Owner => Actor::Owner,
+        Peer::User(name) => {
+            ctx.users.seen(&name);
+            Actor::User(name)
+        }
+    };
     match hello.role {
+        Role::Hostd if actor != Actor::Owner => {
+            let reason = "host daemons prove the lab secret, not a user credential".to_string();
+            refuse(&mut conn, ErrorCode::Auth, &reason).await;
+            ctx.limiter.warn(&peer, &reason);
+        }
         Role::Hostd if !ctx.hosts.contains(&hello.name) => {
             let reason = format!("host `{}` is not in the lab file", hello.name);
             refuse(&mut conn, ErrorCode::UnknownHost, &reason).await;
             ctx.limiter.warn(&peer, &reason);
         }
         Role::Hostd => hostd_session(conn, ctx, hello.name, shutdown).await,
-        Role::Client => client_session(conn, ctx, local, &peer, shutdown).await,
-        Role::Agent => agent_session(conn, ctx, shutdown).await,
+        Role::Client => {
+            let revoked = Revocation::watch(ctx, &actor);
+            client_session(conn, ctx, local, &peer, &actor, revoked, shutdown).await
+        }
+        Role::Agent => {
+            let revoked = Revocation::watch(ctx, &actor);
+            agent_session(conn, ctx, &actor, revoked, shutdown).await
+        }
         Role::Subagent => {
             let reason = "subagents talk to their agent, not to the broker".to_string();
             refuse(&mut conn, ErrorCode::BadMessage, &reason).await;
@@ -233,9 +280,62 @@ async fn hostd_session<S>(
         .await;
 }
 
+/// Ends a user's connection when their credential is revoked (never fires for the owner).
+struct Revocation {
+    user: Option<String>,
+    rx: Option<broadcast::Receiver<String>>,
+    /// Revoked between the handshake and the subscription.
+    already: bool,
+}
+
+impl Revocation {
+    fn watch(ctx: &ServerCtx, actor: &Actor) -> Self {
+        let Actor::User(user) = actor else {
+            return Self {
+                user: None,
+                rx: None,
+                already: false,
+            };
+        };
+        let rx = ctx.users.subscribe();
+        Self {
+            already: !ctx.users.exists(user),
+            user: Some(user.clone()),
+            rx: Some(rx),
+        }
+    }
+
+    /// Resolves when this connection's user is revoked.
+    async fn revoked(&mut self) {
+        if self.already {
+            return;
+        }
+        let (Some(user), Some(rx)) = (&self.user, self.rx.as_mut()) else {
+            return std::future::pending().await;
+        };
+        loop {
+            match rx.recv().await {
+                Ok(name) if name == *user => return,
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return std::future::pending().await,
+            }
+        }
+    }
+}
+
+/// What a revoked user's connection is told before it is dropped.
+fn revoked_message(actor: &Actor) -> String {
+    format!(
+        "the credential of user `{}` was revoked; connection closed",
+        actor.name("")
+    )
+}
+
 async fn agent_session<S>(
     mut conn: FramedConn<S>,
     ctx: &ServerCtx,
+    actor: &Actor,
+    mut revoked: Revocation,
     mut shutdown: watch::Receiver<bool>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -243,7 +343,7 @@ async fn agent_session<S>(
     if welcome(&mut conn, ctx).await.is_err() {
         return;
     }
-    let reg = match conn.recv::<ToBroker>().await {
+    let mut reg = match conn.recv::<ToBroker>().await {
         Ok(ToBroker::Register(reg)) => reg,
         Ok(other) => {
             return refuse(
@@ -255,6 +355,8 @@ async fn agent_session<S>(
         }
         Err(_) => return,
     };
+    // The job is the authenticated user's, whatever name the agent claims.
+    reg.user = actor.name(&ctx.owner).to_string();
     let (tx, mut rx) = tokio::sync::mpsc::channel(64);
     let (reply_tx, reply_rx) = oneshot::channel();
     if ctx
@@ -277,6 +379,10 @@ async fn agent_session<S>(
     loop {
         tokio::select! {
             _ = shutdown.changed() => return,
+            _ = revoked.revoked() => {
+                refuse(&mut conn, ErrorCode::Auth, &revoked_message(actor)).await;
+                break;
+            }
             out = rx.recv() => match out {
                 Some(msg) => if conn.send(&msg).await.is_err() { break },
                 None => break,
@@ -301,6 +407,8 @@ async fn client_session<S>(
     ctx: &ServerCtx,
     local: bool,
     peer: &str,
+    actor: &Actor,
+    mut revoked: Revocation,
     mut shutdown: watch::Receiver<bool>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -311,6 +419,9 @@ async fn client_session<S>(
     loop {
         let msg = tokio::select! {
             _ = shutdown.changed() => return,
+            _ = revoked.revoked() => {
+                return refuse(&mut conn, ErrorCode::Auth, &revoked_message(actor)).await;
+            }
             msg = conn.recv::<ToBroker>() => msg,
         };
         let (id, req) = match msg {
@@ -326,9 +437,13 @@ async fn client_session<S>(
             Err(FrameError::Closed) => return,
             Err(e) => return refuse(&mut conn, ErrorCode::BadMessage, &e.to_string()).await,
         };
-        let reply = match answer(ctx, req, local, peer).await {
+        let reply = match respond(ctx, req, local, peer, actor).await {
             Ok(resp) => FromBroker::Response { id, resp },
-            Err(message) => FromBroker::Error {
+            Err(AdminError::Denied(refusal)) => FromBroker::Error {
+                code: ErrorCode::Denied,
+                message: refusal.to_string(),
+            },
+            Err(AdminError::Failed(message)) => FromBroker::Error {
                 code: ErrorCode::Failed,
                 message,
             },
@@ -339,20 +454,60 @@ async fn client_session<S>(
     }
 }
 
+/// Answers one request and writes the audit line: every refusal, and every admin
+/// request carried out or failed.
+async fn respond(
+    ctx: &ServerCtx,
+    req: Request,
+    local: bool,
+    peer: &str,
+    actor: &Actor,
+) -> Result<Response, AdminError> {
+    let action = authz::action(&req);
+    let target = authz::target(&req).map(String::from);
+    let admin = authz::is_admin(&req);
+    let result = answer(ctx, req, local, peer, actor).await;
+    let (outcome, reason) = match &result {
+        Err(AdminError::Denied(r)) => (Outcome::Refused, Some(r.why.clone())),
+        Err(AdminError::Failed(why)) if admin => (Outcome::Failed, Some(why.clone())),
+        Ok(_) if admin => (Outcome::Ok, None),
+        _ => return result,
+    };
+    ctx.audit.record(AuditEntry {
+        time_unix: 0,
+        who: actor.name(&ctx.owner).to_string(),
+        action: action.to_string(),
+        target,
+        outcome,
+        reason,
+    });
+    result
+}
+
 async fn answer(
     ctx: &ServerCtx,
     req: Request,
     local: bool,
     peer: &str,
-) -> Result<Response, String> {
+    actor: &Actor,
+) -> Result<Response, AdminError> {
+    let at_desk = matches!(
+        req,
+        Request::Jobs | Request::Release { .. } | Request::Drain { .. } | Request::Resume { .. }
+    );
+    if !at_desk {
+        authz::authorize(actor, &req, |_| None)?;
+    }
+    let failed = AdminError::Failed;
+    let stopping = || AdminError::Failed("broker stopping".to_string());
     match req {
         Request::Status => {
             let (tx, rx) = oneshot::channel();
             ctx.events
                 .send(Event::Status { reply: tx })
                 .await
-                .map_err(|_| "broker stopping".to_string())?;
-            let hosts = rx.await.map_err(|_| "broker stopping".to_string())?;
+                .map_err(|_| stopping())?;
+            let hosts = rx.await.map_err(|_| stopping())?;
             Ok(Response::Status { hosts })
         }
         Request::Shutdown if local => {
@@ -360,11 +515,38 @@ async fn answer(
             let _ = ctx.stop.send(true);
             Ok(Response::Ok)
         }
-        Request::Shutdown => Err("shutdown is only accepted on the local control socket".into()),
+        Request::Shutdown => Err(failed(
+            "shutdown is only accepted on the local control socket".into(),
+        )),
         Request::PolicyReload => {
             info!(%peer, "policy reload requested");
-            let policy = ctx.policy.reload("rb policy reload").await?;
+            let policy = ctx
+                .policy
+                .reload("rb policy reload")
+                .await
+                .map_err(failed)?;
             Ok(Response::Policy { policy })
+        }
+        Request::UserAdd { name, out } => {
+            let path = ctx
+                .users
+                .add(&name, out.as_deref())
+                .map_err(|e| failed(e.to_string()))?;
+            info!(%peer, user = %name, path = %path.display(), "user added");
+            Ok(Response::UserAdded {
+                name,
+                path: path.display().to_string(),
+            })
+        }
+        Request::UserList => Ok(Response::Users {
+            users: ctx.users.list(),
+        }),
+        Request::UserRevoke { name } => {
+            ctx.users.revoke(&name).map_err(|e| failed(e.to_string()))?;
+            info!(%peer, user = %name, "user revoked");
+            Ok(Response::Done {
+                message: format!("user {name} revoked; their connections are closed"),
+            })
         }
         Request::PolicyShow => Ok(Response::Policy {
             policy: ctx.policy.info(),
@@ -378,8 +560,8 @@ async fn answer(
                     reply: tx,
                 })
                 .await
-                .map_err(|_| "broker stopping".to_string())?;
-            let explain = rx.await.map_err(|_| "broker stopping".to_string())??;
+                .map_err(|_| stopping())?;
+            let explain = rx.await.map_err(|_| stopping())?.map_err(failed)?;
             Ok(Response::Explain { explain })
         }
         req @ (Request::Jobs
@@ -387,11 +569,16 @@ async fn answer(
         | Request::Drain { .. }
         | Request::Resume { .. }) => {
             let (tx, rx) = oneshot::channel();
+            let actor = actor.clone();
             ctx.events
-                .send(Event::Admin { req, reply: tx })
+                .send(Event::Admin {
+                    actor,
+                    req,
+                    reply: tx,
+                })
                 .await
-                .map_err(|_| "broker stopping".to_string())?;
-            rx.await.map_err(|_| "broker stopping".to_string())?
+                .map_err(|_| stopping())?;
+            rx.await.map_err(|_| stopping())?
         }
     }
 }

@@ -111,6 +111,17 @@ impl Secret {
         Ok(format!("{}\n", random_nonce()?))
     }
 
+    /// Whether `other` is the same key (compared without early exit).
+    pub fn same_key(&self, other: &Secret) -> bool {
+        self.0.len() == other.0.len()
+            && self
+                .0
+                .iter()
+                .zip(&other.0)
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    }
+
     /// The key's bytes (for a credential: its hex text).
     pub(crate) fn bytes(&self) -> &[u8] {
         &self.0
