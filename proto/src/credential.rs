@@ -147,6 +147,53 @@ impl Credential {
     }
 }
 
+/// The key a TCP client proves: the lab secret or the user's credential.
+#[derive(Debug, Clone)]
+pub enum TcpKey {
+    Secret(Secret),
+    Credential(Credential),
+}
+
+impl TcpKey {
+    /// As the handshake takes it.
+    pub fn client_auth(&self) -> crate::handshake::ClientAuth<'_> {
+        match self {
+            TcpKey::Secret(s) => crate::handshake::ClientAuth::Secret(s),
+            TcpKey::Credential(c) => crate::handshake::ClientAuth::Credential(c),
+        }
+    }
+}
+
+/// Why no key could be loaded for a TCP connection.
+#[derive(Debug, thiserror::Error)]
+pub enum TcpKeyError {
+    #[error(transparent)]
+    Secret(#[from] crate::auth::SecretError),
+    #[error(transparent)]
+    Credential(#[from] CredentialError),
+}
+
+/// Chooses the key for a TCP connection: the credential named by a flag or `RB_CREDENTIAL`
+/// (`chosen`), else the lab secret at `secret_file` when it can be loaded, else the
+/// credential at `default_credential` (`~/.config/rb/credential`) when that file exists;
+/// else the lab secret's error.
+pub fn load_tcp_key(
+    chosen: Option<&Path>,
+    secret_file: &Path,
+    default_credential: &Path,
+) -> Result<TcpKey, TcpKeyError> {
+    if let Some(path) = chosen {
+        return Ok(TcpKey::Credential(Credential::load(path)?));
+    }
+    match Secret::load(secret_file) {
+        Ok(secret) => Ok(TcpKey::Secret(secret)),
+        Err(_) if default_credential.symlink_metadata().is_ok() => {
+            Ok(TcpKey::Credential(Credential::load(default_credential)?))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Reads a file only its owner (us) can read.
 fn read_private(path: &Path) -> Result<Vec<u8>, CredentialError> {
     let read_err = |source| CredentialError::Read {
@@ -246,6 +293,28 @@ mod tests {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
         let err = Credential::load(&path).expect_err("must refuse");
         assert!(err.to_string().contains("chmod 600"), "{err}");
+    }
+
+    #[test]
+    fn the_lab_secret_wins_unless_a_credential_is_chosen_or_the_secret_unreadable() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let secret = dir.path().join("secret");
+        let cred = dir.path().join("credential");
+        let bob = Credential::generate("bob").expect("random").expect("valid");
+        write_new_private(&cred, &bob.file_contents()).expect("write");
+        let got = load_tcp_key(None, &secret, &cred).expect("no secret: the credential");
+        assert!(matches!(got, TcpKey::Credential(c) if c.user() == "bob"));
+        crate::auth::write_new_secret(&secret, false).expect("secret");
+        let got = load_tcp_key(None, &secret, &cred).expect("the secret");
+        assert!(matches!(got, TcpKey::Secret(_)));
+        let got = load_tcp_key(Some(&cred), &secret, &cred).expect("chosen");
+        assert!(matches!(got, TcpKey::Credential(_)));
+        let none = dir.path().join("none");
+        let err = load_tcp_key(None, &none, &none).expect_err("nothing");
+        assert!(
+            err.to_string().contains("rb init"),
+            "the secret's error: {err}"
+        );
     }
 
     #[test]
