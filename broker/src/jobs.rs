@@ -570,6 +570,46 @@ mod tests {
         })
     }
 
+    /// Issue 17: a user releases the hosts of their own jobs only, and drains nothing.
+    #[tokio::test]
+    async fn a_user_releases_only_their_own_jobs_hosts() {
+        let mut desk = JobDesk::new(
+            Allocator::new(),
+            vec!["ssh".into()],
+            "ssh",
+            std::path::Path::new("/nonexistent/secret"),
+        );
+        let now = Instant::now();
+        desk.host_changed(&status("node02", "10.0.0.2"), now);
+        let (tx, _rx) = mpsc::channel(16);
+        let mut reg = registration(None);
+        reg.user = "bob".into();
+        let (job, _) = desk.register(reg, tx, now).await.expect("registered");
+        let allocate = ToBroker::Allocate {
+            req: 1,
+            symbolic: "anyLinux".into(),
+        };
+        let effects = desk.agent_message(job, allocate, now);
+        assert_eq!(granted_host(&effects).as_deref(), Some("node02"));
+        let release = || Request::Release {
+            host: "node02".into(),
+            grace_ms: Some(0),
+        };
+        let eve = Actor::User("eve".into());
+        let (answer, effects) = desk.admin(&eve, release(), now);
+        assert!(matches!(answer, Err(AdminError::Denied(_))), "{answer:?}");
+        assert!(effects.is_empty(), "nothing done");
+        let drain = Request::Drain {
+            host: "node02".into(),
+        };
+        let bob = Actor::User("bob".into());
+        let (answer, _) = desk.admin(&bob, drain, now);
+        assert!(matches!(answer, Err(AdminError::Denied(_))), "{answer:?}");
+        let (answer, effects) = desk.admin(&bob, release(), now);
+        assert!(matches!(answer, Ok(Response::Done { .. })), "{answer:?}");
+        assert!(!effects.is_empty(), "the reclaim starts");
+    }
+
     /// Issue 14, item 6, as the broker sees it: the agent runs on node01 (found by its
     /// address); a module job is never granted node01, a plain job may be.
     #[tokio::test]
