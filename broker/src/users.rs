@@ -104,9 +104,7 @@ impl UserBook {
         let Some(record) = self.users.get_mut(name) else {
             return false;
         };
-        let stale = record
-            .last_seen_unix
-            .is_none_or(|t| now - t > LAST_SEEN_SLACK_S);
+        let stale = !matches!(record.last_seen_unix, Some(t) if now - t <= LAST_SEEN_SLACK_S);
         record.last_seen_unix = Some(now);
         stale
     }
