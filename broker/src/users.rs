@@ -169,27 +169,30 @@ impl Users {
     }
 
     /// `rb user add NAME [--out FILE]`: records the user, writes the credential file and
-    /// returns its path. Nothing is kept when the file cannot be written.
+    /// returns its path. Nothing is kept when the file cannot be written. The book stays
+    /// locked throughout (no await here), so two adds of one name cannot both succeed.
     pub fn add(&self, name: &str, out: Option<&str>) -> Result<PathBuf, UserError> {
         let io = |e: std::io::Error| UserError::Io(e.to_string());
         let cred = Credential::generate(name)
             .map_err(io)?
             .ok_or_else(|| UserError::BadName(name.into()))?;
-        let mut book = self.with_book(|b| b.clone());
-        book.add(name, &cred.key_hex(), &self.owner, now_unix())?;
-        let path = self.credential_path(name, out)?;
-        write_new_private(&path, &cred.file_contents()).map_err(|e| {
-            UserError::Io(format!(
-                "cannot create {}: {e}\nhelp: the file must not exist yet; choose another --out",
-                path.display()
-            ))
-        })?;
-        if let Err(e) = save(&self.state_dir, &book) {
-            let _ = std::fs::remove_file(&path);
-            return Err(UserError::Io(e.to_string()));
-        }
-        self.with_book(|b| *b = book);
-        Ok(path)
+        self.with_book(|live| {
+            let mut book = live.clone();
+            book.add(name, &cred.key_hex(), &self.owner, now_unix())?;
+            let path = self.credential_path(name, out)?;
+            write_new_private(&path, &cred.file_contents()).map_err(|e| {
+                UserError::Io(format!(
+                    "cannot create {}: {e}\nhelp: the file must not exist yet; choose another --out",
+                    path.display()
+                ))
+            })?;
+            if let Err(e) = save(&self.state_dir, &book) {
+                let _ = std::fs::remove_file(&path);
+                return Err(UserError::Io(e.to_string()));
+            }
+            *live = book;
+            Ok(path)
+        })
     }
 
     fn credential_path(&self, name: &str, out: Option<&str>) -> Result<PathBuf, UserError> {
@@ -208,10 +211,13 @@ impl Users {
 
     /// `rb user revoke NAME`: forgets the user and drops their connections.
     pub fn revoke(&self, name: &str) -> Result<(), UserError> {
-        let mut book = self.with_book(|b| b.clone());
-        book.revoke(name)?;
-        save(&self.state_dir, &book).map_err(|e| UserError::Io(e.to_string()))?;
-        self.with_book(|b| *b = book);
+        self.with_book(|live| {
+            let mut book = live.clone();
+            book.revoke(name)?;
+            save(&self.state_dir, &book).map_err(|e| UserError::Io(e.to_string()))?;
+            *live = book;
+            Ok::<(), UserError>(())
+        })?;
         let _ = self.revoked.send(name.to_string());
         // The default credential file goes too: it opens nothing any more.
         let _ = std::fs::remove_file(self.state_dir.join("credentials").join(name));
