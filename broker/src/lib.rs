@@ -7,6 +7,7 @@
 //! - [`jobs`]: the allocator's async edge: agents, their request ids, effects → messages.
 //! - [`core`]: the one task that owns broker state and applies events in order.
 //! - [`server`]: TCP and local-socket listeners, handshakes, per-connection tasks.
+//! - [`requests`]: what a client request does: authorize, carry out, audit.
 //! - [`authz`]: who may do what (the owner everything; a user reads, releases own hosts).
 //! - [`users`]: the users with a credential (`rb user add|list|revoke`).
 //! - [`audit`]: the audit log of admin actions and refusals (`STATE_DIR/audit.log`).
@@ -26,6 +27,7 @@ pub mod hosts;
 pub mod jobs;
 pub mod persist;
 pub mod reload;
+pub mod requests;
 pub mod server;
 pub mod supervisor;
 pub mod transport;

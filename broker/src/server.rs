@@ -4,10 +4,9 @@
 //! A bad peer is logged (rate-limited) and dropped; it can never stall the broker, because
 //! each connection has its own task and a handshake deadline.
 //!
-//! Every request is authorized ([`crate::authz::authorize`]; `release` by the job desk,
-//! which knows whose job holds the host) and audited ([`crate::audit`]); a user's jobs are
-//! theirs by authentication, whatever name the agent claims; revoking a user ends their
-//! connections at once.
+//! Requests are answered by [`crate::requests`] (authorized, carried out, audited); a
+//! user's jobs are theirs by authentication, whatever name the agent claims; revoking a
+//! user ends their connections at once ([`crate::users::Revocation`]).
 
 use std::{
     collections::HashSet,
@@ -22,22 +21,23 @@ use proto::{
     auth::Secret,
     frame::{FrameError, FramedConn},
     handshake::{authenticate, refuse, Peer, ServerAuth},
-    msg::{ErrorCode, FromBroker, Request, Response, Role, ToBroker},
+    msg::{ErrorCode, FromBroker, Role, ToBroker},
     peercred,
 };
 use tokio::{
     io::{AsyncRead, AsyncWrite},
     net::{TcpListener, UnixListener},
-    sync::{broadcast, oneshot, watch},
+    sync::{oneshot, watch},
 };
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
 use crate::{
-    audit::{AuditEntry, AuditLog, Outcome},
-    authz::{self, Actor, AdminError},
+    audit::AuditLog,
+    authz::{Actor, AdminError},
     core::{Event, EventSender},
     reload::PolicyHandle,
-    users::Users,
+    requests::respond,
+    users::{revoked_message, Revocation, Users},
 };
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -204,11 +204,11 @@ async fn handle<S>(
         }
         Role::Hostd => hostd_session(conn, ctx, hello.name, shutdown).await,
         Role::Client => {
-            let revoked = Revocation::watch(ctx, &actor);
+            let revoked = Revocation::watch(&ctx.users, &actor);
             client_session(conn, ctx, local, &peer, &actor, revoked, shutdown).await
         }
         Role::Agent => {
-            let revoked = Revocation::watch(ctx, &actor);
+            let revoked = Revocation::watch(&ctx.users, &actor);
             agent_session(conn, ctx, &actor, revoked, shutdown).await
         }
         Role::Subagent => {
@@ -278,57 +278,6 @@ async fn hostd_session<S>(
             reason,
         })
         .await;
-}
-
-/// Ends a user's connection when their credential is revoked (never fires for the owner).
-struct Revocation {
-    user: Option<String>,
-    rx: Option<broadcast::Receiver<String>>,
-    /// Revoked between the handshake and the subscription.
-    already: bool,
-}
-
-impl Revocation {
-    fn watch(ctx: &ServerCtx, actor: &Actor) -> Self {
-        let Actor::User(user) = actor else {
-            return Self {
-                user: None,
-                rx: None,
-                already: false,
-            };
-        };
-        let rx = ctx.users.subscribe();
-        Self {
-            already: !ctx.users.exists(user),
-            user: Some(user.clone()),
-            rx: Some(rx),
-        }
-    }
-
-    /// Resolves when this connection's user is revoked.
-    async fn revoked(&mut self) {
-        if self.already {
-            return;
-        }
-        let (Some(user), Some(rx)) = (&self.user, self.rx.as_mut()) else {
-            return std::future::pending().await;
-        };
-        loop {
-            match rx.recv().await {
-                Ok(name) if name == *user => return,
-                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
-                Err(broadcast::error::RecvError::Closed) => return std::future::pending().await,
-            }
-        }
-    }
-}
-
-/// What a revoked user's connection is told before it is dropped.
-fn revoked_message(actor: &Actor) -> String {
-    format!(
-        "the credential of user `{}` was revoked; connection closed",
-        actor.name("")
-    )
 }
 
 async fn agent_session<S>(
@@ -450,135 +399,6 @@ async fn client_session<S>(
         };
         if conn.send(&reply).await.is_err() {
             return;
-        }
-    }
-}
-
-/// Answers one request and writes the audit line: every refusal, and every admin
-/// request carried out or failed.
-async fn respond(
-    ctx: &ServerCtx,
-    req: Request,
-    local: bool,
-    peer: &str,
-    actor: &Actor,
-) -> Result<Response, AdminError> {
-    let action = authz::action(&req);
-    let target = authz::target(&req).map(String::from);
-    let admin = authz::is_admin(&req);
-    let result = answer(ctx, req, local, peer, actor).await;
-    let (outcome, reason) = match &result {
-        Err(AdminError::Denied(r)) => (Outcome::Refused, Some(r.why.clone())),
-        Err(AdminError::Failed(why)) if admin => (Outcome::Failed, Some(why.clone())),
-        Ok(_) if admin => (Outcome::Ok, None),
-        _ => return result,
-    };
-    ctx.audit.record(AuditEntry {
-        time_unix: 0,
-        who: actor.name(&ctx.owner).to_string(),
-        action: action.to_string(),
-        target,
-        outcome,
-        reason,
-    });
-    result
-}
-
-async fn answer(
-    ctx: &ServerCtx,
-    req: Request,
-    local: bool,
-    peer: &str,
-    actor: &Actor,
-) -> Result<Response, AdminError> {
-    let at_desk = matches!(
-        req,
-        Request::Jobs | Request::Release { .. } | Request::Drain { .. } | Request::Resume { .. }
-    );
-    if !at_desk {
-        authz::authorize(actor, &req, |_| None)?;
-    }
-    let failed = AdminError::Failed;
-    let stopping = || AdminError::Failed("broker stopping".to_string());
-    match req {
-        Request::Status => {
-            let (tx, rx) = oneshot::channel();
-            ctx.events
-                .send(Event::Status { reply: tx })
-                .await
-                .map_err(|_| stopping())?;
-            let hosts = rx.await.map_err(|_| stopping())?;
-            Ok(Response::Status { hosts })
-        }
-        Request::Shutdown if local => {
-            info!(%peer, "shutdown requested");
-            let _ = ctx.stop.send(true);
-            Ok(Response::Ok)
-        }
-        Request::Shutdown => Err(failed(
-            "shutdown is only accepted on the local control socket".into(),
-        )),
-        Request::PolicyReload => {
-            info!(%peer, "policy reload requested");
-            let policy = ctx
-                .policy
-                .reload("rb policy reload")
-                .await
-                .map_err(failed)?;
-            Ok(Response::Policy { policy })
-        }
-        Request::UserAdd { name, out } => {
-            let path = ctx
-                .users
-                .add(&name, out.as_deref())
-                .map_err(|e| failed(e.to_string()))?;
-            info!(%peer, user = %name, path = %path.display(), "user added");
-            Ok(Response::UserAdded {
-                name,
-                path: path.display().to_string(),
-            })
-        }
-        Request::UserList => Ok(Response::Users {
-            users: ctx.users.list(),
-        }),
-        Request::UserRevoke { name } => {
-            ctx.users.revoke(&name).map_err(|e| failed(e.to_string()))?;
-            info!(%peer, user = %name, "user revoked");
-            Ok(Response::Done {
-                message: format!("user {name} revoked; their connections are closed"),
-            })
-        }
-        Request::PolicyShow => Ok(Response::Policy {
-            policy: ctx.policy.info(),
-        }),
-        Request::PolicyExplain { host, job } => {
-            let (tx, rx) = oneshot::channel();
-            ctx.events
-                .send(Event::Explain {
-                    host,
-                    job,
-                    reply: tx,
-                })
-                .await
-                .map_err(|_| stopping())?;
-            let explain = rx.await.map_err(|_| stopping())?.map_err(failed)?;
-            Ok(Response::Explain { explain })
-        }
-        req @ (Request::Jobs
-        | Request::Release { .. }
-        | Request::Drain { .. }
-        | Request::Resume { .. }) => {
-            let (tx, rx) = oneshot::channel();
-            let actor = actor.clone();
-            ctx.events
-                .send(Event::Admin {
-                    actor,
-                    req,
-                    reply: tx,
-                })
-                .await
-                .map_err(|_| stopping())?;
-            rx.await.map_err(|_| stopping())?
         }
     }
 }

@@ -1,6 +1,6 @@
 //! The users with a credential (`rb user add|list|revoke`): a pure [`UserBook`] (name → key,
 //! created, last seen) and [`Users`], its shared, file-backed shell that the listeners ask
-//! for keys and that drops a revoked user's connections.
+//! for keys and that drops a revoked user's connections ([`Revocation`]).
 //!
 //! The book lives in `STATE_DIR/users.json` (mode 0600, replaced atomically), separate from
 //! `broker.db` so that it survives a reset of the job state. It holds each user's HMAC key
@@ -26,6 +26,8 @@ use proto::{
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
+
+use crate::authz::Actor;
 
 /// How stale a persisted "last seen" may get before an authentication rewrites the file.
 const LAST_SEEN_SLACK_S: i64 = 60;
@@ -269,6 +271,57 @@ fn save(state_dir: &Path, book: &UserBook) -> std::io::Result<()> {
     file.write_all(&serde_json::to_vec_pretty(book).map_err(std::io::Error::other)?)?;
     file.sync_all()?;
     std::fs::rename(&tmp, &path)
+}
+
+/// Ends a user's connection when their credential is revoked (never fires for the owner).
+pub struct Revocation {
+    user: Option<String>,
+    rx: Option<broadcast::Receiver<String>>,
+    /// Revoked between the handshake and the subscription.
+    already: bool,
+}
+
+impl Revocation {
+    pub fn watch(users: &Users, actor: &Actor) -> Self {
+        let Actor::User(user) = actor else {
+            return Self {
+                user: None,
+                rx: None,
+                already: false,
+            };
+        };
+        let rx = users.subscribe();
+        Self {
+            already: !users.exists(user),
+            user: Some(user.clone()),
+            rx: Some(rx),
+        }
+    }
+
+    /// Resolves when this connection's user is revoked.
+    pub async fn revoked(&mut self) {
+        if self.already {
+            return;
+        }
+        let (Some(user), Some(rx)) = (&self.user, self.rx.as_mut()) else {
+            return std::future::pending().await;
+        };
+        loop {
+            match rx.recv().await {
+                Ok(name) if name == *user => return,
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return std::future::pending().await,
+            }
+        }
+    }
+}
+
+/// What a revoked user's connection is told before it is dropped.
+pub fn revoked_message(actor: &Actor) -> String {
+    format!(
+        "the credential of user `{}` was revoked; connection closed",
+        actor.name("")
+    )
 }
 
 #[cfg(test)]
