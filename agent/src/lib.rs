@@ -7,6 +7,7 @@
 //! - [`link`]: finding the broker (or starting an embedded one), authenticating, registering.
 //! - [`instances`]: which host each instance name (`anyLinux-1`) of the job is bound to.
 //! - [`jobenv`]: the job's private dir, the shim first in `PATH`, launcher variables.
+//! - [`jobkey`]: the job's own key, which its subagents prove (not the lab secret).
 //! - [`listeners`]: the shim socket and the subagent port.
 //! - [`module`]: finding and running a job's `NAME-grow|shrink|halt` programs.
 //! - [`program`]: whether the app can start at all (exit 127/126 as shells do).
@@ -25,6 +26,7 @@ pub mod cli;
 pub mod instances;
 pub mod jobenv;
 pub mod jobguard;
+pub mod jobkey;
 pub mod launcher;
 pub mod link;
 pub mod listeners;

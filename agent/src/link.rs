@@ -1,5 +1,10 @@
 //! The agent's connection to the broker: find it (flag, env, lab file, else an embedded
 //! single-machine broker started for this job), authenticate, register the job.
+//!
+//! Over TCP the agent proves the lab secret, or a user's credential: the one
+//! `RB_CREDENTIAL` names, else `~/.config/rb/credential` when the lab secret is not
+//! readable ([`proto::credential::load_tcp_key`]). The broker gives the job to the user it
+//! authenticated, whatever `JobRegistration.user` says.
 
 use std::{
     net::{IpAddr, Ipv4Addr},
@@ -10,7 +15,7 @@ use std::{
 
 use anyhow::{bail, Context};
 use proto::{
-    auth::Secret,
+    credential::load_tcp_key,
     frame::FramedConn,
     handshake::{client_handshake, ClientAuth},
     msg::{FromBroker, JobRegistration, Role, ToBroker},
@@ -135,7 +140,11 @@ pub async fn connect(t: &BrokerTarget, label: &str) -> anyhow::Result<(Conn, IpA
                 .secret_file
                 .clone()
                 .unwrap_or_else(config::default_secret_path);
-            let secret = Secret::load(&path)?;
+            let chosen = std::env::var_os("RB_CREDENTIAL")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from);
+            let default_credential = config::default_credential_path();
+            let key = load_tcp_key(chosen.as_deref(), &path, &default_credential)?;
             let stream = tokio::net::TcpStream::connect(addr)
                 .await
                 .with_context(|| format!("cannot reach the broker at {addr}"))?;
@@ -143,7 +152,7 @@ pub async fn connect(t: &BrokerTarget, label: &str) -> anyhow::Result<(Conn, IpA
             let local = stream.local_addr()?.ip();
             let mut conn: Conn =
                 FramedConn::with_limit(Box::new(stream), proto::MAX_RESPONSE_BYTES);
-            client_handshake(&mut conn, Role::Agent, label, ClientAuth::Secret(&secret)).await?;
+            client_handshake(&mut conn, Role::Agent, label, key.client_auth()).await?;
             Ok((conn, local))
         }
     }

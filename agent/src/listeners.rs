@@ -1,6 +1,7 @@
 //! The agent's two listeners and their per-connection tasks:
 //! - the job-local unix socket where shims ask for hosts (same uid only, SO_PEERCRED);
-//! - the TCP port where subagents on allocated hosts report (lab secret, HMAC handshake).
+//! - the TCP port where subagents on allocated hosts report (the job's own key,
+//!   [`crate::jobkey`]; HMAC handshake).
 //!
 //! Tasks turn traffic into [`Event`]s for the agent loop and carry its answers back.
 

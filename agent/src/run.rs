@@ -10,7 +10,6 @@ use std::{
 use anyhow::{bail, Context};
 use proto::{
     agent::ShimReply,
-    auth::Secret,
     msg::{FromBroker, JobRegistration, ToBroker},
 };
 use tokio::{
@@ -149,11 +148,12 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
         .context("cannot open the subagent port")?;
     let sub_addr = subs.local_addr()?.to_string();
     info!(%sub_addr, "subagents reach the agent here");
-    let secret_file = target
-        .secret_file
-        .clone()
-        .unwrap_or_else(|| job.secret_file.clone());
-    let secret = Arc::new(Secret::load(&secret_file)?);
+    // Subagents prove the job's own key, not the lab secret (issue 17; crate::jobkey).
+    let job_key = crate::jobkey::JobKey::create(job.job, &env.dir)?;
+    let (secret_file, secret) = (
+        job_key.path().to_path_buf(),
+        Arc::new(job_key.secret().clone()),
+    );
     let (events_tx, events) = mpsc::channel(256);
     let shim_task = tokio::spawn(listeners::serve_shims(shims, events_tx.clone()));
     let module = cfg

@@ -18,6 +18,7 @@ use tracing::{info, warn};
 
 use crate::{
     alloc::JobId,
+    authz::{Actor, AdminError},
     hosts::{ConnId, Effect, HostTable},
     jobs::{JobDesk, LiveAllocs},
     supervisor::SupervisorSet,
@@ -79,10 +80,11 @@ pub enum Event {
         job: Option<JobId>,
         reply: oneshot::Sender<Result<serde_json::Value, String>>,
     },
-    /// `rb jobs|release|drain|resume`.
+    /// `rb jobs|release|drain|resume` from `actor` (authorized by the desk).
     Admin {
+        actor: Actor,
         req: Request,
-        reply: oneshot::Sender<Result<Response, String>>,
+        reply: oneshot::Sender<Result<Response, AdminError>>,
     },
 }
 
@@ -189,8 +191,8 @@ async fn apply(
             let effects = desk.agent_gone(job, now);
             desk.perform(effects).await;
         }
-        Event::Admin { req, reply } => {
-            let (answer, effects) = desk.admin(req, now);
+        Event::Admin { actor, req, reply } => {
+            let (answer, effects) = desk.admin(&actor, req, now);
             let _ = reply.send(answer);
             desk.perform(effects).await;
         }

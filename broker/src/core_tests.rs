@@ -134,8 +134,9 @@ impl Core {
 
     async fn admin(&self, req: Request) -> Result<Response, String> {
         let (reply, answer) = oneshot::channel();
-        self.send(Event::Admin { req, reply }).await;
-        answer.await.expect("answered")
+        let actor = crate::authz::Actor::Owner;
+        self.send(Event::Admin { actor, req, reply }).await;
+        answer.await.expect("answered").map_err(|e| e.to_string())
     }
 
     async fn status(&self) -> Vec<HostStatus> {

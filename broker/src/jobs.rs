@@ -21,6 +21,7 @@ use allocation::trace::{host_delta, Input};
 
 use crate::{
     alloc::{AllocId, Allocator, Effect, HostView, JobId, JobInfo, RequestId},
+    authz::{authorize, Actor, AdminError},
     trace::TraceSink,
 };
 
@@ -223,9 +224,12 @@ impl JobDesk {
         tx: mpsc::Sender<FromBroker>,
         now: Instant,
     ) -> Result<(JobId, Vec<Effect>), String> {
-        let resumable = reg
-            .resume
-            .filter(|j| self.awaiting_agent.contains_key(j) && self.alloc.is_running(*j));
+        // Only the job's own user resumes it (`reg.user` is the authenticated one).
+        let resumable = reg.resume.filter(|j| {
+            self.awaiting_agent.contains_key(j)
+                && self.alloc.is_running(*j)
+                && self.alloc.job_info(*j).is_some_and(|i| i.user == reg.user)
+        });
         if let (None, Some(store)) = (resumable, &self.store) {
             store
                 .check_writable()
@@ -494,8 +498,32 @@ impl JobDesk {
         effects
     }
 
-    /// Client requests about jobs.
-    pub fn admin(&mut self, req: Request, now: Instant) -> (Result<Response, String>, Vec<Effect>) {
+    /// The user of the job holding `host`, if a job holds it.
+    fn holder_user(&self, host: &str) -> Option<String> {
+        let (job, _) = self.alloc.holder(host)?;
+        self.alloc.job_info(job).map(|i| i.user.clone())
+    }
+
+    /// Client requests about jobs, from `actor` (authorized here: whether a user may
+    /// release a host depends on whose job holds it).
+    pub fn admin(
+        &mut self,
+        actor: &Actor,
+        req: Request,
+        now: Instant,
+    ) -> (Result<Response, AdminError>, Vec<Effect>) {
+        if let Err(refusal) = authorize(actor, &req, |h| self.holder_user(h)) {
+            return (Err(refusal.into()), Vec::new());
+        }
+        let (answer, effects) = self.admin_allowed(req, now);
+        (answer.map_err(AdminError::Failed), effects)
+    }
+
+    fn admin_allowed(
+        &mut self,
+        req: Request,
+        now: Instant,
+    ) -> (Result<Response, String>, Vec<Effect>) {
         match req {
             Request::Jobs => {
                 let jobs = self.job_rows(now);
@@ -749,6 +777,46 @@ mod tests {
             Effect::Granted { host, .. } => Some(host.clone()),
             _ => None,
         })
+    }
+
+    /// Issue 17: a user releases the hosts of their own jobs only, and drains nothing.
+    #[tokio::test]
+    async fn a_user_releases_only_their_own_jobs_hosts() {
+        let mut desk = JobDesk::new(
+            Allocator::new(),
+            vec!["ssh".into()],
+            "ssh",
+            std::path::Path::new("/nonexistent/secret"),
+        );
+        let now = Instant::now();
+        desk.host_changed(&status("node02", "10.0.0.2"), now);
+        let (tx, _rx) = mpsc::channel(16);
+        let mut reg = registration(None);
+        reg.user = "bob".into();
+        let (job, _) = desk.register(reg, tx, now).await.expect("registered");
+        let allocate = ToBroker::Allocate {
+            req: 1,
+            symbolic: "anyLinux".into(),
+        };
+        let effects = desk.agent_message(job, allocate, now);
+        assert_eq!(granted_host(&effects).as_deref(), Some("node02"));
+        let release = || Request::Release {
+            host: "node02".into(),
+            grace_ms: Some(0),
+        };
+        let eve = Actor::User("eve".into());
+        let (answer, effects) = desk.admin(&eve, release(), now);
+        assert!(matches!(answer, Err(AdminError::Denied(_))), "{answer:?}");
+        assert!(effects.is_empty(), "nothing done");
+        let drain = Request::Drain {
+            host: "node02".into(),
+        };
+        let bob = Actor::User("bob".into());
+        let (answer, _) = desk.admin(&bob, drain, now);
+        assert!(matches!(answer, Err(AdminError::Denied(_))), "{answer:?}");
+        let (answer, effects) = desk.admin(&bob, release(), now);
+        assert!(matches!(answer, Ok(Response::Done { .. })), "{answer:?}");
+        assert!(!effects.is_empty(), "the reclaim starts");
     }
 
     /// Issue 14, item 6, as the broker sees it: the agent runs on node01 (found by its

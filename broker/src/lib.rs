@@ -8,6 +8,10 @@
 //! - [`jobs`]: the allocator's async edge: agents, their request ids, effects → messages.
 //! - [`core`]: the one task that owns broker state and applies events in order.
 //! - [`server`]: TCP and local-socket listeners, handshakes, per-connection tasks.
+//! - [`requests`]: what a client request does: authorize, carry out, audit.
+//! - [`authz`]: who may do what (the owner everything; a user reads, releases own hosts).
+//! - [`users`]: the users with a credential (`rb user add|list|revoke`).
+//! - [`audit`]: the audit log of admin actions and refusals (`STATE_DIR/audit.log`).
 //! - [`supervisor`]: keeps every host's daemon running through the transport.
 //! - [`trace`]: the decision trace's edge: the sink the job desk records into, and the
 //!   writer thread appending to `STATE_DIR/trace/` (format and replay: `allocation`).
@@ -18,16 +22,20 @@
 //! shutdown → stop daemons (lifeline, then SIGKILL) → remove the socket.
 
 pub mod alloc;
+pub mod audit;
+pub mod authz;
 pub mod core;
 pub mod embedded;
 pub mod hosts;
 pub mod jobs;
 pub mod persist;
 pub mod reload;
+pub mod requests;
 pub mod server;
 pub mod supervisor;
 pub mod trace;
 pub mod transport;
+pub mod users;
 
 use std::{
     collections::HashSet,
@@ -100,6 +108,12 @@ pub async fn run(
     let watcher = reload::spawn_policy_watcher(policy_handle.clone(), stop_rx.clone())
         .context("cannot watch for SIGHUP")?;
     let (live_tx, live_rx) = watch::channel(None);
+    let owner = owner_name();
+    let identity = server::Identity {
+        users: Arc::new(users::Users::load(&lab.broker.state_dir, &owner)?),
+        audit: audit::AuditLog::new(&lab.broker.state_dir),
+        owner,
+    };
     let mut ctx = ServerCtx::new(
         secret,
         events_tx.clone(),
@@ -107,6 +121,7 @@ pub async fn run(
         interval_ms,
         stop_tx.clone(),
         policy_handle,
+        identity,
     );
     // Host daemons sweep leftovers only where each serves a machine of its own.
     if matches!(
@@ -143,6 +158,15 @@ pub async fn run(
     let _ = std::fs::remove_file(info_path(&lab.broker.state_dir));
     info!("broker stopped");
     Ok(())
+}
+
+/// The login name of the broker's user (whose jobs are the owner's), else `uid N`.
+fn owner_name() -> String {
+    let uid = nix::unistd::geteuid();
+    nix::unistd::User::from_uid(uid)
+        .ok()
+        .flatten()
+        .map_or_else(|| format!("uid {uid}"), |u| u.name)
 }
 
 /// The job side, restored from `STATE_DIR/broker.db` when it holds a previous run's state.

@@ -257,6 +257,11 @@ pub fn default_secret_path() -> PathBuf {
     expand_home("~/.config/rb/secret")
 }
 
+/// Where a user keeps the credential `rb user add` made for them.
+pub fn default_credential_path() -> PathBuf {
+    expand_home("~/.config/rb/credential")
+}
+
 /// A program installed next to the running one (cargo and packages put them in one
 /// directory); falls back to the bare name, looked up in `PATH`.
 pub fn sibling_program(name: &str) -> PathBuf {

@@ -5,6 +5,7 @@
 //! - [`report`]: the host report a host daemon sends, and the host status the broker serves.
 //! - [`frame`]: one JSON message per line, with a size limit, over any async byte stream.
 //! - [`auth`]: the lab secret and the HMAC challenge–response used on TCP connections.
+//! - [`credential`]: per-user credentials (`rb user add`), proved like the lab secret.
 //! - [`handshake`]: the opening exchange (hello → challenge → auth → welcome) for both sides.
 //! - [`peercred`]: SO_PEERCRED uid checks for local (unix-socket) connections.
 //! - [`route`]: this machine's address on the route to a peer (what an agent advertises).
@@ -16,6 +17,7 @@
 
 pub mod agent;
 pub mod auth;
+pub mod credential;
 pub mod frame;
 pub mod handshake;
 pub mod msg;

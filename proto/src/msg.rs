@@ -43,6 +43,11 @@ pub struct Hello {
     pub name: String,
     /// Client nonce, hex; used on TCP connections, ignored on unix sockets.
     pub nonce: String,
+    /// TCP only: the user whose credential ([`crate::credential`]) the peer proves instead
+    /// of the lab secret. Absent = the lab secret. A broker older than this field refuses a
+    /// hello that has it (unknown field), so the failure is explicit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
 }
 
 /// Requests a client can make once welcomed.
@@ -69,6 +74,24 @@ pub enum Request {
     /// Each policy hook's value on `host` and the inputs it read, for `job` (default: a
     /// sample job of the caller's, see PROTOCOL.md): [`Response::Explain`].
     PolicyExplain { host: String, job: Option<u64> },
+    /// Create a credential for user `name`; the broker writes it to `out` (an absolute
+    /// path on the broker's machine; default `STATE_DIR/credentials/NAME`) and answers
+    /// [`Response::UserAdded`]. The broker's owner only.
+    UserAdd { name: String, out: Option<String> },
+    /// The users with a credential: [`Response::Users`]. The broker's owner only.
+    UserList,
+    /// Remove user `name`'s credential and drop their connections. The owner only.
+    UserRevoke { name: String },
+}
+
+/// One user with a credential (`rb user list`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserInfo {
+    pub name: String,
+    /// When the credential was made, Unix seconds.
+    pub created_unix: i64,
+    /// The last time the user authenticated, Unix seconds (`None`: never).
+    pub last_seen_unix: Option<i64>,
 }
 
 /// The allocation policy in force (`rb policy show`).
@@ -110,6 +133,15 @@ pub enum Response {
     /// value, error, inputs: [[field, value]]}]}`.
     Explain {
         explain: serde_json::Value,
+    },
+    /// `rb user add`: the credential of `name` is in `path` (on the broker's machine).
+    UserAdded {
+        name: String,
+        path: String,
+    },
+    /// `rb user list`.
+    Users {
+        users: Vec<UserInfo>,
     },
 }
 
@@ -212,8 +244,10 @@ pub enum ToBroker {
 pub enum ErrorCode {
     /// Protocol version mismatch.
     Version,
-    /// Authentication failed (wrong secret or wrong uid).
+    /// Authentication failed (wrong secret or credential, wrong uid, revoked user).
     Auth,
+    /// Authenticated, but not allowed to do this (e.g. a user's `rb drain`); `rb` exits 77.
+    Denied,
     /// The message could not be decoded or was not expected now.
     BadMessage,
     /// The host name is not in the lab file.
@@ -326,6 +360,7 @@ mod tests {
             role: Role::Hostd,
             name: "node02".into(),
             nonce: "ab".into(),
+            user: None,
         });
         let text = serde_json::to_string(&hello).expect("serialise");
         assert!(text.starts_with(r#"{"t":"hello""#), "{text}");

@@ -17,7 +17,8 @@ struct Args {
     /// Allocation id this command runs under.
     #[arg(long)]
     alloc: u64,
-    /// The lab secret file.
+    /// The file holding the key this job's agent accepts (the job's key, see
+    /// `agent::jobkey`; the key itself is never on a command line).
     #[arg(long, default_value = "~/.config/rb/secret")]
     secret_file: String,
     /// The job's preload library (module jobs): put first in the command's LD_PRELOAD when
