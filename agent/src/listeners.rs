@@ -2,7 +2,7 @@
 //! - the job-local unix socket where shims ask for hosts (same uid only, SO_PEERCRED);
 //! - the TCP port where subagents on allocated hosts report (lab secret, HMAC handshake).
 //!
-//! Tasks turn traffic into [`Event`]s for the agent loop and carry its answers back.
+//! Tasks turn traffic into [`Event`]s for the agent's shell and carry its answers back.
 
 use std::sync::{
     atomic::{AtomicU64, Ordering},
@@ -34,6 +34,7 @@ pub enum Event {
         reply: mpsc::Sender<ShimReply>,
     },
     ShimAttach {
+        conn: u64,
         host: String,
         reply: mpsc::Sender<ShimReply>,
     },
@@ -66,13 +67,8 @@ pub enum Event {
     },
     /// A module program finished (see [`crate::module`]).
     ModuleDone(crate::module::Outcome),
-    /// A host was reclaimed while its remote command was being launched: no subagent has
-    /// attached within the grace period, so there is nothing left to wait for.
-    LaunchWindowOver {
-        alloc: u64,
-    },
-    /// The process that was granted `alloc` (shim, then remote shell) ended some time ago.
-    LauncherGone {
+    /// The process that was granted `alloc` (shim, then remote shell) ended.
+    LauncherExited {
         alloc: u64,
     },
 }
@@ -105,7 +101,11 @@ async fn shim_conn(mut conn: FramedConn<tokio::net::UnixStream>, events: mpsc::S
             pid,
             reply: tx,
         },
-        Ok(ShimRequest::Attach { host, .. }) => Event::ShimAttach { host, reply: tx },
+        Ok(ShimRequest::Attach { host, .. }) => Event::ShimAttach {
+            conn: id,
+            host,
+            reply: tx,
+        },
         Ok(ShimRequest::Resolved { symbolic, pid }) => {
             let _ = events.send(Event::Resolved { symbolic, pid }).await;
             return;

@@ -179,7 +179,7 @@ fn is_executable(path: &Path) -> bool {
 }
 
 /// One module program run.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Call {
     pub action: Action,
     /// Host name and address (grow, shrink).
