@@ -23,7 +23,7 @@ use tokio::{
 };
 use tracing::{debug, warn};
 
-/// What listeners tell the agent loop.
+/// What listeners tell the agent's shell (which turns them into the core's inputs).
 #[derive(Debug)]
 pub enum Event {
     ShimAllocate {

@@ -13,7 +13,8 @@
 //! - `module_job`: module jobs (DESIGN.md flow 6): phase 1 at the broker, `NAME-grow` on a
 //!   grant, `NAME-shrink` before the subagents on a reclaim, `NAME-halt` at the end.
 //! - `end`: the broker lost and back, the app's exit and the end sequence.
-//! - `tests`: scenario tests, microseconds each.
+//! - `tests`: scenario tests, microseconds each; `walk_tests`: seeded random walks checked
+//!   against a model of what the broker, the shims and the hosts file saw.
 //!
 //! # Model
 //! - An **allocation** is a host the broker granted: `granted → used` (a subagent attached)
@@ -64,6 +65,8 @@ mod module_job;
 mod shims;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod walk_tests;
 
 use std::{
     collections::{BTreeMap, HashMap},
