@@ -8,7 +8,8 @@
 //! - the **guardian** (forked right after the command starts, detached from the terminal and
 //!   from stdio) connects to the job's agent, reports the group, heartbeats, and ends the
 //!   group — SIGTERM, the grace period, then SIGKILL — when the agent reclaims the host or
-//!   when the agent is gone for longer than [`AGENT_LOSS_LIMIT`]. It stays while any process
+//!   when the agent is gone for longer than [`AGENT_LOSS_LIMIT`] (at once when its port
+//!   refuses: the agent has ended). It stays while any process
 //!   of the group lives (daemons such as a PVM slave outlive the command that started them),
 //!   so nothing the job started on this host is ever left unwatched. When it ends a group
 //!   on its own (the agent out of reach: for how long, the last error), it says so in the
@@ -265,7 +266,7 @@ async fn guard(cfg: SubagentConfig, watch: &Watch, status_rx: OwnedFd) {
             Ok(conn) => conn,
             Err(why) => {
                 let since = *lost_since.get_or_insert_with(Instant::now);
-                if since.elapsed() > AGENT_LOSS_LIMIT || !watch.alive() {
+                if why.agent_is_gone() || since.elapsed() > AGENT_LOSS_LIMIT || !watch.alive() {
                     agent_lost(&cfg, watch, since, &why);
                     return;
                 }
@@ -395,6 +396,17 @@ enum AgentLinkError {
         agent: String,
         source: proto::handshake::HandshakeError,
     },
+}
+
+impl AgentLinkError {
+    /// The agent's port refused the connection: nothing listens there any more, so the
+    /// agent has ended (it listens for its whole life), unlike a timeout, which may be a
+    /// partition that heals. Its job has ended: waiting [`AGENT_LOSS_LIMIT`] would only
+    /// leave the command running on a host the broker may already have given to another job.
+    fn agent_is_gone(&self) -> bool {
+        matches!(self, AgentLinkError::Connect { source, .. }
+            if source.kind() == std::io::ErrorKind::ConnectionRefused)
+    }
 }
 
 /// Connects to the agent and authenticates.

@@ -160,8 +160,12 @@ async fn apply(
             }
         },
         Event::AgentMessage { job, msg } => {
+            let ended = matches!(msg, ToBroker::EndJob { .. });
             let effects = desk.agent_message(job, msg, now);
             desk.perform(effects).await;
+            if ended {
+                desk.confirm_end(job);
+            }
         }
         Event::AgentGone { job } => {
             let effects = desk.agent_gone(job, now);

@@ -457,11 +457,29 @@ impl JobDesk {
             }
         }
         if persist {
-            if let Some(store) = &self.store {
+            if let Some(store) = &mut self.store {
                 store.save(self.alloc.snapshot());
             }
         }
         persist
+    }
+
+    /// Tells `job`'s agent that its end is saved, once everything queued for the disk so
+    /// far is written (the end was queued by [`JobDesk::perform`] just before). The agent
+    /// waits for this before it exits: a broker killed between the agent's `end_job` and
+    /// the save would otherwise bring the job back with its hosts held until
+    /// [`RESUME_WINDOW`] passed, with no agent to end it.
+    pub fn confirm_end(&self, job: JobId) {
+        let Some(tx) = self.agents.get(&job).cloned() else {
+            return;
+        };
+        let written = self.store.as_ref().map(|s| s.written());
+        tokio::spawn(async move {
+            if let Some(written) = written {
+                written.await;
+            }
+            let _ = tx.send(FromBroker::JobEnded { job }).await;
+        });
     }
 
     fn forget_req(&mut self, req: RequestId) -> Option<(JobId, u64)> {

@@ -293,6 +293,12 @@ pub enum FromBroker {
         host: String,
         grace_ms: u64,
     },
+    /// To an agent, after its `end_job`: the job's end is saved in the broker's state
+    /// (a broker killed after this point does not bring the job back). The agent waits
+    /// for it (bounded), re-sending `end_job` after a reconnect.
+    JobEnded {
+        job: u64,
+    },
     /// Agent → subagent: end the command's process group (TERM, then KILL after `grace_ms`).
     Terminate {
         grace_ms: u64,

@@ -136,6 +136,11 @@ impl Broker {
         assert!(up.is_some(), "broker did not restart:\n{}", self.log());
     }
 
+    /// The broker process's pid (to stop it with SIGSTOP in a test).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn state_dir(&self) -> PathBuf {
         self.dir.path().join("state")
     }

@@ -16,7 +16,7 @@ use std::{
 
 use tests::{
     faults::{
-        being_taken, exclusive, job_processes, kept, leftovers, shared_hosts,
+        being_taken, exclusive, job_processes, kept, leftovers, reclaims_logged, shared_hosts,
         stream::{budget, kill_one, pin_port, stream_lab, Stream, Victim},
         FaultConfig, Jobs, View,
     },
@@ -34,6 +34,7 @@ fn broker_sigkilled_at_random_points_loses_no_job_host_or_request() {
     let mut env = stream_lab();
     let mut s = Stream::new("broker_kill", cfg.seed);
     let deadline = budget(cfg.kills);
+    let mut log_seen = 0;
     for _ in 0..cfg.kills {
         if Instant::now() > deadline {
             s.tally
@@ -53,6 +54,10 @@ fn broker_sigkilled_at_random_points_loses_no_job_host_or_request() {
         eprintln!("fault: broker killed");
         env.broker.kill_and_restart();
         let after = wait_until(Duration::from_secs(10), || View::take(&env));
+        let log = env.broker.log();
+        s.taken
+            .extend(reclaims_logged(log.get(log_seen..).unwrap_or_default()));
+        log_seen = log.len();
         let mut out = match &after {
             None => vec!["broker not answering 10 s after a restart".to_string()],
             Some(after) => {
