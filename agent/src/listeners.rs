@@ -67,9 +67,10 @@ pub enum Event {
     },
     /// A module program finished (see [`crate::module`]).
     ModuleDone(crate::module::Outcome),
-    /// The process that was granted `alloc` (shim, then remote shell) ended.
+    /// The process `pid` that was granted `alloc` (shim, then remote shell) ended.
     LauncherExited {
         alloc: u64,
+        pid: u32,
     },
 }
 

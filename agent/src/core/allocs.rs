@@ -32,6 +32,10 @@ pub(super) struct Alloc {
     /// Bound to an instance name (`anyLinux-1`): kept between commands until the job ends
     /// or the broker takes it back.
     pub(super) instance: bool,
+    /// Processes a `Granted` answer for this host went to (shims, then the remote shells
+    /// they exec) that still run: each may still start a subagent here, so the job's end
+    /// waits for them.
+    pub(super) launchers: BTreeSet<u32>,
 }
 
 impl AgentCore {
@@ -55,6 +59,7 @@ impl AgentCore {
             reclaiming: false,
             deadline: None,
             instance: false,
+            launchers: BTreeSet::new(),
         };
         self.allocs.insert(alloc, a);
         self.write_hosts(out);
@@ -189,8 +194,26 @@ impl AgentCore {
         }
     }
 
-    /// The launcher of `alloc` ended: a late subagent gets [`LATE_ATTACH`] to attach.
-    pub(super) fn launcher_exited(&mut self, alloc: AllocId, now: Instant, out: &mut Out) {
+    /// `pid` got a `Granted` answer for `alloc`: it is watched until it ends.
+    pub(super) fn watch_launcher(&mut self, alloc: AllocId, pid: u32, out: &mut Out) {
+        if let Some(a) = self.allocs.get_mut(&alloc) {
+            a.launchers.insert(pid);
+            out.push(Output::WatchLauncher { alloc, pid });
+        }
+    }
+
+    /// The launcher `pid` of `alloc` ended: a late subagent gets [`LATE_ATTACH`] to attach.
+    pub(super) fn launcher_exited(
+        &mut self,
+        alloc: AllocId,
+        pid: u32,
+        now: Instant,
+        out: &mut Out,
+    ) {
+        let Some(a) = self.allocs.get_mut(&alloc) else {
+            return;
+        };
+        a.launchers.remove(&pid);
         let timer = Timer::LateAttach { alloc };
         out.push(Output::SetTimer {
             timer,

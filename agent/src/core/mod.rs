@@ -30,7 +30,12 @@
 //!   [`Input::Timer`] with the same [`Timer`] at its time. A timer is never cancelled: the
 //!   core checks, when it fires, that it still means something.
 //! - The job's **phase**: running, halting (module jobs: `NAME-halt` runs), draining
-//!   (subagents told to end; waiting for them), ended ([`Output::Exit`] given).
+//!   (subagents told to end; waiting for them and for the launchers still running),
+//!   confirming (`end_job` told; waiting for the broker's `job_ended`), ended
+//!   ([`Output::Exit`] given).
+//! - A **launcher** is a process a shim's `Granted` answer went to (the shim, then the
+//!   remote shell it execs): while it runs it may still start a subagent on that host, so
+//!   the job's end waits for it ([`Output::WatchLauncher`] … [`Input::LauncherExited`]).
 //!
 //! # Choices
 //! - **Feedback inputs come first.** [`Output::Offer`] and [`Output::Reconnect`] are answered
@@ -40,8 +45,9 @@
 //!   give.
 //! - **Logs stay here** (`tracing`): they are for people and change nothing; everything a
 //!   peer must learn is an output (a note in `rb jobs` is [`Output::ToBroker`]).
-//! - **Outside the running phase** shim and subagent connections are closed without an
-//!   answer, broker messages and signals are ignored: the job is ending.
+//! - **Outside the running phase** shim connections are closed without an answer, a
+//!   subagent that attaches is told to end its command at once, broker messages other than
+//!   `job_ended` and signals are ignored: the job is ending.
 //!
 //! # The JEL pool (issue 16) in this core
 //! The pure `jel::pool::Pool` (its module doc, "Hosting a pool") becomes one more part of
@@ -170,8 +176,8 @@ pub enum Input {
     BrokerGone,
     /// A module program finished.
     ModuleDone(Outcome),
-    /// The launcher watched by [`Output::WatchLauncher`] ended.
-    LauncherExited { alloc: AllocId },
+    /// The launcher `pid` watched by [`Output::WatchLauncher`] ended.
+    LauncherExited { alloc: AllocId, pid: u32 },
     /// A timer set by [`Output::SetTimer`] is due.
     Timer(Timer),
     /// The app ended with this exit code (rsh style: 128+signal when killed).
@@ -203,7 +209,8 @@ pub enum Output {
     RunModule(Call),
     /// Skip the module calls that have not started (the job is ending), except halts.
     SkipQueuedModuleCalls,
-    /// Report [`Input::LauncherExited`] once process `pid` has ended.
+    /// Report [`Input::LauncherExited`] once process `pid` has ended. Until then the core
+    /// counts `pid` as a launcher of `alloc`'s host: the job's end waits for it.
     WatchLauncher { alloc: AllocId, pid: u32 },
     /// Feed [`Input::Timer`] with `timer` at `at`.
     SetTimer { timer: Timer, at: Instant },
@@ -227,8 +234,10 @@ pub enum Timer {
     LateAttach { alloc: AllocId },
     /// The module's halt has had its time.
     HaltWait,
-    /// The end of the job has waited long enough for subagents.
+    /// The end of the job has waited long enough for subagents and launchers.
     EndWait,
+    /// The broker has not confirmed the job's end in time: exit anyway.
+    EndAck,
 }
 
 /// Where the job is in its life.
@@ -239,12 +248,28 @@ pub enum Phase {
     Halting {
         status: i32,
     },
-    /// Subagents were told to end; waiting for them.
+    /// Subagents were told to end; waiting for them and for launchers still running.
     Draining {
         status: i32,
     },
+    /// `end_job` is (or is to be) told to the broker; waiting until `until` for its
+    /// `job_ended` (the end is saved), reconnecting and telling it again when it is lost.
+    Confirming {
+        status: i32,
+        until: Instant,
+    },
     /// [`Output::Exit`] was given.
     Ended,
+}
+
+/// The broker connection as the core knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Link {
+    Live,
+    /// Failed and not (yet) back: during the job's end, got back only to tell it the end.
+    Lost,
+    /// Did not come back in time, or no longer knows the job.
+    Gone,
 }
 
 /// Collected outputs of one input.
@@ -265,6 +290,7 @@ pub struct AgentCore {
     instances: Instances<Caller>,
     /// Set for module jobs.
     module: Option<ModuleJob>,
+    broker: Link,
 }
 
 impl AgentCore {
@@ -279,6 +305,7 @@ impl AgentCore {
             allocs: BTreeMap::new(),
             instances: Instances::default(),
             module,
+            broker: Link::Live,
         }
     }
 
@@ -297,7 +324,9 @@ impl AgentCore {
         let mut out = Vec::new();
         match self.phase {
             Phase::Running => self.running(input, now, &mut out),
-            Phase::Halting { .. } | Phase::Draining { .. } => self.ending(input, now, &mut out),
+            Phase::Halting { .. } | Phase::Draining { .. } | Phase::Confirming { .. } => {
+                self.ending(input, now, &mut out)
+            }
             Phase::Ended => {}
         }
         out
@@ -330,10 +359,10 @@ impl AgentCore {
             Input::BrokerBack => self.broker_back(out),
             Input::BrokerGone => self.broker_gone(out),
             Input::ModuleDone(outcome) => self.module_done(outcome, now, out),
-            Input::LauncherExited { alloc } => self.launcher_exited(alloc, now, out),
+            Input::LauncherExited { alloc, pid } => self.launcher_exited(alloc, pid, now, out),
             Input::Timer(Timer::LaunchWindow { alloc }) => self.launch_window_over(alloc, out),
             Input::Timer(Timer::LateAttach { alloc }) => self.launcher_gone(alloc, out),
-            Input::Timer(Timer::HaltWait | Timer::EndWait) => {}
+            Input::Timer(Timer::HaltWait | Timer::EndWait | Timer::EndAck) => {}
             Input::AppExited { status } => self.app_exited(status, now, out),
             Input::Signal(sig) => out.push(Output::Signal(sig)),
         }

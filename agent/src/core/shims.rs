@@ -29,9 +29,10 @@ pub(super) struct Pending {
 /// A grant offered to shims ([`Output::Offer`]), until [`super::Input::Offered`].
 #[derive(Debug)]
 pub(super) struct Offer {
-    /// The launcher to watch once the grant is taken (not for a bound instance: its host
-    /// is kept between commands).
-    launcher: Option<u32>,
+    /// The launchers to watch once the grant is taken: the shim that asked, and for a bound
+    /// instance every call that waited (the offer's answer does not say which shims took
+    /// it; one that did not has gone away, and its watch ends at once).
+    launchers: Vec<u32>,
     /// Calls that waited on an instance the broker read as a label: they ask on their own.
     ask_again: Vec<Caller>,
     symbolic: String,
@@ -59,6 +60,7 @@ impl AgentCore {
                     shim: caller.shim,
                     reply,
                 });
+                self.watch_launcher(alloc, caller.pid, out);
             }
             Call::Lost { host, caller } => {
                 info!(%symbolic, %host, "instance call after its host was taken back");
@@ -209,7 +211,7 @@ impl AgentCore {
             return false;
         };
         let mut offer = Offer {
-            launcher: Some(request.caller.pid),
+            launchers: vec![request.caller.pid],
             ask_again: Vec::new(),
             symbolic: request.symbolic,
             bound: false,
@@ -221,7 +223,7 @@ impl AgentCore {
             if bound {
                 info!(instance = %offer.symbolic, alloc, "instance bound");
                 shims.extend(waiting.iter().map(|c| c.shim));
-                offer.launcher = None;
+                offer.launchers.extend(waiting.iter().map(|c| c.pid));
                 offer.bound = true;
             } else {
                 offer.ask_again = waiting;
@@ -238,14 +240,17 @@ impl AgentCore {
         true
     }
 
-    /// The answer to an offer: a taken grant's launcher is watched; one nobody took goes
-    /// back to the broker.
+    /// The answer to an offer: a taken grant's launchers are watched (a bound instance's
+    /// too: the job's end waits for them, and its host is kept when they end); one nobody
+    /// took goes back to the broker.
     pub(super) fn offered(&mut self, alloc: AllocId, reached: bool, out: &mut Out) {
         let Some(offer) = self.offers.remove(&alloc) else {
             return;
         };
-        if let (true, Some(pid)) = (reached, offer.launcher) {
-            out.push(Output::WatchLauncher { alloc, pid });
+        if reached {
+            for pid in offer.launchers {
+                self.watch_launcher(alloc, pid, out);
+            }
         }
         for c in offer.ask_again {
             self.ask_broker(offer.symbolic.clone(), c, None, out);

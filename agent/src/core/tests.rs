@@ -359,7 +359,7 @@ fn a_launcher_that_ended_without_a_subagent_gives_its_host_back_after_the_late_a
         let mut job = Job::plain();
         job.holding(7, "node03", None);
         assert_eq!(
-            job.feed(Input::LauncherExited { alloc: 7 }),
+            job.feed(Input::LauncherExited { alloc: 7, pid: PID }),
             vec![Output::SetTimer {
                 timer: Timer::LateAttach { alloc: 7 },
                 at: job.now + allocs::LATE_ATTACH,
@@ -395,20 +395,25 @@ fn instance_names_bind_one_host_reused_until_it_is_taken_back() {
             reply: granted_reply(7, "node03"),
         }
     );
+    // Both launchers are watched: the job's end waits for them.
+    let watch = Output::WatchLauncher { alloc: 7, pid: PID };
     assert_eq!(
         job.feed(Input::Offered {
             alloc: 7,
             reached: true
         }),
-        vec![]
+        vec![watch.clone(), watch.clone()]
     );
     // Reused without the broker, and kept between commands.
     assert_eq!(
         job.ask(3, "ANYLINUX-1"),
-        vec![Output::ReplyShim {
-            shim: 3,
-            reply: granted_reply(7, "node03"),
-        }]
+        vec![
+            Output::ReplyShim {
+                shim: 3,
+                reply: granted_reply(7, "node03"),
+            },
+            watch
+        ]
     );
     job.feed(Input::SubConnected { alloc: 7, sub: 70 });
     assert_eq!(job.feed(Input::SubGone { alloc: 7, sub: 70 }), vec![]);
@@ -582,39 +587,190 @@ fn module_end_halts_then_ends_the_subagents_then_the_job() {
     );
     assert_eq!(
         job.feed(Input::SubGone { alloc: 7, sub: 70 }),
+        told_end(3, job.now)
+    );
+    assert_eq!(job.feed(job_ended()), vec![Output::Exit { status: 3 }]);
+    assert_eq!(job.core.phase(), Phase::Ended);
+}
+
+/// `end_job` told, and the wait for the broker's `job_ended` set from `now`.
+fn told_end(status: i32, now: Instant) -> Vec<Output> {
+    vec![
+        broker(ToBroker::EndJob { status }),
+        Output::SetTimer {
+            timer: Timer::EndAck,
+            at: now + end::END_ACK_WINDOW,
+        },
+    ]
+}
+
+fn job_ended() -> Input {
+    Input::Broker(FromBroker::JobEnded { job: 1 })
+}
+
+#[test]
+fn a_launcher_still_running_holds_the_end_until_it_exits_or_the_end_wait() {
+    for exits in [true, false] {
+        let mut job = Job::plain();
+        job.holding(7, "node03", Some(70));
+        assert_eq!(
+            job.feed(Input::AppExited { status: 0 }),
+            vec![
+                terminate(70, end::END_GRACE_MS),
+                Output::SetTimer {
+                    timer: Timer::EndWait,
+                    at: job.now + end::END_WAIT,
+                },
+            ]
+        );
+        assert_eq!(
+            job.feed(Input::SubGone { alloc: 7, sub: 70 }),
+            vec![],
+            "the remote shell given node03 still runs"
+        );
+        let last = match exits {
+            true => Input::LauncherExited { alloc: 7, pid: PID },
+            false => Input::Timer(Timer::EndWait),
+        };
+        assert_eq!(job.feed(last), told_end(0, job.now), "exits: {exits}");
+    }
+}
+
+#[test]
+fn a_subagent_attaching_during_the_end_is_told_to_end_at_once_and_waited_for() {
+    let mut job = Job::plain();
+    job.holding(7, "node03", None);
+    job.feed(Input::AppExited { status: 0 });
+    job.later(Duration::from_millis(400));
+    // Its command started just now: it gets what is left of the end's grace.
+    assert_eq!(
+        job.feed(Input::SubConnected { alloc: 7, sub: 71 }),
+        vec![terminate(71, end::END_GRACE_MS - 400)]
+    );
+    assert_eq!(
+        job.feed(Input::LauncherExited { alloc: 7, pid: PID }),
+        vec![],
+        "its subagent still runs"
+    );
+    assert_eq!(
+        job.feed(Input::SubGone { alloc: 7, sub: 71 }),
+        told_end(0, job.now)
+    );
+    // One of a host the job no longer holds: ended at once, and closed.
+    assert_eq!(
+        job.feed(Input::SubConnected { alloc: 9, sub: 72 }),
+        vec![terminate(72, 0), Output::CloseSub { sub: 72 }]
+    );
+}
+
+#[test]
+fn the_end_waits_for_job_ended_and_tells_a_lost_broker_again_within_the_window() {
+    let mut job = Job::plain();
+    job.ask(1, "anyLinux");
+    let start = job.now;
+    assert_eq!(job.feed(Input::AppExited { status: 2 }), told_end(2, start));
+    assert_eq!(
+        job.core.phase(),
+        Phase::Confirming {
+            status: 2,
+            until: start + end::END_ACK_WINDOW
+        }
+    );
+    // Other broker messages change nothing; the loss is reconnected within the window.
+    assert_eq!(job.reclaim(7, "node03", 10), vec![]);
+    job.later(Duration::from_secs(3));
+    assert_eq!(
+        job.feed(Input::BrokerLost),
+        vec![Output::Reconnect {
+            until: start + end::END_ACK_WINDOW
+        }]
+    );
+    // Back: end_job again, and nothing asked again (the request was dropped).
+    assert_eq!(
+        job.feed(Input::BrokerBack),
+        vec![broker(ToBroker::EndJob { status: 2 })]
+    );
+    assert_eq!(job.feed(job_ended()), vec![Output::Exit { status: 2 }]);
+    assert_eq!(job.feed(Input::Timer(Timer::EndAck)), vec![], "ended");
+
+    // No confirmation within the window: exit anyway; a broker that does not come back.
+    let mut job = Job::plain();
+    job.feed(Input::AppExited { status: 2 });
+    assert_eq!(
+        job.feed(Input::Timer(Timer::EndAck)),
+        vec![Output::Exit { status: 2 }]
+    );
+    let mut job = Job::plain();
+    job.feed(Input::AppExited { status: 2 });
+    job.feed(Input::BrokerLost);
+    assert_eq!(
+        job.feed(Input::BrokerGone),
+        vec![Output::Exit { status: 2 }]
+    );
+}
+
+#[test]
+fn a_broker_lost_while_draining_is_got_back_to_tell_the_end_and_one_gone_is_not_told() {
+    let mut job = Job::plain();
+    job.holding(7, "node03", Some(70));
+    job.feed(Input::LauncherExited { alloc: 7, pid: PID });
+    job.feed(Input::AppExited { status: 0 });
+    assert_eq!(
+        job.feed(Input::BrokerLost),
+        vec![],
+        "not while subagents end"
+    );
+    let until = job.now + end::END_ACK_WINDOW;
+    assert_eq!(
+        job.feed(Input::SubGone { alloc: 7, sub: 70 }),
         vec![
-            broker(ToBroker::EndJob { status: 3 }),
-            Output::Exit { status: 3 }
+            Output::Reconnect { until },
+            Output::SetTimer {
+                timer: Timer::EndAck,
+                at: until
+            },
         ]
     );
-    assert_eq!(job.core.phase(), Phase::Ended);
+    assert_eq!(
+        job.feed(Input::BrokerBack),
+        vec![broker(ToBroker::EndJob { status: 0 })]
+    );
+
+    let mut job = Job::plain();
+    job.feed(Input::BrokerLost);
+    job.feed(Input::BrokerGone);
+    assert_eq!(
+        job.feed(Input::AppExited { status: 143 }),
+        vec![Output::Exit { status: 143 }]
+    );
 }
 
 #[test]
 fn app_exit_ends_the_job_at_once_or_after_the_subagents_or_the_end_wait() {
-    let end = |status| vec![broker(ToBroker::EndJob { status }), Output::Exit { status }];
     let mut job = Job::plain();
-    assert_eq!(job.feed(Input::AppExited { status: 0 }), end(0));
+    assert_eq!(
+        job.feed(Input::AppExited { status: 0 }),
+        told_end(0, job.now)
+    );
 
     let mut job = Job::plain();
     job.holding(7, "node03", Some(70));
     let out = job.feed(Input::AppExited { status: 130 });
     assert_eq!(out[0], terminate(70, 1000));
-    // While the job ends: new connections are closed, signals and the broker ignored.
+    // While the job ends: new shims are closed, signals and the broker ignored.
     let ending = [
         (job.ask(5, "anyLinux"), vec![Output::CloseShim { shim: 5 }]),
-        (
-            job.feed(Input::SubConnected { alloc: 7, sub: 71 }),
-            vec![Output::CloseSub { sub: 71 }],
-        ),
         (job.feed(Input::Signal(Signal::SIGTERM)), vec![]),
         (job.reclaim(7, "node03", 10), vec![]),
     ];
     for (out, want) in ending {
         assert_eq!(out, want);
     }
-    assert_eq!(job.feed(Input::Timer(Timer::EndWait)), end(130));
-    assert_eq!(job.feed(Input::Timer(Timer::EndWait)), vec![], "ended");
+    assert_eq!(
+        job.feed(Input::Timer(Timer::EndWait)),
+        told_end(130, job.now)
+    );
+    assert_eq!(job.feed(Input::Timer(Timer::EndWait)), vec![], "confirming");
 }
 
 #[test]

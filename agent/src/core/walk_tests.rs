@@ -1,7 +1,8 @@
 //! A seeded random walk over the agent core, as the broker's allocation core has: random
 //! shims, grants, refusals, subagents, reclaims, launcher ends, timers and broker losses,
-//! then the app's exit; after every step the outputs are checked against a model of what
-//! the peers saw.
+//! then the app's exit with late subagents, launchers ending, broker losses and the broker's
+//! `job_ended`; after every step the outputs are checked against a model of what the peers
+//! saw.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -58,6 +59,15 @@ struct World {
     module_calls: Vec<Call>,
     exit: Option<i32>,
     end_jobs: usize,
+    /// Launchers watched and not yet ended: (allocation, pid).
+    launchers: BTreeSet<(AllocId, u32)>,
+    /// When the app exited.
+    app_exited: Option<Instant>,
+    /// Subagents that attached after the app exited, and those told to end.
+    late_subs: BTreeSet<SubId>,
+    terminated: BTreeSet<SubId>,
+    /// `end_job` told since the broker was last lost.
+    told_end: bool,
 }
 
 struct Walk {
@@ -151,13 +161,19 @@ impl Walk {
                 w.shims.remove(&shim);
                 w.done_shims.insert(shim);
             }
-            Output::ToSub { sub, .. } => assert!(w.subs.contains_key(&sub), "to gone sub {sub}"),
+            Output::ToSub { sub, msg } => {
+                assert!(w.subs.contains_key(&sub), "to gone sub {sub}");
+                if matches!(msg, FromBroker::Terminate { .. }) {
+                    w.terminated.insert(sub);
+                }
+            }
             Output::CloseSub { sub } => drop(w.subs.remove(&sub)),
             Output::RunModule(call) => w.module_calls.push(call),
             Output::SkipQueuedModuleCalls => {
                 w.module_calls.retain(|c| c.action == Action::Halt);
             }
-            Output::WatchLauncher { .. } | Output::Signal(_) => {}
+            Output::WatchLauncher { alloc, pid } => drop(w.launchers.insert((alloc, pid))),
+            Output::Signal(_) => {}
             Output::SetTimer { timer, at } => w.timers.push((at, timer)),
             Output::WriteHosts(hosts) => w.hosts_file = hosts,
             Output::Reconnect { until } => {
@@ -173,6 +189,7 @@ impl Walk {
         let w = &mut self.world;
         match msg {
             ToBroker::Allocate { req, symbolic } => {
+                assert_eq!(w.end_jobs, 0, "request {req} after end_job");
                 w.requests.insert(req, symbolic);
             }
             ToBroker::Cancel { req } => {
@@ -182,7 +199,25 @@ impl Walk {
                 assert!(w.returned.insert(alloc), "alloc {alloc} returned twice");
                 w.granted.remove(&alloc);
             }
-            ToBroker::EndJob { .. } => w.end_jobs += 1,
+            ToBroker::EndJob { .. } => {
+                let exited = w.app_exited.expect("end_job before the app's exit");
+                // Launchers of hosts given back no longer hold the job (the broker has them).
+                let running: Vec<_> = w
+                    .launchers
+                    .iter()
+                    .filter(|(alloc, _)| w.granted.contains_key(alloc))
+                    .collect();
+                let drained = w.subs.is_empty() && running.is_empty();
+                // The first: told again after a loss, subagents attached late may still end.
+                assert!(
+                    w.end_jobs > 0 || drained || self.now >= exited + end::END_WAIT,
+                    "end_job while subagents {:?} or launchers {:?} run",
+                    w.subs,
+                    running
+                );
+                w.end_jobs += 1;
+                w.told_end = true;
+            }
             _ => {}
         }
     }
@@ -218,11 +253,12 @@ impl Walk {
                 let shim = self.id();
                 let symbolic = ["anyLinux", "anyLinux-1", "anyHost-2"][self.rng.below(3)];
                 self.world.shims.insert(shim);
+                let pid = shim as u32;
                 self.feed(Input::ShimAllocate {
                     shim,
                     symbolic: symbolic.into(),
-                    pid: 100,
-                    lineage: vec![100],
+                    pid,
+                    lineage: vec![pid],
                 });
             }
             2 => {
@@ -279,13 +315,18 @@ impl Walk {
                     }));
                 }
             }
-            9 => {
-                if let Some(alloc) = self.rng.pick(&allocs) {
-                    self.feed(Input::LauncherExited { alloc });
-                }
-            }
+            9 => self.launcher_exits(),
             10 => self.finish_module_call(),
             _ => self.pass_time(Duration::from_millis(700)),
+        }
+    }
+
+    /// One of the launchers watched ends.
+    fn launcher_exits(&mut self) {
+        let launchers: Vec<(AllocId, u32)> = self.world.launchers.iter().copied().collect();
+        if let Some((alloc, pid)) = self.rng.pick(&launchers) {
+            self.world.launchers.remove(&(alloc, pid));
+            self.feed(Input::LauncherExited { alloc, pid });
         }
     }
 
@@ -324,14 +365,17 @@ impl Walk {
         }
     }
 
-    /// The app ends; subagents leave now and then; the job must end within its waits.
+    /// The app ends; subagents leave and attach late, launchers end, the broker is lost or
+    /// confirms now and then; the job must end within its waits, the broker told (again
+    /// after each loss) unless the confirmation window passed.
     fn end(&mut self) {
+        self.world.app_exited = Some(self.now);
         self.feed(Input::AppExited { status: 7 });
-        for _ in 0..100 {
+        for _ in 0..200 {
             if self.world.exit.is_some() {
                 break;
             }
-            match self.rng.below(3) {
+            match self.rng.below(7) {
                 0 => {
                     let subs: Vec<(SubId, AllocId)> =
                         self.world.subs.iter().map(|(s, a)| (*s, *a)).collect();
@@ -341,11 +385,45 @@ impl Walk {
                     }
                 }
                 1 => self.finish_module_call(),
+                2 => self.launcher_exits(),
+                3 => self.late_sub(),
+                4 if self.world.told_end && self.rng.below(3) == 0 => {
+                    self.feed(Input::Broker(FromBroker::JobEnded { job: 1 }));
+                    assert_eq!(self.world.exit, Some(7), "exit on job_ended");
+                }
+                5 if self.rng.below(4) == 0 => {
+                    self.world.told_end = false;
+                    let before = self.world.end_jobs;
+                    self.feed(Input::BrokerLost);
+                    if before > 0 {
+                        assert_eq!(self.world.end_jobs, before + 1, "end_job told again");
+                    }
+                }
                 _ => self.pass_time(Duration::from_secs(1)),
             }
         }
         assert_eq!(self.world.exit, Some(7), "the job ended");
-        assert_eq!(self.world.end_jobs, 1, "end_job told once");
+        assert!(self.world.end_jobs >= 1, "end_job told");
+        for sub in &self.world.late_subs {
+            assert!(
+                self.world.terminated.contains(sub),
+                "late sub {sub} not ended"
+            );
+        }
+    }
+
+    /// A subagent attaches while the job ends: it must be told to end.
+    fn late_sub(&mut self) {
+        let allocs: Vec<AllocId> = self.world.granted.keys().copied().collect();
+        if let Some(alloc) = self.rng.pick(&allocs) {
+            let sub = self.id();
+            self.world.subs.insert(sub, alloc);
+            if !matches!(self.core.phase(), Phase::Halting { .. }) {
+                // While halting it is told with the others when the drain starts.
+                self.world.late_subs.insert(sub);
+            }
+            self.feed(Input::SubConnected { alloc, sub });
+        }
     }
 }
 

@@ -204,7 +204,7 @@ impl Shell {
                 Input::SubGone { alloc, sub }
             }
             Event::ModuleDone(outcome) => Input::ModuleDone(outcome),
-            Event::LauncherExited { alloc } => Input::LauncherExited { alloc },
+            Event::LauncherExited { alloc, pid } => Input::LauncherExited { alloc, pid },
         };
         Some(input)
     }
@@ -298,7 +298,11 @@ impl Shell {
         let events = self.events_tx.clone();
         tokio::spawn(async move {
             crate::launcher::exited(pid).await;
-            if events.send(Event::LauncherExited { alloc }).await.is_err() {
+            if events
+                .send(Event::LauncherExited { alloc, pid })
+                .await
+                .is_err()
+            {
                 debug!(alloc, "the launcher ended after the job");
             }
         });
