@@ -12,6 +12,8 @@
 mod agent_harness;
 #[path = "../../config/fuzz/src/lib.rs"]
 mod config_harness;
+#[path = "../../jel/fuzz/src/lib.rs"]
+mod jel_harness;
 #[path = "../../policies/fuzz/src/lib.rs"]
 mod policies_harness;
 #[path = "../../proto/fuzz/src/lib.rs"]
@@ -266,6 +268,7 @@ smoke! {
         policy_file_loads;
     policy_eval: "policies/fuzz/seeds/policy_eval", policies_harness::policy_eval,
         policies_harness::policy_eval_input_is_complete;
+    jel_lines: "jel/fuzz/seeds/jel_lines", jel_harness::jel_lines, jel_harness::every_line_is_jel;
 }
 
 /// The seed mutator itself: edits land inside the input whatever their positions.
