@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/fuzz/run.sh -- the long fuzz run of issue 17: every cargo-fuzz target of the
-# repository (the listeners' input, the lab file, RSL) under libFuzzer with the nightly
-# toolchain, RUNS inputs each (default 1 000 000), 1 s timeout per input. Run from the
+# repository (the listeners' input, the lab file, RSL, policy files, JEL) under libFuzzer
+# with the nightly toolchain, RUNS inputs each (default 1 000 000), 1 s timeout per input. Run from the
 # repository root:
 #
 #     bench/fuzz/run.sh                           # prints a markdown section on stdout
@@ -29,6 +29,9 @@ ALL_TARGETS=(
     "agent:subagent:agent's subagent port (handshake, subagent messages)"
     "config:lab_file:lab file"
     "rsl:parse:RSL job specifications"
+    "policies:policy_file:policy files (TOML, CEL hooks, load-time check)"
+    "policies:policy_eval:shipped policies on arbitrary host, job, user, lab and time facts"
+    "jel:jel_lines:JEL pool (members' lines over several connections, agent inputs)"
 )
 
 section() {
