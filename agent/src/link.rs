@@ -53,6 +53,8 @@ pub struct Registered {
     pub secret_file: PathBuf,
     /// The broker's IP as its hosts reach it (see [`advertised_ip`]).
     pub hosts_reach_broker_at: Option<IpAddr>,
+    /// The lab's public mark, for the subagents' tags (`None` from older brokers).
+    pub lab_mark: Option<String>,
 }
 
 /// A `--broker`/`RB_BROKER` value that is neither a socket path nor IP:port (exit 64).
@@ -168,12 +170,14 @@ pub async fn register(conn: &mut Conn, reg: JobRegistration) -> anyhow::Result<R
             transport,
             secret_file,
             hosts_reach_broker_at,
+            lab_mark,
         } => Ok(Registered {
             job,
             remote_shell,
             transport,
             secret_file: PathBuf::from(secret_file),
             hosts_reach_broker_at,
+            lab_mark: lab_mark.filter(|m| proto::tag::is_mark(m)),
         }),
         FromBroker::Error { message, .. } => bail!("the broker refused the job: {message}"),
         other => bail!("unexpected answer to registration: {other:?}"),
@@ -265,6 +269,7 @@ mod tests {
             transport: "ssh".into(),
             secret_file: PathBuf::from("/s"),
             hosts_reach_broker_at,
+            lab_mark: None,
         }
     }
 

@@ -108,6 +108,7 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
             sub_addr,
             secret_file,
             preload,
+            lab_mark: job.lab_mark.clone(),
             remote_shell: job.remote_shell.clone(),
         },
         module,

@@ -53,6 +53,8 @@ pub struct SubagentConfig {
     pub command: String,
     /// The job's preload library, present on this host: in the command's `LD_PRELOAD`.
     pub preload: Option<PathBuf>,
+    /// The lab's mark (from the broker, through the agent), for the command's tag.
+    pub lab_mark: Option<String>,
 }
 
 /// The environment variable that marks every process started under one subagent
@@ -63,7 +65,13 @@ pub const TAG_VAR: &str = proto::tag::SUBAGENT_TAG_VAR;
 pub fn run(cfg: SubagentConfig) -> i32 {
     unblock_signals();
     // The lab's mark lets the host daemon tell this lab's leftovers from another broker's.
-    let lab = Secret::load(&cfg.secret_file).ok().map(|s| s.lab_mark());
+    // Given by the agent (the broker told it); else derived from the secret file, which
+    // is the lab secret only for subagents of older agents.
+    let lab = cfg
+        .lab_mark
+        .clone()
+        .filter(|m| proto::tag::is_mark(m))
+        .or_else(|| Secret::load(&cfg.secret_file).ok().map(|s| s.lab_mark()));
     let tag = proto::tag::subagent_tag(cfg.alloc, std::process::id(), lab.as_deref());
     // Plain words are exec'd as `sh -c` would, without starting the shell; should that
     // fail (not found, not executable, a script without `#!`), the shell runs the command

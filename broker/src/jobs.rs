@@ -59,6 +59,8 @@ pub struct JobDesk {
     agent_req: HashMap<RequestId, (JobId, u64)>,
     remote_shell: Vec<String>,
     transport: String,
+    /// The lab's public mark, for agents to hand their subagents (`registered`).
+    lab_mark: Option<String>,
     secret_file: String,
     /// The broker's IP as its hosts reach it, told to agents
     /// (see [`Self::with_hosts_reach_broker_at`]).
@@ -80,8 +82,12 @@ impl JobDesk {
         transport: &str,
         secret_file: &std::path::Path,
     ) -> Self {
+        let lab_mark = proto::auth::Secret::load(secret_file)
+            .ok()
+            .map(|s| s.lab_mark());
         Self {
             secret_file: secret_file.display().to_string(),
+            lab_mark,
             alloc,
             agents: HashMap::new(),
             awaiting_agent: HashMap::new(),
@@ -269,6 +275,7 @@ impl JobDesk {
             transport: self.transport.clone(),
             secret_file: self.secret_file.clone(),
             hosts_reach_broker_at: self.hosts_reach_broker_at,
+            lab_mark: self.lab_mark.clone(),
         };
         let _ = tx.send(msg).await;
         self.agents.insert(job, tx);

@@ -306,6 +306,12 @@ pub enum FromBroker {
         secret_file: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         hosts_reach_broker_at: Option<std::net::IpAddr>,
+        /// The lab's public mark ([`crate::auth::Secret::lab_mark`]): the agent hands it to
+        /// its subagents, which put it in their commands' tag, so the lab's host daemons
+        /// can sweep what is left of them (subagents prove the job's own key, not the lab
+        /// secret, so they cannot derive it). Absent from older brokers.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lab_mark: Option<String>,
     },
     /// To an agent: request `req` waits; `position` 1 = next; `reason` says why, for people
     /// (absent from brokers before it was added).

@@ -29,6 +29,11 @@ pub fn subagent_tag(alloc: u64, front_pid: u32, lab: Option<&str>) -> String {
     }
 }
 
+/// Whether `m` has the form of a lab mark: hex digits, not empty.
+pub fn is_mark(m: &str) -> bool {
+    !m.is_empty() && m.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 /// Parses `ALLOC.PID` or `ALLOC.PID.MARK` (decimal, decimal, hex digits).
 pub fn parse(tag: &str) -> Option<SubagentTag> {
     let mut parts = tag.split('.');
@@ -39,7 +44,7 @@ pub fn parse(tag: &str) -> Option<SubagentTag> {
     }
     let lab = match parts.next() {
         None => None,
-        Some(m) if !m.is_empty() && m.bytes().all(|b| b.is_ascii_hexdigit()) => Some(m.into()),
+        Some(m) if is_mark(m) => Some(m.into()),
         Some(_) => return None,
     };
     if parts.next().is_some() {

@@ -25,6 +25,10 @@ struct Args {
     /// this host has it at the same path, else ignored.
     #[arg(long)]
     preload: Option<PathBuf>,
+    /// The lab's public mark (hex), put in the command's tag so that the lab's host daemon
+    /// can end what is left of it once the allocation is over.
+    #[arg(long)]
+    lab_mark: Option<String>,
     /// The command, as the remote shell would receive it.
     #[arg(short = 'c')]
     command: String,
@@ -45,6 +49,7 @@ fn main() {
         secret_file: config::expand_home(&args.secret_file),
         command: args.command,
         preload: args.preload.filter(|p| p.is_file()),
+        lab_mark: args.lab_mark,
     };
     std::process::exit(agent::subagent::run(cfg));
 }

@@ -116,6 +116,8 @@ pub struct GrantTemplate {
     pub secret_file: PathBuf,
     /// The job's preload library, for remote commands too.
     pub preload: Option<PathBuf>,
+    /// The lab's mark, for the tag of remote commands (`--lab-mark`).
+    pub lab_mark: Option<String>,
     /// The real remote shell, as the broker gave it.
     pub remote_shell: Vec<String>,
 }

@@ -279,6 +279,9 @@ impl AgentCore {
         if let Some(lib) = &g.preload {
             subagent.extend(["--preload".into(), lib.display().to_string()]);
         }
+        if let Some(mark) = &g.lab_mark {
+            subagent.extend(["--lab-mark".into(), mark.clone()]);
+        }
         ShimReply::Granted {
             alloc,
             host,

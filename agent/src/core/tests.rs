@@ -23,6 +23,7 @@ fn template() -> GrantTemplate {
         sub_addr: "10.0.0.1:7000".into(),
         secret_file: PathBuf::from("/run/rb/secret"),
         preload: None,
+        lab_mark: None,
         remote_shell: vec!["ssh".into()],
     }
 }
@@ -864,6 +865,30 @@ fn attach_answers_for_the_jobs_hosts_only() {
         }),
         vec![refused(9, "node05 is not allocated to this job")]
     );
+}
+
+/// Subagents prove the job's key, not the lab secret, so they learn the lab's mark (for
+/// their commands' tag, which the host daemons sweep by) from the agent's grant.
+#[test]
+fn a_grant_hands_the_subagent_the_labs_mark() {
+    let mut grant = template();
+    grant.lab_mark = Some("00ff9a".into());
+    let core = AgentCore::new(CoreConfig {
+        grace_ms: 5000,
+        grant,
+        module: None,
+        agent_pid: 1000,
+    });
+    let ShimReply::Granted { subagent, .. } =
+        core.granted_reply(3, "node03".into(), "10.0.0.3".into())
+    else {
+        panic!("not a grant");
+    };
+    let at = subagent
+        .iter()
+        .position(|a| a == "--lab-mark")
+        .expect("--lab-mark given");
+    assert_eq!(subagent[at + 1], "00ff9a");
 }
 
 // The JEL pool's events ([`Output::Pool`]): one place, in the order the pool must see them.

@@ -99,6 +99,7 @@ impl Walk {
                 sub_addr: "127.0.0.1:1".into(),
                 secret_file: PathBuf::from("secret"),
                 preload: None,
+                lab_mark: None,
                 remote_shell: vec!["rsh".into()],
             },
             module: module.then_some(ModuleConfig {
