@@ -2,7 +2,7 @@
 //! exit, shim and subagent traffic, the broker, signals, due timers) into [`Input`]s, and
 //! performs the core's [`Output`]s in order. It holds the I/O handles the core names by id
 //! (shim reply channels, subagent links, the broker connection, the module runner, the
-//! timers) and decides nothing about the job.
+//! timers, the job's JEL pool) and decides nothing about the job.
 
 use std::{
     cmp::Reverse,
