@@ -1,11 +1,12 @@
-//! The agent's life: register the job, run the app with the shim in its environment, serve
-//! shims and subagents, and hand everything that happens to the job to the agent core
+//! The agent's life: register the job, run the app with the shim and the job's JEL pool
+//! (`RB_JEL`) in its environment, serve shims and subagents, and hand everything that happens to the job to the agent core
 //! ([`crate::core`]), whose decisions [`shell`] performs; the app's exit status is passed
 //! through (128+signal when killed).
 
 use std::{os::unix::fs::PermissionsExt, path::PathBuf, process::Stdio, sync::Arc, time::Duration};
 
 use anyhow::{bail, Context};
+use jel::host::{HostConfig, PoolHost, RemoteOut};
 use proto::msg::JobRegistration;
 use tokio::{
     net::{TcpListener, UnixListener},
@@ -15,6 +16,9 @@ use tokio::{
 use tracing::{info, warn};
 
 mod shell;
+
+/// The job's JEL socket, in its private directory.
+pub const JEL_SOCKET: &str = "jel.sock";
 
 use crate::{
     cli::{AgentConfig, Preload},
@@ -59,13 +63,16 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
     info!(job = job.job, transport = %job.transport, "job registered");
     let dir = privdir::runtime_root().join(format!("job-{}-{}", job.job, std::process::id()));
     let preload = preload_library(cfg.preload)?;
-    let env = jobenv::prepare(
+    let mut env = jobenv::prepare(
         &dir,
         &link::sibling("rsh"),
         job.job,
         &job.remote_shell,
         preload.as_deref(),
     )?;
+    // Held for the job's life: what the pool has for members on other hosts (none yet: the
+    // subagents do not relay JEL connections).
+    let (pool, _remote) = host_pool(cfg, &mut env)?;
     let shims = UnixListener::bind(&env.socket)
         .with_context(|| format!("cannot bind {}", env.socket.display()))?;
     std::fs::set_permissions(&env.socket, std::fs::Permissions::from_mode(0o600))?;
@@ -113,12 +120,34 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
         target: target.clone(),
         reg,
     };
-    let mut shell = shell::Shell::new(core, broker, runner, events_tx, env.hosts_file.clone());
+    let mut shell = shell::Shell::new(
+        core,
+        broker,
+        runner,
+        events_tx,
+        env.hosts_file.clone(),
+        pool,
+    );
     let code = shell.drive(child, events).await;
     shim_task.abort();
     sub_task.abort();
     let _ = std::fs::remove_dir_all(&env.dir);
     code
+}
+
+/// Hosts the job's JEL pool on `JOBDIR/jel.sock` (this host's lab name for its members) and
+/// names the socket in the job's environment (`RB_JEL`).
+fn host_pool(
+    cfg: &AgentConfig,
+    env: &mut JobEnv,
+) -> anyhow::Result<(PoolHost, mpsc::UnboundedReceiver<RemoteOut>)> {
+    let socket = env.dir.join(JEL_SOCKET);
+    // The front end has no lab name of its own at the broker: its hostname stands for it.
+    let host = crate::whereami::this_host().hostname;
+    let bound = PoolHost::bind(HostConfig::new(&socket, host, cfg.jel.clone()))?;
+    env.vars
+        .insert(jel::ENV_JEL.into(), socket.display().to_string());
+    Ok(bound)
 }
 
 /// A module job's programs (found on the search path) and the runner that runs them with

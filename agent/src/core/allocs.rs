@@ -10,7 +10,7 @@ use std::{
 use proto::msg::{FromBroker, ToBroker};
 use tracing::info;
 
-use super::{AgentCore, AllocId, Out, Output, ReqId, SubId, Timer};
+use super::{AgentCore, AllocId, Out, Output, PoolEvent, ReqId, SubId, Timer};
 
 /// How long after its launcher ended a subagent may still attach: as long as a guardian keeps
 /// trying to reach its agent before it ends its command by itself.
@@ -62,6 +62,7 @@ impl AgentCore {
             launchers: BTreeSet::new(),
         };
         self.allocs.insert(alloc, a);
+        out.push(Output::Pool(PoolEvent::HostGranted { host: host.clone() }));
         self.write_hosts(out);
         if self.phase_two(req, alloc, &host, &address, out) {
             return;
@@ -73,7 +74,7 @@ impl AgentCore {
 
     /// A grant no shim took goes back to the broker.
     pub(super) fn give_back_untaken(&mut self, alloc: AllocId, out: &mut Out) {
-        self.allocs.remove(&alloc);
+        self.remove_alloc(alloc, out);
         self.write_hosts(out);
         self.tell_broker(ToBroker::GiveBack { alloc }, out);
     }
@@ -122,7 +123,7 @@ impl AgentCore {
     /// The job is done with `alloc`: forget it, and tell the broker — `Released` when the
     /// broker had asked for it back, else `GiveBack`.
     pub(super) fn hand_back(&mut self, alloc: AllocId, out: &mut Out) {
-        let Some(a) = self.allocs.remove(&alloc) else {
+        let Some(a) = self.remove_alloc(alloc, out) else {
             return;
         };
         self.instances.given_back(alloc);
@@ -133,6 +134,15 @@ impl AgentCore {
             ToBroker::GiveBack { alloc }
         };
         self.tell_broker(msg, out);
+    }
+
+    /// `alloc` leaves the job: forgotten, and the pool told (`host_released`, its members
+    /// still there dead) before anyone else learns it.
+    pub(super) fn remove_alloc(&mut self, alloc: AllocId, out: &mut Out) -> Option<Alloc> {
+        let a = self.allocs.remove(&alloc)?;
+        let host = a.host.clone();
+        out.push(Output::Pool(PoolEvent::HostReleased { host }));
+        Some(a)
     }
 
     /// The broker wants `alloc` back within `grace_ms`.
@@ -155,11 +165,16 @@ impl AgentCore {
         // issue 17: `released` when no subagent is attached to a host that had one, even if
         // an orphaned process group of the job still runs there.
         if a.subs.is_empty() && a.used {
-            self.allocs.remove(&alloc);
+            self.remove_alloc(alloc, out);
             self.write_hosts(out);
             return self.tell_broker(ToBroker::Released { alloc }, out);
         }
         let deadline = now + Duration::from_millis(grace_ms);
+        // `vacate` (once) before any subagent is told to end the host's processes.
+        if !a.reclaiming {
+            let host = a.host.clone();
+            out.push(Output::Pool(PoolEvent::Reclaim { host, deadline }));
+        }
         a.reclaiming = true;
         a.deadline = Some(deadline);
         if !a.used {

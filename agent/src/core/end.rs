@@ -10,7 +10,7 @@ use nix::sys::signal::Signal;
 use proto::msg::{FromBroker, ToBroker};
 use tracing::{info, warn};
 
-use super::{AgentCore, Input, Link, Out, Output, Phase, Timer};
+use super::{AgentCore, Input, Link, Out, Output, Phase, PoolEvent, Timer};
 
 /// How long the end of a job waits for subagents to report their processes gone and for
 /// launchers still running to end.
@@ -120,8 +120,10 @@ impl AgentCore {
         info!("told the broker the job ended; waiting for it to save that");
     }
 
+    /// The job is over: the pool's stream ends (`terminated`), then the agent exits.
     fn exit(&mut self, status: i32, out: &mut Out) {
         self.phase = Phase::Ended;
+        out.push(Output::Pool(PoolEvent::Terminate));
         out.push(Output::Exit { status });
     }
 

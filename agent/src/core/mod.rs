@@ -52,18 +52,20 @@
 //! # The JEL pool (issue 16) in this core
 //! The pure `jel::pool::Pool` (its module doc, "Hosting a pool") becomes one more part of
 //! [`AgentCore`], fed from the places below, so that pool events come from one place:
+//! The core says what the pool must learn as [`Output::Pool`] ([`PoolEvent`]); the shell
+//! hosts the pool (`jel::host::PoolHost`, which owns the sockets and the pool state) and
+//! performs each before the next output:
 //! - a grant (`Broker(Granted)`, in `allocs::granted`) → `HostGranted`;
-//! - a reclaim (`Broker(Reclaim)`, in `allocs::reclaim` and `module_job::shrink`) →
+//! - a reclaim (`Broker(Reclaim)`, in `allocs::reclaim` and `module_job::module_shrink`) →
 //!   `Reclaim` with the deadline, emitted *before* any `ToSub(Terminate)` or `NAME-shrink`;
-//! - a host given back (`allocs::hand_back`, `module_job::drop_if_idle`, the release in
-//!   `allocs::reclaim` and `module_job::after_shrink`) → `HostReleased`;
-//! - a subagent lost (`SubGone` while the host is still the job's) → `HostLost`, from a
-//!   [`Timer`] at the subagent's own deadline for ending its processes
-//!   (`crate::subagent::AGENT_LOSS_LIMIT` after the loss), never earlier;
-//! - the job's end (`end::app_exited`) → `Terminate`, before the end sequence.
+//! - a host leaving the job (`allocs::remove_alloc`: hand-backs, releases after a reclaim or
+//!   a shrink, grants nobody took) → `HostReleased`;
+//! - the job's end (`end::exit`) → `Terminate`, after the end sequence, right before
+//!   [`Output::Exit`].
 //!
-//! The pool's own outputs (`Send`, `Disconnect`) would become [`Output`] variants the shell
-//! performs on its JEL sockets, and its connection inputs [`Input`] variants.
+//! Not yet: a subagent lost (`SubGone` while the host is still the job's) → `HostLost`, from
+//! a [`Timer`] at the subagent's own deadline for ending its processes, never earlier; and
+//! members on granted hosts (the subagent's relay).
 
 mod allocs;
 mod end;
@@ -223,8 +225,27 @@ pub enum Output {
     /// Get the broker back (same job) by `until`, re-registering; then answer with
     /// [`Input::BrokerBack`] or [`Input::BrokerGone`].
     Reconnect { until: Instant },
+    /// Tell the job's JEL pool; performed (its events written) before the next output.
+    Pool(PoolEvent),
     /// The job is over: exit with `status`.
     Exit { status: i32 },
+}
+
+/// A job event for the job's JEL pool (`jel::host::PoolHost`), in the order the pool must
+/// see it: a reclaim's `Reclaim` comes before the subagents are told to end that host's
+/// processes (or `NAME-shrink` runs), so `vacate` is in the stream before any SIGTERM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PoolEvent {
+    /// The broker granted `host` to the job: `host_granted`.
+    HostGranted { host: String },
+    /// The broker takes `host` back; what is left on it is killed at `deadline` (the
+    /// shell turns it into Unix ms): `vacate`.
+    Reclaim { host: String, deadline: Instant },
+    /// `host` left the job (released after a reclaim, given back, a grant nobody took):
+    /// its members still there died, then `host_released`.
+    HostReleased { host: String },
+    /// The job ends (right before [`Output::Exit`]): `closed`, `terminated`.
+    Terminate,
 }
 
 /// A timer's purpose (its id): fed back as it was set.

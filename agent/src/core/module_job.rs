@@ -11,7 +11,7 @@ use std::{
 use proto::{agent::ShimReply, msg::FromBroker, msg::ToBroker};
 use tracing::{debug, info};
 
-use super::{AgentCore, AllocId, ModuleConfig, Out, Output, ReqId, ShimId};
+use super::{AgentCore, AllocId, ModuleConfig, Out, Output, PoolEvent, ReqId, ShimId};
 use crate::module::{self, Action, Call, Outcome};
 
 /// Calls for the same symbolic name within this window count once while the first is still
@@ -227,6 +227,11 @@ impl AgentCore {
             return false;
         };
         let grace = Duration::from_millis(grace_ms);
+        // `vacate` (once) before `NAME-shrink` (and the subagents after it) end anything.
+        if !a.reclaiming {
+            let (host, deadline) = (a.host.clone(), now + grace);
+            out.push(Output::Pool(PoolEvent::Reclaim { host, deadline }));
+        }
         a.reclaiming = true;
         a.deadline = Some(now + grace);
         out.push(Output::RunModule(Call {
@@ -331,7 +336,7 @@ impl AgentCore {
             return;
         }
         let reclaiming = a.reclaiming;
-        self.allocs.remove(&alloc);
+        self.remove_alloc(alloc, out);
         self.write_hosts(out);
         let msg = match reclaiming {
             true => ToBroker::Released { alloc },
@@ -347,7 +352,7 @@ impl AgentCore {
             return;
         };
         if a.subs.is_empty() {
-            self.allocs.remove(&alloc);
+            self.remove_alloc(alloc, out);
             self.write_hosts(out);
             return self.tell_broker(ToBroker::Released { alloc }, out);
         }

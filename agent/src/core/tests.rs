@@ -70,7 +70,15 @@ impl Job {
         }
     }
 
+    /// The outputs of `input` but the pool's: the tests of the job's logic leave those to
+    /// the pool tests ([`Job::feed_all`]).
     fn feed(&mut self, input: Input) -> Vec<Output> {
+        let mut out = self.feed_all(input);
+        out.retain(|o| !matches!(o, Output::Pool(_)));
+        out
+    }
+
+    fn feed_all(&mut self, input: Input) -> Vec<Output> {
         self.core.handle(input, self.now)
     }
 
@@ -881,4 +889,129 @@ fn a_grant_hands_the_subagent_the_labs_mark() {
         .position(|a| a == "--lab-mark")
         .expect("--lab-mark given");
     assert_eq!(subagent[at + 1], "00ff9a");
+}
+
+// The JEL pool's events ([`Output::Pool`]): one place, in the order the pool must see them.
+
+fn pool(event: PoolEvent) -> Output {
+    Output::Pool(event)
+}
+
+fn granted(host: &str) -> Output {
+    pool(PoolEvent::HostGranted { host: host.into() })
+}
+
+fn released(host: &str) -> Output {
+    pool(PoolEvent::HostReleased { host: host.into() })
+}
+
+fn vacate(host: &str, deadline: Instant) -> Output {
+    let host = host.into();
+    pool(PoolEvent::Reclaim { host, deadline })
+}
+
+#[test]
+fn pool_a_grant_is_announced_first_and_one_nobody_took_is_released_before_the_broker_learns() {
+    let mut job = Job::plain();
+    job.ask(1, "anyLinux");
+    let out = job.feed_all(Input::Broker(FromBroker::Granted {
+        req: 1,
+        alloc: 7,
+        host: "node03".into(),
+        address: address("node03"),
+        instance: None,
+    }));
+    assert_eq!(out[0], granted("node03"));
+    assert_eq!(
+        job.feed_all(Input::Offered {
+            alloc: 7,
+            reached: false
+        }),
+        vec![
+            released("node03"),
+            hosts(&[]),
+            broker(ToBroker::GiveBack { alloc: 7 })
+        ]
+    );
+}
+
+#[test]
+fn pool_a_reclaim_is_vacate_before_the_subagents_terminate_then_released_once_gone() {
+    let mut job = Job::plain();
+    job.holding(7, "node03", Some(70));
+    let deadline = job.now + Duration::from_millis(500);
+    let out = job.feed_all(Input::Broker(FromBroker::Reclaim {
+        alloc: 7,
+        host: "node03".into(),
+        grace_ms: 500,
+    }));
+    assert_eq!(out, vec![vacate("node03", deadline), terminate(70, 500)]);
+    // The broker asking again changes nothing in the stream: one vacate per reclaim.
+    let again = job.feed_all(Input::Broker(FromBroker::Reclaim {
+        alloc: 7,
+        host: "node03".into(),
+        grace_ms: 500,
+    }));
+    assert_eq!(again, vec![terminate(70, 500)]);
+    assert_eq!(
+        job.feed_all(Input::SubGone { alloc: 7, sub: 70 }),
+        vec![
+            released("node03"),
+            hosts(&[]),
+            broker(ToBroker::Released { alloc: 7 })
+        ]
+    );
+}
+
+#[test]
+fn pool_a_reclaimed_host_whose_launch_never_attached_is_vacated_then_released() {
+    let mut job = Job::plain();
+    job.holding(7, "node03", None);
+    let deadline = job.now + Duration::from_millis(500);
+    let out = job.feed_all(Input::Broker(FromBroker::Reclaim {
+        alloc: 7,
+        host: "node03".into(),
+        grace_ms: 500,
+    }));
+    assert_eq!(out[0], vacate("node03", deadline));
+    job.later(Duration::from_millis(500));
+    let out = job.feed_all(Input::Timer(Timer::LaunchWindow { alloc: 7 }));
+    assert_eq!(out[0], released("node03"));
+}
+
+#[test]
+fn pool_a_module_jobs_reclaim_is_vacate_before_the_shrink() {
+    let mut job = Job::module();
+    job.ask(1, "anyLinux");
+    job.grant(1, 7, "node03", None);
+    job.module_done(Action::Grow, Some(7), Ok(()), Some(0));
+    let deadline = job.now + Duration::from_millis(800);
+    let out = job.feed_all(Input::Broker(FromBroker::Reclaim {
+        alloc: 7,
+        host: "node03".into(),
+        grace_ms: 800,
+    }));
+    assert_eq!(out[0], vacate("node03", deadline));
+    assert!(matches!(&out[1], Output::RunModule(c) if c.action == Action::Shrink));
+    let out = job.module_done(Action::Shrink, Some(7), Ok(()), Some(0));
+    assert_eq!(
+        out,
+        vec![hosts(&[]), broker(ToBroker::Released { alloc: 7 })]
+    );
+}
+
+#[test]
+fn pool_the_job_end_terminates_the_pool_after_the_end_sequence_right_before_the_exit() {
+    let mut job = Job::plain();
+    job.holding(7, "node03", Some(70));
+    let out = job.feed_all(Input::AppExited { status: 0 });
+    assert!(!out.iter().any(|o| matches!(o, Output::Pool(_))), "{out:?}");
+    let out = job.feed_all(Input::SubGone { alloc: 7, sub: 70 });
+    assert_eq!(out, vec![], "the launcher still runs");
+    let out = job.feed_all(Input::LauncherExited { alloc: 7, pid: PID });
+    assert_eq!(out, told_end(0, job.now), "the broker told first");
+    assert_eq!(
+        job.feed_all(job_ended()),
+        vec![pool(PoolEvent::Terminate), Output::Exit { status: 0 }]
+    );
 }

@@ -68,6 +68,11 @@ struct World {
     terminated: BTreeSet<SubId>,
     /// `end_job` told since the broker was last lost.
     told_end: bool,
+    /// The JEL pool's view: hosts granted and not released (a host per allocation), the
+    /// hosts it was told are reclaimed, whether it was terminated.
+    pool_hosts: Vec<String>,
+    pool_vacating: BTreeSet<String>,
+    pool_terminated: bool,
 }
 
 struct Walk {
@@ -164,12 +169,26 @@ impl Walk {
             }
             Output::ToSub { sub, msg } => {
                 assert!(w.subs.contains_key(&sub), "to gone sub {sub}");
-                if matches!(msg, FromBroker::Terminate { .. }) {
+                let is_terminate = matches!(msg, FromBroker::Terminate { .. });
+                if let (true, None, Some(host)) =
+                    (is_terminate, w.app_exited, w.granted.get(&w.subs[&sub]))
+                {
+                    assert!(
+                        w.pool_vacating.contains(host),
+                        "subagent {sub} on {host} told to end before the pool's vacate"
+                    );
+                }
+                if is_terminate {
                     w.terminated.insert(sub);
                 }
             }
             Output::CloseSub { sub } => drop(w.subs.remove(&sub)),
-            Output::RunModule(call) => w.module_calls.push(call),
+            Output::RunModule(call) => {
+                if let (Action::Shrink, Some((host, _))) = (call.action, &call.host) {
+                    assert!(w.pool_vacating.contains(host), "shrink before vacate");
+                }
+                w.module_calls.push(call)
+            }
             Output::SkipQueuedModuleCalls => {
                 w.module_calls.retain(|c| c.action == Action::Halt);
             }
@@ -181,9 +200,36 @@ impl Walk {
                 assert!(until > self.now);
                 return Some(Input::BrokerBack);
             }
-            Output::Exit { status } => w.exit = Some(status),
+            Output::Pool(event) => Self::pool_got(w, event),
+            Output::Exit { status } => {
+                assert!(w.pool_terminated, "exit before the pool's terminate");
+                w.exit = Some(status)
+            }
         }
         None
+    }
+
+    /// The pool is told of hosts the job holds only, a reclaim once per host, and its end
+    /// once, last.
+    fn pool_got(w: &mut World, event: PoolEvent) {
+        assert!(!w.pool_terminated, "{event:?} after the pool's terminate");
+        match event {
+            PoolEvent::HostGranted { host } => w.pool_hosts.push(host),
+            PoolEvent::Reclaim { host, .. } => {
+                assert!(
+                    w.pool_hosts.contains(&host),
+                    "reclaim of {host} not granted"
+                );
+                assert!(w.pool_vacating.insert(host), "a second vacate");
+            }
+            PoolEvent::HostReleased { host } => {
+                let at = w.pool_hosts.iter().position(|h| *h == host);
+                let at = at.unwrap_or_else(|| panic!("release of {host} not granted"));
+                w.pool_hosts.remove(at);
+                w.pool_vacating.remove(&host);
+            }
+            PoolEvent::Terminate => w.pool_terminated = true,
+        }
     }
 
     fn broker_got(&mut self, msg: ToBroker) {
@@ -226,6 +272,11 @@ impl Walk {
     /// The hosts file lists exactly the allocations the core holds, every one of which the
     /// broker granted and was not told back; the core's own invariants hold.
     fn check(&self) {
+        let mut pool_hosts = self.world.pool_hosts.clone();
+        pool_hosts.sort();
+        let mut held_hosts: Vec<String> = self.world.granted.values().cloned().collect();
+        held_hosts.sort();
+        assert_eq!(pool_hosts, held_hosts, "the pool's hosts are the job's");
         let held: Vec<AllocId> = self.core.allocs.keys().copied().collect();
         let listed: Vec<AllocId> = self.world.hosts_file.iter().map(|h| h.2).collect();
         assert_eq!(held, listed, "hosts file");

@@ -2,7 +2,7 @@
 //! exit, shim and subagent traffic, the broker, signals, due timers) into [`Input`]s, and
 //! performs the core's [`Output`]s in order. It holds the I/O handles the core names by id
 //! (shim reply channels, subagent links, the broker connection, the module runner, the
-//! timers) and decides nothing about the job.
+//! timers, the job's JEL pool) and decides nothing about the job.
 
 use std::{
     cmp::Reverse,
@@ -11,6 +11,7 @@ use std::{
     time::Duration,
 };
 
+use jel::host::PoolHost;
 use nix::sys::signal::Signal;
 use proto::{
     agent::ShimReply,
@@ -21,7 +22,7 @@ use tracing::{debug, info, warn};
 
 use crate::{
     ancestry,
-    core::{AgentCore, Input, Output, ShimId, SubId, Timer},
+    core::{AgentCore, Input, Output, PoolEvent, ShimId, SubId, Timer},
     jobenv,
     link::{self, Conn},
     listeners::Event,
@@ -64,6 +65,8 @@ pub(super) struct Shell {
     hosts_file: PathBuf,
     /// The app's process group.
     pgid: Option<i32>,
+    /// The job's JEL pool (taken at its `Terminate`).
+    pool: Option<PoolHost>,
 }
 
 /// The time as the core sees it (tokio's clock, so that paused test time applies).
@@ -78,6 +81,7 @@ impl Shell {
         runner: Option<Runner>,
         events_tx: mpsc::Sender<Event>,
         hosts_file: PathBuf,
+        pool: PoolHost,
     ) -> Self {
         Self {
             core,
@@ -91,6 +95,7 @@ impl Shell {
             events_tx,
             hosts_file,
             pgid: None,
+            pool: Some(pool),
         }
     }
 
@@ -252,9 +257,30 @@ impl Shell {
                 };
                 return Performed::Feedback(input);
             }
+            Output::Pool(event) => self.tell_pool(event).await,
             Output::Exit { status } => return Performed::Exit(status),
         }
         Performed::Done
+    }
+
+    /// Hands a job event to the JEL pool and waits until its lines are written (so a
+    /// `vacate` is out before the subagents are told to end the host's processes).
+    async fn tell_pool(&mut self, event: PoolEvent) {
+        let Some(pool) = &self.pool else { return };
+        let done = match event {
+            PoolEvent::HostGranted { host } => pool.host_granted(&host).await,
+            PoolEvent::Reclaim { host, deadline } => {
+                pool.reclaim(&host, unix_ms_at(deadline)).await
+            }
+            PoolEvent::HostReleased { host } => pool.host_released(&host).await,
+            PoolEvent::Terminate => match self.pool.take() {
+                Some(pool) => pool.terminate().await,
+                None => Ok(()),
+            },
+        };
+        if let Err(e) = done {
+            warn!(error = %e, "the job's JEL pool");
+        }
     }
 
     /// Answers a shim; any answer but `queued` is its last.
@@ -349,6 +375,15 @@ impl Shell {
         }
         false
     }
+}
+
+/// The Unix time in ms of a core's `deadline` (an `Instant`, as [`now`] gives them).
+fn unix_ms_at(deadline: std::time::Instant) -> u64 {
+    let unix_now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let left = deadline.saturating_duration_since(now());
+    u64::try_from((unix_now + left).as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Sends `sig` to the app's process group.
