@@ -14,6 +14,7 @@ trap 'rm -f "$out"' EXIT
   echo
   echo "Regenerate with \`./bench.sh\` (as root for the lab rows). Generated $(date -u +%Y-%m-%dT%H:%MZ)."
   echo
+  # shellcheck disable=SC1091  # /etc/os-release is the running system's, not ours to follow
   echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $(free -g | awk '/Mem:/{print $2}') GiB, $(. /etc/os-release; echo "$PRETTY_NAME"), kernel $(uname -r); release build, shim and subagent static (README, \"Static build\")."
   echo
   ./target/release/rb-bench "$@"

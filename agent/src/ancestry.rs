@@ -30,20 +30,31 @@ pub fn stat_fields(stat: &str) -> impl Iterator<Item = &str> {
 /// Whether `pid` is `ancestor` or descends from it within [`MAX_STEPS`] parents, following
 /// `parent`. Init (1) and the kernel's threads (0) are nobody's ancestor here.
 pub fn descends_from(pid: u32, ancestor: u32, parent: impl Fn(u32) -> Option<u32>) -> bool {
-    if ancestor <= 1 {
-        return false;
-    }
+    in_lineage(&lineage(pid, parent), ancestor)
+}
+
+/// `pid` and its ancestors, nearest first: at most [`MAX_STEPS`] parents, stopping before
+/// init (1), the kernel (0), a parent that is gone, or a loop. Read once, a lineage answers
+/// [`in_lineage`] without `/proc` (the agent core gets it with a shim's call).
+pub fn lineage(pid: u32, parent: impl Fn(u32) -> Option<u32>) -> Vec<u32> {
+    let mut chain = vec![pid];
     let mut current = pid;
-    for _ in 0..=MAX_STEPS {
-        if current == ancestor {
-            return true;
-        }
+    for _ in 0..MAX_STEPS {
         match parent(current) {
-            Some(next) if next > 1 && next != current => current = next,
-            _ => return false,
+            Some(next) if next > 1 && next != current => {
+                chain.push(next);
+                current = next;
+            }
+            _ => break,
         }
     }
-    false
+    chain
+}
+
+/// Whether `ancestor` is in `lineage` (from [`lineage`]): the process is `ancestor` or one
+/// of its descendants. Init (1) and the kernel (0) are nobody's ancestor here.
+pub fn in_lineage(lineage: &[u32], ancestor: u32) -> bool {
+    ancestor > 1 && lineage.contains(&ancestor)
 }
 
 #[cfg(test)]

@@ -70,6 +70,8 @@ pub struct AgentConfig {
     pub module_timeout: std::time::Duration,
     /// Whether the job gets the preload library, and whether its absence is an error.
     pub preload: Preload,
+    /// The job's JEL pool settings (the spec's `jel`, checked; default reliable, uniform).
+    pub jel: jel::pool::PoolConfig,
 }
 
 impl AgentConfig {
@@ -101,11 +103,15 @@ impl AgentConfig {
         if let Some(name) = &module {
             crate::module::check_name(name).map_err(|e| anyhow::anyhow!("job spec: {e}"))?;
         }
+        let jel_value = spec.as_ref().and_then(jel_value).unwrap_or_default();
+        let jel = jel::pool::PoolConfig::from_rsl(&jel_value)
+            .map_err(|e| anyhow::anyhow!("job spec: {e}"))?;
         let preload = match (args.preload, &module) {
             (Preload::Auto, None) => Preload::Off,
             (choice, _) => choice,
         };
         Ok(Self {
+            jel,
             preload,
             app,
             spec,
@@ -154,6 +160,15 @@ fn parse_spec(text: &str) -> anyhow::Result<(Option<serde_json::Value>, bool)> {
 /// The `module` of the spec's first part that names one.
 fn module_name(spec: &serde_json::Value) -> Option<String> {
     let of = |p: &serde_json::Value| p.get("module").and_then(|m| m.as_str()).map(String::from);
+    match spec.get("parts").and_then(|p| p.as_array()) {
+        Some(parts) => parts.iter().find_map(of),
+        None => of(spec),
+    }
+}
+
+/// The `jel` of the spec's first part that has one.
+fn jel_value(spec: &serde_json::Value) -> Option<String> {
+    let of = |p: &serde_json::Value| p.get("jel").and_then(|m| m.as_str()).map(String::from);
     match spec.get("parts").and_then(|p| p.as_array()) {
         Some(parts) => parts.iter().find_map(of),
         None => of(spec),
@@ -260,5 +275,22 @@ mod tests {
         assert!(err.to_string().contains("module name `../x`"), "{err}");
         let err = parse(&["--module-timeout-s", "0", "sh"]).expect_err("range");
         assert!(err.to_string().contains("--module-timeout-s"), "{err}");
+    }
+
+    #[test]
+    fn the_jel_value_is_checked_before_the_job_starts() {
+        let cfg = parse(&["--rsl", "(adaptive=yes)(jel=\"unreliable\")", "sh"])
+            .expect("a good jel value");
+        assert_eq!(cfg.jel.membership, jel::pool::Membership::Unreliable);
+        assert_eq!(
+            parse(&["sh"]).expect("no spec").jel,
+            jel::pool::PoolConfig::default()
+        );
+        let e = parse(&["--rsl", "(jel=\"sometimes\")", "sh"]).expect_err("a bad jel value");
+        let text = format!("{e:#}");
+        assert!(
+            text.contains("job spec") && text.contains("`sometimes`"),
+            "{text}"
+        );
     }
 }

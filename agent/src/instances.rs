@@ -1,6 +1,6 @@
 //! Instance names (`anyLinux-1`, `anyPublic-3`; `proto::symbolic`): which host each
-//! instance of the job is bound to. Pure state, no I/O: the agent loop asks what a call
-//! means and performs the answer.
+//! instance of the job is bound to. Pure state, no I/O: the agent core asks what a call
+//! means and turns the answer into outputs.
 //!
 //! # Model
 //! One binding per instance name (compared case-insensitively), going

@@ -36,6 +36,12 @@ pub async fn exited(pid: u32) {
     }
 }
 
+/// True while process `pid` runs (a zombie has ended).
+pub fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| crate::ancestry::stat_fields(&s).next() != Some("Z"))
+}
+
 fn pidfd_open(pid: libc::pid_t) -> std::io::Result<OwnedFd> {
     // SAFETY: plain syscall; on success the kernel hands us a new fd we now own.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
@@ -49,10 +55,7 @@ fn pidfd_open(pid: libc::pid_t) -> std::io::Result<OwnedFd> {
 /// The fallback: until `/proc` no longer lists the pid, or lists it as a zombie.
 async fn poll_until_gone(pid: libc::pid_t) {
     loop {
-        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| crate::ancestry::stat_fields(&s).next() == Some("Z"))
-            .unwrap_or(true);
-        if zombie {
+        if !running(pid as u32) {
             return;
         }
         tokio::time::sleep(POLL).await;

@@ -4,13 +4,16 @@
 //! # Layout
 //! - [`ancestry`]: which process descends from which (`/proc/PID/stat`).
 //! - [`cli`]: flags and the job spec → [`cli::AgentConfig`].
+//! - [`core`]: the agent core: every decision about the job, pure ([`core::AgentCore`]).
 //! - [`link`]: finding the broker (or starting an embedded one), authenticating, registering.
 //! - [`instances`]: which host each instance name (`anyLinux-1`) of the job is bound to.
 //! - [`jobenv`]: the job's private dir, the shim first in `PATH`, launcher variables.
+//! - [`jobkey`]: the job's own key, which its subagents prove (not the lab secret).
 //! - [`listeners`]: the shim socket and the subagent port.
 //! - [`module`]: finding and running a job's `NAME-grow|shrink|halt` programs.
 //! - [`program`]: whether the app can start at all (exit 127/126 as shells do).
-//! - [`run`]: the agent loop: app, allocations, reclaims, job end.
+//! - [`run`]: the agent's shell: starts the job, feeds what happens to [`core::AgentCore`]
+//!   and performs what it decides.
 //! - [`simple_command`]: remote commands that need no shell (exec'd directly).
 //! - [`subagent`]: the subagent: runs the remote command as its own process group with the
 //!   caller's stdio, and a guardian process that reports to the agent and ends the group on
@@ -22,9 +25,11 @@
 
 pub mod ancestry;
 pub mod cli;
+pub mod core;
 pub mod instances;
 pub mod jobenv;
 pub mod jobguard;
+pub mod jobkey;
 pub mod launcher;
 pub mod link;
 pub mod listeners;

@@ -1,5 +1,10 @@
 //! The agent's connection to the broker: find it (flag, env, lab file, else an embedded
 //! single-machine broker started for this job), authenticate, register the job.
+//!
+//! Over TCP the agent proves the lab secret, or a user's credential: the one
+//! `RB_CREDENTIAL` names, else `~/.config/rb/credential` when the lab secret is not
+//! readable ([`proto::credential::load_tcp_key`]). The broker gives the job to the user it
+//! authenticated, whatever `JobRegistration.user` says.
 
 use std::{
     net::{IpAddr, Ipv4Addr},
@@ -10,7 +15,7 @@ use std::{
 
 use anyhow::{bail, Context};
 use proto::{
-    auth::Secret,
+    credential::load_tcp_key,
     frame::FramedConn,
     handshake::{client_handshake, ClientAuth},
     msg::{FromBroker, JobRegistration, Role, ToBroker},
@@ -48,6 +53,8 @@ pub struct Registered {
     pub secret_file: PathBuf,
     /// The broker's IP as its hosts reach it (see [`advertised_ip`]).
     pub hosts_reach_broker_at: Option<IpAddr>,
+    /// The lab's public mark, for the subagents' tags (`None` from older brokers).
+    pub lab_mark: Option<String>,
 }
 
 /// A `--broker`/`RB_BROKER` value that is neither a socket path nor IP:port (exit 64).
@@ -135,7 +142,11 @@ pub async fn connect(t: &BrokerTarget, label: &str) -> anyhow::Result<(Conn, IpA
                 .secret_file
                 .clone()
                 .unwrap_or_else(config::default_secret_path);
-            let secret = Secret::load(&path)?;
+            let chosen = std::env::var_os("RB_CREDENTIAL")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from);
+            let default_credential = config::default_credential_path();
+            let key = load_tcp_key(chosen.as_deref(), &path, &default_credential)?;
             let stream = tokio::net::TcpStream::connect(addr)
                 .await
                 .with_context(|| format!("cannot reach the broker at {addr}"))?;
@@ -143,7 +154,7 @@ pub async fn connect(t: &BrokerTarget, label: &str) -> anyhow::Result<(Conn, IpA
             let local = stream.local_addr()?.ip();
             let mut conn: Conn =
                 FramedConn::with_limit(Box::new(stream), proto::MAX_RESPONSE_BYTES);
-            client_handshake(&mut conn, Role::Agent, label, ClientAuth::Secret(&secret)).await?;
+            client_handshake(&mut conn, Role::Agent, label, key.client_auth()).await?;
             Ok((conn, local))
         }
     }
@@ -159,12 +170,14 @@ pub async fn register(conn: &mut Conn, reg: JobRegistration) -> anyhow::Result<R
             transport,
             secret_file,
             hosts_reach_broker_at,
+            lab_mark,
         } => Ok(Registered {
             job,
             remote_shell,
             transport,
             secret_file: PathBuf::from(secret_file),
             hosts_reach_broker_at,
+            lab_mark: lab_mark.filter(|m| proto::tag::is_mark(m)),
         }),
         FromBroker::Error { message, .. } => bail!("the broker refused the job: {message}"),
         other => bail!("unexpected answer to registration: {other:?}"),
@@ -256,6 +269,7 @@ mod tests {
             transport: "ssh".into(),
             secret_file: PathBuf::from("/s"),
             hosts_reach_broker_at,
+            lab_mark: None,
         }
     }
 

@@ -1,8 +1,9 @@
 //! The agent's two listeners and their per-connection tasks:
 //! - the job-local unix socket where shims ask for hosts (same uid only, SO_PEERCRED);
-//! - the TCP port where subagents on allocated hosts report (lab secret, HMAC handshake).
+//! - the TCP port where subagents on allocated hosts report (the job's own key,
+//!   [`crate::jobkey`]; HMAC handshake).
 //!
-//! Tasks turn traffic into [`Event`]s for the agent loop and carry its answers back.
+//! Tasks turn traffic into [`Event`]s for the agent's shell and carry its answers back.
 
 use std::sync::{
     atomic::{AtomicU64, Ordering},
@@ -23,7 +24,7 @@ use tokio::{
 };
 use tracing::{debug, warn};
 
-/// What listeners tell the agent loop.
+/// What listeners tell the agent's shell (which turns them into the core's inputs).
 #[derive(Debug)]
 pub enum Event {
     ShimAllocate {
@@ -34,6 +35,7 @@ pub enum Event {
         reply: mpsc::Sender<ShimReply>,
     },
     ShimAttach {
+        conn: u64,
         host: String,
         reply: mpsc::Sender<ShimReply>,
     },
@@ -66,14 +68,10 @@ pub enum Event {
     },
     /// A module program finished (see [`crate::module`]).
     ModuleDone(crate::module::Outcome),
-    /// A host was reclaimed while its remote command was being launched: no subagent has
-    /// attached within the grace period, so there is nothing left to wait for.
-    LaunchWindowOver {
+    /// The process `pid` that was granted `alloc` (shim, then remote shell) ended.
+    LauncherExited {
         alloc: u64,
-    },
-    /// The process that was granted `alloc` (shim, then remote shell) ended some time ago.
-    LauncherGone {
-        alloc: u64,
+        pid: u32,
     },
 }
 
@@ -105,7 +103,11 @@ async fn shim_conn(mut conn: FramedConn<tokio::net::UnixStream>, events: mpsc::S
             pid,
             reply: tx,
         },
-        Ok(ShimRequest::Attach { host, .. }) => Event::ShimAttach { host, reply: tx },
+        Ok(ShimRequest::Attach { host, .. }) => Event::ShimAttach {
+            conn: id,
+            host,
+            reply: tx,
+        },
         Ok(ShimRequest::Resolved { symbolic, pid }) => {
             let _ = events.send(Event::Resolved { symbolic, pid }).await;
             return;

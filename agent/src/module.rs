@@ -2,7 +2,7 @@
 //! `NAME-halt` programs on the search path, and running them one at a time with the job's
 //! environment, stdin from /dev/null, a time limit, and every output line logged.
 //!
-//! The agent loop hands [`Call`]s to the runner task from [`spawn_runner`]; each finished
+//! The agent's shell hands [`Call`]s to the runner task from [`spawn_runner`]; each finished
 //! call comes back as an [`Outcome`] through the loop's event channel.
 
 use std::{
@@ -179,7 +179,7 @@ fn is_executable(path: &Path) -> bool {
 }
 
 /// One module program run.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Call {
     pub action: Action,
     /// Host name and address (grow, shrink).

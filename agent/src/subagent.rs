@@ -8,7 +8,8 @@
 //! - the **guardian** (forked right after the command starts, detached from the terminal and
 //!   from stdio) connects to the job's agent, reports the group, heartbeats, and ends the
 //!   group — SIGTERM, the grace period, then SIGKILL — when the agent reclaims the host or
-//!   when the agent is gone for longer than [`AGENT_LOSS_LIMIT`]. It stays while any process
+//!   when the agent is gone for longer than [`AGENT_LOSS_LIMIT`] (at once when its port
+//!   refuses: the agent has ended). It stays while any process
 //!   of the group lives (daemons such as a PVM slave outlive the command that started them),
 //!   so nothing the job started on this host is ever left unwatched. When it ends a group
 //!   on its own (the agent out of reach: for how long, the last error), it says so in the
@@ -52,15 +53,26 @@ pub struct SubagentConfig {
     pub command: String,
     /// The job's preload library, present on this host: in the command's `LD_PRELOAD`.
     pub preload: Option<PathBuf>,
+    /// The lab's mark (from the broker, through the agent), for the command's tag.
+    pub lab_mark: Option<String>,
 }
 
-/// The environment variable that marks every process started under one subagent.
-pub const TAG_VAR: &str = "RB_SUBAGENT_TAG";
+/// The environment variable that marks every process started under one subagent
+/// (`ALLOC.PID.MARK`, see [`proto::tag`]: the host daemon reads the allocation from it too).
+pub const TAG_VAR: &str = proto::tag::SUBAGENT_TAG_VAR;
 
 /// Runs the front and forks the guardian; returns the exit code for the front.
 pub fn run(cfg: SubagentConfig) -> i32 {
     unblock_signals();
-    let tag = format!("{}.{}", cfg.alloc, std::process::id());
+    // The lab's mark lets the host daemon tell this lab's leftovers from another broker's.
+    // Given by the agent (the broker told it); else derived from the secret file, which
+    // is the lab secret only for subagents of older agents.
+    let lab = cfg
+        .lab_mark
+        .clone()
+        .filter(|m| proto::tag::is_mark(m))
+        .or_else(|| Secret::load(&cfg.secret_file).ok().map(|s| s.lab_mark()));
+    let tag = proto::tag::subagent_tag(cfg.alloc, std::process::id(), lab.as_deref());
     // Plain words are exec'd as `sh -c` would, without starting the shell; should that
     // fail (not found, not executable, a script without `#!`), the shell runs the command
     // after all and says why, with its usual exit code.
@@ -265,7 +277,7 @@ async fn guard(cfg: SubagentConfig, watch: &Watch, status_rx: OwnedFd) {
             Ok(conn) => conn,
             Err(why) => {
                 let since = *lost_since.get_or_insert_with(Instant::now);
-                if since.elapsed() > AGENT_LOSS_LIMIT || !watch.alive() {
+                if why.agent_is_gone() || since.elapsed() > AGENT_LOSS_LIMIT || !watch.alive() {
                     agent_lost(&cfg, watch, since, &why);
                     return;
                 }
@@ -395,6 +407,17 @@ enum AgentLinkError {
         agent: String,
         source: proto::handshake::HandshakeError,
     },
+}
+
+impl AgentLinkError {
+    /// The agent's port refused the connection: nothing listens there any more, so the
+    /// agent has ended (it listens for its whole life), unlike a timeout, which may be a
+    /// partition that heals. Its job has ended: waiting [`AGENT_LOSS_LIMIT`] would only
+    /// leave the command running on a host the broker may already have given to another job.
+    fn agent_is_gone(&self) -> bool {
+        matches!(self, AgentLinkError::Connect { source, .. }
+            if source.kind() == std::io::ErrorKind::ConnectionRefused)
+    }
 }
 
 /// Connects to the agent and authenticates.

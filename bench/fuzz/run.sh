@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # bench/fuzz/run.sh -- the long fuzz run of issue 17: every cargo-fuzz target of the
-# repository (the listeners' input, the lab file, RSL) under libFuzzer with the nightly
-# toolchain, RUNS inputs each (default 1 000 000), 1 s timeout per input. Run from the
+# repository (the listeners' input, the lab file, RSL, policy files, JEL) under libFuzzer
+# with the nightly toolchain, RUNS inputs each (default 1 000 000), 1 s timeout per input. Run from the
 # repository root:
 #
 #     bench/fuzz/run.sh                           # prints a markdown section on stdout
 #     RUNS=20000 TARGETS="broker_tcp" bench/fuzz/run.sh
+#     MAX_SECONDS=60 bench/fuzz/run.sh            # each target stops after 60 s (default 300)
 #
 # Each target starts from its committed seeds (*/fuzz/seeds/TARGET) in a fresh corpus, so
 # runs compare. A panic or an input over 1 s stops that target's run (libFuzzer stops at
@@ -15,6 +16,9 @@
 set -euo pipefail
 
 RUNS=${RUNS:-1000000}
+# A bound per target, so one slow target cannot hold ./bench.sh for hours (policy_file loads
+# a whole policy per input: tens of inputs per second under AddressSanitizer).
+MAX_SECONDS=${MAX_SECONDS:-300}
 root=$(pwd)
 if [[ ! -f "$root/bench/fuzz/run.sh" ]]; then
     echo "run.sh: run from the repository root (bench/fuzz/run.sh not found)" >&2
@@ -29,6 +33,9 @@ ALL_TARGETS=(
     "agent:subagent:agent's subagent port (handshake, subagent messages)"
     "config:lab_file:lab file"
     "rsl:parse:RSL job specifications"
+    "policies:policy_file:policy files (TOML, CEL hooks, load-time check)"
+    "policies:policy_eval:shipped policies on arbitrary host, job, user, lab and time facts"
+    "jel:jel_lines:JEL pool (members' lines over several connections, agent inputs)"
 )
 
 section() {
@@ -70,7 +77,7 @@ run_target() {
     local status=0
     (cd "$dir" && RB_FUZZ_SLOWEST="$slowest" cargo +nightly fuzz run -O -a "$target" \
         "$work/corpus/$target" "seeds/$target" -- \
-        -runs="$RUNS" -timeout=1 -rss_limit_mb=4096 -print_final_stats=1 \
+        -runs="$RUNS" -max_total_time="$MAX_SECONDS" -timeout=1 -rss_limit_mb=4096 -print_final_stats=1 \
         -artifact_prefix="$work/artifacts/$target/") >"$log" 2>&1 || status=$?
     local inputs panics=0 slow=0 slowest_ms="n/a"
     inputs=$(awk '/stat::number_of_executed_units/ {n = $NF} END {print n}' "$log")
@@ -101,7 +108,8 @@ done
 
 section
 echo "Every outside input under libFuzzer (\`bench/fuzz/run.sh\`; $(rustc +nightly --version)," \
-    "AddressSanitizer, debug assertions): $RUNS inputs per target from the committed seeds," \
+    "AddressSanitizer, debug assertions): $RUNS inputs per target from the committed seeds" \
+    "or $MAX_SECONDS s, whichever comes first (the inputs column says how many ran)," \
     "1 s timeout per input. Must read 0 and 0; the slowest input is timed around the harness."
 echo
 echo "| target | input | inputs | panics | inputs over 1 s | slowest input |"

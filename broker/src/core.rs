@@ -1,6 +1,8 @@
 //! The core task: owns the [`HostTable`] and the [`JobDesk`], applies events from
 //! connections and supervisors in order, and performs the resulting effects. Nothing else
 //! mutates broker state; no decision is taken here (the table and the allocator decide).
+//! After every event it publishes the live allocations ([`LiveAllocs`]) on a watch channel,
+//! which each host daemon's connection forwards when it changes.
 
 use std::{
     collections::HashMap,
@@ -16,8 +18,9 @@ use tracing::{info, warn};
 
 use crate::{
     alloc::JobId,
+    authz::{Actor, AdminError},
     hosts::{ConnId, Effect, HostTable},
-    jobs::JobDesk,
+    jobs::{JobDesk, LiveAllocs},
     supervisor::SupervisorSet,
 };
 
@@ -77,10 +80,11 @@ pub enum Event {
         job: Option<JobId>,
         reply: oneshot::Sender<Result<serde_json::Value, String>>,
     },
-    /// `rb jobs|release|drain|resume`.
+    /// `rb jobs|release|drain|resume` from `actor` (authorized by the desk).
     Admin {
+        actor: Actor,
         req: Request,
-        reply: oneshot::Sender<Result<Response, String>>,
+        reply: oneshot::Sender<Result<Response, AdminError>>,
     },
 }
 
@@ -91,18 +95,21 @@ pub type EventSender = mpsc::Sender<Event>;
 ///
 /// Every host change the table records (a report, a connection, up/down, and each host of
 /// the lab file at start) reaches the allocator right after the event that caused it, and
-/// every effect of every allocator entry point is performed.
+/// every effect of every allocator entry point is performed. `live` gets the live
+/// allocations after every event that changed them (after the grants it caused went out).
 pub async fn run(
     mut table: HostTable,
     mut desk: JobDesk,
     mut events: mpsc::Receiver<Event>,
     supervisors: SupervisorSet,
     mut shutdown: watch::Receiver<bool>,
+    live: watch::Sender<Option<LiveAllocs>>,
 ) -> Vec<HostStatus> {
     let mut closers: HashMap<ConnId, oneshot::Sender<String>> = HashMap::new();
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     hosts_to_desk(&mut table, &mut desk).await;
+    publish_live(&desk, &live);
     loop {
         let effects = tokio::select! {
             _ = shutdown.changed() => break,
@@ -120,11 +127,24 @@ pub async fn run(
         };
         hosts_to_desk(&mut table, &mut desk).await;
         perform(effects, &mut closers, &supervisors).await;
+        publish_live(&desk, &live);
     }
     supervisors.shutdown().await;
     let mut rows = table.status(now());
     desk.annotate(&mut rows);
     rows
+}
+
+/// Publishes the live allocations when they changed (receivers wake only then).
+fn publish_live(desk: &JobDesk, live: &watch::Sender<Option<LiveAllocs>>) {
+    let now = desk.live_allocs();
+    live.send_if_modified(|last| {
+        let changed = last.as_ref() != Some(&now);
+        if changed {
+            *last = Some(now);
+        }
+        changed
+    });
 }
 
 /// The core's clock: tokio's, so that tests with a paused clock control every deadline.
@@ -160,15 +180,19 @@ async fn apply(
             }
         },
         Event::AgentMessage { job, msg } => {
+            let ended = matches!(msg, ToBroker::EndJob { .. });
             let effects = desk.agent_message(job, msg, now);
             desk.perform(effects).await;
+            if ended {
+                desk.confirm_end(job);
+            }
         }
         Event::AgentGone { job } => {
             let effects = desk.agent_gone(job, now);
             desk.perform(effects).await;
         }
-        Event::Admin { req, reply } => {
-            let (answer, effects) = desk.admin(req, now);
+        Event::Admin { actor, req, reply } => {
+            let (answer, effects) = desk.admin(&actor, req, now);
             let _ = reply.send(answer);
             desk.perform(effects).await;
         }

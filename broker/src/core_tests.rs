@@ -18,7 +18,7 @@ use super::{run, Event, EventSender};
 use crate::{
     alloc::{AllocConfig, Allocator, JobId},
     hosts::HostTable,
-    jobs::JobDesk,
+    jobs::{JobDesk, LiveAllocs},
     supervisor::SupervisorSet,
 };
 
@@ -31,6 +31,8 @@ struct Core {
     stop: watch::Sender<bool>,
     task: JoinHandle<Vec<HostStatus>>,
     next_conn: u64,
+    /// What host daemons are told of live allocations.
+    live: watch::Receiver<Option<LiveAllocs>>,
 }
 
 /// A registered job's agent: its id and the messages the broker sends it.
@@ -68,12 +70,14 @@ impl Core {
         let (events, rx) = mpsc::channel(64);
         let (stop, stop_rx) = watch::channel(false);
         let supervisors = SupervisorSet::default();
-        let task = tokio::spawn(run(table, desk, rx, supervisors, stop_rx));
+        let (live_tx, live) = watch::channel(None);
+        let task = tokio::spawn(run(table, desk, rx, supervisors, stop_rx, live_tx));
         Core {
             events,
             stop,
             task,
             next_conn: 1,
+            live,
         }
     }
 
@@ -130,8 +134,9 @@ impl Core {
 
     async fn admin(&self, req: Request) -> Result<Response, String> {
         let (reply, answer) = oneshot::channel();
-        self.send(Event::Admin { req, reply }).await;
-        answer.await.expect("answered")
+        let actor = crate::authz::Actor::Owner;
+        self.send(Event::Admin { actor, req, reply }).await;
+        answer.await.expect("answered").map_err(|e| e.to_string())
     }
 
     async fn status(&self) -> Vec<HostStatus> {
@@ -144,6 +149,15 @@ impl Core {
         let _ = self.stop.send(true);
         self.task.await.expect("core ends cleanly");
     }
+}
+
+/// The next word on live allocations, or a failure after [`WAIT`].
+async fn changed(live: &mut watch::Receiver<Option<LiveAllocs>>) -> Option<LiveAllocs> {
+    tokio::time::timeout(WAIT, live.changed())
+        .await
+        .expect("a change within the wait")
+        .expect("core runs");
+    live.borrow_and_update().clone()
 }
 
 /// The next message to an agent, or a failure after [`WAIT`].
@@ -181,6 +195,51 @@ async fn grant_decided_while_an_agent_registers_is_sent() {
         FromBroker::Granted { req, host, .. } => assert_eq!((req, host.as_str()), (7, "node02")),
         other => panic!("expected the grant, got {other:?}"),
     }
+    core.stop().await;
+}
+
+/// Issue 17: host daemons learn which allocations are live (to end leftovers of the others)
+/// as soon as a grant or a give-back changes them, with every id issued so far.
+#[tokio::test(start_paused = true)]
+async fn host_daemons_are_told_each_change_of_the_live_allocations() {
+    let mut core = Core::start(&[entry("node02", None)]);
+    let first = changed(&mut core.live).await;
+    assert_eq!(
+        first,
+        Some(LiveAllocs {
+            live: vec![],
+            issued_below: 1
+        })
+    );
+    let mut agent = core.register(false).await;
+    core.report("node02", idle_report("node02")).await;
+    core.allocate(&agent, 1, "anyHost").await;
+    let alloc = match next_decision(&mut agent.rx).await {
+        FromBroker::Granted { alloc, .. } => alloc,
+        other => panic!("expected a grant, got {other:?}"),
+    };
+    let held = changed(&mut core.live).await;
+    assert_eq!(
+        held,
+        Some(LiveAllocs {
+            live: vec![alloc],
+            issued_below: alloc + 1
+        })
+    );
+    let msg = ToBroker::GiveBack { alloc };
+    core.send(Event::AgentMessage {
+        job: agent.job,
+        msg,
+    })
+    .await;
+    let _ = core.status().await; // the give-back is applied
+    assert_eq!(
+        *core.live.borrow(),
+        Some(LiveAllocs {
+            live: vec![],
+            issued_below: alloc + 1
+        })
+    );
     core.stop().await;
 }
 

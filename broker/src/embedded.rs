@@ -41,10 +41,18 @@ pub fn lab(state_dir: &Path, hosts: usize) -> std::io::Result<LabConfig> {
             job_shell: None,
             reclaim_grace: Duration::from_secs(5),
             policy: "paper".into(),
+            // Its state dir is in the runtime dir, in memory: a smaller trace.
+            trace_file_max_bytes: EMBEDDED_TRACE_FILE_MAX_BYTES,
+            trace_files_kept: EMBEDDED_TRACE_FILES_KEPT,
         },
         hosts,
     })
 }
+
+/// The embedded broker's decision trace: files of 1 MiB, the newest 4 kept (its state dir
+/// is in the runtime dir, usually in memory).
+pub const EMBEDDED_TRACE_FILE_MAX_BYTES: u64 = 1 << 20;
+pub const EMBEDDED_TRACE_FILES_KEPT: usize = 4;
 
 /// The embedded lab's default state dir: `embedded` in the private runtime root
 /// (`$XDG_RUNTIME_DIR/rb/embedded`, else `/tmp/rb-<uid>/embedded`).

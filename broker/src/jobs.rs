@@ -1,6 +1,9 @@
 //! The job side of the broker core: owns the [`Allocator`], knows which agent connection
 //! serves which job, maps each agent's own request ids to broker request ids, and turns
 //! allocation effects into messages for agents. Called only from the core task.
+//!
+//! Every call into the allocator goes through [`JobDesk::traced`], which hands the input and
+//! the effects to the decision trace ([`crate::trace`]) when one is kept.
 
 use std::{
     collections::{HashMap, HashSet, VecDeque},
@@ -14,13 +17,36 @@ use proto::{
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-use crate::alloc::{AllocId, Allocator, Effect, HostView, JobId, JobInfo, RequestId};
+use allocation::trace::{host_delta, Input};
+
+use crate::{
+    alloc::{AllocId, Allocator, Effect, HostView, JobId, JobInfo, RequestId},
+    authz::{authorize, Actor, AdminError},
+    trace::TraceSink,
+};
 
 /// Grace of `rb release` when none is given.
 pub const DEFAULT_RELEASE_GRACE: Duration = Duration::from_secs(5);
 
 /// How long a job restored after a broker restart waits for its agent to come back.
 pub const RESUME_WINDOW: Duration = Duration::from_secs(60);
+
+/// Which allocations are live, as host daemons are told (`FromBroker::LiveAllocs`): they
+/// end leftover processes of the others.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LiveAllocs {
+    pub live: Vec<u64>,
+    pub issued_below: u64,
+}
+
+impl LiveAllocs {
+    pub fn message(&self) -> FromBroker {
+        FromBroker::LiveAllocs {
+            live: self.live.clone(),
+            issued_below: self.issued_below,
+        }
+    }
+}
 
 /// Jobs, their agents and their allocations.
 pub struct JobDesk {
@@ -33,12 +59,16 @@ pub struct JobDesk {
     agent_req: HashMap<RequestId, (JobId, u64)>,
     remote_shell: Vec<String>,
     transport: String,
+    /// The lab's public mark, for agents to hand their subagents (`registered`).
+    lab_mark: Option<String>,
     secret_file: String,
     /// The broker's IP as its hosts reach it, told to agents
     /// (see [`Self::with_hosts_reach_broker_at`]).
     hosts_reach_broker_at: Option<std::net::IpAddr>,
     /// The last [`NOTES_KEPT`] notes of each job (from its agent), oldest first.
     notes: HashMap<JobId, VecDeque<String>>,
+    /// The decision trace, when one is kept.
+    trace: Option<TraceSink>,
 }
 
 /// Notes kept per job, and the longest note kept (longer ones are cut).
@@ -52,8 +82,12 @@ impl JobDesk {
         transport: &str,
         secret_file: &std::path::Path,
     ) -> Self {
+        let lab_mark = proto::auth::Secret::load(secret_file)
+            .ok()
+            .map(|s| s.lab_mark());
         Self {
             secret_file: secret_file.display().to_string(),
+            lab_mark,
             alloc,
             agents: HashMap::new(),
             awaiting_agent: HashMap::new(),
@@ -64,7 +98,42 @@ impl JobDesk {
             transport: transport.to_string(),
             hosts_reach_broker_at: None,
             notes: HashMap::new(),
+            trace: None,
         }
+    }
+
+    /// Records every allocator input and decision in `trace` from now on.
+    pub fn with_trace(mut self, trace: TraceSink) -> Self {
+        self.trace = Some(trace);
+        self
+    }
+
+    /// Calls the allocator (`call`) and, when a trace is kept, records what it was given
+    /// (`input`, built from the call's value) and the decisions among its effects.
+    fn traced<T>(
+        &mut self,
+        now: Instant,
+        call: impl FnOnce(&mut Allocator) -> (T, Vec<Effect>),
+        input: impl FnOnce(&T) -> Input,
+    ) -> (T, Vec<Effect>) {
+        if let Some(t) = &mut self.trace {
+            t.begin(&self.alloc, now);
+        }
+        let (value, effects) = call(&mut self.alloc);
+        if let Some(t) = &mut self.trace {
+            t.record(&self.alloc, input(&value), &effects, now);
+        }
+        (value, effects)
+    }
+
+    /// [`Self::traced`] for entry points that return only effects.
+    fn traced_fx(
+        &mut self,
+        now: Instant,
+        call: impl FnOnce(&mut Allocator) -> Vec<Effect>,
+        input: impl FnOnce() -> Input,
+    ) -> Vec<Effect> {
+        self.traced(now, |a| ((), call(a)), |_| input()).1
     }
 
     /// Agents are told `ip`, the broker's address as its hosts reach it: an agent that
@@ -86,9 +155,27 @@ impl JobDesk {
         self
     }
 
+    /// The host daemons' word on live allocations (see `FromBroker::LiveAllocs`).
+    pub fn live_allocs(&self) -> LiveAllocs {
+        let (live, issued_below) = self.alloc.live_allocs();
+        LiveAllocs { live, issued_below }
+    }
+
     /// Tells the allocator that one host's row changed (as it happens).
     pub fn host_changed(&mut self, row: &HostStatus, now: Instant) -> Vec<Effect> {
-        self.alloc.host_changed(HostView::from(row), now)
+        let view = HostView::from(row);
+        // The delta costs a serialization: only when a trace is kept.
+        let changed = if self.trace.is_some() {
+            host_delta(self.alloc.host_view(&view.name), &view)
+        } else {
+            Default::default()
+        };
+        let host = view.name.clone();
+        self.traced_fx(
+            now,
+            |a| a.host_changed(view, now),
+            || Input::Host { host, changed },
+        )
     }
 
     /// Adds what the allocator does with each host (`alloc_state`, `held_by`, `drained`,
@@ -109,7 +196,12 @@ impl JobDesk {
         policy: std::sync::Arc<policies::Policy>,
         now: Instant,
     ) -> Vec<Effect> {
-        self.alloc.set_policy(policy, now)
+        let sha256 = policy.sha256().to_string();
+        self.traced_fx(
+            now,
+            |a| a.set_policy(policy, now),
+            || Input::Policy { sha256 },
+        )
     }
 
     /// `rb policy explain` ([`Allocator::explain`]).
@@ -119,7 +211,15 @@ impl JobDesk {
         job: Option<JobId>,
         now: Instant,
     ) -> Result<serde_json::Value, String> {
-        self.alloc.explain(host, job, now)
+        let (answer, _) = self.traced(
+            now,
+            |a| (a.explain(host, job, now), Vec::new()),
+            |_| Input::Explain {
+                host: host.to_string(),
+                job,
+            },
+        );
+        answer
     }
 
     /// Registers a job for a newly connected agent; a new job (not a resumed one) is refused
@@ -130,9 +230,12 @@ impl JobDesk {
         tx: mpsc::Sender<FromBroker>,
         now: Instant,
     ) -> Result<(JobId, Vec<Effect>), String> {
-        let resumable = reg
-            .resume
-            .filter(|j| self.awaiting_agent.contains_key(j) && self.alloc.is_running(*j));
+        // Only the job's own user resumes it (`reg.user` is the authenticated one).
+        let resumable = reg.resume.filter(|j| {
+            self.awaiting_agent.contains_key(j)
+                && self.alloc.is_running(*j)
+                && self.alloc.job_info(*j).is_some_and(|i| i.user == reg.user)
+        });
         if let (None, Some(store)) = (resumable, &self.store) {
             store
                 .check_writable()
@@ -143,7 +246,9 @@ impl JobDesk {
             Some(job) => {
                 self.awaiting_agent.remove(&job);
                 info!(job, "agent reconnected; job resumed");
-                (job, self.alloc.resend_reclaims(now))
+                let effects =
+                    self.traced_fx(now, |a| a.resumed(job, now), || Input::Resumed { job });
+                (job, effects)
             }
             None => {
                 let info = JobInfo {
@@ -153,7 +258,15 @@ impl JobDesk {
                     spec: reg.spec,
                     adaptive: reg.adaptive,
                 };
-                self.alloc.register_job(info, now)
+                let recorded = info.clone();
+                self.traced(
+                    now,
+                    |a| a.register_job(info, now),
+                    |&job| Input::Register {
+                        job,
+                        info: recorded,
+                    },
+                )
             }
         };
         let msg = FromBroker::Registered {
@@ -162,15 +275,56 @@ impl JobDesk {
             transport: self.transport.clone(),
             secret_file: self.secret_file.clone(),
             hosts_reach_broker_at: self.hosts_reach_broker_at,
+            lab_mark: self.lab_mark.clone(),
         };
         let _ = tx.send(msg).await;
         self.agents.insert(job, tx);
         info!(job, "job registered");
         if let Some(host) = own_host {
             info!(job, %host, "a module job runs on this lab host: never granted to it");
-            effects.extend(self.alloc.uses_hosts(job, [host], now));
+            effects.extend(self.uses_hosts(job, vec![host], now));
         }
         Ok((job, effects))
+    }
+
+    /// [`Allocator::uses_hosts`].
+    fn uses_hosts(&mut self, job: JobId, hosts: Vec<String>, now: Instant) -> Vec<Effect> {
+        let recorded = hosts.clone();
+        self.traced_fx(
+            now,
+            |a| a.uses_hosts(job, hosts, now),
+            || Input::UsesHosts {
+                job,
+                hosts: recorded,
+            },
+        )
+    }
+
+    /// Gives `alloc` back (`confirmed`: after a reclaim) through [`Self::traced`].
+    fn give_back(
+        &mut self,
+        job: JobId,
+        alloc: AllocId,
+        confirmed: bool,
+        now: Instant,
+    ) -> Vec<Effect> {
+        let (host, req) = self.alloc.alloc_host(alloc).unwrap_or_default();
+        self.traced_fx(
+            now,
+            |a| match confirmed {
+                true => a.release_confirmed(alloc, now),
+                false => a.give_back(alloc, now),
+            },
+            || match confirmed {
+                true => Input::Released { job, host, req },
+                false => Input::GiveBack { job, host, req },
+            },
+        )
+    }
+
+    /// [`Allocator::end_job`].
+    fn end_job(&mut self, job: JobId, now: Instant) -> Vec<Effect> {
+        self.traced_fx(now, |a| a.end_job(job, now), || Input::End { job })
     }
 
     /// For a module job: the lab host its agent runs on, if it is one of the lab's.
@@ -198,7 +352,15 @@ impl JobDesk {
     pub fn agent_message(&mut self, job: JobId, msg: ToBroker, now: Instant) -> Vec<Effect> {
         match msg {
             ToBroker::Allocate { req, symbolic } => {
-                let (id, effects) = self.alloc.request(job, &symbolic, now);
+                let (id, effects) = self.traced(
+                    now,
+                    |a| a.request(job, &symbolic, now),
+                    |&req| Input::Allocate {
+                        job,
+                        req,
+                        symbolic: symbolic.clone(),
+                    },
+                );
                 self.by_agent_req.insert((job, req), id);
                 self.agent_req.insert(id, (job, req));
                 effects
@@ -206,15 +368,15 @@ impl JobDesk {
             ToBroker::Cancel { req } => match self.by_agent_req.remove(&(job, req)) {
                 Some(id) => {
                     self.agent_req.remove(&id);
-                    self.alloc.cancel(id)
+                    self.traced_fx(now, |a| a.cancel(id), || Input::Cancel { job, req: id })
                 }
                 None => Vec::new(),
             },
             ToBroker::GiveBack { alloc } if self.owns(job, alloc) => {
-                self.alloc.give_back(alloc, now)
+                self.give_back(job, alloc, false, now)
             }
             ToBroker::Released { alloc } if self.owns(job, alloc) => {
-                self.alloc.release_confirmed(alloc, now)
+                self.give_back(job, alloc, true, now)
             }
             ToBroker::HostsInUse { hosts } => {
                 let hosts = self.lab_hosts(job, &hosts);
@@ -223,7 +385,7 @@ impl JobDesk {
                     ?hosts,
                     "hosts the job uses by name: never granted to it"
                 );
-                self.alloc.uses_hosts(job, hosts, now)
+                self.uses_hosts(job, hosts, now)
             }
             ToBroker::JobNote { text } => {
                 self.add_note(job, &text);
@@ -231,7 +393,7 @@ impl JobDesk {
             }
             ToBroker::EndJob { status } => {
                 info!(job, status, "job ended");
-                self.alloc.end_job(job, now)
+                self.end_job(job, now)
             }
             other => {
                 warn!(job, ?other, "ignoring a message an agent should not send");
@@ -289,13 +451,13 @@ impl JobDesk {
         self.agents.remove(&job);
         if self.alloc.is_running(job) {
             warn!(job, "agent disconnected; ending its job");
-            return self.alloc.end_job(job, now);
+            return self.end_job(job, now);
         }
         Vec::new()
     }
 
     pub fn tick(&mut self, now: Instant) -> Vec<Effect> {
-        let mut effects = self.alloc.tick(now);
+        let mut effects = self.tick_alloc(now);
         let expired: Vec<JobId> = self
             .awaiting_agent
             .iter()
@@ -308,13 +470,67 @@ impl JobDesk {
                 "agent did not come back after the broker restarted; ending its job"
             );
             self.awaiting_agent.remove(&job);
-            effects.extend(self.alloc.end_job(job, now));
+            effects.extend(self.end_job(job, now));
         }
         effects
     }
 
-    /// Client requests about jobs.
-    pub fn admin(&mut self, req: Request, now: Instant) -> (Result<Response, String>, Vec<Effect>) {
+    /// An admin entry point through the trace; a refused one (unknown host…) changed
+    /// nothing and is not recorded.
+    fn traced_admin(
+        &mut self,
+        now: Instant,
+        call: impl FnOnce(&mut Allocator) -> Result<Vec<Effect>, crate::alloc::AllocError>,
+        input: Input,
+    ) -> Result<Vec<Effect>, crate::alloc::AllocError> {
+        if let Some(t) = &mut self.trace {
+            t.begin(&self.alloc, now);
+        }
+        let effects = call(&mut self.alloc)?;
+        if let Some(t) = &mut self.trace {
+            t.record(&self.alloc, input, &effects, now);
+        }
+        Ok(effects)
+    }
+
+    /// [`Allocator::tick`], recorded in the trace only when it decided something.
+    fn tick_alloc(&mut self, now: Instant) -> Vec<Effect> {
+        if let Some(t) = &mut self.trace {
+            t.begin(&self.alloc, now);
+        }
+        let effects = self.alloc.tick(now);
+        if let (Some(t), false) = (&mut self.trace, effects.is_empty()) {
+            t.record(&self.alloc, Input::Tick, &effects, now);
+        }
+        effects
+    }
+
+    /// The user of the job holding `host`, if a job holds it.
+    fn holder_user(&self, host: &str) -> Option<String> {
+        let (job, _) = self.alloc.holder(host)?;
+        self.alloc.job_info(job).map(|i| i.user.clone())
+    }
+
+    /// Client requests about jobs, from `actor` (authorized here: whether a user may
+    /// release a host depends on whose job holds it).
+    pub fn admin(
+        &mut self,
+        actor: &Actor,
+        req: Request,
+        now: Instant,
+    ) -> (Result<Response, AdminError>, Vec<Effect>) {
+        if let Err(refusal) = authorize(actor, &req, |h| self.holder_user(h)) {
+            return (Err(refusal.into()), Vec::new());
+        }
+        let (answer, effects) = self.admin_allowed(req, now);
+        (answer.map_err(AdminError::Failed), effects)
+    }
+
+    fn admin_allowed(
+        &mut self,
+        req: Request,
+        now: Instant,
+    ) -> (Result<Response, String>, Vec<Effect>) {
         match req {
             Request::Jobs => {
                 let jobs = self.job_rows(now);
@@ -323,7 +539,11 @@ impl JobDesk {
             Request::Release { host, grace_ms } => {
                 let grace = grace_ms.map_or(DEFAULT_RELEASE_GRACE, Duration::from_millis);
                 let holder = self.alloc.holder(&host);
-                match self.alloc.release_host(&host, grace, now) {
+                let input = Input::ReleaseHost {
+                    host: host.clone(),
+                    grace_us: grace.as_micros() as u64,
+                };
+                match self.traced_admin(now, |a| a.release_host(&host, grace, now), input) {
                     Ok(effects) => {
                         let message = match holder {
                             Some((job, _)) => format!(
@@ -337,7 +557,11 @@ impl JobDesk {
                     Err(e) => (Err(e.to_string()), Vec::new()),
                 }
             }
-            Request::Drain { host } => match self.alloc.drain(&host) {
+            Request::Drain { host } => match self.traced_admin(
+                now,
+                |a| a.drain(&host),
+                Input::Drain { host: host.clone() },
+            ) {
                 Ok(effects) => (
                     Ok(Response::Done {
                         message: format!("{host} drained: no new grants"),
@@ -346,7 +570,11 @@ impl JobDesk {
                 ),
                 Err(e) => (Err(e.to_string()), Vec::new()),
             },
-            Request::Resume { host } => match self.alloc.resume(&host, now) {
+            Request::Resume { host } => match self.traced_admin(
+                now,
+                |a| a.resume(&host, now),
+                Input::Resume { host: host.clone() },
+            ) {
                 Ok(effects) => (
                     Ok(Response::Done {
                         message: format!("{host} resumed"),
@@ -457,11 +685,29 @@ impl JobDesk {
             }
         }
         if persist {
-            if let Some(store) = &self.store {
+            if let Some(store) = &mut self.store {
                 store.save(self.alloc.snapshot());
             }
         }
         persist
+    }
+
+    /// Tells `job`'s agent that its end is saved, once everything queued for the disk so
+    /// far is written (the end was queued by [`JobDesk::perform`] just before). The agent
+    /// waits for this before it exits: a broker killed between the agent's `end_job` and
+    /// the save would otherwise bring the job back with its hosts held until
+    /// [`RESUME_WINDOW`] passed, with no agent to end it.
+    pub fn confirm_end(&self, job: JobId) {
+        let Some(tx) = self.agents.get(&job).cloned() else {
+            return;
+        };
+        let written = self.store.as_ref().map(|s| s.written());
+        tokio::spawn(async move {
+            if let Some(written) = written {
+                written.await;
+            }
+            let _ = tx.send(FromBroker::JobEnded { job }).await;
+        });
     }
 
     fn forget_req(&mut self, req: RequestId) -> Option<(JobId, u64)> {
@@ -538,6 +784,46 @@ mod tests {
             Effect::Granted { host, .. } => Some(host.clone()),
             _ => None,
         })
+    }
+
+    /// Issue 17: a user releases the hosts of their own jobs only, and drains nothing.
+    #[tokio::test]
+    async fn a_user_releases_only_their_own_jobs_hosts() {
+        let mut desk = JobDesk::new(
+            Allocator::new(),
+            vec!["ssh".into()],
+            "ssh",
+            std::path::Path::new("/nonexistent/secret"),
+        );
+        let now = Instant::now();
+        desk.host_changed(&status("node02", "10.0.0.2"), now);
+        let (tx, _rx) = mpsc::channel(16);
+        let mut reg = registration(None);
+        reg.user = "bob".into();
+        let (job, _) = desk.register(reg, tx, now).await.expect("registered");
+        let allocate = ToBroker::Allocate {
+            req: 1,
+            symbolic: "anyLinux".into(),
+        };
+        let effects = desk.agent_message(job, allocate, now);
+        assert_eq!(granted_host(&effects).as_deref(), Some("node02"));
+        let release = || Request::Release {
+            host: "node02".into(),
+            grace_ms: Some(0),
+        };
+        let eve = Actor::User("eve".into());
+        let (answer, effects) = desk.admin(&eve, release(), now);
+        assert!(matches!(answer, Err(AdminError::Denied(_))), "{answer:?}");
+        assert!(effects.is_empty(), "nothing done");
+        let drain = Request::Drain {
+            host: "node02".into(),
+        };
+        let bob = Actor::User("bob".into());
+        let (answer, _) = desk.admin(&bob, drain, now);
+        assert!(matches!(answer, Err(AdminError::Denied(_))), "{answer:?}");
+        let (answer, effects) = desk.admin(&bob, release(), now);
+        assert!(matches!(answer, Ok(Response::Done { .. })), "{answer:?}");
+        assert!(!effects.is_empty(), "the reclaim starts");
     }
 
     /// Issue 14, item 6, as the broker sees it: the agent runs on node01 (found by its

@@ -3,11 +3,18 @@
 //! # Layout
 //! - [`hosts`]: the pure host table (up/down, latest reports, silence → restart effects, and
 //!   which hosts changed, for the allocator).
-//! - [`alloc`]: the pure allocation core (jobs, requests, allocations, the built-in policy).
+//! - [`alloc`]: the pure allocation core (the `allocation` crate, re-exported: jobs, requests,
+//!   allocations, the policy seam) and its SQLite store.
 //! - [`jobs`]: the allocator's async edge: agents, their request ids, effects → messages.
 //! - [`core`]: the one task that owns broker state and applies events in order.
 //! - [`server`]: TCP and local-socket listeners, handshakes, per-connection tasks.
+//! - [`requests`]: what a client request does: authorize, carry out, audit.
+//! - [`authz`]: who may do what (the owner everything; a user reads, releases own hosts).
+//! - [`users`]: the users with a credential (`rb user add|list|revoke`).
+//! - [`audit`]: the audit log of admin actions and refusals (`STATE_DIR/audit.log`).
 //! - [`supervisor`]: keeps every host's daemon running through the transport.
+//! - [`trace`]: the decision trace's edge: the sink the job desk records into, and the
+//!   writer thread appending to `STATE_DIR/trace/` (format and replay: `allocation`).
 //! - [`transport`]: the command line that starts a daemon on a host (ssh, rsh, local).
 //! - [`embedded`]: the single-machine default lab (virtual hosts) used when none is configured.
 //!
@@ -15,15 +22,20 @@
 //! shutdown → stop daemons (lifeline, then SIGKILL) → remove the socket.
 
 pub mod alloc;
+pub mod audit;
+pub mod authz;
 pub mod core;
 pub mod embedded;
 pub mod hosts;
 pub mod jobs;
 pub mod persist;
 pub mod reload;
+pub mod requests;
 pub mod server;
 pub mod supervisor;
+pub mod trace;
 pub mod transport;
+pub mod users;
 
 use std::{
     collections::HashSet,
@@ -95,14 +107,30 @@ pub async fn run(
     ));
     let watcher = reload::spawn_policy_watcher(policy_handle.clone(), stop_rx.clone())
         .context("cannot watch for SIGHUP")?;
-    let ctx = Arc::new(ServerCtx::new(
+    let (live_tx, live_rx) = watch::channel(None);
+    let owner = owner_name();
+    let identity = server::Identity {
+        users: Arc::new(users::Users::load(&lab.broker.state_dir, &owner)?),
+        audit: audit::AuditLog::new(&lab.broker.state_dir),
+        owner,
+    };
+    let mut ctx = ServerCtx::new(
         secret,
         events_tx.clone(),
         names,
         interval_ms,
         stop_tx.clone(),
         policy_handle,
-    ));
+        identity,
+    );
+    // Host daemons sweep leftovers only where each serves a machine of its own.
+    if matches!(
+        lab.broker.transport,
+        config::Transport::Ssh | config::Transport::Rsh
+    ) {
+        ctx = ctx.with_live_allocs(live_rx);
+    }
+    let ctx = Arc::new(ctx);
     let spec = LaunchSpec::new(&lab, listen);
     let supervisors =
         SupervisorSet::spawn(&lab.hosts, &spec, events_tx, lab.broker.restart_backoff_max);
@@ -114,6 +142,7 @@ pub async fn run(
         events_rx,
         supervisors,
         stop_rx.clone(),
+        live_tx,
     ));
     let tcp_task = tokio::spawn(server::serve_tcp(tcp, ctx.clone(), stop_rx.clone()));
     let unix_task = tokio::spawn(server::serve_unix(unix, ctx, stop_rx.clone()));
@@ -129,6 +158,15 @@ pub async fn run(
     let _ = std::fs::remove_file(info_path(&lab.broker.state_dir));
     info!("broker stopped");
     Ok(())
+}
+
+/// The login name of the broker's user (whose jobs are the owner's), else `uid N`.
+fn owner_name() -> String {
+    let uid = nix::unistd::geteuid();
+    nix::unistd::User::from_uid(uid)
+        .ok()
+        .flatten()
+        .map_or_else(|| format!("uid {uid}"), |u| u.name)
 }
 
 /// The job side, restored from `STATE_DIR/broker.db` when it holds a previous run's state.
@@ -166,7 +204,36 @@ fn job_desk(
         &lab.broker.secret_file,
     )
     .with_hosts_reach_broker_at(hosts_reach_broker_at(spec.broker_addr, &lab.hosts));
+    let desk = match trace_sink(lab, now)? {
+        Some(sink) => desk.with_trace(sink),
+        None => desk,
+    };
     Ok(desk.with_store(writer, now))
+}
+
+/// The decision trace of this run (`STATE_DIR/trace/`), unless `trace_files_kept = 0`. Its
+/// clock starts at `now`, the allocator's wall-clock epoch.
+fn trace_sink(
+    lab: &LabConfig,
+    now: std::time::Instant,
+) -> anyhow::Result<Option<trace::TraceSink>> {
+    if lab.broker.trace_files_kept == 0 {
+        return Ok(None);
+    }
+    let unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let clock = allocation::TraceClock::new(now, unix_ms);
+    let run = format!("{unix_ms}-{}", std::process::id());
+    let sink = trace::TraceSink::spawn(
+        trace::trace_dir(&lab.broker.state_dir),
+        lab.broker.trace_file_max_bytes,
+        lab.broker.trace_files_kept,
+        clock,
+        run,
+    )
+    .context("cannot start the decision-trace writer thread")?;
+    Ok(Some(sink))
 }
 
 /// The broker's IP as its hosts reach it: the bound address, or for a wildcard (allowed

@@ -1,6 +1,9 @@
 //! Durable broker state off the hot path: one thread owns the SQLite [`Store`] and writes
 //! the newest snapshot it has been given (older ones still queued are skipped). Decisions
 //! never wait for the disk; a crash loses at most the last few milliseconds of changes.
+//! Each queued snapshot gets a sequence number and [`StoreWriter::committed`] follows the
+//! newest one written, so that a reply which must not outrun the disk (a job's end) can
+//! wait for it without the decisions waiting.
 
 use std::{
     io::Write,
@@ -18,12 +21,17 @@ use crate::alloc::{snapshot::Snapshot, store::Store};
 
 /// Sends snapshots to the writer thread.
 pub struct StoreWriter {
-    tx: Option<mpsc::Sender<Snapshot>>,
+    tx: Option<mpsc::Sender<(u64, Snapshot)>>,
     thread: Option<JoinHandle<()>>,
     /// The state dir (where the database lives).
     dir: PathBuf,
     /// False while the last save failed.
     saved: Arc<AtomicBool>,
+    /// The sequence number of the newest snapshot queued.
+    queued: u64,
+    /// The sequence number of the newest snapshot the thread has written (or failed to:
+    /// a failed save is logged, and [`StoreWriter::check_writable`] then refuses new jobs).
+    committed: tokio::sync::watch::Receiver<u64>,
 }
 
 /// Bytes the writability probe writes: more than one page, so a full tmpfs says so.
@@ -34,9 +42,10 @@ impl StoreWriter {
     pub fn open(path: &Path) -> anyhow::Result<(StoreWriter, Option<Snapshot>)> {
         let mut store = Store::open(path)?;
         let previous = store.load()?;
-        let (tx, rx) = mpsc::channel::<Snapshot>();
+        let (tx, rx) = mpsc::channel::<(u64, Snapshot)>();
         let saved = Arc::new(AtomicBool::new(true));
         let flag = saved.clone();
+        let (done_tx, committed) = tokio::sync::watch::channel(0u64);
         let thread = std::thread::Builder::new()
             .name("rb-store".into())
             .spawn(move || {
@@ -44,11 +53,13 @@ impl StoreWriter {
                     while let Ok(newer) = rx.try_recv() {
                         snap = newer;
                     }
+                    let (seq, snap) = snap;
                     let result = store.save(&snap);
                     flag.store(result.is_ok(), Ordering::SeqCst);
                     if let Err(e) = result {
                         error!(error = %e, "cannot save broker state");
                     }
+                    done_tx.send_replace(seq);
                 }
             })?;
         Ok((
@@ -57,6 +68,8 @@ impl StoreWriter {
                 thread: Some(thread),
                 dir: path.parent().unwrap_or(Path::new(".")).to_path_buf(),
                 saved,
+                queued: 0,
+                committed,
             },
             previous,
         ))
@@ -85,11 +98,22 @@ impl StoreWriter {
     }
 
     /// Queues `snap` for writing.
-    pub fn save(&self, snap: Snapshot) {
+    pub fn save(&mut self, snap: Snapshot) {
+        self.queued += 1;
         if let Some(tx) = &self.tx {
-            if tx.send(snap).is_err() {
+            if tx.send((self.queued, snap)).is_err() {
                 warn!("the state writer is gone; state is not being saved");
             }
+        }
+    }
+
+    /// Resolves once everything queued so far has been written (or its save failed), or
+    /// the writer is gone.
+    pub fn written(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let target = self.queued;
+        let mut committed = self.committed.clone();
+        async move {
+            let _ = committed.wait_for(|seq| *seq >= target).await;
         }
     }
 }

@@ -1,7 +1,12 @@
-//! Listeners and per-connection tasks: TCP (host daemons, remote clients; authenticated
-//! with the lab secret) and the local control socket (clients of the broker's own uid,
-//! checked with SO_PEERCRED). A bad peer is logged (rate-limited) and dropped; it can never
-//! stall the broker, because each connection has its own task and a handshake deadline.
+//! Listeners and per-connection tasks: TCP (host daemons, remote clients and agents;
+//! authenticated with the lab secret — the broker's owner — or a user's credential) and the
+//! local control socket (the broker's own uid only, checked with SO_PEERCRED: the owner).
+//! A bad peer is logged (rate-limited) and dropped; it can never stall the broker, because
+//! each connection has its own task and a handshake deadline.
+//!
+//! Requests are answered by [`crate::requests`] (authorized, carried out, audited); a
+//! user's jobs are theirs by authentication, whatever name the agent claims; revoking a
+//! user ends their connections at once ([`crate::users::Revocation`]).
 
 use std::{
     collections::HashSet,
@@ -15,8 +20,8 @@ use std::{
 use proto::{
     auth::Secret,
     frame::{FrameError, FramedConn},
-    handshake::{refuse, server_handshake, ServerAuth},
-    msg::{ErrorCode, FromBroker, Request, Response, Role, ToBroker},
+    handshake::{authenticate, refuse, Peer, ServerAuth},
+    msg::{ErrorCode, FromBroker, Role, ToBroker},
     peercred,
 };
 use tokio::{
@@ -24,11 +29,16 @@ use tokio::{
     net::{TcpListener, UnixListener},
     sync::{oneshot, watch},
 };
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
 use crate::{
+    audit::AuditLog,
+    authz::{Actor, AdminError},
     core::{Event, EventSender},
+    jobs::LiveAllocs,
     reload::PolicyHandle,
+    requests::respond,
+    users::{revoked_message, Revocation, Users},
 };
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -44,8 +54,25 @@ pub struct ServerCtx {
     pub stop: watch::Sender<bool>,
     /// The policy in force and its reloads.
     pub policy: Arc<PolicyHandle>,
+    /// The live allocations, forwarded to each host daemon as they change; `None` where
+    /// daemons share a machine (`local`, `manual`): they must not sweep each other's
+    /// processes (see `hostd::sweep`).
+    pub live: Option<watch::Receiver<Option<LiveAllocs>>>,
+    /// The users with a credential.
+    pub users: Arc<Users>,
+    /// Admin actions and refusals.
+    pub audit: AuditLog,
+    /// The broker owner's login name (the user of the owner's jobs).
+    pub owner: String,
     next_conn: AtomicU64,
     limiter: LogLimiter,
+}
+
+/// What a connection's requests are answered from besides the core.
+pub struct Identity {
+    pub users: Arc<Users>,
+    pub audit: AuditLog,
+    pub owner: String,
 }
 
 impl ServerCtx {
@@ -56,18 +83,29 @@ impl ServerCtx {
         report_interval_ms: u64,
         stop: watch::Sender<bool>,
         policy: Arc<PolicyHandle>,
+        identity: Identity,
     ) -> Self {
         Self {
             policy,
+            users: identity.users,
+            audit: identity.audit,
+            owner: identity.owner,
             secret,
             events,
             hosts,
             report_interval_ms,
             uid: nix::unistd::geteuid().as_raw(),
             stop,
+            live: None,
             next_conn: AtomicU64::new(1),
             limiter: LogLimiter::new(20, Duration::from_secs(10)),
         }
+    }
+
+    /// Host daemons are told the live allocations (`FromBroker::LiveAllocs`) from `live`.
+    pub fn with_live_allocs(mut self, live: watch::Receiver<Option<LiveAllocs>>) -> Self {
+        self.live = Some(live);
+        self
     }
 }
 
@@ -88,7 +126,10 @@ pub async fn serve_tcp(
                 let ctx = ctx.clone();
                 let shutdown = shutdown.clone();
                 tokio::spawn(async move {
-                    let auth = ServerAuth::Secret(&ctx.secret);
+                    let auth = ServerAuth::SecretOrUser {
+                        secret: &ctx.secret,
+                        users: ctx.users.as_ref(),
+                    };
                     handle(stream, &ctx, auth, peer.to_string(), false, shutdown).await;
                 });
             }
@@ -149,21 +190,39 @@ async fn handle<S>(
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let mut conn = FramedConn::new(stream);
-    let hello =
-        match tokio::time::timeout(HANDSHAKE_TIMEOUT, server_handshake(&mut conn, auth)).await {
-            Ok(Ok(hello)) => hello,
+    let (hello, who) =
+        match tokio::time::timeout(HANDSHAKE_TIMEOUT, authenticate(&mut conn, auth)).await {
+            Ok(Ok(got)) => got,
             Ok(Err(e)) => return ctx.limiter.warn(&peer, &e.to_string()),
             Err(_) => return ctx.limiter.warn(&peer, "handshake timed out"),
         };
+    let actor = match who {
+        Peer::Owner => Actor::Owner,
+        Peer::User(name) => {
+            ctx.users.seen(&name);
+            Actor::User(name)
+        }
+    };
     match hello.role {
+        Role::Hostd if actor != Actor::Owner => {
+            let reason = "host daemons prove the lab secret, not a user credential".to_string();
+            refuse(&mut conn, ErrorCode::Auth, &reason).await;
+            ctx.limiter.warn(&peer, &reason);
+        }
         Role::Hostd if !ctx.hosts.contains(&hello.name) => {
             let reason = format!("host `{}` is not in the lab file", hello.name);
             refuse(&mut conn, ErrorCode::UnknownHost, &reason).await;
             ctx.limiter.warn(&peer, &reason);
         }
         Role::Hostd => hostd_session(conn, ctx, hello.name, shutdown).await,
-        Role::Client => client_session(conn, ctx, local, &peer, shutdown).await,
-        Role::Agent => agent_session(conn, ctx, shutdown).await,
+        Role::Client => {
+            let revoked = Revocation::watch(&ctx.users, &actor);
+            client_session(conn, ctx, local, &peer, &actor, revoked, shutdown).await
+        }
+        Role::Agent => {
+            let revoked = Revocation::watch(&ctx.users, &actor);
+            agent_session(conn, ctx, &actor, revoked, shutdown).await
+        }
         Role::Subagent => {
             let reason = "subagents talk to their agent, not to the broker".to_string();
             refuse(&mut conn, ErrorCode::BadMessage, &reason).await;
@@ -200,10 +259,19 @@ async fn hostd_session<S>(
     if ctx.events.send(connected).await.is_err() || welcome(&mut conn, ctx).await.is_err() {
         return;
     }
+    let mut live = ctx.live.clone();
+    if let Some(rx) = live.as_mut() {
+        rx.mark_changed(); // the current word goes out at once
+    }
     let reason = loop {
         tokio::select! {
             _ = shutdown.changed() => break "broker stopping".to_string(),
             why = &mut close_rx => break why.unwrap_or_else(|_| "closed by broker".into()),
+            word = next_live(&mut live) => {
+                if conn.send(&word).await.is_err() {
+                    break "connection closed".into();
+                }
+            }
             msg = conn.recv::<ToBroker>() => match msg {
                 Ok(ToBroker::Report(report)) => {
                     if ctx.events.send(Event::Report { host: host.clone(), conn: id, report }).await.is_err() {
@@ -233,9 +301,28 @@ async fn hostd_session<S>(
         .await;
 }
 
+/// The next word on live allocations for a host daemon; never without a channel, or once
+/// the core is gone.
+async fn next_live(live: &mut Option<watch::Receiver<Option<LiveAllocs>>>) -> FromBroker {
+    loop {
+        let Some(rx) = live.as_mut() else {
+            return std::future::pending().await;
+        };
+        if rx.changed().await.is_err() {
+            *live = None;
+            continue;
+        }
+        if let Some(word) = rx.borrow_and_update().as_ref() {
+            return word.message();
+        }
+    }
+}
+
 async fn agent_session<S>(
     mut conn: FramedConn<S>,
     ctx: &ServerCtx,
+    actor: &Actor,
+    mut revoked: Revocation,
     mut shutdown: watch::Receiver<bool>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -243,7 +330,7 @@ async fn agent_session<S>(
     if welcome(&mut conn, ctx).await.is_err() {
         return;
     }
-    let reg = match conn.recv::<ToBroker>().await {
+    let mut reg = match conn.recv::<ToBroker>().await {
         Ok(ToBroker::Register(reg)) => reg,
         Ok(other) => {
             return refuse(
@@ -255,6 +342,8 @@ async fn agent_session<S>(
         }
         Err(_) => return,
     };
+    // The job is the authenticated user's, whatever name the agent claims.
+    reg.user = actor.name(&ctx.owner).to_string();
     let (tx, mut rx) = tokio::sync::mpsc::channel(64);
     let (reply_tx, reply_rx) = oneshot::channel();
     if ctx
@@ -277,6 +366,10 @@ async fn agent_session<S>(
     loop {
         tokio::select! {
             _ = shutdown.changed() => return,
+            _ = revoked.revoked() => {
+                refuse(&mut conn, ErrorCode::Auth, &revoked_message(actor)).await;
+                break;
+            }
             out = rx.recv() => match out {
                 Some(msg) => if conn.send(&msg).await.is_err() { break },
                 None => break,
@@ -301,6 +394,8 @@ async fn client_session<S>(
     ctx: &ServerCtx,
     local: bool,
     peer: &str,
+    actor: &Actor,
+    mut revoked: Revocation,
     mut shutdown: watch::Receiver<bool>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -311,6 +406,9 @@ async fn client_session<S>(
     loop {
         let msg = tokio::select! {
             _ = shutdown.changed() => return,
+            _ = revoked.revoked() => {
+                return refuse(&mut conn, ErrorCode::Auth, &revoked_message(actor)).await;
+            }
             msg = conn.recv::<ToBroker>() => msg,
         };
         let (id, req) = match msg {
@@ -326,72 +424,19 @@ async fn client_session<S>(
             Err(FrameError::Closed) => return,
             Err(e) => return refuse(&mut conn, ErrorCode::BadMessage, &e.to_string()).await,
         };
-        let reply = match answer(ctx, req, local, peer).await {
+        let reply = match respond(ctx, req, local, peer, actor).await {
             Ok(resp) => FromBroker::Response { id, resp },
-            Err(message) => FromBroker::Error {
+            Err(AdminError::Denied(refusal)) => FromBroker::Error {
+                code: ErrorCode::Denied,
+                message: refusal.to_string(),
+            },
+            Err(AdminError::Failed(message)) => FromBroker::Error {
                 code: ErrorCode::Failed,
                 message,
             },
         };
         if conn.send(&reply).await.is_err() {
             return;
-        }
-    }
-}
-
-async fn answer(
-    ctx: &ServerCtx,
-    req: Request,
-    local: bool,
-    peer: &str,
-) -> Result<Response, String> {
-    match req {
-        Request::Status => {
-            let (tx, rx) = oneshot::channel();
-            ctx.events
-                .send(Event::Status { reply: tx })
-                .await
-                .map_err(|_| "broker stopping".to_string())?;
-            let hosts = rx.await.map_err(|_| "broker stopping".to_string())?;
-            Ok(Response::Status { hosts })
-        }
-        Request::Shutdown if local => {
-            info!(%peer, "shutdown requested");
-            let _ = ctx.stop.send(true);
-            Ok(Response::Ok)
-        }
-        Request::Shutdown => Err("shutdown is only accepted on the local control socket".into()),
-        Request::PolicyReload => {
-            info!(%peer, "policy reload requested");
-            let policy = ctx.policy.reload("rb policy reload").await?;
-            Ok(Response::Policy { policy })
-        }
-        Request::PolicyShow => Ok(Response::Policy {
-            policy: ctx.policy.info(),
-        }),
-        Request::PolicyExplain { host, job } => {
-            let (tx, rx) = oneshot::channel();
-            ctx.events
-                .send(Event::Explain {
-                    host,
-                    job,
-                    reply: tx,
-                })
-                .await
-                .map_err(|_| "broker stopping".to_string())?;
-            let explain = rx.await.map_err(|_| "broker stopping".to_string())??;
-            Ok(Response::Explain { explain })
-        }
-        req @ (Request::Jobs
-        | Request::Release { .. }
-        | Request::Drain { .. }
-        | Request::Resume { .. }) => {
-            let (tx, rx) = oneshot::channel();
-            ctx.events
-                .send(Event::Admin { req, reply: tx })
-                .await
-                .map_err(|_| "broker stopping".to_string())?;
-            rx.await.map_err(|_| "broker stopping".to_string())?
         }
     }
 }

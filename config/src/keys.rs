@@ -29,6 +29,8 @@ pub const BROKER_KEYS: &[&str] = &[
     "job_shell",
     "reclaim_grace_s",
     "policy",
+    "trace_file_max_kib",
+    "trace_files_kept",
 ];
 /// Keys of each `[[host]]`.
 pub const HOST_KEYS: &[&str] = &["name", "address", "labels", "owner"];
@@ -145,6 +147,7 @@ mod tests {
         for key in BROKER_KEYS {
             let value = match *key {
                 k if k.ends_with("_s") => "1.0",
+                k if k.starts_with("trace_") => "1",
                 k if k.ends_with("_command") || k == "job_shell" => "[\"x\"]",
                 _ => "\"x\"",
             };

@@ -104,7 +104,18 @@ pub struct BrokerSettings {
     /// the lab file's directory unless absolute. Resolved and checked by the `policies`
     /// crate (`Policy::from_setting(policy, LabConfig::policy_base())`).
     pub policy: String,
+    /// The decision trace (`STATE_DIR/trace/`, for `rb policy replay`): a file is rotated
+    /// once it holds this many bytes (`trace_file_max_kib`, default 8192 = 8 MiB).
+    pub trace_file_max_bytes: u64,
+    /// How many trace files are kept, the newest (`trace_files_kept`, default 8); 0 turns
+    /// the trace off.
+    pub trace_files_kept: usize,
 }
+
+/// Default of `[broker] trace_file_max_kib`: 8 MiB files.
+pub const DEFAULT_TRACE_FILE_MAX_KIB: u64 = 8192;
+/// Default of `[broker] trace_files_kept`.
+pub const DEFAULT_TRACE_FILES_KEPT: usize = 8;
 
 /// One validated `[[host]]` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -244,6 +255,11 @@ pub fn load_lab(explicit: Option<&Path>) -> Result<Option<LabConfig>, ConfigErro
 /// The default location of the lab secret: `~/.config/rb/secret`.
 pub fn default_secret_path() -> PathBuf {
     expand_home("~/.config/rb/secret")
+}
+
+/// Where a user keeps the credential `rb user add` made for them.
+pub fn default_credential_path() -> PathBuf {
+    expand_home("~/.config/rb/credential")
 }
 
 /// A program installed next to the running one (cargo and packages put them in one

@@ -38,6 +38,10 @@ pub struct RawBroker {
     pub reclaim_grace_s: Option<Spanned<f64>>,
     #[serde(default)]
     pub policy: Option<Spanned<String>>,
+    #[serde(default)]
+    pub trace_file_max_kib: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub trace_files_kept: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]

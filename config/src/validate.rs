@@ -126,9 +126,27 @@ fn broker(ctx: &Ctx, raw: RawBroker) -> Result<BrokerSettings, ConfigError> {
         Some(p) => p.get_ref().clone(),
         None => "paper".to_string(),
     };
+    let trace_file_max_kib = count(
+        ctx,
+        &raw.trace_file_max_kib,
+        "broker.trace_file_max_kib",
+        crate::DEFAULT_TRACE_FILE_MAX_KIB,
+        1,
+        1 << 30,
+    )?;
+    let trace_files_kept = count(
+        ctx,
+        &raw.trace_files_kept,
+        "broker.trace_files_kept",
+        crate::DEFAULT_TRACE_FILES_KEPT as u64,
+        0,
+        100_000,
+    )?;
     Ok(BrokerSettings {
         reclaim_grace,
         policy,
+        trace_file_max_bytes: trace_file_max_kib * 1024,
+        trace_files_kept: trace_files_kept as usize,
         listen,
         transport,
         state_dir: expand_home(raw.state_dir.get_ref()),
@@ -170,6 +188,29 @@ fn seconds(
         ));
     }
     Ok(Duration::from_secs_f64(secs))
+}
+
+/// A whole number in `min..=max`, `default` when absent.
+fn count(
+    ctx: &Ctx,
+    value: &Option<Spanned<i64>>,
+    key: &str,
+    default: u64,
+    min: u64,
+    max: u64,
+) -> Result<u64, ConfigError> {
+    let Some(v) = value else {
+        return Ok(default);
+    };
+    match u64::try_from(*v.get_ref()) {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(ctx.err(
+            v,
+            key,
+            format!("{} is out of range", v.get_ref()),
+            format!("use a whole number between {min} and {max}"),
+        )),
+    }
 }
 
 fn command(
@@ -414,6 +455,24 @@ owner = "alice"
         let text = GOOD.replace("[broker]\n", "[broker]\njob_shell = []\n");
         let err = parse(&text).expect_err("empty");
         assert_eq!(err.key.as_deref(), Some("broker.job_shell"));
+    }
+
+    #[test]
+    fn trace_limits_default_and_are_checked() {
+        let lab = parse(GOOD).expect("valid");
+        assert_eq!(lab.broker.trace_file_max_bytes, 8 << 20);
+        assert_eq!(lab.broker.trace_files_kept, 8);
+        let text = GOOD.replace(
+            "[broker]\n",
+            "[broker]\ntrace_file_max_kib = 16\ntrace_files_kept = 0\n",
+        );
+        let lab = parse(&text).expect("valid");
+        assert_eq!(lab.broker.trace_file_max_bytes, 16 * 1024);
+        assert_eq!(lab.broker.trace_files_kept, 0);
+        let err = parse(&GOOD.replace("[broker]\n", "[broker]\ntrace_file_max_kib = 0\n"))
+            .expect_err("out of range");
+        assert_eq!(err.key.as_deref(), Some("broker.trace_file_max_kib"));
+        assert!(err.to_string().contains("help:"), "{err}");
     }
 
     #[test]

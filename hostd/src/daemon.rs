@@ -4,7 +4,9 @@
 //!
 //! Reports go out every interval (from the broker's `Welcome`, or `--interval-ms`), and at
 //! once when [`detect_trigger`] sees a login or returning input (polled every
-//! [`ACTIVITY_POLL`]).
+//! [`ACTIVITY_POLL`]). The broker's `LiveAllocs` feed the [`Sweeper`], which ends leftover
+//! processes of allocations that are over (see [`crate::sweep`]); its word is kept across
+//! reconnections (a stale word only spares processes, it never ends a live one).
 
 use std::{
     path::{Path, PathBuf},
@@ -21,7 +23,10 @@ use proto::{
 use tokio::{net::TcpStream, sync::watch, time::Instant};
 use tracing::{debug, info, warn};
 
-use crate::sensors::{detect_trigger, Activity, Sensors};
+use crate::{
+    sensors::{detect_trigger, Activity, Sensors},
+    sweep::{self, Live, Sweeper},
+};
 
 /// How often the cheap activity sample runs (logins, input).
 pub const ACTIVITY_POLL: Duration = Duration::from_millis(250);
@@ -63,8 +68,9 @@ pub async fn run(
 ) -> Exit {
     let mut backoff = BACKOFF_MIN;
     let mut seq = 0u64;
+    let mut sweeper = Sweeper::default();
     loop {
-        let session = session(&cfg, &mut sensors, &mut seq);
+        let session = session(&cfg, &mut sensors, &mut seq, &mut sweeper);
         let outcome = tokio::select! {
             outcome = session => outcome,
             _ = stop.changed() => return take_exit(&stop),
@@ -103,7 +109,12 @@ enum SessionEnd {
     Lost { was_welcomed: bool },
 }
 
-async fn session(cfg: &DaemonConfig, sensors: &mut Sensors, seq: &mut u64) -> SessionEnd {
+async fn session(
+    cfg: &DaemonConfig,
+    sensors: &mut Sensors,
+    seq: &mut u64,
+    sweeper: &mut Sweeper,
+) -> SessionEnd {
     let secret = match Secret::load(&cfg.secret_file) {
         Ok(s) => s,
         Err(e) => return SessionEnd::Exit(Exit::Refused(e.to_string())),
@@ -119,7 +130,8 @@ async fn session(cfg: &DaemonConfig, sensors: &mut Sensors, seq: &mut u64) -> Se
         }
     };
     info!(broker = %cfg.broker, host = %cfg.host, interval_ms = interval.as_millis() as u64, "connected");
-    match report_loop(&mut conn, sensors, seq, interval).await {
+    let lab_mark = secret.lab_mark();
+    match report_loop(&mut conn, sensors, seq, interval, (sweeper, &lab_mark)).await {
         Ok(exit) => SessionEnd::Exit(exit),
         Err(e) => {
             warn!(error = %e, "connection to broker lost");
@@ -169,7 +181,15 @@ async fn report_loop(
     sensors: &mut Sensors,
     seq: &mut u64,
     interval: Duration,
+    (sweeper, lab_mark): (&mut Sweeper, &str),
 ) -> Result<Exit, FrameError> {
+    // The tag this daemon runs under, when a job's remote command started it: never swept.
+    let own_tag = std::env::var(proto::tag::SUBAGENT_TAG_VAR).ok();
+    let scope = sweep::Scope {
+        proc_root: Path::new("/proc"),
+        lab_mark,
+        own_tag: own_tag.as_deref(),
+    };
     send_report(conn, sensors, seq, ReportTrigger::Start).await?;
     let mut activity: Activity = sensors.sample_activity();
     let mut next_report = Instant::now() + interval;
@@ -189,9 +209,18 @@ async fn report_loop(
                     next_report = Instant::now() + interval;
                 }
                 activity = now;
+                if sweeper.due(std::time::Instant::now()) {
+                    sweep::sweep(sweeper, &scope, std::time::Instant::now());
+                }
             }
             msg = conn.recv::<FromBroker>() => match msg? {
                 FromBroker::Shutdown { reason } => return Ok(Exit::Requested(reason)),
+                FromBroker::LiveAllocs { live, issued_below } => {
+                    let word = Live { live: live.into_iter().collect(), issued_below };
+                    if sweeper.set_live(word) {
+                        sweep::sweep(sweeper, &scope, std::time::Instant::now());
+                    }
+                }
                 FromBroker::Error { code, message } => warn!(?code, %message, "broker reported an error"),
                 other => debug!(?other, "ignoring unexpected message"),
             },

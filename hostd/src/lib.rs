@@ -5,6 +5,9 @@
 //!   [`proto::report::HostReport`]; pure parsers plus thin file reads, all paths configurable.
 //! - [`daemon`]: connects to the broker, authenticates, sends reports on an interval and at
 //!   once on a login or resumed input, reconnects with backoff, exits on its lifeline.
+//! - [`sweep`]: ends leftover processes of allocations the broker no longer has (pure
+//!   decision, `/proc` scan at the edge).
 
 pub mod daemon;
 pub mod sensors;
+pub mod sweep;

@@ -79,6 +79,54 @@ pub fn socket_path() -> Result<PathBuf, JelError> {
     }
 }
 
+/// How many ancestors [`find_socket`] looks at, at most.
+const MAX_ANCESTORS: usize = 16;
+
+/// The pool's socket: `$RB_JEL`, or else the nearest ancestor's (`/proc/PID/environ`, as it
+/// was started): a process of a job that cleaned its environment is still in its job, as
+/// the `rsh` shim finds its agent. [`JelError::NotInJob`] when neither names one.
+pub fn find_socket() -> Result<PathBuf, JelError> {
+    socket_path().or_else(|_| from_ancestry(std::os::unix::process::parent_id()))
+}
+
+fn from_ancestry(mut pid: u32) -> Result<PathBuf, JelError> {
+    for _ in 0..MAX_ANCESTORS {
+        if pid <= 1 {
+            break;
+        }
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        if let Some(path) = var_in_environ(&environ, ENV_JEL) {
+            return Ok(path);
+        }
+        match parent_of(pid) {
+            Some(parent) => pid = parent,
+            None => break,
+        }
+    }
+    Err(JelError::NotInJob)
+}
+
+/// A non-empty variable of a `/proc/PID/environ` (NUL-separated `NAME=VALUE`).
+pub fn var_in_environ(environ: &[u8], name: &str) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    environ
+        .split(|b| *b == 0)
+        .find_map(|kv| kv.strip_prefix(name.as_bytes())?.strip_prefix(b"="))
+        .filter(|value| !value.is_empty())
+        .map(|value| PathBuf::from(std::ffi::OsStr::from_bytes(value)))
+}
+
+/// The parent of `pid`, from `/proc/PID/stat` (the field after the state).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
 /// One connection after the hello.
 #[derive(Debug)]
 struct Conn {
@@ -263,6 +311,12 @@ impl Client {
     pub fn watch(self, from: u64) -> Result<Watcher, JelError> {
         Watcher::start(self.conn, from)
     }
+
+    /// One request as it is, and its reply (a refusal as [`JelError::Refused`]): for a
+    /// relay such as `rb-jel join`'s, which passes its CMD's requests on.
+    pub fn request(&mut self, request: &Request) -> Result<Reply, JelError> {
+        self.conn.request(request)
+    }
 }
 
 fn members(conn: &mut Conn) -> Result<(u64, Vec<MemberRow>), JelError> {
@@ -356,6 +410,12 @@ impl Member {
         }
     }
 
+    /// One request as it is, on the member's connection, and its reply (a refusal as
+    /// [`JelError::Refused`]): `rb-jel join` relays its CMD's requests this way.
+    pub fn request(&mut self, request: &Request) -> Result<Reply, JelError> {
+        self.conn.request(request)
+    }
+
     /// Leaves the pool (`left`); returns the seq of that event.
     pub fn leave(mut self) -> Result<u64, JelError> {
         match self.conn.request(&Request::Leave)? {
@@ -430,5 +490,33 @@ impl Iterator for Watcher {
             return None;
         }
         Some(self.next_event())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_socket_is_read_from_an_environ_block() {
+        let environ = b"HOME=/root\0RB_JEL_MEMBER=/x.member-1\0RB_JEL=/run/job/jel.sock\0";
+        assert_eq!(
+            var_in_environ(environ, ENV_JEL),
+            Some(PathBuf::from("/run/job/jel.sock"))
+        );
+        assert_eq!(
+            var_in_environ(b"RB_JEL=\0", ENV_JEL),
+            None,
+            "empty is unset"
+        );
+        assert_eq!(var_in_environ(b"", ENV_JEL), None);
+    }
+
+    #[test]
+    fn our_own_parent_is_read_from_proc() {
+        assert_eq!(
+            parent_of(std::process::id()),
+            Some(std::os::unix::process::parent_id())
+        );
     }
 }

@@ -10,10 +10,14 @@
 //! - [`client`]: the blocking Rust client ([`client::Client`], [`client::Member`],
 //!   [`client::Watcher`]).
 //! - `nonblocking` (feature `tokio`): the same client, async.
+//! - `host` (feature `tokio`): the shell that hosts a pool on a Unix socket (`PoolHost`),
+//!   driven by the job's agent.
 //!
 //! The protocol, with an example of every line, is in PROTOCOL.md, section "JEL".
 
 pub mod client;
+#[cfg(feature = "tokio")]
+pub mod host;
 #[cfg(feature = "tokio")]
 pub mod nonblocking;
 pub mod pool;

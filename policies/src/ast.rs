@@ -46,6 +46,43 @@ pub(crate) fn walk<'e>(e: &'e IdedExpr, f: &mut impl FnMut(&'e IdedExpr)) {
     }
 }
 
+/// The depth of `e`'s tree (a leaf is 1), without recursion: a tree too deep to evaluate
+/// must not overflow the stack of the code that refuses it.
+pub(crate) fn depth(e: &IdedExpr) -> usize {
+    let mut deepest = 0;
+    let mut todo = vec![(e, 1)];
+    while let Some((node, level)) = todo.pop() {
+        deepest = deepest.max(level);
+        todo.extend(children(node).into_iter().map(|c| (c, level + 1)));
+    }
+    deepest
+}
+
+/// The nodes right below `e`.
+fn children(e: &IdedExpr) -> Vec<&IdedExpr> {
+    match &e.expr {
+        Expr::Select(s) => vec![&*s.operand],
+        Expr::Call(c) => c.target.as_deref().into_iter().chain(&c.args).collect(),
+        Expr::List(l) => l.elements.iter().collect(),
+        Expr::Map(m) => m
+            .entries
+            .iter()
+            .flat_map(|entry| match &entry.expr {
+                EntryExpr::MapEntry(m) => vec![&m.key, &m.value],
+                EntryExpr::StructField(s) => vec![&s.value],
+            })
+            .collect(),
+        Expr::Comprehension(c) => vec![
+            &c.iter_range,
+            &c.accu_init,
+            &c.loop_cond,
+            &c.loop_step,
+            &c.result,
+        ],
+        _ => Vec::new(),
+    }
+}
+
 /// A selection of a field of a variable: `host.load1` is `(Host, "load1")`.
 pub(crate) fn var_field(e: &IdedExpr) -> Option<(Var, &str)> {
     let Expr::Select(s) = &e.expr else {

@@ -4,13 +4,17 @@
 //!
 //! The `cel` parser (ANTLR) is recursive and stack-hungry: parsing runs on its own thread
 //! with [`PARSE_STACK`] bytes of stack, never on the caller's (a tokio worker), and nesting
-//! is capped at [`MAX_DEPTH`].
+//! is capped at [`MAX_DEPTH`]. Evaluation recurses over the syntax tree on the caller's
+//! stack, so the tree's depth, counting the lets an expression uses, is capped too
+//! ([`MAX_TREE_DEPTH`]): `1 + 1 + … + 1`, `host.a.b.c…` and a chain of lets nest one level
+//! per term without nesting in the parser.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use cel::{common::ast::SourceInfo, parser::Parser, IdedExpr};
 
 use crate::{
+    ast,
     error::KeyError,
     hooks::{Hook, Var},
     source::{Entry, RawPolicy},
@@ -18,6 +22,11 @@ use crate::{
 
 /// Deepest nesting of an expression (parentheses, calls, operators) the parser accepts.
 pub const MAX_DEPTH: u16 = 32;
+
+/// Deepest syntax tree an expression may have, with the trees of the lets it uses (they
+/// are evaluated inside it): what evaluation on a 2 MiB stack (a tokio worker's, a debug
+/// build's test thread) takes with room to spare.
+pub const MAX_TREE_DEPTH: usize = 32;
 
 /// Stack of the parser thread: the ANTLR parser's frames are large in debug builds.
 pub const PARSE_STACK: usize = 64 * 1024 * 1024;
@@ -99,6 +108,7 @@ fn compile_here(raw: RawPolicy) -> Result<CompiledPolicy, KeyError> {
         hooks.insert(hook, c);
     }
     let order = let_order(&lets)?;
+    check_tree_depths(&order, &lets, &hooks)?;
     for name in &order {
         let inherited = inherited_reads(&lets, &lets[name].lets);
         if let Some(c) = lets.get_mut(name) {
@@ -123,6 +133,45 @@ fn inherited_reads(lets: &BTreeMap<String, Compiled>, used: &BTreeSet<String>) -
         .collect()
 }
 
+/// Every expression's tree depth, counting the deepest let it uses (`order`: each let after
+/// those it uses), within [`MAX_TREE_DEPTH`].
+fn check_tree_depths(
+    order: &[String],
+    lets: &BTreeMap<String, Compiled>,
+    hooks: &BTreeMap<Hook, Compiled>,
+) -> Result<(), KeyError> {
+    let mut depths: BTreeMap<&str, usize> = BTreeMap::new();
+    let with_lets = |c: &Compiled, depths: &BTreeMap<&str, usize>| {
+        let below = c.lets.iter().filter_map(|n| depths.get(n.as_str())).max();
+        ast::depth(&c.expr) + below.copied().unwrap_or(0)
+    };
+    let too_deep = |c: &Compiled, depth: usize| {
+        c.entry.error(
+            format!(
+                "the expression nests {depth} levels deep with the lets it uses, deeper than \
+                 {MAX_TREE_DEPTH}"
+            ),
+            "shorten it: each term of a chain such as `a + b + c` or `x.f.g` is one level, \
+             and a let counts inside every expression that uses it",
+        )
+    };
+    for name in order {
+        let c = &lets[name];
+        let depth = with_lets(c, &depths);
+        if depth > MAX_TREE_DEPTH {
+            return Err(too_deep(c, depth));
+        }
+        depths.insert(name, depth);
+    }
+    for c in hooks.values() {
+        let depth = with_lets(c, &depths);
+        if depth > MAX_TREE_DEPTH {
+            return Err(too_deep(c, depth));
+        }
+    }
+    Ok(())
+}
+
 /// Parses one expression; a syntax error points into the file.
 fn parse(entry: Entry) -> Result<Compiled, KeyError> {
     let parsed = Parser::new()
@@ -132,6 +181,13 @@ fn parse(entry: Entry) -> Result<Compiled, KeyError> {
         Ok(parsed) => parsed,
         Err(errors) => return Err(syntax_error(&entry, &errors)),
     };
+    let depth = ast::depth(&expr);
+    if depth > MAX_TREE_DEPTH {
+        return Err(entry.error(
+            format!("the expression nests {depth} levels deep, deeper than {MAX_TREE_DEPTH}"),
+            "shorten it: each term of a chain such as `a + b + c` or `x.f.g` is one level",
+        ));
+    }
     let refs = expr.references();
     let names = refs.variables();
     let reads = Var::ALL
@@ -267,5 +323,41 @@ mod tests {
         assert!(e.message.contains("nests deeper"), "{}", e.message);
         let fine = format!("start = '{}true{}'\n", "(".repeat(10), ")".repeat(10));
         compiled(&fine).expect("modest nesting parses");
+    }
+
+    /// Found by the `policy_file` fuzz target: chains that nest the tree, not the parser,
+    /// overflowed the caller's stack when evaluated or dropped.
+    #[test]
+    fn long_chains_are_refused_not_a_stack_overflow() {
+        let sum = format!("rank = '{}'\n", vec!["1"; 10_000].join(" + "));
+        let e = compiled(&sum).expect_err("too deep");
+        assert!(e.message.contains("nests 10000 levels"), "{}", e.message);
+        let select = format!("start = 'host{}'\n", ".x".repeat(10_000));
+        let e = compiled(&select).expect_err("too deep");
+        assert!(e.message.contains("deeper than 32"), "{}", e.message);
+        let mut lets = String::from("start = 'l0'\n[let]\n");
+        for i in 0..3000 {
+            lets.push_str(&format!("l{i} = 'l{}'\n", i + 1));
+        }
+        lets.push_str("l3000 = 'true'\n");
+        let e = compiled(&lets).expect_err("too deep");
+        assert!(e.message.contains("with the lets it uses"), "{}", e.message);
+    }
+
+    /// At the limit, loading (which evaluates every expression on the samples, on this
+    /// test thread's 2 MiB stack, in a debug build) works.
+    #[test]
+    fn trees_at_the_depth_limit_load_and_evaluate() {
+        let sum = vec!["1"; MAX_TREE_DEPTH].join(" + ");
+        let text = format!("rank = '{sum}'\n");
+        crate::Policy::from_text(std::path::Path::new("p.toml"), &text).expect("loads");
+        // Lets of depth 2 each above a leaf: the limit (or one less), through lets.
+        let n = (MAX_TREE_DEPTH - 1) / 2;
+        let mut text = String::from("rank = 'l0'\n[let]\n");
+        for i in 0..n {
+            text.push_str(&format!("l{i} = 'l{} + 1'\n", i + 1));
+        }
+        text.push_str(&format!("l{n} = '1'\n"));
+        crate::Policy::from_text(std::path::Path::new("p.toml"), &text).expect("loads");
     }
 }

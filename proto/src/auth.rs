@@ -5,6 +5,9 @@
 //! the server sends `proof = HMAC(secret, "rb-server" | role | name | client_nonce | server_nonce)`
 //! and the client answers `mac = HMAC(secret, "rb-client" | role | name | server_nonce | client_nonce)`.
 //! Fields are separated by a zero byte; nonces are 32 random bytes, hex-encoded.
+//! A user credential ([`crate::credential`]) uses the same exchange with the user's key, the
+//! user's name appended as a last field (`… | server_nonce | user`), so a MAC made for one
+//! user never passes for another or for the lab secret.
 
 use std::{
     os::unix::fs::{MetadataExt, PermissionsExt},
@@ -35,6 +38,26 @@ pub enum SecretError {
     Owner { path: PathBuf, owner: u32, me: u32 },
     #[error("secret file {path} holds {len} bytes; at least {MIN_SECRET_BYTES} are needed\nhelp: recreate it with `rb init --force`")]
     TooShort { path: PathBuf, len: usize },
+}
+
+/// What a MAC is bound to besides the nonces: the hello's role and name, and the user a
+/// credential names (`None` for the lab secret).
+#[derive(Debug, Clone, Copy)]
+pub struct Binding<'a> {
+    pub role: Role,
+    pub name: &'a str,
+    pub user: Option<&'a str>,
+}
+
+impl<'a> Binding<'a> {
+    /// Role and name only: the lab secret.
+    pub fn lab(role: Role, name: &'a str) -> Self {
+        Self {
+            role,
+            name,
+            user: None,
+        }
+    }
 }
 
 /// The lab secret, loaded and checked.
@@ -88,63 +111,75 @@ impl Secret {
         Ok(format!("{}\n", random_nonce()?))
     }
 
-    fn mac(&self, label: &str, role: Role, name: &str, first: &str, second: &str) -> HmacSha256 {
+    /// Whether `other` is the same key (compared without early exit).
+    pub fn same_key(&self, other: &Secret) -> bool {
+        self.0.len() == other.0.len()
+            && self
+                .0
+                .iter()
+                .zip(&other.0)
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    }
+
+    /// The key's bytes (for a credential: its hex text).
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    fn mac(&self, label: &str, b: &Binding<'_>, first: &str, second: &str) -> HmacSha256 {
         // HMAC accepts keys of any length; new_from_slice cannot fail for HMAC.
         let mut mac = HmacSha256::new_from_slice(&self.0).expect("HMAC takes any key length");
-        for part in [label, &role.to_string(), name, first, second] {
+        let role = b.role.to_string();
+        let user = b.user.into_iter();
+        for part in [label, &role, b.name, first, second]
+            .into_iter()
+            .chain(user)
+        {
             mac.update(part.as_bytes());
             mac.update(&[0]);
         }
         mac
     }
 
+    /// A short public mark of the secret (16 hex digits of an HMAC under it): tells apart
+    /// what belongs to this lab from what belongs to another broker (an embedded one, say)
+    /// of the same user on the same machine, without revealing the secret. See
+    /// [`crate::tag`].
+    pub fn lab_mark(&self) -> String {
+        let mut mac = HmacSha256::new_from_slice(&self.0).expect("HMAC takes any key length");
+        mac.update(b"rb-lab-mark\0");
+        hex::encode(&mac.finalize().into_bytes()[..8])
+    }
+
     /// The server's proof for a client hello.
-    pub fn server_proof(
-        &self,
-        role: Role,
-        name: &str,
-        client_nonce: &str,
-        server_nonce: &str,
-    ) -> String {
-        let mac = self.mac("rb-server", role, name, client_nonce, server_nonce);
+    pub fn server_proof(&self, b: &Binding<'_>, client_nonce: &str, server_nonce: &str) -> String {
+        let mac = self.mac("rb-server", b, client_nonce, server_nonce);
         hex::encode(mac.finalize().into_bytes())
     }
 
     /// The client's answer to the server's challenge.
-    pub fn client_mac(
-        &self,
-        role: Role,
-        name: &str,
-        client_nonce: &str,
-        server_nonce: &str,
-    ) -> String {
-        let mac = self.mac("rb-client", role, name, server_nonce, client_nonce);
+    pub fn client_mac(&self, b: &Binding<'_>, client_nonce: &str, server_nonce: &str) -> String {
+        let mac = self.mac("rb-client", b, server_nonce, client_nonce);
         hex::encode(mac.finalize().into_bytes())
     }
 
     /// Constant-time check of a server proof.
-    pub fn verify_server_proof(
-        &self,
-        role: Role,
-        name: &str,
-        cn: &str,
-        sn: &str,
-        proof: &str,
-    ) -> bool {
+    pub fn verify_server_proof(&self, b: &Binding<'_>, cn: &str, sn: &str, proof: &str) -> bool {
         let Ok(bytes) = hex::decode(proof) else {
             return false;
         };
-        self.mac("rb-server", role, name, cn, sn)
+        self.mac("rb-server", b, cn, sn)
             .verify_slice(&bytes)
             .is_ok()
     }
 
     /// Constant-time check of a client answer.
-    pub fn verify_client_mac(&self, role: Role, name: &str, cn: &str, sn: &str, mac: &str) -> bool {
+    pub fn verify_client_mac(&self, b: &Binding<'_>, cn: &str, sn: &str, mac: &str) -> bool {
         let Ok(bytes) = hex::decode(mac) else {
             return false;
         };
-        self.mac("rb-client", role, name, sn, cn)
+        self.mac("rb-client", b, sn, cn)
             .verify_slice(&bytes)
             .is_ok()
     }
@@ -191,21 +226,37 @@ mod tests {
     fn proofs_verify_only_with_the_same_secret() {
         let a = secret("0123456789abcdef0123");
         let b = secret("0123456789abcdef0124");
-        let proof = a.server_proof(Role::Hostd, "node02", "c1", "s1");
-        assert!(a.verify_server_proof(Role::Hostd, "node02", "c1", "s1", &proof));
-        assert!(!b.verify_server_proof(Role::Hostd, "node02", "c1", "s1", &proof));
-        assert!(!a.verify_server_proof(Role::Hostd, "node03", "c1", "s1", &proof));
-        let mac = a.client_mac(Role::Hostd, "node02", "c1", "s1");
-        assert!(a.verify_client_mac(Role::Hostd, "node02", "c1", "s1", &mac));
-        assert!(!a.verify_client_mac(Role::Client, "node02", "c1", "s1", &mac));
-        assert!(!a.verify_client_mac(Role::Hostd, "node02", "c1", "s1", "zz"));
+        let n2 = Binding::lab(Role::Hostd, "node02");
+        let proof = a.server_proof(&n2, "c1", "s1");
+        assert!(a.verify_server_proof(&n2, "c1", "s1", &proof));
+        assert!(!b.verify_server_proof(&n2, "c1", "s1", &proof));
+        assert!(!a.verify_server_proof(&Binding::lab(Role::Hostd, "node03"), "c1", "s1", &proof));
+        let mac = a.client_mac(&n2, "c1", "s1");
+        assert!(a.verify_client_mac(&n2, "c1", "s1", &mac));
+        assert!(!a.verify_client_mac(&Binding::lab(Role::Client, "node02"), "c1", "s1", &mac));
+        assert!(!a.verify_client_mac(&n2, "c1", "s1", "zz"));
     }
 
     #[test]
     fn client_mac_is_not_a_server_proof() {
         let a = secret("0123456789abcdef0123");
-        let mac = a.client_mac(Role::Hostd, "n", "c", "s");
-        assert!(!a.verify_server_proof(Role::Hostd, "n", "c", "s", &mac));
+        let b = Binding::lab(Role::Hostd, "n");
+        let mac = a.client_mac(&b, "c", "s");
+        assert!(!a.verify_server_proof(&b, "c", "s", &mac));
+    }
+
+    #[test]
+    fn a_mac_is_bound_to_the_user_it_names() {
+        let key = secret("0123456789abcdef0123");
+        let user = |u| Binding {
+            role: Role::Client,
+            name: "rb",
+            user: Some(u),
+        };
+        let mac = key.client_mac(&user("bob"), "c", "s");
+        assert!(key.verify_client_mac(&user("bob"), "c", "s", &mac));
+        assert!(!key.verify_client_mac(&user("eve"), "c", "s", &mac));
+        assert!(!key.verify_client_mac(&Binding::lab(Role::Client, "rb"), "c", "s", &mac));
     }
 
     #[test]

@@ -2,15 +2,19 @@
 //!
 //! TCP (cross-host): `Hello{nonce}` → `Challenge{nonce, proof}` → `Auth{mac}` → `Welcome`.
 //! The client checks the server's proof before answering, so neither side talks to a peer
-//! that does not hold the lab secret. Unix socket (same host): `Hello` → `Welcome`, after
-//! the server has checked the peer's uid with SO_PEERCRED.
+//! that does not hold the key. The key is the lab secret, or, when the hello names a `user`,
+//! that user's credential key ([`crate::credential`]; only servers given
+//! [`ServerAuth::SecretOrUser`] accept those). Unix socket (same host): `Hello` → `Welcome`,
+//! after the server has checked the peer's uid with SO_PEERCRED.
+//! [`authenticate`] says who the peer proved to be ([`Peer`]).
 //! The server side stops before `Welcome`: the caller validates the hello (e.g. the host
 //! name) and sends `Welcome` or `Error` itself. Callers bound the whole exchange with a timeout.
 
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::{
-    auth::{random_nonce, Secret},
+    auth::{random_nonce, Binding, Secret},
+    credential::Credential,
     frame::{FrameError, FramedConn},
     msg::{ErrorCode, FromBroker, Hello, Role, ToBroker},
     PROTOCOL_VERSION,
@@ -35,6 +39,8 @@ pub enum HandshakeError {
 pub enum ClientAuth<'a> {
     /// TCP: challenge–response with the lab secret.
     Secret(&'a Secret),
+    /// TCP: challenge–response with a user's credential (the hello names the user).
+    Credential(&'a Credential),
     /// Unix socket: the server checks our uid; nothing to prove.
     PeerCred,
 }
@@ -50,24 +56,36 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let client_nonce = random_nonce().map_err(FrameError::Io)?;
+    let (key, user) = match auth {
+        ClientAuth::Secret(secret) => (Some(secret), None),
+        ClientAuth::Credential(cred) => (Some(cred.key()), Some(cred.user())),
+        ClientAuth::PeerCred => (None, None),
+    };
     let hello = Hello {
         proto: PROTOCOL_VERSION,
         role,
         name: name.to_string(),
         nonce: client_nonce.clone(),
+        user: user.map(String::from),
     };
     conn.send(&ToBroker::Hello(hello)).await?;
-    if let ClientAuth::Secret(secret) = auth {
+    if let Some(key) = key {
         let (server_nonce, proof) = match conn.recv::<FromBroker>().await? {
             FromBroker::Challenge { nonce, proof } => (nonce, proof),
             other => return Err(refusal_or_unexpected(other)),
         };
-        if !secret.verify_server_proof(role, name, &client_nonce, &server_nonce, &proof) {
-            return Err(HandshakeError::Auth(
-                "the broker does not hold our lab secret".into(),
-            ));
+        let b = Binding { role, name, user };
+        if !key.verify_server_proof(&b, &client_nonce, &server_nonce, &proof) {
+            let what = if user.is_some() {
+                "credential"
+            } else {
+                "lab secret"
+            };
+            return Err(HandshakeError::Auth(format!(
+                "the broker does not hold our {what}"
+            )));
         }
-        let mac = secret.client_mac(role, name, &client_nonce, &server_nonce);
+        let mac = key.client_mac(&b, &client_nonce, &server_nonce);
         conn.send(&ToBroker::Auth { mac }).await?;
     }
     match conn.recv::<FromBroker>().await? {
@@ -83,9 +101,31 @@ fn refusal_or_unexpected(msg: FromBroker) -> HandshakeError {
     }
 }
 
+/// The keys of the users a server accepts (the broker's credential book).
+pub trait UserKeys: Sync {
+    /// The key of `user`, if they have a credential (not revoked).
+    fn key_of(&self, user: &str) -> Option<Secret>;
+}
+
+/// Who the peer proved to be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Peer {
+    /// The lab secret, or the server's own uid on a unix socket: the broker's owner (and
+    /// its host daemons).
+    Owner,
+    /// A user credential.
+    User(String),
+}
+
 /// How the server checks a client.
 pub enum ServerAuth<'a> {
+    /// The lab secret only.
     Secret(&'a Secret),
+    /// The lab secret, or a user credential when the hello names a user.
+    SecretOrUser {
+        secret: &'a Secret,
+        users: &'a dyn UserKeys,
+    },
     /// Unix socket: `peer_uid` (from SO_PEERCRED) must equal `expected_uid`.
     PeerUid {
         expected_uid: u32,
@@ -99,6 +139,17 @@ pub async fn server_handshake<S>(
     conn: &mut FramedConn<S>,
     auth: ServerAuth<'_>,
 ) -> Result<Hello, HandshakeError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    authenticate(conn, auth).await.map(|(hello, _)| hello)
+}
+
+/// [`server_handshake`], also saying who the peer proved to be.
+pub async fn authenticate<S>(
+    conn: &mut FramedConn<S>,
+    auth: ServerAuth<'_>,
+) -> Result<(Hello, Peer), HandshakeError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -118,14 +169,50 @@ where
         refuse(conn, ErrorCode::Version, &reason).await;
         return Err(HandshakeError::Version(hello.proto));
     }
-    match auth {
-        ServerAuth::PeerUid {
-            expected_uid,
-            peer_uid,
-        } => check_peer_uid(conn, expected_uid, peer_uid).await?,
-        ServerAuth::Secret(secret) => challenge(conn, secret, &hello).await?,
-    }
-    Ok(hello)
+    let peer = match (auth, hello.user.clone()) {
+        (ServerAuth::PeerUid { .. }, Some(_)) => {
+            return Err(refuse_auth(conn, "a user credential means nothing on a unix socket").await)
+        }
+        (
+            ServerAuth::PeerUid {
+                expected_uid,
+                peer_uid,
+            },
+            None,
+        ) => {
+            check_peer_uid(conn, expected_uid, peer_uid).await?;
+            Peer::Owner
+        }
+        (ServerAuth::Secret(_), Some(user)) => {
+            let reason = format!(
+                "user credentials (`{user}`) are not accepted here; this peer needs the lab secret"
+            );
+            return Err(refuse_auth(conn, &reason).await);
+        }
+        (ServerAuth::Secret(secret) | ServerAuth::SecretOrUser { secret, .. }, None) => {
+            challenge(conn, secret, &hello, "wrong lab secret").await?;
+            Peer::Owner
+        }
+        (ServerAuth::SecretOrUser { users, .. }, Some(user)) => {
+            let Some(key) = users.key_of(&user) else {
+                let reason = format!("no credential for user `{user}` (revoked, or never added)\nhelp: ask the broker's owner for one: `rb user add {user}`");
+                return Err(refuse_auth(conn, &reason).await);
+            };
+            let wrong = format!("wrong credential for user `{user}`");
+            challenge(conn, &key, &hello, &wrong).await?;
+            Peer::User(user)
+        }
+    };
+    Ok((hello, peer))
+}
+
+/// Refuses with an authentication error; returns the error for the caller.
+async fn refuse_auth<S>(conn: &mut FramedConn<S>, reason: &str) -> HandshakeError
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    refuse(conn, ErrorCode::Auth, reason).await;
+    HandshakeError::Auth(reason.to_string())
 }
 
 async fn check_peer_uid<S>(
@@ -151,12 +238,18 @@ async fn challenge<S>(
     conn: &mut FramedConn<S>,
     secret: &Secret,
     hello: &Hello,
+    wrong: &str,
 ) -> Result<(), HandshakeError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let server_nonce = random_nonce().map_err(FrameError::Io)?;
-    let proof = secret.server_proof(hello.role, &hello.name, &hello.nonce, &server_nonce);
+    let b = Binding {
+        role: hello.role,
+        name: &hello.name,
+        user: hello.user.as_deref(),
+    };
+    let proof = secret.server_proof(&b, &hello.nonce, &server_nonce);
     conn.send(&FromBroker::Challenge {
         nonce: server_nonce.clone(),
         proof,
@@ -170,11 +263,10 @@ where
             return Err(HandshakeError::Unexpected(reason));
         }
     };
-    if secret.verify_client_mac(hello.role, &hello.name, &hello.nonce, &server_nonce, &mac) {
+    if secret.verify_client_mac(&b, &hello.nonce, &server_nonce, &mac) {
         Ok(())
     } else {
-        refuse(conn, ErrorCode::Auth, "wrong lab secret").await;
-        Err(HandshakeError::Auth("wrong lab secret".into()))
+        Err(refuse_auth(conn, wrong).await)
     }
 }
 
@@ -273,6 +365,100 @@ mod tests {
         .await;
         assert!(matches!(client, Err(HandshakeError::Auth(_))), "{client:?}");
         assert!(server.is_err());
+    }
+
+    struct Book(Option<Credential>);
+
+    impl UserKeys for Book {
+        fn key_of(&self, user: &str) -> Option<Secret> {
+            self.0
+                .as_ref()
+                .filter(|c| c.user() == user)
+                .map(|c| c.key().clone())
+        }
+    }
+
+    /// A client with `client` against a broker that knows `book` and the lab secret `lab`.
+    async fn run_user(
+        client: Credential,
+        book: Book,
+        lab: Secret,
+    ) -> (
+        Result<u64, HandshakeError>,
+        Result<(Hello, Peer), HandshakeError>,
+    ) {
+        let (a, b) = tokio::io::duplex(4096);
+        let server = tokio::spawn(async move {
+            let mut conn = FramedConn::new(b);
+            let auth = ServerAuth::SecretOrUser {
+                secret: &lab,
+                users: &book,
+            };
+            let got = authenticate(&mut conn, auth).await;
+            if got.is_ok() {
+                let welcome = FromBroker::Welcome {
+                    report_interval_ms: 1,
+                };
+                conn.send(&welcome).await.expect("welcome");
+            }
+            got
+        });
+        let mut conn = FramedConn::new(a);
+        let auth = ClientAuth::Credential(&client);
+        let got = client_handshake(&mut conn, Role::Client, "rb", auth).await;
+        drop(conn);
+        (got, server.await.expect("join"))
+    }
+
+    fn cred(user: &str) -> Credential {
+        Credential::generate(user).expect("random").expect("valid")
+    }
+
+    #[tokio::test]
+    async fn a_user_credential_is_welcomed_as_that_user() {
+        let bob = cred("bob");
+        let lab = secret("aaaaaaaaaaaaaaaaaaaa");
+        let (client, server) = run_user(bob.clone(), Book(Some(bob)), lab).await;
+        assert_eq!(client.expect("client ok"), 1);
+        assert_eq!(server.expect("server ok").1, Peer::User("bob".into()));
+    }
+
+    #[tokio::test]
+    async fn a_revoked_or_wrong_credential_is_refused_with_reason() {
+        let lab = secret("aaaaaaaaaaaaaaaaaaaa");
+        let (client, server) = run_user(cred("bob"), Book(None), lab.clone()).await;
+        match client {
+            Err(HandshakeError::Refused { code, message }) => {
+                assert_eq!(code, ErrorCode::Auth);
+                assert!(
+                    message.contains("no credential for user `bob`"),
+                    "{message}"
+                );
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(server.is_err());
+        let (client, server) = run_user(cred("bob"), Book(Some(cred("bob"))), lab).await;
+        assert!(matches!(client, Err(HandshakeError::Auth(_))), "{client:?}");
+        assert!(server.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_lab_secret_only_server_refuses_user_credentials() {
+        let (a, b) = tokio::io::duplex(4096);
+        let server = tokio::spawn(async move {
+            let mut conn = FramedConn::new(b);
+            let lab = secret("aaaaaaaaaaaaaaaaaaaa");
+            server_handshake(&mut conn, ServerAuth::Secret(&lab)).await
+        });
+        let mut conn = FramedConn::new(a);
+        let bob = cred("bob");
+        let got = client_handshake(&mut conn, Role::Hostd, "n", ClientAuth::Credential(&bob)).await;
+        assert!(
+            matches!(got, Err(HandshakeError::Refused { .. })),
+            "{got:?}"
+        );
+        assert!(server.await.expect("join").is_err());
     }
 
     #[tokio::test]

@@ -43,6 +43,11 @@ pub struct Hello {
     pub name: String,
     /// Client nonce, hex; used on TCP connections, ignored on unix sockets.
     pub nonce: String,
+    /// TCP only: the user whose credential ([`crate::credential`]) the peer proves instead
+    /// of the lab secret. Absent = the lab secret. A broker older than this field refuses a
+    /// hello that has it (unknown field), so the failure is explicit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
 }
 
 /// Requests a client can make once welcomed.
@@ -69,6 +74,24 @@ pub enum Request {
     /// Each policy hook's value on `host` and the inputs it read, for `job` (default: a
     /// sample job of the caller's, see PROTOCOL.md): [`Response::Explain`].
     PolicyExplain { host: String, job: Option<u64> },
+    /// Create a credential for user `name`; the broker writes it to `out` (an absolute
+    /// path on the broker's machine; default `STATE_DIR/credentials/NAME`) and answers
+    /// [`Response::UserAdded`]. The broker's owner only.
+    UserAdd { name: String, out: Option<String> },
+    /// The users with a credential: [`Response::Users`]. The broker's owner only.
+    UserList,
+    /// Remove user `name`'s credential and drop their connections. The owner only.
+    UserRevoke { name: String },
+}
+
+/// One user with a credential (`rb user list`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserInfo {
+    pub name: String,
+    /// When the credential was made, Unix seconds.
+    pub created_unix: i64,
+    /// The last time the user authenticated, Unix seconds (`None`: never).
+    pub last_seen_unix: Option<i64>,
 }
 
 /// The allocation policy in force (`rb policy show`).
@@ -110,6 +133,15 @@ pub enum Response {
     /// value, error, inputs: [[field, value]]}]}`.
     Explain {
         explain: serde_json::Value,
+    },
+    /// `rb user add`: the credential of `name` is in `path` (on the broker's machine).
+    UserAdded {
+        name: String,
+        path: String,
+    },
+    /// `rb user list`.
+    Users {
+        users: Vec<UserInfo>,
     },
 }
 
@@ -212,8 +244,10 @@ pub enum ToBroker {
 pub enum ErrorCode {
     /// Protocol version mismatch.
     Version,
-    /// Authentication failed (wrong secret or wrong uid).
+    /// Authentication failed (wrong secret or credential, wrong uid, revoked user).
     Auth,
+    /// Authenticated, but not allowed to do this (e.g. a user's `rb drain`); `rb` exits 77.
+    Denied,
     /// The message could not be decoded or was not expected now.
     BadMessage,
     /// The host name is not in the lab file.
@@ -247,6 +281,16 @@ pub enum FromBroker {
     Shutdown {
         reason: String,
     },
+    /// To a host daemon, on connecting and whenever it changes: the allocations live in the
+    /// lab now (granted or being released, ascending), and that every allocation id below
+    /// `issued_below` has been issued. A process of the daemon's user tagged
+    /// ([`crate::tag`]) for an allocation below `issued_below` that is not in `live` belongs
+    /// to a host its job no longer holds: the daemon ends it (SIGTERM, then SIGKILL).
+    /// Sent only where one daemon serves one machine (the `ssh` and `rsh` transports).
+    LiveAllocs {
+        live: Vec<u64>,
+        issued_below: u64,
+    },
     /// To an agent: the job is registered as `job`; reach hosts with `remote_shell`.
     /// `secret_file` is where the broker reads the lab secret (a path, never the secret):
     /// agents on the same machine or a shared home use it to authenticate their subagents.
@@ -262,6 +306,12 @@ pub enum FromBroker {
         secret_file: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         hosts_reach_broker_at: Option<std::net::IpAddr>,
+        /// The lab's public mark ([`crate::auth::Secret::lab_mark`]): the agent hands it to
+        /// its subagents, which put it in their commands' tag, so the lab's host daemons
+        /// can sweep what is left of them (subagents prove the job's own key, not the lab
+        /// secret, so they cannot derive it). Absent from older brokers.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lab_mark: Option<String>,
     },
     /// To an agent: request `req` waits; `position` 1 = next; `reason` says why, for people
     /// (absent from brokers before it was added).
@@ -293,6 +343,12 @@ pub enum FromBroker {
         host: String,
         grace_ms: u64,
     },
+    /// To an agent, after its `end_job`: the job's end is saved in the broker's state
+    /// (a broker killed after this point does not bring the job back). The agent waits
+    /// for it (bounded), re-sending `end_job` after a reconnect.
+    JobEnded {
+        job: u64,
+    },
     /// Agent → subagent: end the command's process group (TERM, then KILL after `grace_ms`).
     Terminate {
         grace_ms: u64,
@@ -310,6 +366,7 @@ mod tests {
             role: Role::Hostd,
             name: "node02".into(),
             nonce: "ab".into(),
+            user: None,
         });
         let text = serde_json::to_string(&hello).expect("serialise");
         assert!(text.starts_with(r#"{"t":"hello""#), "{text}");

@@ -43,7 +43,7 @@ impl BrokerSocketError {
 
     fn help(&self) -> &'static str {
         if self.source.kind() == std::io::ErrorKind::PermissionDenied {
-            "the socket or a directory above it is not yours (another user's broker?); use your own lab file's broker, or --broker IP:PORT with the lab secret"
+            "the socket or a directory above it is not yours (another user's broker?); use your own lab file's broker, or --broker IP:PORT with the lab secret or your credential (~/.config/rb/credential, from the broker's owner: `rb user add`)"
         } else {
             "is rb-broker running? start it with `rb-broker --lab LAB.toml`"
         }

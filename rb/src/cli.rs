@@ -42,6 +42,10 @@ pub struct BrokerFlags {
     /// Lab secret for TCP connections (default: the lab file's, else ~/.config/rb/secret).
     #[arg(long, value_name = "FILE")]
     pub secret_file: Option<PathBuf>,
+    /// Your user credential for TCP connections (from `rb user add`) [env: RB_CREDENTIAL]
+    /// (default: ~/.config/rb/credential when the lab secret is not readable).
+    #[arg(long, value_name = "FILE")]
+    pub credential: Option<PathBuf>,
 }
 
 impl BrokerFlags {
@@ -62,6 +66,15 @@ impl BrokerFlags {
                 .secret_file
                 .clone()
                 .or_else(|| before.secret_file.clone()),
+            credential: self
+                .credential
+                .clone()
+                .or_else(|| before.credential.clone())
+                .or_else(|| {
+                    env("RB_CREDENTIAL")
+                        .filter(|v| !v.is_empty())
+                        .map(PathBuf::from)
+                }),
         }
     }
 }
@@ -145,6 +158,9 @@ pub enum Cmd {
     /// Allocation policy files (`policies/README.md`): check them.
     #[command(subcommand)]
     Policy(PolicyCommand),
+    /// Users with a credential of their own (the broker's owner only): add, list, revoke.
+    #[command(subcommand)]
+    User(UserCommand),
     /// Run the embedded single-machine lab: start a broker with virtual hosts, show them up.
     Demo {
         /// Number of virtual hosts.
@@ -175,6 +191,7 @@ impl Cmd {
             Cmd::Lab(_) => "lab",
             Cmd::Rsl(_) => "rsl",
             Cmd::Policy(_) => "policy",
+            Cmd::User(_) => "user",
             Cmd::Demo { .. } => "demo",
         }
     }
@@ -190,7 +207,10 @@ impl Cmd {
             | Cmd::Resume { broker, .. }
             | Cmd::Policy(PolicyCommand::Show { broker, .. })
             | Cmd::Policy(PolicyCommand::Reload { broker })
-            | Cmd::Policy(PolicyCommand::Explain { broker, .. }) => Some(broker),
+            | Cmd::Policy(PolicyCommand::Explain { broker, .. })
+            | Cmd::User(UserCommand::Add { broker, .. })
+            | Cmd::User(UserCommand::List { broker, .. })
+            | Cmd::User(UserCommand::Revoke { broker, .. }) => Some(broker),
             _ => None,
         }
     }
@@ -221,6 +241,17 @@ pub enum PolicyCommand {
         #[command(flatten)]
         broker: BrokerFlags,
     },
+    /// Re-simulate the broker's decision trace (TRACE_DIR: its STATE_DIR/trace) under the
+    /// policy FILE: print each decision that would have differed (time, host, job, recorded
+    /// vs replayed) and `N decisions, M would differ under FILE`. Exit 0; 64 for a bad
+    /// policy file or trace (`FILE:LINE` of a bad trace line).
+    Replay {
+        /// The trace directory (`STATE_DIR/trace` of the broker's lab file).
+        trace_dir: PathBuf,
+        /// The policy file to decide with.
+        #[arg(long, value_name = "FILE")]
+        policy: PathBuf,
+    },
     /// Each policy hook's value on HOST and the inputs it read, for a job (open to every
     /// user of the lab).
     Explain {
@@ -232,6 +263,39 @@ pub enum PolicyCommand {
         /// Machine-readable output: one JSON object.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        broker: BrokerFlags,
+    },
+}
+
+/// `rb user …` (the broker's owner only; others get exit 77).
+#[derive(Debug, Clone, Subcommand)]
+pub enum UserCommand {
+    /// Create a credential for NAME (who need not exist on this machine). The broker writes
+    /// it to FILE (default STATE_DIR/credentials/NAME, mode 0600; never over an existing
+    /// file) and the path is the last line printed. NAME keeps it as
+    /// ~/.config/rb/credential, mode 0600.
+    Add {
+        /// The user's name: 1–32 of A-Z a-z 0-9 . _ -
+        name: String,
+        /// Where the broker writes the credential (a path on the broker's machine).
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        #[command(flatten)]
+        broker: BrokerFlags,
+    },
+    /// The users with a credential: name, created, last seen.
+    List {
+        /// Machine-readable output: a JSON array of user objects.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        broker: BrokerFlags,
+    },
+    /// Remove NAME's credential; their connections (agents, rb) are dropped at once.
+    Revoke {
+        /// The user's name.
+        name: String,
         #[command(flatten)]
         broker: BrokerFlags,
     },
@@ -274,6 +338,9 @@ impl Cli {
         }
         if b.secret_file.is_some() && !secret_ok {
             return Err(meaningless("--secret-file"));
+        }
+        if b.credential.is_some() {
+            return Err(meaningless("--credential"));
         }
         Ok(())
     }

@@ -1,7 +1,10 @@
 //! Reaching the broker: `--broker`/`RB_BROKER` (a socket path or IP:port), else the lab
 //! file's control socket, else a running `rb demo --keep` or embedded broker. TCP uses the
-//! lab secret; on the local socket each side checks the other with SO_PEERCRED (we talk
-//! only to a broker of our uid).
+//! lab secret, or a user's credential (`--credential`/`RB_CREDENTIAL`, or
+//! `~/.config/rb/credential` when the lab secret is not readable:
+//! [`proto::credential::load_tcp_key`]); on the local socket each side checks the other
+//! with SO_PEERCRED (we talk only to a broker of our uid). The broker's refusals come back
+//! as [`BrokerError`] (a permission refusal makes `rb` exit 77).
 
 use std::{
     net::SocketAddr,
@@ -11,7 +14,7 @@ use std::{
 
 use anyhow::{anyhow, bail, Context};
 use proto::{
-    auth::Secret,
+    credential::load_tcp_key,
     frame::FramedConn,
     handshake::{client_handshake, ClientAuth},
     msg::{FromBroker, Request, Response, Role, ToBroker},
@@ -29,7 +32,25 @@ pub enum Target {
     Tcp {
         addr: SocketAddr,
         secret_file: PathBuf,
+        /// A credential chosen by `--credential` or `RB_CREDENTIAL` (see [`request`]).
+        credential: Option<PathBuf>,
     },
+}
+
+/// The broker answered with an error.
+#[derive(Debug, thiserror::Error)]
+#[error("broker: {message}")]
+pub struct BrokerError {
+    pub code: proto::msg::ErrorCode,
+    pub message: String,
+}
+
+impl BrokerError {
+    /// A refusal for want of permission or identity (exit 77).
+    pub fn is_permission(&self) -> bool {
+        use proto::msg::ErrorCode;
+        matches!(self.code, ErrorCode::Denied | ErrorCode::Auth)
+    }
 }
 
 /// Why no broker could be chosen: the flags or the lab file are wrong (exit 64), or no
@@ -143,7 +164,11 @@ fn parse_target(
         .map(Path::to_path_buf)
         .or_else(|| lab.map(|l| l.broker.secret_file.clone()))
         .unwrap_or_else(config::default_secret_path);
-    Ok(Target::Tcp { addr, secret_file })
+    Ok(Target::Tcp {
+        addr,
+        secret_file,
+        credential: None,
+    })
 }
 
 /// Sends one request and returns the answer.
@@ -167,14 +192,19 @@ async fn request_inner(target: &Target, req: Request) -> anyhow::Result<Response
             )
             .await
         }
-        Target::Tcp { addr, secret_file } => {
-            let secret = Secret::load(secret_file)?;
+        Target::Tcp {
+            addr,
+            secret_file,
+            credential,
+        } => {
+            let default_credential = config::default_credential_path();
+            let key = load_tcp_key(credential.as_deref(), secret_file, &default_credential)?;
             let stream = tokio::net::TcpStream::connect(addr)
                 .await
                 .with_context(|| format!("cannot reach the broker at {addr}"))?;
             exchange(
                 FramedConn::with_limit(stream, proto::MAX_RESPONSE_BYTES),
-                ClientAuth::Secret(&secret),
+                key.client_auth(),
                 req,
             )
             .await
@@ -191,7 +221,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     conn.send(&ToBroker::Request { id: 1, req }).await?;
     match conn.recv::<FromBroker>().await? {
         FromBroker::Response { resp, .. } => Ok(resp),
-        FromBroker::Error { message, .. } => bail!("broker: {message}"),
+        FromBroker::Error { code, message } => Err(BrokerError { code, message }.into()),
         other => bail!("unexpected answer from broker: {other:?}"),
     }
 }
@@ -217,7 +247,8 @@ mod tests {
             t,
             Target::Tcp {
                 addr: "10.77.0.1:7700".parse().expect("addr"),
-                secret_file: "/s".into()
+                secret_file: "/s".into(),
+                credential: None,
             }
         );
         assert!(parse_target("node01", None, None).is_err());

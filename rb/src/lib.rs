@@ -13,4 +13,5 @@ pub mod client;
 pub mod demo;
 pub mod init;
 pub mod policy;
+pub mod replay;
 pub mod table;

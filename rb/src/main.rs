@@ -50,6 +50,12 @@ fn exit_code(e: &anyhow::Error) -> u8 {
         cause.is::<privdir::Error>()
             || cause.is::<proto::peercred::PeerError>()
             || cause
+                .downcast_ref::<client::BrokerError>()
+                .is_some_and(client::BrokerError::is_permission)
+            || cause
+                .downcast_ref::<proto::handshake::HandshakeError>()
+                .is_some_and(is_auth_refusal)
+            || cause
                 .downcast_ref::<std::io::Error>()
                 .is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied)
     });
@@ -58,6 +64,18 @@ fn exit_code(e: &anyhow::Error) -> u8 {
         (false, true) => EXIT_PERMISSION,
         _ => 1,
     }
+}
+
+/// The broker refused our identity (a revoked credential, a wrong one, another uid).
+fn is_auth_refusal(e: &proto::handshake::HandshakeError) -> bool {
+    use proto::{handshake::HandshakeError, msg::ErrorCode};
+    matches!(
+        e,
+        HandshakeError::Refused {
+            code: ErrorCode::Auth | ErrorCode::Denied,
+            ..
+        }
+    )
 }
 
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -102,6 +120,9 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Cmd::Lab(cmd) => lab::cli::run(cmd.clone()).map(|()| ExitCode::SUCCESS),
         Cmd::Policy(cli::PolicyCommand::Check { file }) => Ok(cmd_policy_check(file)),
+        Cmd::Policy(cli::PolicyCommand::Replay { trace_dir, policy }) => {
+            Ok(rb::replay::run(trace_dir, policy, local_utc_offset_s()))
+        }
         Cmd::Policy(cli::PolicyCommand::Show { json, broker: b }) => {
             let offset = local_utc_offset_s();
             block_on(async { rb::policy::show(&broker(b)?, *json, offset).await })
@@ -117,6 +138,28 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }) => {
             let host = host.clone();
             block_on(async { rb::policy::explain(&broker(b)?, host, *job, *json).await })
+        }
+        Cmd::User(cli::UserCommand::Add {
+            name,
+            out,
+            broker: b,
+        }) => {
+            let out = match out {
+                Some(path) => Some(std::path::absolute(path)?.display().to_string()),
+                None => None,
+            };
+            let req = Request::UserAdd {
+                name: name.clone(),
+                out,
+            };
+            block_on(cmd_user_add(broker(b)?, req))
+        }
+        Cmd::User(cli::UserCommand::List { json, broker: b }) => {
+            block_on(cmd_user_list(broker(b)?, *json))
+        }
+        Cmd::User(cli::UserCommand::Revoke { name, broker: b }) => {
+            let name = name.clone();
+            block_on(cmd_admin(broker(b)?, Request::UserRevoke { name }))
         }
         Cmd::Rsl(cmd) => {
             let code = rsl::cli::run(cmd, &mut std::io::stdout(), &mut std::io::stderr());
@@ -233,7 +276,51 @@ fn target(flags: &BrokerFlags) -> anyhow::Result<client::Target> {
     if let Some(note) = resolved.note {
         eprintln!("rb: note: {note}");
     }
-    Ok(resolved.target)
+    let mut target = resolved.target;
+    if let client::Target::Tcp { credential, .. } = &mut target {
+        credential.clone_from(&flags.credential);
+    }
+    Ok(target)
+}
+
+/// `rb user add`: what to do with the file, then its path as the last line.
+async fn cmd_user_add(target: client::Target, req: Request) -> anyhow::Result<ExitCode> {
+    match client::request(&target, req).await? {
+        Response::UserAdded { name, path } => {
+            println!("credential of user {name} written (mode 0600) to the broker's machine;");
+            println!("{name} keeps it as ~/.config/rb/credential (mode 0600):");
+            println!("{path}");
+        }
+        other => anyhow::bail!("unexpected answer from broker: {other:?}"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `rb user list`: name, created, last seen (local time).
+async fn cmd_user_list(target: client::Target, json: bool) -> anyhow::Result<ExitCode> {
+    let users = match client::request(&target, Request::UserList).await? {
+        Response::Users { users } => users,
+        other => anyhow::bail!("unexpected answer from broker: {other:?}"),
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&users)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let offset = local_utc_offset_s();
+    let rows: Vec<Vec<String>> = users
+        .iter()
+        .map(|u| {
+            let seen = u
+                .last_seen_unix
+                .map_or("never".into(), |t| table::clock(t, offset));
+            vec![u.name.clone(), table::clock(u.created_unix, offset), seen]
+        })
+        .collect();
+    print!(
+        "{}",
+        table::aligned(&["USER", "CREATED", "LAST SEEN"], &rows)
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn cmd_status(target: client::Target, json: bool) -> anyhow::Result<ExitCode> {

@@ -26,6 +26,13 @@ fn paper_example_is_one_request() {
 }
 
 #[test]
+fn jel_is_the_pools_consistency() {
+    let s = spec("(adaptive=yes)(jel=\"reliable,nonuniform\")");
+    assert_eq!(s.parts[0].jel.as_deref(), Some("reliable,nonuniform"));
+    assert_eq!(spec("(adaptive=yes)").parts[0].jel, None);
+}
+
+#[test]
 fn bare_form_is_an_implicit_and() {
     let bare = spec("(module=\"pvm\")(adaptive=yes)");
     let explicit = spec("&(module=\"pvm\")(adaptive=yes)");

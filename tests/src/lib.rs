@@ -43,7 +43,8 @@ fn build_binaries(dir: &Path) {
     let mut cmd = Command::new(cargo);
     cmd.args([
         "build", "--quiet", "-p", "broker", "-p", "hostd", "-p", "rb", "-p", "lab", "-p", "bench",
-        "-p", "agent", "-p", "rsh-shim", "-p", "pvm-add", "-p", "lam-add", "--bins",
+        "-p", "agent", "-p", "rsh-shim", "-p", "pvm-add", "-p", "lam-add", "-p", "jel-cli",
+        "--bins",
     ]);
     if release {
         cmd.arg("--release");
@@ -134,6 +135,11 @@ impl Broker {
         let sock = self.socket();
         let up = wait_until(Duration::from_secs(10), || sock.exists().then_some(()));
         assert!(up.is_some(), "broker did not restart:\n{}", self.log());
+    }
+
+    /// The broker process's pid (to stop it with SIGSTOP in a test).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn state_dir(&self) -> PathBuf {

@@ -207,6 +207,66 @@ fn sigkilled_agent_leaves_no_process_on_any_lab_host() {
     );
 }
 
+/// The app ends right after a second `rsh anyLinux` got a host, while the remote shell is
+/// still starting that command (its subagent not attached yet) and the first command,
+/// deaf to SIGTERM, keeps the end of the job waiting for its grace period. The second
+/// subagent attaches during that wait. The agent must end that command too before it
+/// tells the broker the job ended (the hosts free for another job): once the agent has
+/// exited, nothing of the job runs on any host. Before the fix, a subagent attaching
+/// during the end was ignored and its command ran on for the guardian's 6 s agent-loss
+/// limit, on a host the broker had already given to the next job (faults_lab,
+/// broker_kill: "node05 runs processes of jobs {j4, j5} at once").
+#[test]
+fn a_job_ending_while_its_remote_command_starts_leaves_nothing_running_once_it_exits() {
+    let name = "a_job_ending_while_its_remote_command_starts_leaves_nothing_running_once_it_exits";
+    if skip_unless_root(name) {
+        return;
+    }
+    let env = LabWithBroker::start(2, &[]);
+    let count = |marker: &str| -> usize {
+        env.lab
+            .hosts()
+            .iter()
+            .map(|h| {
+                let out = env
+                    .lab
+                    .exec(&h.name, &["pgrep", "-f", marker])
+                    .expect("pgrep");
+                String::from_utf8_lossy(&out.stdout).lines().count()
+            })
+            .sum()
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    for round in 0..3 {
+        let marker = format!("rbinflight{}x{round}", std::process::id());
+        let fifo = dir.path().join(format!("up{round}"));
+        let script = format!(
+            "mkfifo {fifo}\n\
+             rsh anyLinux \"trap '' TERM; echo up; sleep 300 # {marker}\" </dev/null >{fifo} 2>/dev/null &\n\
+             read -r up <{fifo}\n\
+             rsh anyLinux 'sleep 300 # {marker}' </dev/null >/dev/null 2>&1 &\n\
+             while [ \"$(grep -c . \"$RB_HOSTS_FILE\")\" -lt 2 ]; do :; done",
+            fifo = fifo.display()
+        );
+        let started = std::time::Instant::now();
+        let out = agent(&env, &["sh", "-c", &script])
+            .stdin(Stdio::null())
+            .output()
+            .expect("agent");
+        eprintln!("round {round}: agent ran {:?}", started.elapsed());
+        assert!(
+            out.status.success(),
+            "agent: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let left = count(&marker);
+        assert_eq!(
+            left, 0,
+            "round {round}: {left} process(es) of the ended job still run once its agent exited"
+        );
+    }
+}
+
 #[test]
 fn a_lab_user_on_a_lab_host_grows_over_real_rsh() {
     if skip_unless_root("a_lab_user_on_a_lab_host_grows_over_real_rsh") {

@@ -214,6 +214,66 @@ fn broker_killed_and_restarted_mid_job_keeps_the_job_and_its_host() {
     assert!(broker.log().contains("job resumed"), "{}", broker.log());
 }
 
+/// The job ends while its broker is stopped, and the broker is then killed before it read
+/// the agent's `end_job`: after its restart the job must be over and its host free within
+/// seconds, not held for the broker's 60 s resume window with no agent to end it (the
+/// agent waits for `job_ended` and tells the restarted broker again). Before the fix the
+/// agent exited at once and the host stayed held (faults_lab, broker_kill: "hosts still
+/// held after every job ended").
+#[test]
+fn a_job_end_the_broker_never_saved_is_told_again_after_its_restart() {
+    let mut broker = Broker::start(&local_lab(1));
+    broker.wait_all_up(Duration::from_secs(10));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stop = dir.path().join("stop");
+    let log = dir.path().join("agent.log");
+    let script = format!(
+        "rsh anyLinux-1 true && while [ ! -e {0} ]; do sleep 0.05; done; rm {0}",
+        stop.display()
+    );
+    let mut child = broker
+        .agent(&["sh", "-c", &script])
+        .env("RB_LOG", "info")
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("agent");
+    let job = wait_until(Duration::from_secs(10), || {
+        jobs(&broker).into_iter().find(|j| {
+            j["state"] == "running" && j["hosts"].as_array().is_some_and(|h| h.len() == 1)
+        })
+    })
+    .expect("job holds its instance's host");
+    let broker_pid = nix::unistd::Pid::from_raw(broker.pid() as i32);
+    nix::sys::signal::kill(broker_pid, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP");
+    std::fs::write(&stop, "").expect("stop file");
+    let told = wait_until(Duration::from_secs(10), || {
+        std::fs::read_to_string(&log)
+            .ok()
+            .filter(|l| l.contains("told the broker the job ended"))
+    });
+    assert!(
+        told.is_some(),
+        "the agent never ended the job:\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    broker.kill_and_restart();
+    let over = wait_until(Duration::from_secs(15), || {
+        let running = jobs(&broker)
+            .iter()
+            .any(|j| j["id"] == job["id"] && j["state"] == "running");
+        (!running && broker.held_hosts().is_empty()).then_some(())
+    });
+    assert!(
+        over.is_some(),
+        "job still running or its host held after the restart: {:?}\nagent:\n{}\nbroker:\n{}",
+        jobs(&broker),
+        std::fs::read_to_string(&log).unwrap_or_default(),
+        broker.log()
+    );
+    let status = child.wait().expect("agent");
+    assert!(status.success(), "agent: {status}");
+}
+
 #[test]
 fn agent_rsl_spec_reaches_the_broker_in_both_forms() {
     let broker = Broker::start(&local_lab(1));

@@ -16,7 +16,7 @@ use std::{
 
 use tests::{
     faults::{
-        being_taken, exclusive, job_processes, kept, leftovers, shared_hosts,
+        being_taken, exclusive, job_processes, kept, leftovers, reclaims_logged, shared_hosts,
         stream::{budget, kill_one, pin_port, stream_lab, Stream, Victim},
         FaultConfig, Jobs, View,
     },
@@ -34,6 +34,7 @@ fn broker_sigkilled_at_random_points_loses_no_job_host_or_request() {
     let mut env = stream_lab();
     let mut s = Stream::new("broker_kill", cfg.seed);
     let deadline = budget(cfg.kills);
+    let mut log_seen = 0;
     for _ in 0..cfg.kills {
         if Instant::now() > deadline {
             s.tally
@@ -53,6 +54,10 @@ fn broker_sigkilled_at_random_points_loses_no_job_host_or_request() {
         eprintln!("fault: broker killed");
         env.broker.kill_and_restart();
         let after = wait_until(Duration::from_secs(10), || View::take(&env));
+        let log = env.broker.log();
+        s.taken
+            .extend(reclaims_logged(log.get(log_seen..).unwrap_or_default()));
+        log_seen = log.len();
         let mut out = match &after {
             None => vec!["broker not answering 10 s after a restart".to_string()],
             Some(after) => {
@@ -70,11 +75,6 @@ fn broker_sigkilled_at_random_points_loses_no_job_host_or_request() {
 }
 
 #[test]
-#[ignore = "issue 17: a process of an ended job outlives it: with RB_FAULT_SEED=1795507071920840295 \
-            RB_FAULT_KILLS=15, after rb-subagent SIGKILLs, `rb release node03` is answered \
-            `released` by j1's agent within 72 ms (no subagent attached to the alloc in the \
-            agent) while j1's `sleep` still runs there; node03 goes to j11 and j1's process \
-            is still there after j1 ended (also seen with the default seed run of 100)"]
 fn hostd_subagent_and_agent_sigkilled_at_random_points_leave_nothing_behind() {
     let name = "hostd_subagent_and_agent_sigkilled_at_random_points_leave_nothing_behind";
     if skip_unless_root(name) {
@@ -153,6 +153,68 @@ fn sigkilled_subagent_guardian_leaves_no_process_of_the_ended_job() {
         .exec(&host, &["kill", "-9", &guardian])
         .expect("kill guardian");
     let mut out = jobs.end_all();
+    out.extend(leftovers(&env, &jobs.ended_markers()));
+    assert!(out.is_empty(), "{out:?}");
+}
+
+/// Pid of the front of the subagent running on `host`: the `rb-subagent` whose parent is
+/// not an `rb-subagent` (the remote shell's).
+fn front_pid(env: &LabWithBroker, host: &str) -> Option<String> {
+    let script = "for p in $(pgrep -x rb-subagent); do \
+                  pp=$(awk '/^PPid:/{print $2}' /proc/$p/status); \
+                  [ \"$(cat /proc/$pp/comm 2>/dev/null)\" = rb-subagent ] || echo $p; done; true";
+    let out = env.lab.exec(host, &["sh", "-c", script]).ok()?;
+    let pid = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (!pid.is_empty() && !pid.contains('\n')).then_some(pid)
+}
+
+/// Issue 17 (found by `hostd_subagent_and_agent_sigkilled…`, seed 1795507071920840295): the
+/// subagent's front SIGKILLed, then its guardian: nothing watches the command any more, the
+/// agent (its subagent gone) answers a reclaim at once, and the host goes to the next job
+/// with the first job's command still running there. The host daemon ends it once the
+/// allocation is over.
+#[test]
+fn sigkilled_subagent_front_then_guardian_leave_no_process_once_the_host_is_taken_back() {
+    let name =
+        "sigkilled_subagent_front_then_guardian_leave_no_process_once_the_host_is_taken_back";
+    if skip_unless_root(name) {
+        return;
+    }
+    let env = LabWithBroker::start(2, &[]);
+    let mut jobs = Jobs::new("front_then_guardian_kill");
+    let marker = jobs.start(&env, 1).marker.clone();
+    let (host, _) = wait_until(Duration::from_secs(15), || {
+        job_processes(&env).into_iter().find(|(_, m)| *m == marker)
+    })
+    .expect("the job's remote sleep running");
+    let guardian = wait_until(Duration::from_secs(5), || guardian_pid(&env, &host))
+        .expect("the subagent's guardian");
+    let front = front_pid(&env, &host).expect("the subagent's front");
+    env.lab
+        .exec(&host, &["kill", "-9", &front])
+        .expect("kill front");
+    // The guardian sees its front gone (the command's status never comes) and stays, as the
+    // command still runs; then it is killed too.
+    env.lab
+        .exec(&host, &["kill", "-9", &guardian])
+        .expect("kill guardian");
+    let still = job_processes(&env)
+        .into_iter()
+        .any(|(h, m)| h == host && m == marker);
+    assert!(still, "the job's command outlives both subagent processes");
+    let released = env.broker.rb(&["release", &host, "--grace-s", "1"]);
+    assert!(released.status.success(), "rb release: {released:?}");
+    let gone = wait_until(Duration::from_secs(10), || {
+        let procs = job_processes(&env);
+        (!procs.iter().any(|(h, m)| *h == host && *m == marker)).then_some(())
+    });
+    let mut out = Vec::new();
+    if gone.is_none() {
+        out.push(format!(
+            "{host}: {marker}'s command still runs 10 s after the host was taken back"
+        ));
+    }
+    out.extend(jobs.end_all());
     out.extend(leftovers(&env, &jobs.ended_markers()));
     assert!(out.is_empty(), "{out:?}");
 }

@@ -12,6 +12,10 @@
 mod agent_harness;
 #[path = "../../config/fuzz/src/lib.rs"]
 mod config_harness;
+#[path = "../../jel/fuzz/src/lib.rs"]
+mod jel_harness;
+#[path = "../../policies/fuzz/src/lib.rs"]
+mod policies_harness;
 #[path = "../../proto/fuzz/src/lib.rs"]
 mod proto_harness;
 
@@ -61,6 +65,11 @@ fn first_line_is_shim_request(data: &[u8]) -> bool {
 
 fn lab_file_validates(data: &[u8]) -> bool {
     std::str::from_utf8(data).is_ok_and(|text| config::LabConfig::parse(text, None).is_ok())
+}
+
+fn policy_file_loads(data: &[u8]) -> bool {
+    std::str::from_utf8(data)
+        .is_ok_and(|text| policies::Policy::from_text(Path::new("policy.toml"), text).is_ok())
 }
 
 fn seeds_of(target: &Target) -> Vec<(String, Vec<u8>)> {
@@ -255,6 +264,11 @@ smoke! {
         first_line_is_shim_request;
     subagent: "agent/fuzz/seeds/subagent", agent_harness::subagent, every_line::<ToBroker>;
     lab_file: "config/fuzz/seeds/lab_file", config_harness::lab_file, lab_file_validates;
+    policy_file: "policies/fuzz/seeds/policy_file", policies_harness::policy_file,
+        policy_file_loads;
+    policy_eval: "policies/fuzz/seeds/policy_eval", policies_harness::policy_eval,
+        policies_harness::policy_eval_input_is_complete;
+    jel_lines: "jel/fuzz/seeds/jel_lines", jel_harness::jel_lines, jel_harness::every_line_is_jel;
 }
 
 /// The seed mutator itself: edits land inside the input whatever their positions.

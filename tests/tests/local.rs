@@ -323,6 +323,7 @@ fn another_uid_cannot_use_the_control_socket() {
         role: proto::msg::Role::Client,
         name: "raw".into(),
         nonce: String::new(),
+        user: None,
     }))
     .expect("encode");
     let raw = std::process::Command::new("perl")

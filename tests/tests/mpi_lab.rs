@@ -182,6 +182,84 @@ fn open_mpi_daemon_is_ended_when_the_broker_takes_its_host_back() {
     assert_all_given_back(&env, "orted|sleep");
 }
 
+/// Issue 17: a host taken back before its daemon called back. Over rsh the remote status
+/// is lost (netkit rsh exits 0 whatever the remote command did): mpirun takes its launcher's
+/// exit for a success and waits for the orted's callback for ever. It must end with an error
+/// within the grace + 10 s. The orted starts late (a wrapper sleeps first), so the host is
+/// taken back before the callback.
+#[test]
+#[ignore = "issue 17, open: over rsh the shim's exec'd netkit rsh exits 0 after the reclaim \
+            (the subagent front exits 143, rsh drops it), so mpirun waits for the callback \
+            until the script's `timeout 60`; the fix needs the agent to tell the shim that \
+            the allocation was taken back (see the wt-leaks report)"]
+fn open_mpi_ends_with_an_error_when_a_host_is_taken_back_before_its_daemon_called_back() {
+    let name =
+        "open_mpi_ends_with_an_error_when_a_host_is_taken_back_before_its_daemon_called_back";
+    if skip_unless_root(name) {
+        return;
+    }
+    let env = lab();
+    let slow = env.lab.user().home.join("slow_orted");
+    std::fs::write(&slow, "#!/bin/sh\nsleep 30\nexec orted \"$@\"\n").expect("write wrapper");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&slow, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let script = format!(
+        "timeout 60 mpirun.openmpi --mca orte_launch_agent {} -np 2 --host anyLinux,anyPublic \
+         sh -c \"hostname; sleep 60\"",
+        slow.display()
+    );
+    let mut child = env
+        .agent_as_user(FRONT_END, &[], &["sh", "-c", &script])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("agent");
+    let held = wait_until(Duration::from_secs(20), || {
+        let held = env.broker.held_hosts();
+        (held.len() == 2).then_some(held)
+    })
+    .expect("both hosts granted");
+    // The wrapper sleeps there (under its subagent), the orted not started yet.
+    let waiting = wait_until(Duration::from_secs(10), || {
+        env.lab
+            .exec(&held[0], &["pgrep", "-u", "rblab", "-x", "sleep"])
+            .is_ok_and(|o| o.status.success())
+            .then_some(())
+    });
+    assert!(
+        waiting.is_some(),
+        "the orted wrapper is not running on {}",
+        held[0]
+    );
+    let grace_s = 1;
+    let out = env
+        .broker
+        .rb(&["release", &held[0], "--grace-s", &grace_s.to_string()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bound = Duration::from_secs(grace_s + 10);
+    let ended = wait_until(bound, || child.try_wait().ok().flatten());
+    if ended.is_none() {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().expect("agent");
+    assert!(
+        ended.is_some(),
+        "mpirun still waits {bound:?} after its host was taken back before the orted called \
+         back\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_ne!(
+        out.status.code(),
+        Some(0),
+        "mpirun took the lost daemon for a success"
+    );
+    assert_all_given_back(&env, "orted|slow_orted|sleep");
+}
+
 #[test]
 fn mpich_hydra_with_any_linux_hosts_runs_on_granted_hosts() {
     if skip_unless_root("mpich_hydra_with_any_linux_hosts_runs_on_granted_hosts") {

@@ -315,3 +315,140 @@ fn a_reloaded_policy_changes_which_host_the_next_job_gets() {
     wait_held(&broker, "vhost01");
     assert_eq!(broker.held_hosts().len(), 2, "{:?}", broker.jobs());
 }
+
+/// The shipped `paper.toml` of this checkout.
+fn shipped_paper() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies/paper.toml")
+}
+
+/// `rb policy replay TRACE_DIR --policy FILE` once the trace holds at least `decisions`
+/// decisions (the writer thread appends them shortly after they are taken): (stdout, the
+/// number that would differ).
+fn replay(broker: &Broker, policy: &Path, decisions: usize) -> (String, usize) {
+    let dir = broker.state_dir().join("trace");
+    let summary = |text: &str| -> Option<(usize, usize)> {
+        let last = text.lines().last()?;
+        let (n, rest) = last.split_once(" decisions, ")?;
+        let m = rest.split_once(" would differ under ")?.0;
+        Some((n.parse().ok()?, m.parse().ok()?))
+    };
+    let mut last = String::new();
+    let done = wait_until(Duration::from_secs(10), || {
+        let out = rb(&[
+            "policy",
+            "replay",
+            dir.to_str().expect("utf8"),
+            "--policy",
+            policy.to_str().expect("utf8"),
+        ]);
+        last = format!("{}{}", stdout(&out), stderr(&out));
+        assert_eq!(out.status.code(), Some(0), "{last}");
+        let text = stdout(&out);
+        let (n, m) = summary(&text)?;
+        (n >= decisions).then_some((text, m))
+    });
+    done.unwrap_or_else(|| panic!("the trace never held {decisions} decisions:\n{last}"))
+}
+
+/// Issue 15, decision trace: a real broker grants three hosts to three jobs; replaying its
+/// trace under the shipped paper policy (the one in force) changes nothing, and under a
+/// one-line policy refusing vhost03 the grant of vhost03 differs.
+#[test]
+fn rb_policy_replay_of_a_real_trace_finds_the_grant_another_policy_refuses() {
+    let broker = Broker::start(&local_lab(3));
+    broker.wait_all_up(Duration::from_secs(20));
+    let _jobs: Vec<Job> = (0..3).map(|_| Job::start(&broker)).collect();
+    for host in ["vhost01", "vhost02", "vhost03"] {
+        wait_held(&broker, host);
+    }
+    let (text, differ) = replay(&broker, &shipped_paper(), 3);
+    assert_eq!(differ, 0, "the policy in force replays the same:\n{text}");
+    assert!(text.ends_with(&format!(
+        " would differ under {}\n",
+        shipped_paper().display()
+    )));
+
+    let dir = policy_dir();
+    let refuse = write(
+        dir.path(),
+        "refuse.toml",
+        "start = 'host.name != \"vhost03\"'\n",
+    );
+    let (text, differ) = replay(&broker, &refuse, 3);
+    assert!(differ >= 1, "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.contains("recorded: grant vhost03"))
+        .unwrap_or_else(|| panic!("no difference on vhost03's grant:\n{text}"));
+    assert!(line.contains("host vhost03"), "{line}");
+    assert!(line.contains("replayed: waits ("), "{line}");
+}
+
+/// The trace rotates at `trace_file_max_kib` and keeps the newest `trace_files_kept` files,
+/// each opening with the whole state, so that what is left still replays.
+#[test]
+fn the_decision_trace_rotates_and_what_is_kept_still_replays() {
+    let lab = local_lab(2).replacen(
+        "[broker]\n",
+        "[broker]\ntrace_file_max_kib = 1\ntrace_files_kept = 2\n",
+        1,
+    );
+    let broker = Broker::start(&lab);
+    broker.wait_all_up(Duration::from_secs(20));
+    let _job = Job::start(&broker);
+    let dir = broker.state_dir().join("trace");
+    let numbers = || -> Vec<u64> {
+        let mut n: Vec<u64> = std::fs::read_dir(&dir)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .filter_map(|e| {
+                        let name = e.file_name().into_string().ok()?;
+                        name.strip_prefix("trace-")?
+                            .strip_suffix(".jsonl")?
+                            .parse()
+                            .ok()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        n.sort();
+        n
+    };
+    let rotated = wait_until(Duration::from_secs(30), || {
+        let n = numbers();
+        (n.first().is_some_and(|&first| first >= 3)).then_some(n)
+    });
+    let kept = rotated.unwrap_or_else(|| panic!("no rotation: {:?}\n{}", numbers(), broker.log()));
+    assert!(kept.len() <= 2, "{kept:?}");
+    for n in &kept {
+        let text =
+            std::fs::read_to_string(dir.join(format!("trace-{n:06}.jsonl"))).unwrap_or_default();
+        let first = text.lines().next().unwrap_or_default();
+        assert!(
+            first.contains("\"start\":{"),
+            "file {n} opens with: {first}"
+        );
+    }
+    let (text, differ) = replay(&broker, &shipped_paper(), 0);
+    assert_eq!(differ, 0, "{text}");
+}
+
+/// A broker killed and started again on the same state dir: the trace holds both runs (the
+/// second opens its own file with the restored state) and replays with no difference.
+#[test]
+fn a_trace_across_a_broker_restart_replays_the_same() {
+    let mut broker = Broker::start(&local_lab(2));
+    broker.wait_all_up(Duration::from_secs(20));
+    let _first = Job::start(&broker);
+    wait_held(&broker, "vhost01");
+    broker.kill_and_restart();
+    broker.wait_all_up(Duration::from_secs(20));
+    let _second = Job::start(&broker);
+    wait_held(&broker, "vhost02");
+    let files = std::fs::read_dir(broker.state_dir().join("trace"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert!(files >= 2, "one file per run: {files}");
+    let (text, differ) = replay(&broker, &shipped_paper(), 2);
+    assert_eq!(differ, 0, "{text}");
+}

@@ -17,13 +17,18 @@ struct Args {
     /// Allocation id this command runs under.
     #[arg(long)]
     alloc: u64,
-    /// The lab secret file.
+    /// The file holding the key this job's agent accepts (the job's key, see
+    /// `agent::jobkey`; the key itself is never on a command line).
     #[arg(long, default_value = "~/.config/rb/secret")]
     secret_file: String,
     /// The job's preload library (module jobs): put first in the command's LD_PRELOAD when
     /// this host has it at the same path, else ignored.
     #[arg(long)]
     preload: Option<PathBuf>,
+    /// The lab's public mark (hex), put in the command's tag so that the lab's host daemon
+    /// can end what is left of it once the allocation is over.
+    #[arg(long)]
+    lab_mark: Option<String>,
     /// The command, as the remote shell would receive it.
     #[arg(short = 'c')]
     command: String,
@@ -44,6 +49,7 @@ fn main() {
         secret_file: config::expand_home(&args.secret_file),
         command: args.command,
         preload: args.preload.filter(|p| p.is_file()),
+        lab_mark: args.lab_mark,
     };
     std::process::exit(agent::subagent::run(cfg));
 }

@@ -359,6 +359,49 @@ mod tests {
 
     use super::*;
 
+    /// Moved here with the store when the allocation core became its own crate.
+    #[test]
+    fn store_round_trip_of_a_live_allocator() {
+        use crate::alloc::{Allocator, HostView};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("broker.db");
+        let now = Instant::now();
+        let mut a = Allocator::new();
+        let view = HostView {
+            name: "n1".into(),
+            address: "10.0.0.1".into(),
+            up: true,
+            reported: true,
+            labels: vec!["linux".into()],
+            os: Some("Linux".into()),
+            owner: None,
+            load1: Some(0.0),
+            load5: None,
+            load15: None,
+            mem_avail_mb: None,
+            cpus: Some(4),
+            users: Some(vec![]),
+            console_idle_s: None,
+        };
+        a.host_changed(view, now);
+        let info = |adaptive| JobInfo {
+            user: "alice".into(),
+            cwd: "/".into(),
+            argv: vec!["pvm".into()],
+            spec: None,
+            adaptive,
+        };
+        let (adaptive, _) = a.register_job(info(true), now);
+        a.request(adaptive, "anyHost", now);
+        let (j, _) = a.register_job(info(false), now);
+        a.request(j, "anyLinux", now);
+        let mut store = Store::open(&path).expect("open");
+        store.save(&a.snapshot()).expect("save");
+        drop(store);
+        let loaded = Store::open(&path).expect("reopen").load().expect("load");
+        assert_eq!(loaded, Some(a.snapshot()));
+    }
+
     fn sample(jobs: u64) -> Snapshot {
         let info = |i: u64| JobInfo {
             user: "alice".into(),

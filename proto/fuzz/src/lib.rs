@@ -10,22 +10,38 @@
 use proto::{
     auth::Secret,
     frame::{self, FramedConn},
-    handshake::{server_handshake, ServerAuth},
+    handshake::{server_handshake, ServerAuth, UserKeys},
     msg::ToBroker,
 };
+
+/// The broker's credential book, with one user, `bob` (key: the lab secret's text, so a
+/// seed's MAC can be computed the same way for both).
+struct OneUser(Secret);
+
+impl UserKeys for OneUser {
+    fn key_of(&self, user: &str) -> Option<Secret> {
+        (user == "bob").then(|| self.0.clone())
+    }
+}
 
 /// Frame limit for the in-memory connection: small, so short inputs reach the too-long
 /// path too (the listeners use [`proto::MAX_FRAME_BYTES`]).
 pub const LIMIT: usize = 4096;
 
-/// The broker's TCP port: hello → challenge → auth with the lab secret, then the messages
-/// of a session (only reached with the right MAC, so every line is also decoded alone).
+/// The broker's TCP port: hello → challenge → auth with the lab secret or user `bob`'s
+/// credential (as the broker's listener takes them), then the messages of a session (only
+/// reached with the right MAC, so every line is also decoded alone).
 pub fn broker_tcp(data: &[u8]) {
     let secret = Secret::from_file_bytes(
         b"00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
     )
     .expect("a 64-character secret is long enough");
-    serve(data, ServerAuth::Secret(&secret));
+    let users = OneUser(secret.clone());
+    let auth = ServerAuth::SecretOrUser {
+        secret: &secret,
+        users: &users,
+    };
+    serve(data, auth);
     decode_each_line(data);
 }
 

@@ -71,6 +71,10 @@ pub struct JobPart {
     /// `module`: external grow/shrink/halt modules to use (e.g. `pvm`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub module: Option<String>,
+    /// `jel`: the consistency of the job's JEL pool, e.g. `reliable,uniform` (the agent
+    /// checks the words; see `jel::pool::PoolConfig::from_rsl`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jel: Option<String>,
     /// `start_script`: run on each machine before the job's processes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_script: Option<String>,

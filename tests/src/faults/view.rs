@@ -177,3 +177,29 @@ pub fn held(view: &View) -> Vec<String> {
         .filter_map(|r| r["name"].as_str().map(String::from))
         .collect()
 }
+
+/// Hosts the broker's log `log` says it started taking back from a job (`reclaiming … host=H`:
+/// a release, the owner back, or the policy's fair share for a waiting job). A host a
+/// running job lost across a broker kill is a violation unless one of these lines says the
+/// broker decided to take it: the decision may fall between the last view and the kill.
+pub fn reclaims_logged(log: &str) -> BTreeSet<String> {
+    log.lines()
+        .filter(|l| l.contains(" reclaiming "))
+        .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("host=")))
+        .map(String::from)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reclaims_logged_reads_the_hosts_of_reclaiming_lines_only() {
+        let log = "2026-11-25T14:45:08.35Z  INFO broker::jobs: reclaiming job=5 alloc=9 host=node05\n\
+                   2026-11-25T14:45:08.36Z  INFO broker::jobs: granted job=8 alloc=12 host=node02 instance=Some(1)\n\
+                   2026-11-25T14:45:09.00Z  INFO broker::jobs: reclaiming job=2 alloc=3 host=node04\n";
+        let hosts: Vec<String> = reclaims_logged(log).into_iter().collect();
+        assert_eq!(hosts, ["node04", "node05"]);
+    }
+}

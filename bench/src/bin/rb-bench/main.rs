@@ -2,6 +2,7 @@
 //! Every figure is measured beside its baseline in the same run. Lab sections need root.
 
 mod agent;
+mod jel;
 mod modules;
 mod policy;
 
@@ -55,7 +56,13 @@ struct Args {
     /// Grants timed per policy and host count in the policy section.
     #[arg(long, default_value_t = 200)]
     policy_grants: usize,
-    /// Run only these sections (resource, agent, modules, policy); default all.
+    /// Members of the JEL benchmark (each with a member and a watch connection).
+    #[arg(long, default_value_t = 2000)]
+    jel_members: usize,
+    /// Deaths measured by the JEL benchmark (p50/p99 of the slowest watcher).
+    #[arg(long, default_value_t = 100)]
+    jel_reps: usize,
+    /// Run only these sections (resource, agent, modules, policy, jel); default all.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -102,6 +109,12 @@ fn main() -> anyhow::Result<()> {
             lab_reps: args.reps.min(5),
             transports: args.agent_transports.clone(),
             parts: args.policy_parts.clone(),
+        })?;
+    }
+    if wanted("jel") {
+        jel::run(&jel::Options {
+            members: args.jel_members,
+            reps: args.jel_reps,
         })?;
     }
     Ok(())

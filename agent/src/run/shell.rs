@@ -1,0 +1,396 @@
+//! The agent's shell around [`AgentCore`]: one select loop reads what happens (the app's
+//! exit, shim and subagent traffic, the broker, signals, due timers) into [`Input`]s, and
+//! performs the core's [`Output`]s in order. It holds the I/O handles the core names by id
+//! (shim reply channels, subagent links, the broker connection, the module runner, the
+//! timers, the job's JEL pool) and decides nothing about the job.
+
+use std::{
+    cmp::Reverse,
+    collections::{BinaryHeap, HashMap, VecDeque},
+    path::PathBuf,
+    time::Duration,
+};
+
+use jel::host::PoolHost;
+use nix::sys::signal::Signal;
+use proto::{
+    agent::ShimReply,
+    msg::{FromBroker, JobRegistration, ToBroker},
+};
+use tokio::{process::Child, sync::mpsc, time::Instant};
+use tracing::{debug, info, warn};
+
+use crate::{
+    ancestry,
+    core::{AgentCore, Input, Output, PoolEvent, ShimId, SubId, Timer},
+    jobenv,
+    link::{self, Conn},
+    listeners::Event,
+    module::Runner,
+};
+
+/// The broker link and what re-registering the job needs.
+pub(super) struct Broker {
+    pub(super) conn: Conn,
+    /// The job's id at the broker.
+    pub(super) job: u64,
+    /// How to reach the broker again after losing it (e.g. it restarted).
+    pub(super) target: link::BrokerTarget,
+    pub(super) reg: JobRegistration,
+}
+
+/// What performing one output led to.
+enum Performed {
+    Done,
+    /// An answer the core waits for before anything else ([`crate::core`], "Choices").
+    Feedback(Input),
+    Exit(i32),
+}
+
+pub(super) struct Shell {
+    core: AgentCore,
+    broker: Broker,
+    /// False once the broker connection failed, until it is back.
+    broker_live: bool,
+    /// Reply channels of shims that wait for an answer.
+    shims: HashMap<ShimId, mpsc::Sender<ShimReply>>,
+    /// Links to attached subagents.
+    subs: HashMap<SubId, mpsc::Sender<FromBroker>>,
+    /// Due times of the core's timers (the sequence number keeps them in the order set).
+    timers: BinaryHeap<Reverse<(std::time::Instant, u64, Timer)>>,
+    timers_set: u64,
+    runner: Option<Runner>,
+    /// The loop's own event queue (launcher watches report there).
+    events_tx: mpsc::Sender<Event>,
+    hosts_file: PathBuf,
+    /// The app's process group.
+    pgid: Option<i32>,
+    /// The job's JEL pool (taken at its `Terminate`).
+    pool: Option<PoolHost>,
+}
+
+/// The time as the core sees it (tokio's clock, so that paused test time applies).
+fn now() -> std::time::Instant {
+    Instant::now().into_std()
+}
+
+impl Shell {
+    pub(super) fn new(
+        core: AgentCore,
+        broker: Broker,
+        runner: Option<Runner>,
+        events_tx: mpsc::Sender<Event>,
+        hosts_file: PathBuf,
+        pool: PoolHost,
+    ) -> Self {
+        Self {
+            core,
+            broker,
+            broker_live: true,
+            shims: HashMap::new(),
+            subs: HashMap::new(),
+            timers: BinaryHeap::new(),
+            timers_set: 0,
+            runner,
+            events_tx,
+            hosts_file,
+            pgid: None,
+            pool: Some(pool),
+        }
+    }
+
+    /// Runs the job until the core says it is over; the app's exit code.
+    pub(super) async fn drive(
+        &mut self,
+        mut child: Child,
+        mut events: mpsc::Receiver<Event>,
+    ) -> anyhow::Result<i32> {
+        use tokio::signal::unix::{signal, SignalKind};
+        self.pgid = child.id().map(|p| p as i32);
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        let mut hup = signal(SignalKind::hangup())?;
+        let mut app_running = true;
+        let mut input = Some(Input::Started);
+        loop {
+            if let Some(status) = self.step(input.take()).await {
+                return Ok(status);
+            }
+            let next_timer = self.timers.peek().map(|Reverse((at, _, _))| *at);
+            let due = next_timer.map_or_else(
+                || Instant::now() + Duration::from_secs(86_400),
+                Instant::from_std,
+            );
+            input = tokio::select! {
+                status = child.wait(), if app_running => {
+                    app_running = false;
+                    Some(Input::AppExited { status: super::exit_code(status?) })
+                }
+                Some(ev) = events.recv() => self.input_of(ev),
+                msg = self.broker.conn.recv::<FromBroker>(), if self.broker_live => match msg {
+                    Ok(msg) => Some(Input::Broker(msg)),
+                    Err(e) => {
+                        warn!(error = %e, "the broker connection failed");
+                        self.broker_live = false;
+                        Some(Input::BrokerLost)
+                    }
+                },
+                _ = term.recv() => Some(Input::Signal(Signal::SIGTERM)),
+                _ = int.recv() => Some(Input::Signal(Signal::SIGINT)),
+                _ = hup.recv() => Some(Input::Signal(Signal::SIGHUP)),
+                () = tokio::time::sleep_until(due), if next_timer.is_some() => {
+                    self.timers.pop().map(|Reverse((_, _, timer))| Input::Timer(timer))
+                }
+            };
+        }
+    }
+
+    /// Feeds one input to the core and performs its outputs, answering feedback outputs at
+    /// once; the exit code once the job is over.
+    async fn step(&mut self, input: Option<Input>) -> Option<i32> {
+        let input = input?;
+        let mut queue: VecDeque<Output> = self.core.handle(input, now()).into();
+        while let Some(output) = queue.pop_front() {
+            match self.perform(output).await {
+                Performed::Done => {}
+                Performed::Feedback(input) => {
+                    for output in self.core.handle(input, now()).into_iter().rev() {
+                        queue.push_front(output);
+                    }
+                }
+                Performed::Exit(status) => return Some(status),
+            }
+        }
+        None
+    }
+
+    /// An event of the listeners, module runner or launcher watches as the core's input;
+    /// the shell keeps the channels that come with it.
+    fn input_of(&mut self, ev: Event) -> Option<Input> {
+        let input = match ev {
+            Event::ShimAllocate {
+                conn,
+                symbolic,
+                pid,
+                reply,
+            } => {
+                // Read now, as the call arrives: once refused, the shim exits and its caller
+                // reaps it, and a process that is gone descends from nobody.
+                let lineage = match self.core.is_module_job() {
+                    true => ancestry::lineage(pid, ancestry::parent_of),
+                    false => Vec::new(),
+                };
+                self.shims.insert(conn, reply);
+                Input::ShimAllocate {
+                    shim: conn,
+                    symbolic,
+                    pid,
+                    lineage,
+                }
+            }
+            Event::ShimAttach { conn, host, reply } => {
+                self.shims.insert(conn, reply);
+                Input::ShimAttach { shim: conn, host }
+            }
+            Event::Resolved { symbolic, pid } => Input::Resolved { symbolic, pid },
+            Event::Named { host } => Input::Named { host },
+            Event::ShimGone { conn } => {
+                self.shims.remove(&conn);
+                Input::ShimGone { shim: conn }
+            }
+            Event::SubConnected { alloc, sub, tx } => {
+                self.subs.insert(sub, tx);
+                Input::SubConnected { alloc, sub }
+            }
+            // What a subagent reports is not used by the agent yet.
+            Event::SubMessage { .. } => return None,
+            Event::SubGone { alloc, sub } => {
+                self.subs.remove(&sub);
+                Input::SubGone { alloc, sub }
+            }
+            Event::ModuleDone(outcome) => Input::ModuleDone(outcome),
+            Event::LauncherExited { alloc, pid } => Input::LauncherExited { alloc, pid },
+        };
+        Some(input)
+    }
+
+    async fn perform(&mut self, output: Output) -> Performed {
+        match output {
+            Output::ToBroker(msg) => self.tell_broker(msg).await,
+            Output::ReplyShim { shim, reply } => self.reply_shim(shim, reply).await,
+            Output::Offer {
+                alloc,
+                shims,
+                reply,
+            } => {
+                let reached = self.offer(&shims, reply).await;
+                return Performed::Feedback(Input::Offered { alloc, reached });
+            }
+            Output::CloseShim { shim } => drop(self.shims.remove(&shim)),
+            Output::ToSub { sub, msg } => self.send_sub(sub, msg).await,
+            Output::CloseSub { sub } => drop(self.subs.remove(&sub)),
+            Output::RunModule(call) => match &self.runner {
+                Some(runner) => runner.submit(call),
+                None => warn!(?call, "a module call in a job without a module"),
+            },
+            Output::SkipQueuedModuleCalls => {
+                if let Some(runner) = &self.runner {
+                    runner.skip_queued();
+                }
+            }
+            Output::WatchLauncher { alloc, pid } => self.watch_launcher(alloc, pid),
+            Output::SetTimer { timer, at } => {
+                self.timers_set += 1;
+                self.timers.push(Reverse((at, self.timers_set, timer)));
+            }
+            Output::WriteHosts(hosts) => {
+                if let Err(e) = jobenv::write_hosts(&self.hosts_file, &hosts) {
+                    warn!(error = %e, "cannot write the job's hosts file");
+                }
+            }
+            Output::Signal(sig) => forward(self.pgid, sig),
+            Output::Reconnect { until } => {
+                self.broker_live = self.reconnect(Instant::from_std(until)).await;
+                let input = match self.broker_live {
+                    true => Input::BrokerBack,
+                    false => Input::BrokerGone,
+                };
+                return Performed::Feedback(input);
+            }
+            Output::Pool(event) => self.tell_pool(event).await,
+            Output::Exit { status } => return Performed::Exit(status),
+        }
+        Performed::Done
+    }
+
+    /// Hands a job event to the JEL pool and waits until its lines are written (so a
+    /// `vacate` is out before the subagents are told to end the host's processes).
+    async fn tell_pool(&mut self, event: PoolEvent) {
+        let Some(pool) = &self.pool else { return };
+        let done = match event {
+            PoolEvent::HostGranted { host } => pool.host_granted(&host).await,
+            PoolEvent::Reclaim { host, deadline } => {
+                pool.reclaim(&host, unix_ms_at(deadline)).await
+            }
+            PoolEvent::HostReleased { host } => pool.host_released(&host).await,
+            PoolEvent::Terminate => match self.pool.take() {
+                Some(pool) => pool.terminate().await,
+                None => Ok(()),
+            },
+        };
+        if let Err(e) = done {
+            warn!(error = %e, "the job's JEL pool");
+        }
+    }
+
+    /// Answers a shim; any answer but `queued` is its last.
+    async fn reply_shim(&mut self, shim: ShimId, reply: ShimReply) {
+        let tx = match reply {
+            ShimReply::Queued { .. } => self.shims.get(&shim).cloned(),
+            _ => self.shims.remove(&shim),
+        };
+        let delivered = match tx {
+            Some(tx) => tx.send(reply).await.is_ok(),
+            None => false,
+        };
+        if !delivered {
+            debug!(shim, "the shim went away before its answer");
+        }
+    }
+
+    /// Offers a grant to shims; true when one of them was still there to take it.
+    async fn offer(&mut self, shims: &[ShimId], reply: ShimReply) -> bool {
+        let mut reached = false;
+        for shim in shims {
+            if let Some(tx) = self.shims.remove(shim) {
+                reached |= tx.send(reply.clone()).await.is_ok();
+            }
+        }
+        reached
+    }
+
+    async fn send_sub(&mut self, sub: SubId, msg: FromBroker) {
+        let delivered = match self.subs.get(&sub) {
+            Some(tx) => tx.send(msg).await.is_ok(),
+            None => false,
+        };
+        if !delivered {
+            debug!(sub, "the subagent went away before a message");
+        }
+    }
+
+    /// Reports [`Event::LauncherExited`] once process `pid` has ended.
+    fn watch_launcher(&self, alloc: u64, pid: u32) {
+        let events = self.events_tx.clone();
+        tokio::spawn(async move {
+            crate::launcher::exited(pid).await;
+            if events
+                .send(Event::LauncherExited { alloc, pid })
+                .await
+                .is_err()
+            {
+                debug!(alloc, "the launcher ended after the job");
+            }
+        });
+    }
+
+    async fn tell_broker(&mut self, msg: ToBroker) {
+        if let Err(e) = self.broker.conn.send(&msg).await {
+            warn!(error = %e, "cannot reach the broker");
+        }
+    }
+
+    /// Gets the broker back by `until` (same job, `resume`); true when it resumed the job.
+    /// A broker that no longer knows the job registered it anew: that registration is
+    /// ended at once.
+    async fn reconnect(&mut self, until: Instant) -> bool {
+        let b = &mut self.broker;
+        let label = b.reg.argv.first().cloned().unwrap_or_default();
+        let mut reg = b.reg.clone();
+        reg.resume = Some(b.job);
+        while Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let Ok((mut conn, _)) = link::connect(&b.target, &label).await else {
+                continue;
+            };
+            match link::register(&mut conn, reg.clone()).await {
+                Ok(r) if r.job == b.job => {
+                    info!(job = r.job, "broker is back; job resumed");
+                    b.conn = conn;
+                    return true;
+                }
+                Ok(r) => {
+                    warn!(
+                        old = b.job,
+                        new = r.job,
+                        "the broker no longer knows this job"
+                    );
+                    if let Err(e) = conn.send(&ToBroker::EndJob { status: 1 }).await {
+                        warn!(error = %e, "cannot end the new registration");
+                    }
+                    return false;
+                }
+                Err(e) => warn!(error = %e, "re-registering failed"),
+            }
+        }
+        false
+    }
+}
+
+/// The Unix time in ms of a core's `deadline` (an `Instant`, as [`now`] gives them).
+fn unix_ms_at(deadline: std::time::Instant) -> u64 {
+    let unix_now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let left = deadline.saturating_duration_since(now());
+    u64::try_from((unix_now + left).as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Sends `sig` to the app's process group.
+fn forward(pgid: Option<i32>, sig: Signal) {
+    if let Some(pgid) = pgid {
+        if let Err(e) = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), sig) {
+            debug!(pgid, %sig, error = %e, "cannot signal the app's group");
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! [`HostView`]: what the allocation core knows about one host, and the per-host rules —
+//! symbolic-name parsing and matching ([`Want`]; the naming rules are `proto::symbolic`'s),
+//! "owner away" for private machines (for wait reasons; decisions are the policy's).
+//!
+//! Unknown sensor values are never idle: a session whose idle time is unknown counts as
+//! active, and a host whose sessions could not be read is not quiet.
+
+use proto::{
+    report::{HostState, HostStatus, UserSession},
+    symbolic::{check_name, label_name, split_instance},
+};
+
+/// A session or console is idle once it has seen no input for this many seconds.
+pub const IDLE_AFTER: u64 = 5 * 60;
+
+/// The core's view of one host, rebuilt from each status row. Serializable for the
+/// decision trace (`trace`), which records the fields that changed.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct HostView {
+    pub name: String,
+    pub address: String,
+    pub up: bool,
+    /// Whether a report ever arrived (before that, sensor labels such as `linux` are missing).
+    pub reported: bool,
+    /// Lab-file and sensor labels in their name form (`proto::symbolic::label_name`:
+    /// lower case, `_` read as `-`), as symbolic names spell them.
+    pub labels: Vec<String>,
+    pub os: Option<String>,
+    /// Set for a private machine (the owner's workstation).
+    pub owner: Option<String>,
+    pub load1: Option<f64>,
+    pub load5: Option<f64>,
+    pub load15: Option<f64>,
+    /// Available memory, MiB.
+    pub mem_avail_mb: Option<u64>,
+    pub cpus: Option<u32>,
+    /// Logged-in sessions; `None` when unknown.
+    pub users: Option<Vec<UserSession>>,
+    pub console_idle_s: Option<u64>,
+}
+
+impl From<&HostStatus> for HostView {
+    fn from(s: &HostStatus) -> Self {
+        HostView {
+            name: s.name.clone(),
+            address: s.address.clone(),
+            up: s.state == HostState::Up,
+            reported: s.last_report_age_s.is_some(),
+            labels: s.labels.iter().map(|l| label_name(l)).collect(),
+            os: s.os.clone(),
+            owner: s.owner.clone(),
+            load1: s.load1,
+            load5: s.load5,
+            load15: s.load15,
+            mem_avail_mb: s.mem_available_kb.map(|kb| kb / 1024),
+            cpus: s.cpus,
+            users: s.users_known.then(|| s.users.clone()),
+            console_idle_s: s.console_idle_s,
+        }
+    }
+}
+
+/// What a symbolic host name asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Want {
+    /// `anyHost`: every host.
+    Any,
+    /// `any<Label>`: hosts carrying the label (its name form: `x86-64` for `x86_64`).
+    Label(String),
+}
+
+/// A parsed symbolic name: what it asks for, and the instance number of `<name>-<N>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Wanted {
+    pub(crate) want: Want,
+    pub(crate) instance: Option<u32>,
+}
+
+impl Want {
+    /// Parses `anyHost` / `any<Label>` / either with an instance suffix `-N`,
+    /// case-insensitively. The whole name is matched against the labels first
+    /// (`is_label`, given a label's name form): only when no label has that name is a
+    /// trailing `-N` an instance (`anyLinux-1`, `anyX86-64-2`). An error for a name that is
+    /// not a valid symbolic host name (`anyX86_64`), saying what to use instead.
+    pub(crate) fn parse(symbolic: &str, is_label: impl Fn(&str) -> bool) -> Result<Wanted, String> {
+        check_name(symbolic).map_err(|e| e.to_string())?;
+        let whole = Self::plain(symbolic);
+        let whole_is_label = match &whole {
+            Some(Want::Label(l)) => is_label(l),
+            _ => false,
+        };
+        if !whole_is_label {
+            if let Some((base, n)) = split_instance(symbolic) {
+                if let Some(want) = Self::plain(base) {
+                    return Ok(Wanted {
+                        want,
+                        instance: Some(n),
+                    });
+                }
+            }
+        }
+        whole
+            .map(|want| Wanted {
+                want,
+                instance: None,
+            })
+            .ok_or_else(|| {
+                format!(
+                    "`{symbolic}` is not a symbolic host name\n\
+                     help: use anyHost, anyLinux or any<Label>, optionally with an instance \
+                     number (anyLinux-1)"
+                )
+            })
+    }
+
+    /// `anyHost` / `any<Label>` without instance rules.
+    fn plain(symbolic: &str) -> Option<Want> {
+        let lower = label_name(symbolic);
+        match lower.strip_prefix("any")? {
+            "" => None,
+            "host" => Some(Want::Any),
+            label => Some(Want::Label(label.to_string())),
+        }
+    }
+}
+
+impl HostView {
+    /// Whether the host carries what `want` names (ignores up/owner/held).
+    pub(crate) fn matches(&self, want: &Want) -> bool {
+        match want {
+            Want::Any => true,
+            Want::Label(l) => self.labels.iter().any(|x| x == l),
+        }
+    }
+
+    pub fn is_private(&self) -> bool {
+        self.owner.is_some()
+    }
+
+    /// No session active within [`IDLE_AFTER`] and the console (if known) idle that long.
+    /// Unknown sessions or a session with unknown idle time make the host not quiet.
+    pub fn quiet(&self) -> bool {
+        let sessions_idle = self.users.as_ref().is_some_and(|users| {
+            users
+                .iter()
+                .all(|u| u.idle_s.is_some_and(|s| s >= IDLE_AFTER))
+        });
+        sessions_idle && !matches!(self.console_idle_s, Some(s) if s < IDLE_AFTER)
+    }
+
+    /// A public host always; a private one only while quiet.
+    pub fn owner_away(&self) -> bool {
+        !self.is_private() || self.quiet()
+    }
+
+    /// Positive evidence that someone is using a private host: an up host whose report shows
+    /// a session or the console used within [`IDLE_AFTER`].
+    pub fn owner_active(&self) -> bool {
+        let recent = |s: u64| s < IDLE_AFTER;
+        let session = self
+            .users
+            .iter()
+            .flatten()
+            .any(|u| u.idle_s.is_some_and(recent));
+        self.is_private() && self.up && (session || self.console_idle_s.is_some_and(recent))
+    }
+
+    /// How many distinct labels the host carries (lab file and sensors).
+    pub(crate) fn label_count(&self) -> usize {
+        let mut labels: Vec<&str> = self.labels.iter().map(String::as_str).collect();
+        labels.sort_unstable();
+        labels.dedup();
+        labels.len()
+    }
+
+    /// `load1 / cpus` (a missing CPU count counts as one); `None` when the load is unknown.
+    pub fn load_ratio(&self) -> Option<f64> {
+        let cpus = f64::from(self.cpus.unwrap_or(1).max(1));
+        self.load1.map(|l| l / cpus)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A quiet, up, public linux host with load 0 on 4 CPUs.
+    pub(crate) fn view(name: &str) -> HostView {
+        HostView {
+            name: name.into(),
+            address: format!("10.0.0.{}", name.len()),
+            up: true,
+            reported: true,
+            labels: vec!["linux".into(), "x86-64".into()],
+            os: Some("Linux".into()),
+            owner: None,
+            load1: Some(0.0),
+            load5: None,
+            load15: None,
+            mem_avail_mb: None,
+            cpus: Some(4),
+            users: Some(vec![]),
+            console_idle_s: None,
+        }
+    }
+
+    pub(crate) fn session(idle_s: Option<u64>) -> UserSession {
+        UserSession {
+            user: "alice".into(),
+            tty: "pts/0".into(),
+            idle_s,
+            from: None,
+        }
+    }
+
+    fn parse(name: &str, labels: &[&str]) -> Result<Wanted, String> {
+        Want::parse(name, |l| labels.contains(&l))
+    }
+
+    fn label(l: &str, instance: Option<u32>) -> Result<Wanted, String> {
+        Ok(Wanted {
+            want: Want::Label(l.into()),
+            instance,
+        })
+    }
+
+    #[test]
+    fn symbolic_names_parse_case_insensitively() {
+        let any = Ok(Wanted {
+            want: Want::Any,
+            instance: None,
+        });
+        assert_eq!(parse("anyHost", &[]), any);
+        assert_eq!(parse("ANYHOST", &[]), any);
+        assert_eq!(parse("anyLinux", &[]), label("linux", None));
+        assert_eq!(parse("AnyPublic", &[]), label("public", None));
+        assert!(parse("any", &[]).is_err());
+        assert!(parse("node07", &[]).is_err());
+    }
+
+    #[test]
+    fn a_label_with_underscore_is_named_with_a_dash() {
+        assert_eq!(parse("anyX86-64", &["x86-64"]), label("x86-64", None));
+        let err = parse("anyX86_64", &["x86-64"]).expect_err("not a host name");
+        assert!(err.contains("use `anyX86-64`"), "{err}");
+        let host = HostView {
+            labels: vec![label_name("x86_64")],
+            ..view("a")
+        };
+        assert!(host.matches(&Want::Label("x86-64".into())));
+    }
+
+    #[test]
+    fn a_trailing_number_is_an_instance_unless_a_label_has_the_whole_name() {
+        assert_eq!(parse("anyLinux-1", &["linux"]), label("linux", Some(1)));
+        assert_eq!(parse("anyPublic-3", &[]), label("public", Some(3)));
+        assert_eq!(
+            parse("anyHost-2", &[]),
+            Ok(Wanted {
+                want: Want::Any,
+                instance: Some(2)
+            })
+        );
+        // A label named like an instance wins: the name is matched whole first.
+        assert_eq!(parse("anyGpu-1", &["gpu-1"]), label("gpu-1", None));
+        assert_eq!(parse("anyGpu-1-2", &["gpu-1"]), label("gpu-1", Some(2)));
+        assert_eq!(parse("anyX86-64", &["x86-64"]), label("x86-64", None));
+        assert_eq!(parse("anyX86-64-2", &["x86-64"]), label("x86-64", Some(2)));
+        assert!(parse("anyLinux-", &[]).is_err());
+    }
+
+    #[test]
+    fn unknown_is_never_idle() {
+        let mut v = view("a");
+        assert!(v.quiet());
+        v.users = None;
+        assert!(!v.quiet(), "unknown sessions");
+        v.users = Some(vec![session(None)]);
+        assert!(!v.quiet(), "session with unknown idle time");
+        v.users = Some(vec![session(Some(IDLE_AFTER))]);
+        assert!(v.quiet());
+        v.console_idle_s = Some(IDLE_AFTER - 1);
+        assert!(!v.quiet(), "console used recently");
+        v.console_idle_s = None;
+        assert!(v.quiet(), "unknown console alone does not block");
+    }
+
+    #[test]
+    fn private_host_needs_owner_away() {
+        let mut v = view("ws");
+        v.owner = Some("alice".into());
+        assert!(v.owner_away());
+        v.users = None;
+        assert!(!v.owner_away(), "unknown users on a private host");
+        assert!(!v.owner_active(), "unknown is not evidence of activity");
+        v.users = Some(vec![session(Some(10))]);
+        assert!(!v.owner_away());
+        assert!(v.owner_active());
+        v.owner = None;
+        assert!(
+            v.owner_away(),
+            "public hosts ignore sessions for eligibility"
+        );
+        assert!(!v.owner_active());
+    }
+}

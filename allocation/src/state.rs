@@ -1,0 +1,502 @@
+//! [`Allocator`]: the jobs, queued requests and live allocations, and the public entry points.
+//!
+//! Each entry point mutates the tables, lets `policy` serve the queue, and
+//! returns the effects in decision order, followed by `Queued` position updates and, when
+//! durable state changed, one `Persist`.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use policies::Policy;
+
+use super::{
+    host::{HostView, Want, Wanted},
+    inputs::{paper, Inputs},
+    AllocConfig, AllocError, AllocId, Effect, JobId, JobInfo, JobState, RequestId,
+};
+
+#[derive(Debug, Clone)]
+pub(crate) struct Job {
+    pub(crate) info: JobInfo,
+    pub(crate) state: JobState,
+    /// When the job registered (`None` for a job restored from a snapshot: soft state).
+    pub(crate) started: Option<Instant>,
+    /// When the job ended.
+    pub(crate) ended: Option<Instant>,
+}
+
+/// A live allocation's state (`Released` is represented by removal).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AllocState {
+    Granted,
+    Releasing {
+        deadline: Instant,
+        /// The grace the job was given (kept for snapshots and re-sent reclaims).
+        grace: Duration,
+        /// The queued request this host is being reclaimed for, if any (not for admin or
+        /// owner-return reclaims).
+        for_request: Option<RequestId>,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Allocation {
+    pub(crate) job: JobId,
+    pub(crate) host: String,
+    pub(crate) address: String,
+    /// The request it was granted for (`None` only for records restored without one).
+    pub(crate) request: Option<RequestId>,
+    pub(crate) state: AllocState,
+}
+
+/// A queued request.
+#[derive(Debug, Clone)]
+pub(crate) struct Waiting {
+    pub(crate) id: RequestId,
+    pub(crate) job: JobId,
+    pub(crate) symbolic: String,
+    pub(crate) want: Want,
+    /// The instance number of an instance name (`anyLinux-2`), passed on with the grant.
+    pub(crate) instance: Option<u32>,
+    /// A host being reclaimed for this request: first in line for it once released.
+    pub(crate) reserved: Option<String>,
+    /// The position last reported in a `Queued` effect.
+    pub(crate) reported: Option<usize>,
+    /// When the request was queued (for a restored request: when it was restored).
+    pub(crate) since: Instant,
+    /// Restored from a snapshot: no agent waits for it (agents re-send their waiting
+    /// requests as new ones after a restart). It keeps its place and its reserved host, but
+    /// never starts a reclaim, and leaves the queue without a grant once a host is free for
+    /// it (the host stays free for the next in line).
+    pub(crate) restored: bool,
+}
+
+/// Effects collected by one entry point, and whether durable state changed.
+#[derive(Debug, Default)]
+pub(crate) struct Fx {
+    pub(crate) out: Vec<Effect>,
+    pub(crate) dirty: bool,
+}
+
+impl Fx {
+    pub(crate) fn push(&mut self, e: Effect) {
+        self.out.push(e);
+        self.dirty = true;
+    }
+}
+
+/// The allocation core. See the [module docs](super) for the model.
+#[derive(Debug, Clone)]
+pub struct Allocator {
+    pub(crate) config: AllocConfig,
+    pub(crate) next_job: JobId,
+    pub(crate) next_alloc: AllocId,
+    pub(crate) next_request: RequestId,
+    pub(crate) jobs: BTreeMap<JobId, Job>,
+    pub(crate) allocs: BTreeMap<AllocId, Allocation>,
+    /// Host name → its live allocation.
+    pub(crate) by_host: BTreeMap<String, AllocId>,
+    /// Queued requests, first in line first.
+    pub(crate) queue: Vec<Waiting>,
+    /// Latest host views (soft state, not persisted).
+    pub(crate) hosts: BTreeMap<String, HostView>,
+    pub(crate) drained: BTreeSet<String>,
+    /// Hosts each running job uses without holding them (the machine its agent runs on,
+    /// hosts it added by name): never granted to it. Soft state, like `hosts`: agents tell
+    /// them again when they re-register after a restart.
+    pub(crate) in_use: BTreeMap<JobId, BTreeSet<String>>,
+    /// The policy in force (default: the shipped `paper`); see [`Allocator::set_policy`].
+    pub(crate) policy: Arc<Policy>,
+    /// The policy's inputs, built as the state changes (soft state).
+    pub(crate) inputs: Inputs,
+}
+
+impl Default for Allocator {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Allocator {
+    /// An empty allocator with the default policy settings.
+    pub fn new() -> Self {
+        Self::with_config(AllocConfig::default())
+    }
+
+    pub fn with_config(config: AllocConfig) -> Self {
+        Allocator {
+            config,
+            next_job: 1,
+            next_alloc: 1,
+            next_request: 1,
+            jobs: BTreeMap::new(),
+            allocs: BTreeMap::new(),
+            by_host: BTreeMap::new(),
+            queue: Vec::new(),
+            hosts: BTreeMap::new(),
+            drained: BTreeSet::new(),
+            in_use: BTreeMap::new(),
+            policy: paper(),
+            inputs: Inputs::default(),
+        }
+    }
+
+    pub fn config(&self) -> &AllocConfig {
+        &self.config
+    }
+
+    /// Registers a running job.
+    pub fn register_job(&mut self, info: JobInfo, now: Instant) -> (JobId, Vec<Effect>) {
+        let id = self.next_job;
+        self.next_job += 1;
+        let job = Job {
+            info,
+            state: JobState::Running,
+            started: Some(now),
+            ended: None,
+        };
+        self.jobs.insert(id, job);
+        let fx = Fx {
+            dirty: true,
+            ..Fx::default()
+        };
+        (id, self.finish(fx))
+    }
+
+    /// `job` asks for a host by symbolic name: granted now, queued, or refused.
+    pub fn request(
+        &mut self,
+        job: JobId,
+        symbolic: &str,
+        now: Instant,
+    ) -> (RequestId, Vec<Effect>) {
+        let req = self.next_request;
+        self.next_request += 1;
+        let mut fx = Fx::default();
+        match self.admit(job, symbolic) {
+            Err(reason) => fx.push(Effect::Refused { job, req, reason }),
+            Ok(Wanted { want, instance }) => {
+                self.queue.push(Waiting {
+                    id: req,
+                    job,
+                    symbolic: symbolic.to_string(),
+                    want,
+                    instance,
+                    reserved: None,
+                    reported: None,
+                    since: now,
+                    restored: false,
+                });
+                fx.dirty = true;
+                self.serve(now, &mut fx);
+            }
+        }
+        (req, self.finish(fx))
+    }
+
+    fn admit(&self, job: JobId, symbolic: &str) -> Result<Wanted, String> {
+        if !self.is_running(job) {
+            return Err(format!("job {job} is not running"));
+        }
+        let wanted = self.parse_name(symbolic)?;
+        self.possible(job, &wanted.want, symbolic)?;
+        Ok(wanted)
+    }
+
+    /// [`Want::parse`] against the labels of the lab's hosts.
+    pub(crate) fn parse_name(&self, symbolic: &str) -> Result<Wanted, String> {
+        Want::parse(symbolic, |label| {
+            self.hosts
+                .values()
+                .any(|h| h.labels.iter().any(|l| l == label))
+        })
+    }
+
+    /// Withdraws a queued request (e.g. its shim died). A reclaim started for it goes on; the
+    /// host, once released, serves the next request or becomes free.
+    pub fn cancel(&mut self, req: RequestId) -> Vec<Effect> {
+        let mut fx = Fx::default();
+        if let Some(i) = self.queue.iter().position(|w| w.id == req) {
+            self.queue.remove(i);
+            fx.dirty = true;
+        }
+        self.finish(fx)
+    }
+
+    /// The holder confirms it released the host (after a `Reclaim`, or on its own).
+    /// Unknown or already released allocations are ignored.
+    pub fn release_confirmed(&mut self, alloc: AllocId, now: Instant) -> Vec<Effect> {
+        self.give_back(alloc, now)
+    }
+
+    /// The job no longer needs the host.
+    pub fn give_back(&mut self, alloc: AllocId, now: Instant) -> Vec<Effect> {
+        let mut fx = Fx::default();
+        if self.allocs.contains_key(&alloc) {
+            self.release_alloc(alloc, &mut fx);
+            self.serve(now, &mut fx);
+        }
+        self.finish(fx)
+    }
+
+    /// The job ended or its agent is gone: release every host it holds, drop its requests.
+    pub fn end_job(&mut self, job: JobId, now: Instant) -> Vec<Effect> {
+        let mut fx = Fx::default();
+        let Some(j) = self.jobs.get_mut(&job) else {
+            return Vec::new();
+        };
+        if j.state == JobState::Ended {
+            return Vec::new();
+        }
+        j.state = JobState::Ended;
+        j.ended = Some(now);
+        fx.dirty = true;
+        let held: Vec<AllocId> = self.allocs_of(job).collect();
+        for id in held {
+            self.release_alloc(id, &mut fx);
+        }
+        self.queue.retain(|w| w.job != job);
+        self.in_use.remove(&job);
+        self.prune_ended();
+        self.serve(now, &mut fx);
+        self.finish(fx)
+    }
+
+    /// `rb release HOST`: reclaim whatever holds `host` within `grace`.
+    pub fn release_host(
+        &mut self,
+        host: &str,
+        grace: Duration,
+        now: Instant,
+    ) -> Result<Vec<Effect>, AllocError> {
+        self.known(host)?;
+        let Some(&alloc) = self.by_host.get(host) else {
+            return Err(AllocError::NotHeld { host: host.into() });
+        };
+        let mut fx = Fx::default();
+        self.refresh(now);
+        let job = self.allocs.get(&alloc).map_or(0, |a| a.job);
+        let grace = self.grace_for(job, host, grace);
+        self.reclaim(alloc, None, grace, now, &mut fx);
+        Ok(self.finish(fx))
+    }
+
+    /// No new grants on `host`; its current allocation (if any) stays.
+    pub fn drain(&mut self, host: &str) -> Result<Vec<Effect>, AllocError> {
+        self.known(host)?;
+        let fx = Fx {
+            dirty: self.drained.insert(host.to_string()),
+            ..Fx::default()
+        };
+        self.rebuild_host(host);
+        Ok(self.finish(fx))
+    }
+
+    /// Undoes [`drain`](Self::drain) and serves the queue.
+    pub fn resume(&mut self, host: &str, now: Instant) -> Result<Vec<Effect>, AllocError> {
+        self.known(host)?;
+        let mut fx = Fx {
+            dirty: self.drained.remove(host),
+            ..Fx::default()
+        };
+        self.rebuild_host(host);
+        self.serve(now, &mut fx);
+        Ok(self.finish(fx))
+    }
+
+    /// One host's view changed (a report, up/down, a daemon (re)connected), or a host of the
+    /// lab file is made known at start: stores it, rebuilds its policy value, reclaims it
+    /// when the policy's `vacate` sends its holder away, and serves the queue. Costs O(1) in
+    /// the number of hosts besides serving the queue; nothing rebuilds every view.
+    ///
+    /// A report that changes nothing `start` reads (only the load, say, under the paper)
+    /// does not serve the queue: the queue was served after every earlier change, so nothing
+    /// new could happen.
+    pub fn host_changed(&mut self, view: HostView, now: Instant) -> Vec<Effect> {
+        let host = view.name.clone();
+        let old = self.hosts.insert(host.clone(), view);
+        let old_entry = self.inputs.hosts.get(&host).cloned();
+        self.rebuild_host(&host);
+        let same = match (old, old_entry) {
+            (Some(old), Some(entry)) => {
+                let new = &self.hosts[&host];
+                rust_inputs(&old) == rust_inputs(new) && self.same_start(&entry, &host)
+            }
+            _ => false,
+        };
+        let mut fx = Fx::default();
+        self.inputs_now(now);
+        self.vacate_if_asked(&host, now, &mut fx);
+        if !same {
+            self.serve(now, &mut fx);
+        }
+        self.finish(fx)
+    }
+
+    /// Forces the release of every allocation whose reclaim deadline has passed.
+    pub fn tick(&mut self, now: Instant) -> Vec<Effect> {
+        let expired: Vec<AllocId> = self
+            .allocs
+            .iter()
+            .filter(|(_, a)| matches!(a.state, AllocState::Releasing { deadline, .. } if deadline <= now))
+            .map(|(&id, _)| id)
+            .collect();
+        let mut fx = Fx::default();
+        for alloc in &expired {
+            if let Some(a) = self.allocs.get(alloc) {
+                let (job, host) = (a.job, a.host.clone());
+                fx.push(Effect::ForceRelease {
+                    job,
+                    alloc: *alloc,
+                    host,
+                });
+            }
+            self.release_alloc(*alloc, &mut fx);
+        }
+        if !expired.is_empty() {
+            self.serve(now, &mut fx);
+        }
+        self.finish(fx)
+    }
+
+    /// `job`'s agent came back after a restart: its requests restored from the snapshot
+    /// leave the queue (the agent sends again those that still wait, under its own ids;
+    /// kept, they would show as queued twice and hold a place nobody waits on), and it is
+    /// told again of its hosts being taken back, with the grace left. Other jobs' agents
+    /// hear nothing.
+    pub fn resumed(&mut self, job: JobId, now: Instant) -> Vec<Effect> {
+        let mut fx = Fx::default();
+        let before = self.queue.len();
+        self.queue.retain(|w| !(w.job == job && w.restored));
+        fx.dirty = self.queue.len() != before;
+        let mut effects = self
+            .resend_reclaims(now)
+            .into_iter()
+            .filter(|e| matches!(e, Effect::Reclaim { job: j, .. } if *j == job))
+            .collect::<Vec<_>>();
+        if fx.dirty {
+            self.serve(now, &mut fx);
+        }
+        effects.extend(self.finish(fx));
+        effects
+    }
+
+    /// `Reclaim` effects for every allocation being released, with the grace left — to
+    /// re-send after a restart or when an agent reconnects.
+    pub fn resend_reclaims(&self, now: Instant) -> Vec<Effect> {
+        self.allocs
+            .iter()
+            .filter_map(|(&alloc, a)| match a.state {
+                AllocState::Releasing { deadline, .. } => Some(Effect::Reclaim {
+                    job: a.job,
+                    alloc,
+                    host: a.host.clone(),
+                    grace: deadline.saturating_duration_since(now),
+                }),
+                AllocState::Granted => None,
+            })
+            .collect()
+    }
+
+    /// The job and allocation holding `host` (granted or being released).
+    pub fn holder(&self, host: &str) -> Option<(JobId, AllocId)> {
+        let id = *self.by_host.get(host)?;
+        self.allocs.get(&id).map(|a| (a.job, id))
+    }
+
+    /// Every live allocation (granted or being released), ascending, and the next id to be
+    /// issued (every id below it has been): what host daemons sweep leftovers by.
+    pub fn live_allocs(&self) -> (Vec<AllocId>, AllocId) {
+        (self.allocs.keys().copied().collect(), self.next_alloc)
+    }
+
+    /// The live allocations of `job`: (allocation, host, address).
+    pub fn allocations_of(&self, job: JobId) -> Vec<(AllocId, String, String)> {
+        self.allocs_of(job)
+            .filter_map(|id| {
+                let a = self.allocs.get(&id)?;
+                Some((id, a.host.clone(), a.address.clone()))
+            })
+            .collect()
+    }
+
+    /// The registration of `job`, if it is still known.
+    pub fn job_info(&self, job: JobId) -> Option<&JobInfo> {
+        self.jobs.get(&job).map(|j| &j.info)
+    }
+
+    pub fn is_running(&self, job: JobId) -> bool {
+        self.jobs
+            .get(&job)
+            .is_some_and(|j| j.state == JobState::Running)
+    }
+
+    pub fn is_drained(&self, host: &str) -> bool {
+        self.drained.contains(host)
+    }
+
+    pub(crate) fn allocs_of(&self, job: JobId) -> impl Iterator<Item = AllocId> + '_ {
+        self.allocs
+            .iter()
+            .filter(move |(_, a)| a.job == job)
+            .map(|(&id, _)| id)
+    }
+
+    fn known(&self, host: &str) -> Result<(), AllocError> {
+        let known = self.hosts.contains_key(host)
+            || self.by_host.contains_key(host)
+            || self.drained.contains(host);
+        if known {
+            Ok(())
+        } else {
+            Err(AllocError::UnknownHost { host: host.into() })
+        }
+    }
+
+    /// Forgets the oldest ended jobs beyond `config.ended_jobs_kept`.
+    fn prune_ended(&mut self) {
+        let ended: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.state == JobState::Ended)
+            .map(|(&id, _)| id)
+            .collect();
+        let excess = ended.len().saturating_sub(self.config.ended_jobs_kept);
+        for id in &ended[..excess] {
+            self.jobs.remove(id);
+        }
+    }
+
+    /// Appends position updates (with why each waits) for queued requests whose position
+    /// changed, then `Persist`.
+    pub(crate) fn finish(&mut self, mut fx: Fx) -> Vec<Effect> {
+        let changed: Vec<usize> = (0..self.queue.len())
+            .filter(|&i| self.queue[i].reported != Some(i + 1))
+            .collect();
+        for i in changed {
+            let reason = self.wait_reason(i).to_string();
+            let w = &mut self.queue[i];
+            w.reported = Some(i + 1);
+            fx.out.push(Effect::Queued {
+                job: w.job,
+                req: w.id,
+                position: i + 1,
+                reason,
+            });
+        }
+        self.drain_errors(&mut fx);
+        if fx.dirty {
+            fx.out.push(Effect::Persist);
+        }
+        fx.out
+    }
+}
+
+/// What of a host's view the Rust-side filters read: up, whether it reported (every host
+/// has before a label can be refused), and its labels.
+fn rust_inputs(v: &HostView) -> (bool, bool, &[String]) {
+    (v.up, v.reported, &v.labels)
+}

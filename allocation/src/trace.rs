@@ -1,0 +1,413 @@
+//! The decision trace: what changed and what the allocator decided, as JSON lines, for
+//! `rb policy replay` (what would another policy have decided?).
+//!
+//! # Format
+//! One JSON object per line: `t_us` (microseconds on the run's monotonic clock,
+//! [`TraceClock`]), `unix_ms` (wall time, for people) and exactly one of:
+//! - `start`: [`Start`] — the run id and the allocator's whole state ([`TraceState`]). Every
+//!   trace file opens with one; it is the only record that lists the whole lab.
+//! - `input`: an [`Input`] — one call into the allocator with what it needs to be made
+//!   again: a host view as the fields that changed since the last one (`host`), a job's
+//!   registration, an allocate request, a give-back, an end, an admin command, a policy
+//!   reload, a tick that decided something.
+//! - `decision`: a [`Decision`] the input led to — a grant, a refusal, a wait and its reason,
+//!   a reclaim, a forced release — with the sha256 of the policy that took it. Decisions
+//!   follow their input.
+//!
+//! # Choice: the shell records inputs and effects
+//! The allocator stays as it was: the shell (`broker::jobs`) calls an entry point and then
+//! hands the [`Recorder`] the input it gave and the effects it got back. Inputs are what the
+//! allocator saw (a host view, not the raw report), so a replay feeds the same entry points
+//! the same values at the same instants and, under the same policy, decides the same. The
+//! [`Recorder`] is pure (no I/O, the clock passed in): it turns inputs and effects into
+//! lines and decides when a file is full; writing them is the broker's edge.
+//!
+//! # Rotation
+//! [`Recorder::begin`] is called before each entry point: once the current file holds
+//! `max_bytes` or more it asks for a new file ([`Out::Rotate`]) opened by a `start` record of
+//! the state before that call. A file can thus exceed `max_bytes` by one call's lines (and
+//! the `start` record of a large lab may alone). After lines were lost (the writer's queue was
+//! full, the disk refused them) the next file is started at once with `gap: true`, so a
+//! replay restarts from its state instead of replaying an incomplete history.
+
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::{
+    trace_state::TraceState, AllocId, Allocator, Effect, HostView, JobId, JobInfo, RequestId,
+};
+
+/// The clock of one broker run: microseconds since `epoch`, and the wall time then.
+#[derive(Debug, Clone, Copy)]
+pub struct TraceClock {
+    epoch: Instant,
+    epoch_unix_ms: i64,
+}
+
+impl TraceClock {
+    pub fn new(epoch: Instant, epoch_unix_ms: i64) -> Self {
+        TraceClock {
+            epoch,
+            epoch_unix_ms,
+        }
+    }
+
+    /// Microseconds from the epoch to `t` (0 for an earlier instant).
+    pub fn us(&self, t: Instant) -> u64 {
+        let d = t.saturating_duration_since(self.epoch);
+        u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+    }
+
+    /// The instant `us` microseconds after the epoch.
+    pub fn instant(&self, us: u64) -> Instant {
+        let d = std::time::Duration::from_micros(us);
+        self.epoch.checked_add(d).unwrap_or(self.epoch)
+    }
+
+    /// Unix milliseconds `us` microseconds after the epoch.
+    pub fn unix_ms(&self, us: u64) -> i64 {
+        let ms = i64::try_from(us / 1000).unwrap_or(i64::MAX);
+        self.epoch_unix_ms.saturating_add(ms)
+    }
+}
+
+/// One line of a trace file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Line {
+    pub t_us: u64,
+    pub unix_ms: i64,
+    #[serde(flatten)]
+    pub body: Body,
+}
+
+/// What a line records.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Body {
+    Start(Box<Start>),
+    Input(Input),
+    Decision(Decision),
+}
+
+/// The record that opens a trace file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Start {
+    /// Identifies one broker run: the files of one run continue each other.
+    pub run: String,
+    /// Lines were lost before this record: the history since the previous `start` is
+    /// incomplete.
+    #[serde(default)]
+    pub gap: bool,
+    pub state: TraceState,
+}
+
+/// One call into the allocator.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Input {
+    /// [`Allocator::host_changed`]; `changed` holds the view's fields that differ from the
+    /// host's previous view (all of them for a host seen for the first time).
+    Host {
+        host: String,
+        changed: Map<String, Value>,
+    },
+    /// [`Allocator::register_job`], which gave the job id `job`.
+    Register { job: JobId, info: JobInfo },
+    /// [`Allocator::request`], which gave the request id `req`.
+    Allocate {
+        job: JobId,
+        req: RequestId,
+        symbolic: String,
+    },
+    /// [`Allocator::cancel`].
+    Cancel { job: JobId, req: RequestId },
+    /// [`Allocator::give_back`] of the allocation of `host` (granted for `req`).
+    GiveBack {
+        job: JobId,
+        host: String,
+        req: Option<RequestId>,
+    },
+    /// [`Allocator::release_confirmed`] of the allocation of `host` (granted for `req`).
+    Released {
+        job: JobId,
+        host: String,
+        req: Option<RequestId>,
+    },
+    /// [`Allocator::end_job`].
+    End { job: JobId },
+    /// [`Allocator::resumed`]: the job's agent came back after a broker restart.
+    Resumed { job: JobId },
+    /// [`Allocator::uses_hosts`].
+    UsesHosts { job: JobId, hosts: Vec<String> },
+    /// [`Allocator::release_host`] (`rb release`).
+    ReleaseHost { host: String, grace_us: u64 },
+    /// [`Allocator::drain`].
+    Drain { host: String },
+    /// [`Allocator::resume`].
+    Resume { host: String },
+    /// [`Allocator::tick`], recorded only when it decided something.
+    Tick,
+    /// [`Allocator::set_policy`] (a reload); the new policy's sha256.
+    Policy { sha256: String },
+    /// [`Allocator::explain`], which refreshes the policy's inputs.
+    Explain { host: String, job: Option<JobId> },
+}
+
+/// A decision, with the sha256 of the policy that took it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    pub policy: String,
+    #[serde(flatten)]
+    pub what: What,
+}
+
+/// What was decided.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum What {
+    Grant {
+        job: JobId,
+        req: RequestId,
+        host: String,
+    },
+    Refuse {
+        job: JobId,
+        req: RequestId,
+        reason: String,
+    },
+    Wait {
+        job: JobId,
+        req: RequestId,
+        position: usize,
+        reason: String,
+    },
+    Reclaim {
+        job: JobId,
+        host: String,
+        grace_us: u64,
+    },
+    Force {
+        job: JobId,
+        host: String,
+    },
+}
+
+impl What {
+    /// The decision an effect carries; `None` for bookkeeping effects (freed, persist,
+    /// policy errors).
+    pub fn of(effect: &Effect) -> Option<What> {
+        Some(match effect {
+            Effect::Granted { job, req, host, .. } => What::Grant {
+                job: *job,
+                req: *req,
+                host: host.clone(),
+            },
+            Effect::Refused { job, req, reason } => What::Refuse {
+                job: *job,
+                req: *req,
+                reason: reason.clone(),
+            },
+            Effect::Queued {
+                job,
+                req,
+                position,
+                reason,
+            } => What::Wait {
+                job: *job,
+                req: *req,
+                position: *position,
+                reason: reason.clone(),
+            },
+            Effect::Reclaim {
+                job, host, grace, ..
+            } => What::Reclaim {
+                job: *job,
+                host: host.clone(),
+                grace_us: u64::try_from(grace.as_micros()).unwrap_or(u64::MAX),
+            },
+            Effect::ForceRelease { job, host, .. } => What::Force {
+                job: *job,
+                host: host.clone(),
+            },
+            Effect::Freed { .. } | Effect::PolicyError { .. } | Effect::Persist => return None,
+        })
+    }
+}
+
+/// The fields of `new` that differ from `old` (every field when there is no `old`), the
+/// name left out.
+pub fn host_delta(old: Option<&HostView>, new: &HostView) -> Map<String, Value> {
+    let (Ok(Value::Object(mut new)), old) = (serde_json::to_value(new), old) else {
+        return Map::new();
+    };
+    new.remove("name");
+    if let Some(Ok(Value::Object(old))) = old.map(serde_json::to_value) {
+        new.retain(|k, v| old.get(k) != Some(v));
+    }
+    new
+}
+
+/// `old` (the host's previous view, if any) with the fields of `changed` applied.
+pub fn apply_delta(
+    old: Option<&HostView>,
+    host: &str,
+    changed: &Map<String, Value>,
+) -> Result<HostView, String> {
+    let mut map = match old.map(serde_json::to_value) {
+        Some(Ok(Value::Object(m))) => m,
+        _ => Map::new(),
+    };
+    for (k, v) in changed {
+        map.insert(k.clone(), v.clone());
+    }
+    map.insert("name".into(), Value::String(host.to_string()));
+    serde_json::from_value(Value::Object(map))
+        .map_err(|e| format!("host `{host}`: its view cannot be rebuilt from the trace: {e}"))
+}
+
+/// The name of trace file number `seq`: `trace-NNNNNN.jsonl`.
+pub fn file_name(seq: u64) -> String {
+    format!("trace-{seq:06}.jsonl")
+}
+
+/// The number of a trace file from its name; `None` for any other file.
+pub fn file_seq(name: &str) -> Option<u64> {
+    name.strip_prefix("trace-")?
+        .strip_suffix(".jsonl")?
+        .parse()
+        .ok()
+}
+
+/// What the writer must do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Out {
+    /// Close the current file and open the next one (then write the lines that follow).
+    Rotate,
+    /// Append one line (no newline included).
+    Line(String),
+}
+
+/// Turns the allocator's inputs and effects into trace lines (see the module docs).
+#[derive(Debug)]
+pub struct Recorder {
+    clock: TraceClock,
+    run: String,
+    max_bytes: u64,
+    /// Bytes in the current file; `None` before the first `start`.
+    bytes: Option<u64>,
+    /// A gap was reported: rotate at the next `begin`.
+    gap: bool,
+}
+
+impl Recorder {
+    /// A recorder for run `run`, files of about `max_bytes`.
+    pub fn new(clock: TraceClock, run: impl Into<String>, max_bytes: u64) -> Self {
+        Recorder {
+            clock,
+            run: run.into(),
+            max_bytes,
+            bytes: None,
+            gap: false,
+        }
+    }
+
+    pub fn clock(&self) -> &TraceClock {
+        &self.clock
+    }
+
+    /// Lines were lost: the next [`begin`](Self::begin) starts a new file marked `gap`.
+    pub fn gap(&mut self) {
+        self.gap = true;
+    }
+
+    /// Call before each allocator entry point: a new file opened by a `start` record of
+    /// `alloc` when none was written yet, the current one is full, or lines were lost.
+    pub fn begin(&mut self, alloc: &Allocator, now: Instant, out: &mut Vec<Out>) {
+        let full = self.bytes.is_none_or(|b| b >= self.max_bytes);
+        if !full && !self.gap {
+            return;
+        }
+        if self.bytes.is_some() {
+            out.push(Out::Rotate);
+        }
+        self.bytes = Some(0);
+        let start = Start {
+            run: self.run.clone(),
+            gap: std::mem::take(&mut self.gap),
+            state: alloc.trace_state(&self.clock),
+        };
+        self.line(now, Body::Start(Box::new(start)), out);
+    }
+
+    /// Records one entry point's input and the decisions among its effects.
+    pub fn record(
+        &mut self,
+        alloc: &Allocator,
+        input: Input,
+        effects: &[Effect],
+        now: Instant,
+        out: &mut Vec<Out>,
+    ) {
+        self.line(now, Body::Input(input), out);
+        let policy = alloc.policy().sha256();
+        for what in effects.iter().filter_map(What::of) {
+            let decision = Decision {
+                policy: policy.to_string(),
+                what,
+            };
+            self.line(now, Body::Decision(decision), out);
+        }
+    }
+
+    fn line(&mut self, now: Instant, body: Body, out: &mut Vec<Out>) {
+        let t_us = self.clock.us(now);
+        let line = Line {
+            t_us,
+            unix_ms: self.clock.unix_ms(t_us),
+            body,
+        };
+        // Plain data with string keys: serializing cannot fail.
+        if let Ok(text) = serde_json::to_string(&line) {
+            self.bytes = Some(self.bytes.unwrap_or(0) + text.len() as u64 + 1);
+            out.push(Out::Line(text));
+        }
+    }
+}
+
+/// The allocation `job` holds on `host` (granted for `req`), for inputs that name one.
+pub(crate) fn find_alloc(
+    alloc: &Allocator,
+    job: JobId,
+    host: &str,
+    req: Option<RequestId>,
+) -> Option<AllocId> {
+    let mine = |a: &&crate::state::Allocation| a.job == job;
+    let by_req = req.and_then(|r| {
+        alloc
+            .allocs
+            .iter()
+            .find(|(_, a)| mine(a) && a.request == Some(r))
+    });
+    by_req
+        .or_else(|| alloc.allocs.iter().find(|(_, a)| mine(a) && a.host == host))
+        .map(|(&id, _)| id)
+}
+
+impl Allocator {
+    /// The host view the allocator holds for `host` (for [`host_delta`]).
+    pub fn host_view(&self, host: &str) -> Option<&HostView> {
+        self.hosts.get(host)
+    }
+
+    /// The host of allocation `alloc` and the request it was granted for (for
+    /// [`Input::GiveBack`] and [`Input::Released`]).
+    pub fn alloc_host(&self, alloc: AllocId) -> Option<(String, Option<RequestId>)> {
+        self.allocs.get(&alloc).map(|a| (a.host.clone(), a.request))
+    }
+}
+
+#[cfg(test)]
+#[path = "trace_tests.rs"]
+pub(crate) mod tests;

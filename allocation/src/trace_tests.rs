@@ -1,0 +1,263 @@
+//! The trace format round trip, host deltas, the whole-state record and rotation.
+
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::{host::tests::view, AllocConfig};
+
+/// An allocator driven through a [`Recorder`], as the broker's shell drives it.
+pub(crate) struct Traced {
+    pub(crate) a: Allocator,
+    pub(crate) rec: Recorder,
+    pub(crate) out: Vec<Out>,
+    pub(crate) now: Instant,
+}
+
+impl Traced {
+    pub(crate) fn new(max_bytes: u64) -> Traced {
+        let now = Instant::now();
+        let mut a = Allocator::with_config(AllocConfig::default());
+        a.set_wall_clock(now, 1_700_000_000, 3600);
+        Traced {
+            a,
+            rec: Recorder::new(TraceClock::new(now, 1_700_000_000_000), "run-1", max_bytes),
+            out: Vec::new(),
+            now,
+        }
+    }
+
+    pub(crate) fn advance(&mut self, secs: f64) {
+        self.now += Duration::from_secs_f64(secs);
+    }
+
+    fn step<T>(
+        &mut self,
+        call: impl FnOnce(&mut Allocator, Instant) -> (T, Vec<Effect>, Input),
+    ) -> (T, Vec<Effect>) {
+        self.rec.begin(&self.a, self.now, &mut self.out);
+        let (value, effects, input) = call(&mut self.a, self.now);
+        self.rec
+            .record(&self.a, input, &effects, self.now, &mut self.out);
+        (value, effects)
+    }
+
+    pub(crate) fn host(&mut self, v: HostView) -> Vec<Effect> {
+        self.step(|a, now| {
+            let changed = host_delta(a.host_view(&v.name), &v);
+            let host = v.name.clone();
+            ((), a.host_changed(v, now), Input::Host { host, changed })
+        })
+        .1
+    }
+
+    pub(crate) fn job(&mut self, adaptive: bool) -> JobId {
+        let info = JobInfo {
+            user: "alice".into(),
+            cwd: "/".into(),
+            argv: vec!["pvm".into()],
+            spec: None,
+            adaptive,
+        };
+        self.step(|a, now| {
+            let (job, fx) = a.register_job(info.clone(), now);
+            (job, fx, Input::Register { job, info })
+        })
+        .0
+    }
+
+    pub(crate) fn request(&mut self, job: JobId, symbolic: &str) -> (RequestId, Vec<Effect>) {
+        self.step(|a, now| {
+            let (req, fx) = a.request(job, symbolic, now);
+            let input = Input::Allocate {
+                job,
+                req,
+                symbolic: symbolic.into(),
+            };
+            (req, fx, input)
+        })
+    }
+
+    pub(crate) fn give_back(&mut self, alloc: AllocId) -> Vec<Effect> {
+        self.step(|a, now| {
+            let (host, req) = a.alloc_host(alloc).unwrap_or_default();
+            let job = a.holder(&host).map_or(0, |h| h.0);
+            let fx = a.give_back(alloc, now);
+            ((), fx, Input::GiveBack { job, host, req })
+        })
+        .1
+    }
+
+    pub(crate) fn confirm(&mut self, alloc: AllocId) -> Vec<Effect> {
+        self.step(|a, now| {
+            let (host, req) = a.alloc_host(alloc).unwrap_or_default();
+            let job = a.holder(&host).map_or(0, |h| h.0);
+            let fx = a.release_confirmed(alloc, now);
+            ((), fx, Input::Released { job, host, req })
+        })
+        .1
+    }
+
+    pub(crate) fn end(&mut self, job: JobId) -> Vec<Effect> {
+        self.step(|a, now| ((), a.end_job(job, now), Input::End { job }))
+            .1
+    }
+
+    /// A tick, recorded only when it decided something (as the broker does).
+    pub(crate) fn tick(&mut self) -> Vec<Effect> {
+        self.rec.begin(&self.a, self.now, &mut self.out);
+        let fx = self.a.tick(self.now);
+        if !fx.is_empty() {
+            self.rec
+                .record(&self.a, Input::Tick, &fx, self.now, &mut self.out);
+        }
+        fx
+    }
+
+    /// The lines written, per file.
+    pub(crate) fn files(&self) -> Vec<Vec<String>> {
+        let mut files = vec![Vec::new()];
+        for o in &self.out {
+            match o {
+                Out::Rotate => files.push(Vec::new()),
+                Out::Line(l) => files.last_mut().expect("one file at least").push(l.clone()),
+            }
+        }
+        files
+    }
+
+    pub(crate) fn lines(&self) -> Vec<String> {
+        self.files().concat()
+    }
+}
+
+pub(crate) fn granted(fx: &[Effect]) -> Option<(AllocId, String)> {
+    fx.iter().find_map(|e| match e {
+        Effect::Granted { alloc, host, .. } => Some((*alloc, host.clone())),
+        _ => None,
+    })
+}
+
+fn parse(line: &str) -> Line {
+    serde_json::from_str(line).expect("a trace line")
+}
+
+#[test]
+fn every_record_round_trips_through_json() {
+    let mut t = Traced::new(u64::MAX);
+    t.host(view("node01"));
+    let j = t.job(true);
+    t.request(j, "anyHost");
+    t.request(j, "anyHost");
+    let lines = t.lines();
+    assert!(lines.len() >= 6, "{lines:#?}");
+    for text in &lines {
+        let line = parse(text);
+        let again = serde_json::to_string(&line).expect("serialize");
+        assert_eq!(&again, text);
+    }
+    let kinds: Vec<&str> = lines
+        .iter()
+        .map(|l| match parse(l).body {
+            Body::Start(_) => "start",
+            Body::Input(_) => "input",
+            Body::Decision(_) => "decision",
+        })
+        .collect();
+    assert_eq!(kinds[..3], ["start", "input", "input"]);
+    let v: Value = serde_json::from_str(&lines[3]).expect("json");
+    assert_eq!(v["input"]["kind"], "allocate", "{v}");
+    let v: Value = serde_json::from_str(&lines[4]).expect("json");
+    assert_eq!(v["decision"]["kind"], "grant", "{v}");
+    assert_eq!(v["decision"]["policy"], t.a.policy().sha256(), "{v}");
+    assert_eq!(v["unix_ms"], 1_700_000_000_000i64, "{v}");
+}
+
+#[test]
+fn a_host_record_holds_only_the_fields_that_changed() {
+    let mut t = Traced::new(u64::MAX);
+    t.host(view("node01"));
+    let mut busy = view("node01");
+    busy.load1 = Some(2.5);
+    t.host(busy.clone());
+    let last = t.lines().pop().expect("a line");
+    let Body::Input(Input::Host { host, changed }) = parse(&last).body else {
+        panic!("not a host record: {last}");
+    };
+    assert_eq!(host, "node01");
+    assert_eq!(changed.keys().collect::<Vec<_>>(), ["load1"], "{last}");
+    let rebuilt = apply_delta(Some(&view("node01")), "node01", &changed).expect("rebuilt");
+    assert_eq!(rebuilt, busy);
+    let first = host_delta(None, &busy);
+    assert_eq!(apply_delta(None, "node01", &first), Ok(busy));
+}
+
+#[test]
+fn the_whole_state_round_trips_mid_reclaim() {
+    let mut t = Traced::new(u64::MAX);
+    for h in ["n1", "n2"] {
+        t.host(view(h));
+    }
+    let adaptive = t.job(true);
+    t.request(adaptive, "anyHost");
+    t.request(adaptive, "anyHost");
+    let other = t.job(false);
+    t.advance(1.5);
+    t.request(other, "anyHost");
+    let clock = *t.rec.clock();
+    let state = t.a.trace_state(&clock);
+    let text = serde_json::to_string(&state).expect("serialize");
+    let back: TraceState = serde_json::from_str(&text).expect("parse");
+    assert_eq!(back, state);
+    let mut copy = Allocator::from_trace_state(back, t.a.policy().clone(), &clock);
+    assert_eq!(copy.trace_state(&clock), state);
+    assert_eq!(copy.check_invariants(), Ok(()));
+    // Both decide the same from here: the reclaim's deadline passes.
+    let later = t.now + Duration::from_secs(10);
+    assert_eq!(copy.tick(later), t.a.tick(later));
+}
+
+#[test]
+fn files_rotate_once_full_and_each_opens_with_the_whole_state() {
+    let mut t = Traced::new(2_000);
+    for i in 0..12 {
+        t.host(view(&format!("node{i:02}")));
+        t.advance(0.25);
+    }
+    let files = t.files();
+    assert!(files.len() >= 3, "{} files", files.len());
+    for (i, f) in files.iter().enumerate() {
+        let Body::Start(start) = parse(&f[0]).body else {
+            panic!("file {i} does not open with a start record: {}", f[0]);
+        };
+        assert_eq!(start.run, "run-1");
+        assert!(!start.gap);
+        if i + 1 < files.len() {
+            let bytes: usize = f.iter().map(|l| l.len() + 1).sum();
+            let body: usize = f[1..].iter().map(|l| l.len() + 1).sum();
+            assert!(
+                bytes >= 2_000 && body > 0,
+                "file {i}: {bytes} bytes rotated"
+            );
+        }
+    }
+    // A later file's state has the hosts recorded before it.
+    let Body::Start(start) = parse(&files[2][0]).body else {
+        unreachable!()
+    };
+    assert!(start.state.hosts.len() > 2, "{}", start.state.hosts.len());
+}
+
+#[test]
+fn after_lost_lines_the_next_file_starts_marked_gap() {
+    let mut t = Traced::new(u64::MAX);
+    t.host(view("node01"));
+    t.rec.gap();
+    t.host(view("node02"));
+    let files = t.files();
+    assert_eq!(files.len(), 2);
+    let Body::Start(start) = parse(&files[1][0]).body else {
+        panic!("{}", files[1][0]);
+    };
+    assert!(start.gap);
+    assert_eq!(start.state.hosts.len(), 1, "the state before the call");
+}

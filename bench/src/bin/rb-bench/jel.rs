@@ -1,0 +1,281 @@
+//! The JEL section (issue 16), on one host: a pool hosted by `jel::host::PoolHost` in a
+//! process of its own (the `rb-jel-host` example, as the agent will host it), and N members
+//! in this process, each with a member connection and a watch connection from seq 1, over
+//! the real socket and protocol.
+//!
+//! - scale: the N members join at once; the time until every watcher has every `joined`
+//!   line, with the host's CPU time and peak RSS over that phase;
+//! - elections: every member stands in `master`; the winner's connection is closed; the
+//!   time until every watcher has the `died` and the new `elected`;
+//! - deaths: a member's connection closed; the time until every watcher has the `died`
+//!   (per repetition, the slowest watcher), p50 and p99.
+//!
+//! Watchers count lines (raw reads, no JSON decoding): the figure is the pool's delivery,
+//! not a client library's parsing.
+
+use std::{
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context};
+use bench::procstat;
+use tokio::{
+    io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
+    net::UnixStream,
+};
+
+pub struct Options {
+    pub members: usize,
+    pub reps: usize,
+}
+
+/// What one watcher has read: lines, and when the last ones came.
+#[derive(Default)]
+struct Seen {
+    lines: AtomicU64,
+    last: Mutex<Option<Instant>>,
+}
+
+/// A member's connection, after its join.
+struct MemberConn {
+    id: u64,
+    conn: BufReader<UnixStream>,
+}
+
+/// The hosting process; killed on drop.
+struct Host {
+    child: Child,
+    _dir: tempfile::TempDir,
+    socket: PathBuf,
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn run(opts: &Options) -> anyhow::Result<()> {
+    raise_fd_limit(4 * opts.members as u64 + 256)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(measure(opts))
+}
+
+fn raise_fd_limit(want: u64) -> anyhow::Result<()> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    if soft < want {
+        let new = want.min(hard);
+        setrlimit(Resource::RLIMIT_NOFILE, new, hard)?;
+        if new < want {
+            bail!("open files are limited to {hard}; {want} are needed (ulimit -n)");
+        }
+    }
+    Ok(())
+}
+
+fn start_host() -> anyhow::Result<Host> {
+    let program = tests::bin_dir().join("examples/rb-jel-host");
+    if !program.exists() {
+        bail!(
+            "{} is missing\nhelp: build it with `cargo build --release -p jel --features tokio --example rb-jel-host`",
+            program.display()
+        );
+    }
+    let dir = tempfile::tempdir()?;
+    let socket = dir.path().join("jel.sock");
+    let mut child = Command::new(&program)
+        .arg(&socket)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {}", program.display()))?;
+    let mut out = std::io::BufReader::new(child.stdout.take().context("stdout")?);
+    let mut ready = String::new();
+    std::io::BufRead::read_line(&mut out, &mut ready)?;
+    if ready.trim() != "ready" {
+        bail!("rb-jel-host did not start: `{ready}`");
+    }
+    Ok(Host {
+        child,
+        _dir: dir,
+        socket,
+    })
+}
+
+async fn measure(opts: &Options) -> anyhow::Result<()> {
+    let n = opts.members;
+    let host = start_host()?;
+    let pid = host.child.id();
+    let seen: Vec<Arc<Seen>> = (0..n).map(|_| Arc::default()).collect();
+    for s in &seen {
+        tokio::spawn(watch(host.socket.clone(), Arc::clone(s)));
+    }
+    // Hello and watch reply.
+    let mut expected = 2;
+    wait_all(&seen, expected, Instant::now()).await?;
+    let cpu0 = procstat::cpu_seconds(pid).context("host CPU")?;
+    let start = Instant::now();
+    let joins: Vec<_> = (0..n)
+        .map(|_| tokio::spawn(join(host.socket.clone())))
+        .collect();
+    let mut members = Vec::with_capacity(n);
+    for j in joins {
+        members.push(j.await??);
+    }
+    expected += n as u64;
+    let join_all = wait_all(&seen, expected, start).await?;
+    let cpu = procstat::cpu_seconds(pid).context("host CPU")? - cpu0;
+    let rss = peak_rss_kb(pid).unwrap_or(0);
+    // Elections: all stand; the first in wins (one `elected`).
+    let mut winner = None;
+    for m in &mut members {
+        winner = Some(elect(m).await?);
+    }
+    let winner = winner.context("no members")?;
+    expected += 1;
+    wait_all(&seen, expected, Instant::now()).await?;
+    let at = members
+        .iter()
+        .position(|m| m.id == winner)
+        .context("winner")?;
+    let gone = members.swap_remove(at);
+    let start = Instant::now();
+    drop(gone);
+    expected += 2; // died, elected
+    let reelect = wait_all(&seen, expected, start).await?;
+    // Deaths: one member's connection closed at a time.
+    let mut died = Vec::new();
+    for _ in 0..opts.reps.min(members.len()) {
+        let m = members.pop().context("a member")?;
+        let start = Instant::now();
+        drop(m);
+        expected += 1;
+        died.push(wait_all(&seen, expected, start).await?.as_secs_f64() * 1000.0);
+    }
+    print(n, join_all, cpu, rss, reelect, &died);
+    Ok(())
+}
+
+fn peak_rss_kb(pid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+}
+
+/// Waits until every watcher has `lines` lines; how long after `start` the last one got
+/// them.
+async fn wait_all(seen: &[Arc<Seen>], lines: u64, start: Instant) -> anyhow::Result<Duration> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if seen
+            .iter()
+            .all(|s| s.lines.load(Ordering::Acquire) >= lines)
+        {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("the watchers did not all get {lines} lines within 120 s");
+        }
+        tokio::time::sleep(Duration::from_micros(200)).await;
+    }
+    let last = seen
+        .iter()
+        .filter_map(|s| *s.last.lock().expect("lock"))
+        .max()
+        .context("no lines")?;
+    Ok(last.saturating_duration_since(start))
+}
+
+/// A watcher from seq 1 that counts the lines it reads.
+async fn watch(socket: PathBuf, seen: Arc<Seen>) -> anyhow::Result<()> {
+    let mut stream = UnixStream::connect(&socket).await?;
+    stream
+        .write_all(b"{\"jel\":1}\n{\"op\":\"watch\",\"from\":1}\n")
+        .await?;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = stream.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        let lines = buf[..n].iter().filter(|b| **b == b'\n').count() as u64;
+        if lines > 0 {
+            *seen.last.lock().expect("lock") = Some(Instant::now());
+            seen.lines.fetch_add(lines, Ordering::Release);
+        }
+    }
+}
+
+async fn read_line(conn: &mut BufReader<UnixStream>) -> anyhow::Result<String> {
+    let mut line = String::new();
+    if conn.read_line(&mut line).await? == 0 {
+        bail!("the pool closed a member's connection");
+    }
+    Ok(line)
+}
+
+async fn join(socket: PathBuf) -> anyhow::Result<MemberConn> {
+    let stream = UnixStream::connect(&socket).await?;
+    let mut conn = BufReader::new(stream);
+    conn.get_mut()
+        .write_all(b"{\"jel\":1}\n{\"op\":\"join\"}\n")
+        .await?;
+    read_line(&mut conn).await?;
+    let reply: serde_json::Value = serde_json::from_str(&read_line(&mut conn).await?)?;
+    let id = reply["member"]["id"].as_u64().context("join reply")?;
+    Ok(MemberConn { id, conn })
+}
+
+/// Stands in `master`; the winner's id.
+async fn elect(m: &mut MemberConn) -> anyhow::Result<u64> {
+    m.conn
+        .get_mut()
+        .write_all(b"{\"op\":\"elect\",\"name\":\"master\"}\n")
+        .await?;
+    let reply: serde_json::Value = serde_json::from_str(&read_line(&mut m.conn).await?)?;
+    reply["winner"]["id"].as_u64().context("elect reply")
+}
+
+fn print(n: usize, join_all: Duration, cpu: f64, rss: u64, reelect: Duration, died: &[f64]) {
+    let mut sorted = died.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let pct = |p: f64| {
+        let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+        sorted.get(i).copied().unwrap_or(f64::NAN)
+    };
+    println!("## JEL (one host, {n} members, pool hosted by jel::host::PoolHost)\n");
+    println!("Each member has a member connection and a watch connection from seq 1; watchers count lines (no JSON decoding). Host = the `rb-jel-host` process (current-thread runtime, as the agent's).\n");
+    println!("| measurement | figure | goal | anchors |");
+    println!("|---|---:|---|---|");
+    println!(
+        "| {n} join; every member has seen all {n} joins ({} deliveries) | {:.0} ms | < 2 s | JEL paper: tens of seconds (central registry, 30 s push); Serf: 2.4 s at 2000 nodes |",
+        n * n,
+        join_all.as_secs_f64() * 1000.0
+    );
+    println!("| host CPU time over the joins | {:.2} s | — | — |", cpu);
+    println!("| host peak RSS | {} MiB | — | — |", rss / 1024);
+    println!(
+        "| {n} candidates, winner's connection closed → new winner seen by all | {:.1} ms | < 200 ms | — |",
+        reelect.as_secs_f64() * 1000.0
+    );
+    println!(
+        "| member's connection closed → `died` seen by all {} others: p50 / p99 (n={}) | {:.1} / {:.1} ms | p99 ≤ 50 ms | — |",
+        n.saturating_sub(2),
+        sorted.len(),
+        pct(0.5),
+        pct(0.99)
+    );
+    println!();
+}

@@ -1,0 +1,147 @@
+//! JEL hosted by the job's agent, local tier (issue 16): a real `agent` with the local
+//! virtual-host lab hosts its job's pool on `RB_JEL`; a watcher started by the app sees the
+//! hosts the broker grants and takes back (`host_granted`, `vacate` with its deadline before
+//! the remote command is told to end, `host_released`) and the job's end (`terminated`).
+
+use std::{
+    path::Path,
+    process::Command,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use tests::{bin, local_lab, wait_until, Broker};
+
+/// The events of a `rb-jel watch --json` output file, as JSON values.
+fn events(file: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect()
+}
+
+fn kinds(events: &[serde_json::Value]) -> Vec<&str> {
+    events.iter().filter_map(|e| e["event"].as_str()).collect()
+}
+
+fn unix_ms() -> u64 {
+    let since = SystemTime::now().duration_since(UNIX_EPOCH);
+    since.map_or(0, |d| d.as_millis() as u64)
+}
+
+#[test]
+fn the_agent_hosts_the_pool_and_a_release_is_granted_vacate_released_in_order() {
+    let broker = Broker::start(&local_lab(1));
+    broker.wait_all_up(Duration::from_secs(10));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("events");
+    // The job goes on after its remote command is ended (as an adaptive job does when a
+    // host is taken back): it waits, at most 10 s, for the pool to say the host is gone,
+    // then ends; the job's end (`terminated`) ends the watcher.
+    let script = format!(
+        "'{jel}' watch --json > '{file}' & rsh anyLinux-1 sleep 30 & wait $!; \
+         for _ in $(seq 100); do grep -q host_released '{file}' && exit 0; sleep 0.1; done; \
+         exit 1",
+        jel = bin("rb-jel").display(),
+        file = file.display()
+    );
+    let mut job = broker
+        .agent(&["sh", "-c", &script])
+        .env_remove("RB_JEL")
+        .spawn()
+        .expect("agent");
+    let granted = wait_until(Duration::from_secs(10), || {
+        let seen = events(&file);
+        let first = seen.iter().find(|e| e["event"] == "host_granted")?;
+        first["host"].as_str().map(String::from)
+    })
+    .expect("the watcher sees host_granted");
+    assert_eq!(granted, "vhost01");
+    wait_until(Duration::from_secs(10), || {
+        (!broker.held_hosts().is_empty()).then_some(())
+    })
+    .expect("the job holds the host");
+    let asked = unix_ms();
+    let out = broker.rb(&["release", "vhost01", "--grace-s", "2"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = wait_until(Duration::from_secs(15), || job.try_wait().ok().flatten())
+        .expect("the job ends after the release");
+    assert_eq!(status.code(), Some(0), "the app saw host_released");
+    let seen = wait_until(Duration::from_secs(5), || {
+        let seen = events(&file);
+        kinds(&seen).contains(&"terminated").then_some(seen)
+    })
+    .expect("the watcher sees terminated");
+    let order: Vec<&str> = kinds(&seen)
+        .into_iter()
+        .filter(|k| ["host_granted", "vacate", "host_released", "terminated"].contains(k))
+        .collect();
+    assert_eq!(
+        order,
+        ["host_granted", "vacate", "host_released", "terminated"],
+        "{seen:?}"
+    );
+    let seqs: Vec<u64> = seen.iter().filter_map(|e| e["seq"].as_u64()).collect();
+    let expected: Vec<u64> = (1..=seqs.len() as u64).collect();
+    assert_eq!(seqs, expected, "seq from 1, no gap, no duplicate");
+    let vacate = seen
+        .iter()
+        .find(|e| e["event"] == "vacate")
+        .expect("vacate");
+    assert_eq!(vacate["host"], "vhost01");
+    let deadline = vacate["deadline"].as_u64().expect("a deadline in Unix ms");
+    assert!(
+        (asked + 1_000..=unix_ms() + 2_000).contains(&deadline),
+        "the deadline is the release's grace (2 s) from the reclaim: {deadline}, asked at {asked}"
+    );
+    let released = seen.iter().find(|e| e["event"] == "host_released");
+    assert_eq!(released.expect("host_released")["host"], "vhost01");
+}
+
+#[test]
+fn outside_a_job_rb_jel_fails_with_exit_2() {
+    let out = Command::new(bin("rb-jel"))
+        .args(["watch", "--json"])
+        .env_remove("RB_JEL")
+        .output()
+        .expect("rb-jel");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not inside a ResourceBroker job"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_bad_jel_value_exits_64_before_the_job_starts() {
+    let broker = Broker::start(&local_lab(1));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let marker = dir.path().join("ran");
+    let app = format!("touch '{}'", marker.display());
+    let out = Command::new(bin("agent"))
+        .arg("--broker")
+        .arg(broker.socket())
+        .args([
+            "--rsl",
+            "(adaptive=yes)(jel=\"sometimes\")",
+            "sh",
+            "-c",
+            &app,
+        ])
+        .env_remove("RB_AGENT")
+        .env_remove("RB_LAB")
+        .output()
+        .expect("agent");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(
+        stderr.contains("jel") && stderr.contains("sometimes"),
+        "{stderr}"
+    );
+    assert!(!marker.exists(), "the app did not run");
+    assert!(broker.jobs().is_empty(), "no job was registered");
+}
