@@ -21,6 +21,7 @@ use policies::{
 
 use super::{
     decide::ErrorLog,
+    free::FreeHosts,
     host::HostView,
     state::{AllocState, Allocator, Fx, Job},
     Effect, JobId, JobState,
@@ -46,7 +47,8 @@ pub(crate) struct WallClock {
 #[derive(Debug)]
 pub(crate) struct HostEntry {
     pub(crate) facts: HostFacts,
-    pub(crate) value: HostValue,
+    /// Shared with the entry a policy change makes (the facts do not change with it).
+    pub(crate) value: Arc<HostValue>,
     /// `start` when it is the same for every job ([`Policy::host_decision`]).
     pub(crate) start: Option<bool>,
     /// `rank` when it is the same for every job.
@@ -64,6 +66,8 @@ pub(crate) struct Inputs {
     pub(crate) at: Option<Instant>,
     wall: Option<WallClock>,
     pub(crate) errors: ErrorLog,
+    /// The free hosts in grant order (`free`).
+    pub(crate) free: FreeHosts,
 }
 
 impl Allocator {
@@ -76,10 +80,7 @@ impl Allocator {
     /// after a restore): no decision is due, so there are no effects.
     pub fn with_policy(mut self, policy: impl Into<Arc<Policy>>) -> Self {
         self.policy = policy.into();
-        let names: Vec<String> = self.hosts.keys().cloned().collect();
-        for host in &names {
-            self.rebuild_host(host);
-        }
+        self.redecide_hosts();
         self
     }
 
@@ -89,10 +90,7 @@ impl Allocator {
     /// otherwise.
     pub fn set_policy(&mut self, policy: impl Into<Arc<Policy>>, now: Instant) -> Vec<Effect> {
         self.policy = policy.into();
-        let names: Vec<String> = self.hosts.keys().cloned().collect();
-        for host in &names {
-            self.rebuild_host(host);
-        }
+        self.redecide_hosts();
         let mut fx = Fx {
             dirty: false,
             ..Fx::default()
@@ -154,7 +152,25 @@ impl Allocator {
             return;
         };
         let facts = self.host_facts(view);
-        let value = HostValue::new(&facts);
+        let value = Arc::new(HostValue::new(&facts));
+        self.decide_host(host, facts, value);
+    }
+
+    /// Recomputes every host's host-only decisions under a new policy, keeping the host
+    /// values: they depend on the host's facts only, which a policy change leaves alone.
+    fn redecide_hosts(&mut self) {
+        let names: Vec<String> = self.hosts.keys().cloned().collect();
+        for host in &names {
+            match self.inputs.hosts.get(host).cloned() {
+                Some(old) => self.decide_host(host, old.facts.clone(), old.value.clone()),
+                None => self.rebuild_host(host),
+            }
+        }
+    }
+
+    /// Stores `host`'s entry with its host-only `start` and `rank`, and places the host in
+    /// the free-host order.
+    fn decide_host(&mut self, host: &str, facts: HostFacts, value: Arc<HostValue>) {
         let p = &self.policy;
         let start = p
             .host_decision(Hook::Start, &value, None)
@@ -169,6 +185,7 @@ impl Allocator {
             rank,
         };
         self.inputs.hosts.insert(host.to_string(), Arc::new(entry));
+        self.place_host(host);
     }
 
     fn host_facts(&self, v: &HostView) -> HostFacts {

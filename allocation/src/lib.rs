@@ -12,6 +12,8 @@
 //!   asking the policy file (`policies` crate) for each decision.
 //! - `inputs`: the policy's inputs (a pre-built value per host and per job, cached with the
 //!   host-only decisions), [`Allocator::set_policy`], and rate-limited run-time errors.
+//! - `free`: the free hosts in grant order, so a grant looks at the best few hosts and
+//!   evaluates the job-dependent rest of the policy on those only.
 //! - `decide`: evaluating one hook on the cached inputs; run-time errors, rate-limited.
 //! - `explain`: the policy explained on one host (`rb policy explain`, `policy_note`).
 //! - `view`: read-only views for people: [`JobRow`]s with each waiting request's
@@ -89,6 +91,7 @@
 
 mod decide;
 mod explain;
+mod free;
 mod host;
 mod in_use;
 mod inputs;

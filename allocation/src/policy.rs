@@ -18,6 +18,10 @@
 //! 3. then the policy's `rank`, higher first (the paper's is today's choice order: quiet,
 //!    least loaded, public), then the name.
 //!
+//! With no other request queued, rule 1 is moot and the free hosts are already kept in that
+//! order (`free`): a grant walks the best few and evaluates the job-dependent rest of
+//! `start` on those only; otherwise every host is looked at (`pick_scan`).
+//!
 //! The queue is served first to last; when the policy sets `priority`, it is first ordered
 //! by it (higher first, equal in arrival order) at each serve.
 //!
@@ -49,6 +53,12 @@ impl Allocator {
     /// `Err(reason)` when no host of the lab can ever match `want`. While some host has not
     /// reported yet (its sensor labels are unknown) or no host is known, anything may match.
     pub(crate) fn possible(&self, job: JobId, want: &Want, symbolic: &str) -> Result<(), String> {
+        // The usual case, without a scan of the whole lab: a host matches that the job does
+        // not use (then none of the refusals below applies).
+        let usable = |v: &HostView| v.matches(want) && !self.uses(job, &v.name);
+        if self.hosts.values().any(usable) {
+            return Ok(());
+        }
         let unsure = self.hosts.is_empty() || self.hosts.values().any(|h| !h.reported);
         if unsure {
             return Ok(());
@@ -112,18 +122,31 @@ impl Allocator {
             .sort_by(|a, b| prio[&b.job].total_cmp(&prio[&a.job]));
     }
 
+    /// Refuses entry `i` when no host can ever serve it ([`Allocator::possible`]); true
+    /// when refused.
+    fn refuse_if_impossible(&mut self, i: usize, fx: &mut Fx) -> bool {
+        let w = &self.queue[i];
+        match self.possible(w.job, &w.want, &w.symbolic) {
+            Ok(()) => false,
+            Err(reason) => {
+                let (job, req) = (w.job, w.id);
+                fx.push(Effect::Refused { job, req, reason });
+                true
+            }
+        }
+    }
+
     /// Handles queue entry `i`; true when it leaves the queue (granted or refused).
     fn serve_one(&mut self, i: usize, now: Instant, fx: &mut Fx) -> bool {
-        let w = &self.queue[i];
-        if let Err(reason) = self.possible(w.job, &w.want, &w.symbolic) {
-            let (job, req) = (w.job, w.id);
-            fx.push(Effect::Refused { job, req, reason });
-            return true;
-        }
-        if self.at_max_hosts(w.job).is_some() {
+        if self.at_max_hosts(self.queue[i].job).is_some() {
+            if self.refuse_if_impossible(i, fx) {
+                return true;
+            }
             self.drop_free_reservation(i, fx);
             return false;
         }
+        // A host found means the request is possible: `possible` (a scan of every host) is
+        // asked only when none is.
         if let Some(host) = self.pick_host(i, fx) {
             if self.queue[i].restored {
                 // Nobody waits for it (see `Waiting::restored`): the host stays free.
@@ -131,6 +154,9 @@ impl Allocator {
                 return true;
             }
             self.grant(i, host, fx);
+            return true;
+        }
+        if self.refuse_if_impossible(i, fx) {
             return true;
         }
         if self.queue[i].reserved.is_none() && !self.queue[i].restored {
@@ -176,13 +202,22 @@ impl Allocator {
             }
         }
         let others = self.reserved_except(i);
+        if self.queue.len() == 1 {
+            // No other request competes: the best few hosts of the free-host order decide.
+            return self.pick_free(&self.queue[i], &others);
+        }
+        self.pick_scan(i, &others)
+    }
+
+    /// [`pick_host`](Self::pick_host) by looking at every host.
+    pub(crate) fn pick_scan(&self, i: usize, others: &BTreeSet<String>) -> Option<String> {
         let w = &self.queue[i];
         self.hosts
             .keys()
-            .filter(|h| self.eligible(w, h, &others))
+            .filter(|h| self.eligible(w, h, others))
             .map(|h| {
                 let labels = self.hosts[h].label_count();
-                let wanted = self.wanted_by_others(i, h, &others);
+                let wanted = self.wanted_by_others(i, h, others);
                 (wanted, labels, self.rank(w.job, h), h)
             })
             .min_by(|a, b| {

@@ -4,6 +4,7 @@
 mod agent;
 mod jel;
 mod modules;
+mod policy;
 
 use std::{
     path::Path,
@@ -49,13 +50,19 @@ struct Args {
     /// Machine counts of the module measurements, each 1 to 8; default 1,2,4,8.
     #[arg(long, value_delimiter = ',')]
     module_machines: Vec<usize>,
+    /// Policy-section parts to run (grant, reload, footprint, owner, figure7); default all.
+    #[arg(long, value_delimiter = ',')]
+    policy_parts: Vec<String>,
+    /// Grants timed per policy and host count in the policy section.
+    #[arg(long, default_value_t = 200)]
+    policy_grants: usize,
     /// Members of the JEL benchmark (each with a member and a watch connection).
     #[arg(long, default_value_t = 2000)]
     jel_members: usize,
     /// Deaths measured by the JEL benchmark (p50/p99 of the slowest watcher).
     #[arg(long, default_value_t = 100)]
     jel_reps: usize,
-    /// Run only these sections (resource, agent, modules, jel); default all.
+    /// Run only these sections (resource, agent, modules, policy, jel); default all.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -95,6 +102,15 @@ fn main() -> anyhow::Result<()> {
             println!("## Modules\n\nskipped: needs root (network namespaces; PVM and LAM run as the lab user)\n");
         }
     }
+    if wanted("policy") {
+        policy::run(&policy::Options {
+            hosts: args.hosts.clone(),
+            grants: args.policy_grants,
+            lab_reps: args.reps.min(5),
+            transports: args.agent_transports.clone(),
+            parts: args.policy_parts.clone(),
+        })?;
+    }
     if wanted("jel") {
         jel::run(&jel::Options {
             members: args.jel_members,
@@ -130,7 +146,7 @@ fn sample_windows(pid: u32, n: usize, window: Duration) -> (Summary, u64) {
     )
 }
 
-fn manual_lab(n: usize) -> String {
+pub(crate) fn manual_lab(n: usize) -> String {
     let mut text = String::from(
         "[broker]\nlisten = \"127.0.0.1:0\"\ntransport = \"manual\"\nstate_dir = \"@STATE@\"\nsecret_file = \"@SECRET@\"\nreport_interval_s = 1\ndown_after_s = 5\n",
     );
@@ -146,15 +162,16 @@ fn broker_load(counts: &[usize]) -> anyhow::Result<()> {
     println!("| hosts | broker CPU | broker RSS | all hosts up after | `rb status --json` | load generator CPU |");
     println!("|---:|---|---:|---:|---|---|");
     for &n in std::iter::once(&0).chain(counts) {
-        let row = one_load_run(n)?;
+        let row = one_load_run(&manual_lab(n), n)?;
         println!("{row}");
     }
     println!();
     Ok(())
 }
 
-fn one_load_run(n: usize) -> anyhow::Result<String> {
-    let broker = Broker::start(&manual_lab(n));
+/// One row of the load table: a broker with `lab` (naming `n` hosts) and `n` simulated hosts.
+pub(crate) fn one_load_run(lab: &str, n: usize) -> anyhow::Result<String> {
+    let broker = Broker::start(lab);
     let pid = broker.child.id();
     let started = Instant::now();
     let mut gen = (n > 0)

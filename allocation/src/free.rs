@@ -1,0 +1,304 @@
+//! The free-host order: the hosts a grant can go to, kept sorted as `pick_host` ranks them,
+//! so that a grant looks at the best few hosts instead of scanning the lab.
+//!
+//! A host is in the order while it is up, not drained, not held, and the policy's cached
+//! `start` (the host-only value computed when its report arrived) does not rule it out for
+//! every job. Its place is `pick_host`'s order when no other queued request competes for
+//! it: fewest labels, then the highest cached `rank`, then the name. A free host whose
+//! `rank` depends on the job has no place and is kept apart (`unranked`). `rebuild_host`
+//! (each report, grant, release, drain, resume and policy change) keeps the order current.
+//!
+//! A grant for the only queued request then walks the order best first and asks the
+//! remaining per-job questions (symbolic name, hosts the job uses, `start` where the cache
+//! could not decide it) until the first host that passes: the job-dependent rest of the
+//! policy is evaluated on those few hosts only. Hosts kept apart are evaluated in full. With
+//! other requests queued, the order also depends on which hosts they could use, and
+//! `pick_host` scans every host as before.
+
+use std::{
+    cmp::Reverse,
+    collections::{BTreeMap, BTreeSet},
+};
+
+use super::state::{Allocator, Waiting};
+
+/// A free host's place in the grant order (smaller first).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct FreeKey {
+    labels: usize,
+    rank: Reverse<i64>,
+    name: String,
+}
+
+impl FreeKey {
+    fn new(labels: usize, rank: f64, name: &str) -> Self {
+        FreeKey {
+            labels,
+            rank: Reverse(total_order(rank)),
+            name: name.to_string(),
+        }
+    }
+}
+
+/// `f64::total_cmp`'s order as an integer.
+fn total_order(x: f64) -> i64 {
+    let bits = x.to_bits() as i64;
+    bits ^ ((((bits >> 63) as u64) >> 1) as i64)
+}
+
+/// The free hosts in grant order, and those whose rank depends on the job.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct FreeHosts {
+    ranked: BTreeSet<FreeKey>,
+    unranked: BTreeSet<String>,
+    /// Each host in the order: `Some(key)` ranked, `None` unranked.
+    place: BTreeMap<String, Option<FreeKey>>,
+}
+
+impl FreeHosts {
+    /// Moves `host` to `place`: `None` takes it out; `Some(None)` keeps it apart.
+    fn set(&mut self, host: &str, place: Option<Option<FreeKey>>) {
+        if self.place.get(host) == place.as_ref() {
+            // The usual report: nothing that orders the host changed.
+            return;
+        }
+        match self.place.remove(host) {
+            Some(Some(key)) => {
+                self.ranked.remove(&key);
+            }
+            Some(None) => {
+                self.unranked.remove(host);
+            }
+            None => {}
+        }
+        match place {
+            Some(Some(key)) => {
+                self.ranked.insert(key.clone());
+                self.place.insert(host.to_string(), Some(key));
+            }
+            Some(None) => {
+                self.unranked.insert(host.to_string());
+                self.place.insert(host.to_string(), None);
+            }
+            None => {}
+        }
+    }
+}
+
+impl Allocator {
+    /// Puts `host` at its place in the free-host order, or takes it out (after its entry in
+    /// `inputs` was rebuilt).
+    pub(crate) fn place_host(&mut self, host: &str) {
+        let place = match (self.hosts.get(host), self.inputs.hosts.get(host)) {
+            (Some(view), Some(entry))
+                if view.up
+                    && !self.drained.contains(host)
+                    && !self.by_host.contains_key(host)
+                    && entry.start != Some(false) =>
+            {
+                Some(
+                    entry
+                        .rank
+                        .map(|r| FreeKey::new(view.label_count(), r, host)),
+                )
+            }
+            _ => None,
+        };
+        self.inputs.free.set(host, place);
+    }
+
+    /// The best eligible host for queue entry `w` (hosts in `reserved` kept for others)
+    /// when no other request competes, by walking the free-host order: the same host a scan
+    /// of every host would pick.
+    pub(crate) fn pick_free(&self, w: &Waiting, reserved: &BTreeSet<String>) -> Option<String> {
+        let mut best: Option<FreeKey> = None;
+        for host in &self.inputs.free.unranked {
+            if self.eligible(w, host, reserved) {
+                let labels = self.hosts.get(host).map_or(0, |v| v.label_count());
+                let key = FreeKey::new(labels, self.rank(w.job, host), host);
+                if best.as_ref().is_none_or(|b| key < *b) {
+                    best = Some(key);
+                }
+            }
+        }
+        for key in &self.inputs.free.ranked {
+            if best.as_ref().is_some_and(|b| key > b) {
+                break;
+            }
+            if self.eligible(w, &key.name, reserved) {
+                best = Some(key.clone());
+                break;
+            }
+        }
+        best.map(|k| k.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{path::Path, sync::Arc, time::Instant};
+
+    use policies::Policy;
+    use proto::report::UserSession;
+
+    use super::*;
+    use crate::{Effect, HostView, JobInfo};
+
+    /// Host `i` of a varied lab: private (owner in, idle 0-20 min) or public, loads, CPUs,
+    /// some down, some with the `gpu` label, one with unknown sessions.
+    fn view(i: usize) -> HostView {
+        let private = i.is_multiple_of(3);
+        let idle = (i as u64 * 137) % 1200;
+        let mut labels = vec!["linux".to_string()];
+        if i % 7 == 2 {
+            labels.push("gpu".into());
+        }
+        HostView {
+            name: format!("node{i:03}"),
+            address: format!("10.0.0.{i}"),
+            up: i % 11 != 5,
+            reported: true,
+            labels,
+            os: Some("Linux".into()),
+            owner: private.then(|| "ann".to_string()),
+            load1: (i % 13 != 4).then_some((i % 5) as f64 / 4.0),
+            load5: None,
+            load15: None,
+            mem_avail_mb: Some(1024),
+            cpus: Some(1 + (i % 4) as u32),
+            users: (i != 17).then(|| match private {
+                true => vec![UserSession {
+                    user: "ann".into(),
+                    tty: "pts/0".into(),
+                    idle_s: Some(idle),
+                    from: None,
+                }],
+                false => vec![],
+            }),
+            console_idle_s: None,
+        }
+    }
+
+    fn job(adaptive: bool) -> JobInfo {
+        JobInfo {
+            user: "bob".into(),
+            cwd: "/".into(),
+            argv: vec!["x".into()],
+            spec: None,
+            adaptive,
+        }
+    }
+
+    /// The shipped policies, and one whose `rank` and `start` read the job everywhere.
+    fn policies() -> Vec<(String, Arc<Policy>)> {
+        let mut out: Vec<(String, Arc<Policy>)> = policies::SHIPPED
+            .iter()
+            .map(|(n, _)| {
+                (
+                    n.to_string(),
+                    Arc::new(Policy::shipped(n).expect("shipped")),
+                )
+            })
+            .collect();
+        let text = "start = 'job.adaptive || !host.private'
+\
+                    rank = 'double(host.cpus) * (job.adaptive ? 1.0 : -1.0)'
+";
+        let p = Policy::from_text(Path::new("by-job.toml"), text).expect("loads");
+        out.push(("by-job".into(), Arc::new(p)));
+        out
+    }
+
+    /// For each policy, job and name, with the lab filling up grant by grant (and a host
+    /// drained), the free-host order picks what a scan of every host picks.
+    #[test]
+    fn the_free_host_order_picks_what_the_scan_picks_under_every_shipped_policy() {
+        for (name, policy) in policies() {
+            let t0 = Instant::now();
+            let mut a = Allocator::new().with_policy(policy);
+            a.set_wall_clock(t0, 1_764_072_000, 0);
+            for i in 0..60 {
+                a.host_changed(view(i), t0);
+            }
+            a.drain("node008").expect("known host");
+            let jobs = [
+                a.register_job(job(true), t0).0,
+                a.register_job(job(false), t0).0,
+            ];
+            let mut compared = 0;
+            for round in 0..40 {
+                for (k, symbolic) in ["anyHost", "anyLinux", "anyGpu"].iter().enumerate() {
+                    let j = jobs[(round + k) % 2];
+                    let wanted = a.parse_name(symbolic).expect("a symbolic name");
+                    a.queue.push(Waiting {
+                        id: 1000,
+                        job: j,
+                        symbolic: symbolic.to_string(),
+                        want: wanted.want,
+                        instance: None,
+                        reserved: None,
+                        reported: None,
+                        since: t0,
+                        restored: false,
+                    });
+                    let none = BTreeSet::new();
+                    let fast = a.pick_free(&a.queue[0], &none);
+                    let scan = a.pick_scan(0, &none);
+                    a.queue.clear();
+                    assert_eq!(fast, scan, "{name}, round {round}, job {j}, {symbolic}");
+                    compared += usize::from(scan.is_some());
+                }
+                // Fill the lab: one more host held.
+                let j = jobs[round % 2];
+                let (_, fx) = a.request(j, "anyHost", t0);
+                if !fx.iter().any(|e| matches!(e, Effect::Granted { .. })) {
+                    let cancel: Vec<_> = a.queue.iter().map(|w| w.id).collect();
+                    for r in cancel {
+                        a.cancel(r);
+                    }
+                }
+            }
+            assert!(compared > 20, "{name}: only {compared} picks compared");
+        }
+    }
+
+    #[test]
+    fn the_integer_order_is_total_cmp() {
+        let xs = [
+            f64::NEG_INFINITY,
+            -1e6,
+            -1.0,
+            -0.0,
+            0.0,
+            1e-9,
+            1.0,
+            1e6,
+            f64::INFINITY,
+            f64::NAN,
+        ];
+        for a in xs {
+            for b in xs {
+                assert_eq!(
+                    total_order(a).cmp(&total_order(b)),
+                    a.total_cmp(&b),
+                    "{a} {b}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_host_moves_between_places_and_leaves() {
+        let mut f = FreeHosts::default();
+        f.set("a", Some(Some(FreeKey::new(1, 2.0, "a"))));
+        f.set("b", Some(None));
+        f.set("a", Some(Some(FreeKey::new(1, 3.0, "a"))));
+        assert_eq!(f.ranked.len(), 1);
+        f.set("a", Some(None));
+        assert!(f.ranked.is_empty());
+        assert_eq!(f.unranked.len(), 2);
+        f.set("a", None);
+        f.set("b", None);
+        assert!(f.unranked.is_empty() && f.place.is_empty());
+    }
+}

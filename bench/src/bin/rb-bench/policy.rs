@@ -1,0 +1,634 @@
+//! The "Policies" section (issue 15, "Benchmarks"): the allocator's grant decision and a
+//! policy reload with each shipped policy file at 1k and 10k simulated hosts, in-process
+//! and pure (the `Allocator` fed realistic `HostView`s), beside the compiled policy's; the
+//! broker's footprint with the paper policy; and, in the lab (root), owner return → the
+//! adaptive process gone, and the paper's Figure 7 (reclaiming N hosts at once).
+
+use std::{
+    path::Path,
+    process::Stdio,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use bench::stats::{summarize, Summary};
+use broker::alloc::{Allocator, Effect, HostView, JobId, JobInfo};
+use policies::Policy;
+use proto::report::UserSession;
+use tests::{
+    labtier::{lab_file_with, LabOptions, LabWithBroker, TEST_TIMING},
+    wait_until, Broker,
+};
+
+/// Options of the section.
+pub struct Options {
+    /// Simulated host counts of the in-process measurements.
+    pub hosts: Vec<usize>,
+    /// Grants timed per policy and host count.
+    pub grants: usize,
+    /// Repetitions of the lab rows.
+    pub lab_reps: usize,
+    /// Remote shells of the owner-return rows (`rsh`, `ssh`).
+    pub transports: Vec<String>,
+    /// `grant`, `reload`, `footprint`, `owner`, `figure7`; empty = all.
+    pub parts: Vec<String>,
+}
+
+impl Options {
+    fn wants(&self, part: &str) -> bool {
+        self.parts.is_empty() || self.parts.iter().any(|p| p == part)
+    }
+}
+
+/// The compiled policy the allocator had before policy files (commit 7e31f5e^,
+/// `HostView::owner_away` and `choice_order`): a private host to any job while its owner is
+/// away, quiet hosts first, then least `load1` per CPU, then public. Written as a file whose
+/// every hook reads only `host`, so the allocator answers each grant-time question from the
+/// values cached when the host reported, as the compiled predicates did: no expression is
+/// evaluated during a grant.
+const COMPILED: &str = r#"
+start = '!host.private || owner_away'
+rank = '(owner_away ? 1000000.0 : 0.0) - 10.0 * load_per_cpu - (host.private ? 1.0 : 0.0)'
+[let]
+owner_away = 'host.keyboard_idle_s != null && host.keyboard_idle_s >= 300'
+load_per_cpu = 'host.load1 == null ? 10000.0 : host.load1 / double(host.cpus > 0 ? host.cpus : 1)'
+"#;
+
+/// Unix time the allocator is told: Tuesday 2025-11-25 12:00 UTC (office hours, for
+/// `nights-and-weekends`).
+const NOON_TUESDAY: i64 = 1_764_072_000;
+
+pub fn run(opts: &Options) -> anyhow::Result<()> {
+    println!("## Policies (allocation policy files)\n");
+    if opts.wants("grant") {
+        grant_latency(opts)?;
+    }
+    if opts.wants("reload") {
+        reload(opts)?;
+    }
+    if opts.wants("footprint") {
+        footprint(opts)?;
+    }
+    lab_rows(opts)?;
+    Ok(())
+}
+
+/// The policies measured: the compiled baseline first, then the shipped files.
+fn policies() -> anyhow::Result<Vec<(&'static str, Arc<Policy>)>> {
+    let mut out = vec![(
+        "compiled (baseline)",
+        Arc::new(Policy::from_text(Path::new("compiled.toml"), COMPILED)?),
+    )];
+    for (name, _) in policies::SHIPPED {
+        let p = Policy::shipped(name).ok_or_else(|| anyhow::anyhow!("no policy {name}"))?;
+        out.push((name, Arc::new(p)));
+    }
+    Ok(out)
+}
+
+/// Host `i` of a simulated lab: a third are private workstations whose owner is logged in
+/// (idle 0–20 min, so about three in four are away), the rest public with no session; load
+/// 0–2 on 1–8 CPUs; one in 100 is down; one in 20 also has the `gpu` label.
+pub fn host_view(i: usize) -> HostView {
+    let private = i.is_multiple_of(3);
+    let idle = (i as u64 * 37) % 1200;
+    let owner = format!("user{}", i % 50);
+    let mut labels = vec!["linux".to_string(), "x86-64".to_string()];
+    if i % 20 == 7 {
+        labels.push("gpu".into());
+    }
+    HostView {
+        name: format!("node{i:05}"),
+        address: format!("10.{}.{}.{}", i / 65536, (i / 256) % 256, i % 256),
+        up: i % 100 != 99,
+        reported: true,
+        labels,
+        os: Some("Linux".into()),
+        owner: private.then(|| owner.clone()),
+        load1: Some((i % 17) as f64 / 8.0),
+        load5: Some(0.5),
+        load15: Some(0.5),
+        mem_avail_mb: Some(4096),
+        cpus: Some(1 + (i % 8) as u32),
+        users: Some(match private {
+            true => vec![UserSession {
+                user: owner,
+                tty: "pts/0".into(),
+                idle_s: Some(idle),
+                from: None,
+            }],
+            false => vec![],
+        }),
+        console_idle_s: private.then_some(idle),
+    }
+}
+
+/// An allocator with `policy`, `n` hosts reported, and one adaptive and one rigid job.
+fn lab(policy: &Arc<Policy>, n: usize, t0: Instant) -> (Allocator, JobId, JobId) {
+    let mut a = Allocator::new().with_policy(policy.clone());
+    a.set_wall_clock(t0, NOON_TUESDAY, 0);
+    for i in 0..n {
+        a.host_changed(host_view(i), t0);
+    }
+    let job = |adaptive: bool| JobInfo {
+        user: "bench".into(),
+        cwd: "/".into(),
+        argv: vec!["job".into()],
+        spec: None,
+        adaptive,
+    };
+    let (adaptive, _) = a.register_job(job(true), t0);
+    let (rigid, _) = a.register_job(job(false), t0);
+    (a, adaptive, rigid)
+}
+
+/// Times `grants` requests of `job` for `anyLinux` (each granted at once, then given back,
+/// untimed), in µs.
+fn time_grants(a: &mut Allocator, job: JobId, grants: usize, t0: Instant) -> Vec<f64> {
+    let mut out = Vec::with_capacity(grants);
+    for k in 0..grants {
+        let now = t0 + Duration::from_millis(k as u64);
+        let t = Instant::now();
+        let (_, fx) = a.request(job, "anyLinux", now);
+        out.push(t.elapsed().as_secs_f64() * 1e6);
+        let alloc = fx.iter().find_map(|e| match e {
+            Effect::Granted { alloc, .. } => Some(*alloc),
+            _ => None,
+        });
+        match alloc {
+            Some(alloc) => {
+                a.give_back(alloc, now);
+            }
+            None => {
+                eprintln!("rb-bench policy: a request was not granted: {fx:?}");
+                break;
+            }
+        }
+    }
+    out
+}
+
+fn show_us(s: Option<Summary>) -> String {
+    match s {
+        Some(s) if s.median >= 1000.0 => format!(
+            "{:.2} ms ({:.2}–{:.2})",
+            s.median / 1000.0,
+            s.min / 1000.0,
+            s.max / 1000.0
+        ),
+        Some(s) => format!("{:.0} µs ({:.0}–{:.0})", s.median, s.min, s.max),
+        None => "-".into(),
+    }
+}
+
+fn ratio(s: Option<Summary>, base: Option<Summary>) -> String {
+    match (s, base) {
+        (Some(s), Some(b)) if b.median > 0.0 => format!("{:.2}×", s.median / b.median),
+        _ => "-".into(),
+    }
+}
+
+fn grant_latency(opts: &Options) -> anyhow::Result<()> {
+    println!("### Grant decision latency\n");
+    println!(
+        "The allocator in-process (pure: no I/O, `now` passed in), fed simulated hosts as \
+         `host_changed` reports: a third private workstations with their owner logged in \
+         (idle 0–20 min, about three in four away), the rest public; load 0–2 on 1–8 CPUs; \
+         1 % down; wall clock a Tuesday at noon. One latency = one `request(job, \"anyLinux\")` \
+         that is granted at once (the host is then given back, untimed); median of {} grants \
+         (min–max). An adaptive job and a rigid (non-adaptive) one. Baseline: the policy the \
+         allocator had compiled in before policy files (commit 7e31f5e^: a private host to \
+         any job while its owner is away; quiet first, then least load per CPU, then public), \
+         run as a file whose every hook reads only `host`, so each grant reads the values \
+         cached at report time and evaluates no expression — as the compiled predicates did. \
+         Goal: each shipped policy ≤ 1.5× the baseline and ≤ 1 ms per grant at 10k hosts.\n",
+        opts.grants
+    );
+    println!("| policy | hosts | adaptive job | × baseline | rigid job | × baseline |");
+    println!("|---|---:|---|---:|---|---:|");
+    let policies = policies()?;
+    for &n in &opts.hosts {
+        let mut base = (None, None);
+        for (name, policy) in &policies {
+            let t0 = Instant::now();
+            let (mut a, adaptive, rigid) = lab(policy, n, t0);
+            let ad = summarize(&time_grants(&mut a, adaptive, opts.grants, t0));
+            let ri = summarize(&time_grants(&mut a, rigid, opts.grants, t0));
+            if base.0.is_none() {
+                base = (ad, ri);
+            }
+            println!(
+                "| {name} | {n} | {} | {} | {} | {} |",
+                show_us(ad),
+                ratio(ad, base.0),
+                show_us(ri),
+                ratio(ri, base.1)
+            );
+        }
+    }
+    println!();
+    Ok(())
+}
+
+fn reload(opts: &Options) -> anyhow::Result<()> {
+    println!("### Policy reload\n");
+    println!(
+        "`Allocator::set_policy` with the allocator holding N simulated hosts (as above), \
+         from the paper policy to each shipped one: every host's cached host-only decisions \
+         recomputed, every held host asked `vacate`, the queue served. This is the time the \
+         broker's core is busy with a reload (reports wait in its event queue meanwhile; \
+         none is dropped). Loading the file (TOML, CEL parse, check against samples) runs \
+         before, off the core (`spawn_blocking`), and is shown apart. Median of 5 (min–max). \
+         Goal: ≤ 50 ms at 10k hosts.\n"
+    );
+    println!("| policy | hosts | load and check (off the core) | `set_policy` (core busy) |");
+    println!("|---|---:|---|---|");
+    let paper = Arc::new(Policy::shipped("paper").ok_or_else(|| anyhow::anyhow!("paper"))?);
+    for &n in &opts.hosts {
+        for (name, text) in policies::SHIPPED {
+            let path = format!("policies/{name}.toml");
+            let loads: Vec<f64> = (0..5)
+                .map(|_| {
+                    let t = Instant::now();
+                    let p = Policy::from_text(Path::new(&path), text);
+                    let ms = t.elapsed().as_secs_f64() * 1e3;
+                    p.map(|_| ms)
+                })
+                .collect::<Result<_, _>>()?;
+            let new = Arc::new(Policy::from_text(Path::new(&path), text)?);
+            let t0 = Instant::now();
+            let (mut a, _, _) = lab(&paper, n, t0);
+            let mut sets = Vec::new();
+            // From paper to the policy (timed), and back (untimed), five times.
+            for k in 0..5 {
+                let now = t0 + Duration::from_secs(2 * k);
+                let t = Instant::now();
+                a.set_policy(new.clone(), now);
+                sets.push(t.elapsed().as_secs_f64() * 1e3);
+                a.set_policy(paper.clone(), now + Duration::from_secs(1));
+            }
+            let sets = summarize(&sets);
+            println!(
+                "| {name} | {n} | {} | {} |",
+                summarize(&loads).map_or("-".into(), |s| s.show("ms", 1)),
+                sets.map_or("-".into(), |s| s.show("ms", 1)),
+            );
+        }
+    }
+    println!();
+    Ok(())
+}
+
+fn footprint(opts: &Options) -> anyhow::Result<()> {
+    println!("### Broker footprint with a policy file\n");
+    println!(
+        "As \"Broker under load\" above (`rb-loadgen`, one report per simulated host each \
+         second; same columns), with the lab file naming the policy. Baseline: the compiled \
+         policy as a host-only file (see \"Grant decision latency\"), in the same run; before \
+         policy files the broker measured 11 % of a core and 213 MiB at 10k hosts (issue 15). \
+         Goal: the paper policy within that footprint.\n"
+    );
+    println!("| policy | hosts | broker CPU | broker RSS | all hosts up after | `rb status --json` | load generator CPU |");
+    println!("|---|---:|---|---:|---:|---|---|");
+    let dir = tempfile::tempdir()?;
+    let compiled = dir.path().join("compiled.toml");
+    std::fs::write(&compiled, COMPILED)?;
+    let Some(&n) = opts.hosts.iter().max() else {
+        return Ok(());
+    };
+    for (name, setting) in [
+        ("compiled (baseline)", compiled.display().to_string()),
+        ("paper", "paper".to_string()),
+    ] {
+        let lab = crate::manual_lab(n).replacen(
+            "[broker]\n",
+            &format!("[broker]\npolicy = \"{setting}\"\n"),
+            1,
+        );
+        let row = crate::one_load_run(&lab, n)?;
+        println!("| {name} |{}", row.trim_start_matches('|'));
+    }
+    println!();
+    Ok(())
+}
+
+// ---- Lab rows (root): owner return, and the paper's Figure 7 ----
+
+/// The lab user's own machine (not managed): jobs are started there, as in the agent tables.
+const FRONT_END: &str = "node02";
+/// The private host of the owner-return rows.
+const PRIVATE: &str = "node03";
+/// Its owner.
+const OWNER: &str = "alice";
+/// The broker's reclaim grace in the lab rows (`reclaim_grace_s`).
+const GRACE_S: f64 = 1.0;
+/// A holder's process, by its command line.
+const HOLDER_MARK: &str = "sleep 1000";
+
+/// A broker over `lab` (node02 unmanaged), jobs over `transport`, the paper policy named in
+/// the lab file, grace [`GRACE_S`], `owners` as given.
+fn lab_broker(lab: lab::Lab, transport: &str, owners: &[(&str, &str)]) -> LabWithBroker {
+    let mut opts = LabOptions::new(owners, TEST_TIMING);
+    opts.rsh = true;
+    opts.job_shell = Some(vec![transport.to_string()]);
+    opts.unmanaged = vec![FRONT_END.to_string()];
+    let text = lab_file_with(&lab, &opts).replacen(
+        "[broker]\n",
+        &format!("[broker]\npolicy = \"paper\"\nreclaim_grace_s = {GRACE_S}\n"),
+        1,
+    );
+    let broker = Broker::start(&text);
+    broker.wait_all_up(Duration::from_secs(30));
+    LabWithBroker { broker, lab }
+}
+
+/// Whether a live (not zombie) process of the lab user on `host` has `mark` in its command
+/// line.
+fn live(env: &LabWithBroker, host: &str, mark: &str) -> bool {
+    let user = env.lab.user().name.clone();
+    let Ok(out) = env
+        .lab
+        .exec(host, &["ps", "-u", &user, "-o", "stat=,args="])
+    else {
+        return false;
+    };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .any(|l| !l.trim_start().starts_with('Z') && l.contains(mark))
+}
+
+/// An adaptive job on the front end holding `hosts` hosts: one loop per host running
+/// `HOLDER_MARK` there (ending at SIGTERM, or ignoring it), taking a host again each time it
+/// loses one.
+fn start_holder(
+    env: &LabWithBroker,
+    hosts: usize,
+    ignore_term: bool,
+) -> anyhow::Result<std::process::Child> {
+    let remote = match ignore_term {
+        true => format!("trap \"\" TERM; {HOLDER_MARK}"),
+        false => format!("exec {HOLDER_MARK}"),
+    };
+    let one = format!("while :; do rsh anyLinux '{remote}'; sleep 0.05; done");
+    let app = format!("for i in $(seq 1 {hosts}); do ( {one} ) & done; wait");
+    Ok(env
+        .agent_as_user(
+            FRONT_END,
+            &["--rsl", "&(adaptive=yes)"],
+            &["sh", "-c", &app],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?)
+}
+
+/// Ends the holder job and waits until its hosts are free and its processes gone.
+fn stop_holder(env: &LabWithBroker, holder: &mut std::process::Child, hosts: &[String]) {
+    let _ = env.lab.stop_spawned(holder);
+    wait_until(Duration::from_secs(30), || {
+        env.broker.held_hosts().is_empty().then_some(())
+    });
+    wait_until(Duration::from_secs(30), || {
+        hosts
+            .iter()
+            .all(|h| !live(env, h, HOLDER_MARK))
+            .then_some(())
+    });
+}
+
+/// Waits until the holder's process runs on every host of `hosts`.
+fn wait_held(env: &LabWithBroker, hosts: &[String]) -> bool {
+    wait_until(Duration::from_secs(30), || {
+        hosts
+            .iter()
+            .all(|h| live(env, h, HOLDER_MARK))
+            .then_some(())
+    })
+    .is_some()
+}
+
+fn lab_rows(opts: &Options) -> anyhow::Result<()> {
+    if !(opts.wants("owner") || opts.wants("figure7")) {
+        return Ok(());
+    }
+    if !tests::is_root() {
+        println!("### Owner return and reclaiming N hosts (lab)\n\nskipped: needs root (network namespaces)\n");
+        return Ok(());
+    }
+    if opts.wants("owner") {
+        owner_return(opts)?;
+    }
+    if opts.wants("figure7") {
+        figure_seven(opts)?;
+    }
+    Ok(())
+}
+
+fn owner_return(opts: &Options) -> anyhow::Result<()> {
+    println!("### Owner return (lab)\n");
+    println!(
+        "Real namespaced hosts: the lab user runs an adaptive job on node02 (not managed) \
+         whose process runs on node03, the private workstation of `{OWNER}` (the only host \
+         managed; `[broker] policy = \"paper\"`, `reclaim_grace_s = {GRACE_S}`); the process \
+         ends at SIGTERM. Then `{OWNER}` logs in on node03 (a real utmp entry and tty, \
+         `lab::FakeLogin`, idle 0 s). Time from the login to the job's process gone from \
+         node03 (polled every 20 ms), over each remote shell the job uses. Baseline: the \
+         login alone becoming visible in `rb status` (the host daemon's immediate report). \
+         Median of {} (min–max). Goal: ≤ 1 s + grace.\n",
+        opts.lab_reps
+    );
+    println!("| measurement | median (min–max, n) |");
+    println!("|---|---|");
+    let spec = lab::LabSpec {
+        hosts: 2,
+        rsh: true,
+        ..lab::LabSpec::default()
+    };
+    let mut lab = lab::Lab::up(&spec).map_err(|e| anyhow::anyhow!("lab up: {e}"))?;
+    let show = |v: &[f64]| summarize(v).map_or("-".into(), |s| s.show("ms", 0));
+    let mut visible = Vec::new();
+    for transport in &opts.transports {
+        let env = lab_broker(lab, transport, &[(PRIVATE, OWNER)]);
+        let mut holder = start_holder(&env, 1, false)?;
+        let mut gone = Vec::new();
+        for _ in 0..opts.lab_reps {
+            anyhow::ensure!(
+                wait_held(&env, &[PRIVATE.to_string()]),
+                "the adaptive job never ran on {PRIVATE}\n{}",
+                env.broker.log()
+            );
+            let t0 = Instant::now();
+            let login = env
+                .lab
+                .fake_login(PRIVATE, OWNER, "rbtty-owner", Duration::ZERO)?;
+            let mut seen = None;
+            let left = wait_until(Duration::from_secs(10), || {
+                if seen.is_none()
+                    && env
+                        .broker
+                        .host(PRIVATE)
+                        .is_some_and(|h| h.users.iter().any(|u| u.user == OWNER))
+                {
+                    seen = Some(t0.elapsed());
+                }
+                (!live(&env, PRIVATE, HOLDER_MARK)).then(|| t0.elapsed())
+            });
+            let left = left.ok_or_else(|| {
+                anyhow::anyhow!("the job's process survived the owner's login on {PRIVATE}")
+            })?;
+            gone.push(left.as_secs_f64() * 1e3);
+            if let Some(s) = seen {
+                visible.push(s.as_secs_f64() * 1e3);
+            }
+            login.end()?;
+            env.broker
+                .wait_host(PRIVATE, Duration::from_secs(10), "logout", |h| {
+                    h.users.iter().all(|u| u.user != OWNER)
+                });
+        }
+        println!(
+            "| owner login → adaptive process gone (job over {transport}) | {} |",
+            show(&gone)
+        );
+        stop_holder(&env, &mut holder, &[PRIVATE.to_string()]);
+        let LabWithBroker { broker, lab: l } = env;
+        drop(broker);
+        lab = l;
+    }
+    println!(
+        "| owner login → visible in `rb status` (baseline) | {} |",
+        show(&visible)
+    );
+    println!();
+    lab.down().map_err(|e| anyhow::anyhow!("lab down: {e}"))?;
+    Ok(())
+}
+
+/// Machine counts of Figure 7.
+const FIGURE_SEVEN_N: [usize; 5] = [1, 2, 4, 8, 12];
+/// Managed hosts of Figure 7's lab.
+const FIGURE_SEVEN_HOSTS: usize = 13;
+
+fn figure_seven(opts: &Options) -> anyhow::Result<()> {
+    println!("### Reclaiming N hosts at once (the paper's Figure 7, lab)\n");
+    println!(
+        "{FIGURE_SEVEN_HOSTS} managed lab hosts (node03–node15; node02 is the lab user's \
+         front end), jobs over rsh, `[broker] policy = \"paper\"`, `reclaim_grace_s = \
+         {GRACE_S}`. An adaptive job holds every host (one `rsh anyLinux 'sleep 1000'` per \
+         host, each taken again when lost); a new, non-adaptive job on node02 asks for N \
+         hosts at once: `rsh anyLinux-1 true & … rsh anyLinux-N true & wait`, timed by \
+         `rb-timeit` inside node02 until every `rsh` has returned (all N granted and run). \
+         Baseline: the same command with every host free. The holder's processes end at \
+         SIGTERM, or ignore it (then SIGKILL at the grace's end). Median of {} (min–max). \
+         Paper: about 1 s per machine, linear. Goal: ≤ grace + 100 ms at N = 12 (reclaims in \
+         parallel).\n",
+        opts.lab_reps
+    );
+    let spec = lab::LabSpec {
+        hosts: FIGURE_SEVEN_HOSTS + 1,
+        rsh: true,
+        ..lab::LabSpec::default()
+    };
+    let lab = lab::Lab::up(&spec).map_err(|e| anyhow::anyhow!("lab up: {e}"))?;
+    let env = lab_broker(lab, "rsh", &[]);
+    let managed: Vec<String> = env
+        .lab
+        .hosts()
+        .iter()
+        .map(|h| h.name.clone())
+        .filter(|h| h != FRONT_END)
+        .collect();
+    let mut rows: Vec<(String, Vec<Option<Summary>>)> = Vec::new();
+    let free: Vec<Option<Summary>> = FIGURE_SEVEN_N
+        .iter()
+        .map(|&n| ask_n(&env, n, opts.lab_reps, None))
+        .collect::<anyhow::Result<_>>()?;
+    rows.push(("every host free (baseline)".into(), free));
+    for (ignore_term, label) in [
+        (false, "held; holder ends at SIGTERM"),
+        (
+            true,
+            "held; holder ignores SIGTERM (SIGKILL after the grace)",
+        ),
+    ] {
+        let mut holder = start_holder(&env, managed.len(), ignore_term)?;
+        let figures = FIGURE_SEVEN_N
+            .iter()
+            .map(|&n| ask_n(&env, n, opts.lab_reps, Some(&managed)))
+            .collect::<anyhow::Result<_>>();
+        stop_holder(&env, &mut holder, &managed);
+        rows.push((label.into(), figures?));
+    }
+    print!("| hosts |");
+    for n in FIGURE_SEVEN_N {
+        print!(" N = {n} |");
+    }
+    println!();
+    println!("|---|{}", "---|".repeat(FIGURE_SEVEN_N.len()));
+    for (label, figures) in &rows {
+        print!("| {label} |");
+        for s in figures {
+            print!(" {} |", show_ms(*s));
+        }
+        println!();
+    }
+    print!("| paper (1998) |");
+    for n in FIGURE_SEVEN_N {
+        print!(" ≈ {n} s |");
+    }
+    println!("\n");
+    let LabWithBroker { broker, lab } = env;
+    drop(broker);
+    lab.down().map_err(|e| anyhow::anyhow!("lab down: {e}"))?;
+    Ok(())
+}
+
+fn show_ms(s: Option<Summary>) -> String {
+    match s {
+        Some(s) if s.median >= 1000.0 => format!(
+            "{:.3} s ({:.3}–{:.3})",
+            s.median / 1000.0,
+            s.min / 1000.0,
+            s.max / 1000.0
+        ),
+        Some(s) => format!("{:.1} ms ({:.1}–{:.1})", s.median, s.min, s.max),
+        None => "-".into(),
+    }
+}
+
+/// Times a new non-adaptive job asking for `n` hosts at once (`anyLinux-1..n`), `reps`
+/// times; with `held`, each run first waits until the holder runs on every host of it.
+fn ask_n(
+    env: &LabWithBroker,
+    n: usize,
+    reps: usize,
+    held: Option<&[String]>,
+) -> anyhow::Result<Option<Summary>> {
+    let script = format!(
+        "pids=; for i in $(seq 1 {n}); do rsh anyLinux-$i true & pids=\"$pids $!\"; done; \
+         fail=0; for p in $pids; do wait $p || fail=1; done; exit $fail"
+    );
+    let timeit = tests::bin("rb-timeit").display().to_string();
+    let mut times = Vec::new();
+    for _ in 0..reps {
+        if let Some(hosts) = held {
+            anyhow::ensure!(
+                wait_held(env, hosts),
+                "the adaptive holder never ran on every host\n{}",
+                env.broker.log()
+            );
+        }
+        let out = env
+            .agent_as_user(FRONT_END, &[], &[&timeit, "1", "sh", "-c", &script])
+            .output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        match text.lines().find_map(|l| l.trim().parse::<f64>().ok()) {
+            Some(ms) => times.push(ms),
+            None => eprintln!(
+                "rb-bench policy: asking for {n} hosts failed: {text}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        }
+    }
+    Ok(summarize(&times))
+}
