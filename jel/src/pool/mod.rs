@@ -221,6 +221,10 @@ pub enum DisconnectReason {
     Stalled,
     /// The connection's host is gone (lost or released).
     HostGone,
+    /// A watch connection sent a request: it takes none, and answering each with an error
+    /// would buffer without bound for a client that writes and never reads (found by the
+    /// `jel_lines` fuzz target). Requests go on another connection.
+    RequestOnWatch,
 }
 
 /// What the shell must do, in order.

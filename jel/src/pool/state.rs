@@ -178,6 +178,9 @@ impl Pool {
         if !c.hello {
             return self.hello(conn, line);
         }
+        if self.watchers.contains_key(&conn) {
+            return self.cut_off(conn, DisconnectReason::RequestOnWatch);
+        }
         let result = match serde_json::from_str::<Request>(line) {
             Ok(request) => {
                 let op = request.op();

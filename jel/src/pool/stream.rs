@@ -69,7 +69,7 @@ impl Pool {
         }
     }
 
-    fn cut_off(&mut self, conn: ConnId, reason: DisconnectReason) {
+    pub(super) fn cut_off(&mut self, conn: ConnId, reason: DisconnectReason) {
         self.watchers.remove(&conn);
         self.conns.remove(&conn);
         self.outbox.remove(&conn);

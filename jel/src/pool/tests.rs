@@ -742,3 +742,31 @@ fn scale_2000_watchers_see_2000_joins() {
     }
     println!("{delivered} lines in {:?}", started.elapsed());
 }
+
+/// A watch connection takes no requests. Answering each with an error buffered without
+/// bound for a client that writes and never reads (fuzz target `jel_lines`): it is cut off
+/// at its first request instead, and the stream goes on for everyone else.
+#[test]
+fn a_request_on_a_watch_connection_cuts_it_off() {
+    let mut lab = Lab::new(PoolConfig::default());
+    let w = lab.watcher(1);
+    lab.slow.insert(w);
+    lab.input(Input::Line {
+        conn: w,
+        line: json!({"op": "members"}).to_string(),
+    });
+    assert_eq!(lab.gone.get(&w), Some(&DisconnectReason::RequestOnWatch));
+    for _ in 0..50 {
+        lab.input(Input::Line {
+            conn: w,
+            line: json!({"op": "members"}).to_string(),
+        });
+    }
+    let other = lab.watcher(1);
+    lab.join("front", None);
+    assert!(lab
+        .events(other)
+        .iter()
+        .any(|e| matches!(e.kind, EventKind::Joined { .. })));
+    lab.pool.check_invariants().expect("invariants");
+}
