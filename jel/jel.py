@@ -36,7 +36,7 @@ class NotInJob(JelError):
     def __init__(self):
         super().__init__(
             "not inside a ResourceBroker job (RB_JEL is not set)\n"
-            "help: JEL serves the processes of a job: start the program with `rb run`"
+            "help: JEL serves the processes of a job: run the program under the agent (`agent PROGRAM ARGS…`)"
         )
 
 

@@ -61,6 +61,13 @@ pub fn prepare(
     let _ = std::fs::remove_file(&shim);
     std::os::unix::fs::symlink(shim_binary, &shim)
         .with_context(|| format!("cannot link {}", shim.display()))?;
+    // `rb-jel`, built beside the shim, is on the job's PATH too: a job's scripts use it
+    // without installing it (JEL, README).
+    let jel_cli = shim_binary.with_file_name("rb-jel");
+    if jel_cli.is_file() {
+        std::os::unix::fs::symlink(&jel_cli, bin.join("rb-jel"))
+            .with_context(|| format!("cannot link {}", bin.join("rb-jel").display()))?;
+    }
     let socket = dir.join("agent.sock");
     let hosts_file = dir.join("hosts");
     std::fs::write(&hosts_file, "")?;

@@ -304,7 +304,7 @@ static int hello(jel_conn *c) {
 jel_conn *jel_connect(const char *path) {
     if (!path) path = getenv("RB_JEL");
     if (!path || !*path) {
-        fail(2, "not inside a ResourceBroker job (RB_JEL is not set)\nhelp: JEL serves the processes of a job: start the program with `rb run`");
+        fail(2, "not inside a ResourceBroker job (RB_JEL is not set)\nhelp: JEL serves the processes of a job: run the program under the agent (`agent PROGRAM ARGS...`)");
         return NULL;
     }
     jel_conn *c = calloc(1, sizeof *c);

@@ -34,7 +34,7 @@ pub const ENV_JEL: &str = "RB_JEL";
 /// client exits with.
 #[derive(Debug, thiserror::Error)]
 pub enum JelError {
-    #[error("not inside a ResourceBroker job ({ENV_JEL} is not set)\nhelp: JEL serves the processes of a job: start the program with `rb run` (or from a process of a job)")]
+    #[error("not inside a ResourceBroker job ({ENV_JEL} is not set)\nhelp: JEL serves the processes of a job: run the program under the agent (`agent PROGRAM ARGS…`), or from a process of a job")]
     NotInJob,
     #[error("cannot connect to the job's pool at {path}: {source}\nhelp: is the job still running? {ENV_JEL} is set by the job's agent and is valid while the job runs")]
     Connect { path: PathBuf, source: io::Error },

@@ -101,6 +101,32 @@ fn the_agent_hosts_the_pool_and_a_release_is_granted_vacate_released_in_order() 
     assert_eq!(released.expect("host_released")["host"], "vhost01");
 }
 
+/// A job's scripts find `rb-jel` on their PATH (the job's bin dir, beside the shim) and
+/// reach the job's pool with it, nothing installed.
+#[test]
+fn rb_jel_is_on_the_jobs_path_and_reaches_its_pool() {
+    let broker = Broker::start(&local_lab(1));
+    let out = broker
+        .agent(&["sh", "-c", "command -v rb-jel && rb-jel members --json"])
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .expect("agent");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut lines = stdout.lines();
+    assert!(
+        lines.next().is_some_and(|l| l.ends_with("/bin/rb-jel")),
+        "{stdout}"
+    );
+    let members: serde_json::Value =
+        serde_json::from_str(lines.next().unwrap_or_default()).expect("members json");
+    assert!(members.is_array(), "{members}");
+}
+
 #[test]
 fn outside_a_job_rb_jel_fails_with_exit_2() {
     let out = Command::new(bin("rb-jel"))
