@@ -208,13 +208,26 @@ fn a_sweep_ends_the_processes_of_an_allocation_that_is_over_and_no_other() {
 fn a_leftover_that_ignores_sigterm_is_killed_after_the_grace() {
     let alloc = 4_100_000_000 + u64::from(std::process::id());
     let mut child = Command::new("sh")
-        .args(["-c", "trap '' TERM; while :; do sleep 0.05; done"])
+        .args([
+            "-c",
+            "trap '' TERM; echo ready; while :; do sleep 0.05; done",
+        ])
         .env(
             proto::tag::SUBAGENT_TAG_VAR,
             proto::tag::subagent_tag(alloc, 1, Some(MARK)),
         )
+        .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("spawn sh");
+    // Only once the trap is set: a SIGTERM before it would end the shell (seen in a full
+    // run: "ignores SIGTERM" failed when the sweep came first).
+    let mut ready = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().expect("stdout")),
+        &mut ready,
+    )
+    .expect("read");
+    assert_eq!(ready.trim(), "ready");
     let pid = child.id() as i32;
     let mine = |t: &Tagged| t.pid == pid;
     assert!(wait_for(|| scan(&scope(None)).iter().any(mine)));
