@@ -231,6 +231,25 @@ impl LabWithBroker {
         path
     }
 
+    /// `agent --broker ADDR --secret-file S --grace-s 1 -- args…` on the gateway (this
+    /// machine), over TCP with the lab secret, outside any job (no `RB_AGENT`, `RB_LAB`,
+    /// `RB_JEL` inherited).
+    pub fn agent(&self, args: &[&str]) -> std::process::Command {
+        let mut cmd = std::process::Command::new(crate::bin("agent"));
+        cmd.arg("--broker")
+            .arg(self.broker.tcp_addr().to_string())
+            .arg("--secret-file")
+            .arg(self.broker.secret())
+            .arg("--grace-s")
+            .arg("1")
+            .arg("--")
+            .args(args)
+            .env_remove("RB_AGENT")
+            .env_remove("RB_LAB")
+            .env_remove("RB_JEL");
+        cmd
+    }
+
     /// `agent --broker ADDR --secret-file S --grace-s 1 [agent_args] -- app…` run by the lab
     /// user inside `host` (stdio: stdin null; set stdout/stderr before running).
     pub fn agent_as_user(

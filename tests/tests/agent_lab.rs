@@ -16,21 +16,6 @@ use tests::{
     wait_until,
 };
 
-fn agent(env: &LabWithBroker, args: &[&str]) -> Command {
-    let mut cmd = Command::new(bin("agent"));
-    cmd.arg("--broker")
-        .arg(env.broker.tcp_addr().to_string())
-        .arg("--secret-file")
-        .arg(env.broker.secret())
-        .arg("--grace-s")
-        .arg("1")
-        .arg("--")
-        .args(args)
-        .env_remove("RB_AGENT")
-        .env_remove("RB_LAB");
-    cmd
-}
-
 fn text(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
@@ -42,7 +27,8 @@ fn any_linux_runs_on_a_lab_host_and_real_hosts_pass_through() {
     }
     let env = LabWithBroker::start(3, &[]);
     let names: Vec<String> = env.lab.hosts().iter().map(|h| h.name.clone()).collect();
-    let out = agent(&env, &["sh", "-c", "rsh anyLinux hostname"])
+    let out = env
+        .agent(&["sh", "-c", "rsh anyLinux hostname"])
         .output()
         .expect("agent");
     assert!(
@@ -61,12 +47,10 @@ fn any_linux_runs_on_a_lab_host_and_real_hosts_pass_through() {
         .into_owned();
     assert_ne!(host, here, "ran on the submitting machine");
     // A named host not allocated to the job: straight through the real remote shell.
-    let out = agent(
-        &env,
-        &["sh", "-c", "rsh node03 hostname; rsh node03 exit 7"],
-    )
-    .output()
-    .expect("agent");
+    let out = env
+        .agent(&["sh", "-c", "rsh node03 hostname; rsh node03 exit 7"])
+        .output()
+        .expect("agent");
     assert_eq!(
         out.status.code(),
         Some(7),
@@ -146,7 +130,7 @@ fn every_caller_argv_shape_runs_through_the_shim_on_a_lab_host() {
     for (argv, expected) in cases {
         let mut args = vec!["rsh"];
         args.extend_from_slice(argv);
-        let out = agent(&env, &args).output().expect("agent");
+        let out = env.agent(&args).output().expect("agent");
         assert!(
             out.status.success(),
             "{argv:?}: {}",
@@ -170,7 +154,7 @@ fn sigkilled_agent_leaves_no_process_on_any_lab_host() {
     let marker = format!("rblabmarker{}", std::process::id());
     let script =
         format!("rsh anyLinux 'sleep 300 # {marker}' & rsh anyLinux 'sleep 300 # {marker}' & wait");
-    let mut job = agent(&env, &["sh", "-c", &script]).spawn().expect("agent");
+    let mut job = env.agent(&["sh", "-c", &script]).spawn().expect("agent");
     let count = |env: &LabWithBroker| -> usize {
         env.lab
             .hosts()
@@ -249,7 +233,8 @@ fn a_job_ending_while_its_remote_command_starts_leaves_nothing_running_once_it_e
             fifo = fifo.display()
         );
         let started = std::time::Instant::now();
-        let out = agent(&env, &["sh", "-c", &script])
+        let out = env
+            .agent(&["sh", "-c", &script])
             .stdin(Stdio::null())
             .output()
             .expect("agent");

@@ -6,7 +6,6 @@
 
 use std::{
     path::Path,
-    process::Command,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
@@ -15,22 +14,6 @@ use tests::{
     labtier::{skip_unless_root, LabWithBroker},
     wait_until,
 };
-
-fn agent(env: &LabWithBroker, args: &[&str]) -> Command {
-    let mut cmd = Command::new(bin("agent"));
-    cmd.arg("--broker")
-        .arg(env.broker.tcp_addr().to_string())
-        .arg("--secret-file")
-        .arg(env.broker.secret())
-        .arg("--grace-s")
-        .arg("1")
-        .arg("--")
-        .args(args)
-        .env_remove("RB_AGENT")
-        .env_remove("RB_LAB")
-        .env_remove("RB_JEL");
-    cmd
-}
 
 /// The events of a `rb-jel watch --json` output file, as JSON values.
 fn events(file: &Path) -> Vec<serde_json::Value> {
@@ -64,7 +47,7 @@ fn a_release_over_ssh_is_vacate_with_its_deadline_then_host_released_in_the_jobs
         jel = bin("rb-jel").display(),
         file = file.display()
     );
-    let mut job = agent(&env, &["sh", "-c", &script]).spawn().expect("agent");
+    let mut job = env.agent(&["sh", "-c", &script]).spawn().expect("agent");
     let host = wait_until(Duration::from_secs(30), || {
         let seen = events(&file);
         let first = seen.iter().find(|e| e["event"] == "host_granted")?;
