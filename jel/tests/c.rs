@@ -17,21 +17,7 @@ use server::{kill_after, TestPool};
 /// The test program, compiled once against libjel.so (rpath set) and jel.h.
 fn member_program() -> &'static PathBuf {
     static PROGRAM: OnceLock<PathBuf> = OnceLock::new();
-    PROGRAM.get_or_init(|| {
-        let lib_dir = env!("JEL_C_DIR");
-        let exe = PathBuf::from(lib_dir).join("member-test");
-        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/member.c");
-        let inc = concat!(env!("CARGO_MANIFEST_DIR"), "/c");
-        let status = Command::new("cc")
-            .args(["-Wall", "-Wextra", "-Werror", "-o"])
-            .arg(&exe)
-            .args([src, "-I", inc, "-L", lib_dir, "-ljel"])
-            .arg(format!("-Wl,-rpath,{lib_dir}"))
-            .status()
-            .expect("cc");
-        assert!(status.success(), "compiling tests/c/member.c");
-        exe
-    })
+    PROGRAM.get_or_init(|| server::compile_c_member("member-test"))
 }
 
 #[test]

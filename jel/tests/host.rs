@@ -2,6 +2,8 @@
 //! its real socket: the Rust client, jel.py and the C library, real closes and kills, a
 //! raw slow reader, a peer of another uid, an over-long line.
 
+mod server;
+
 use std::{
     io::{BufRead, BufReader, Read, Write},
     os::unix::{net::UnixStream, process::CommandExt},
@@ -245,21 +247,7 @@ fn a_peer_of_another_uid_is_refused_before_its_hello() {
 /// The C test program, compiled once against libjel.so.
 fn c_member() -> &'static PathBuf {
     static PROGRAM: OnceLock<PathBuf> = OnceLock::new();
-    PROGRAM.get_or_init(|| {
-        let lib_dir = env!("JEL_C_DIR");
-        let exe = PathBuf::from(lib_dir).join("member-host-test");
-        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/member.c");
-        let inc = concat!(env!("CARGO_MANIFEST_DIR"), "/c");
-        let status = Command::new("cc")
-            .args(["-Wall", "-Wextra", "-Werror", "-o"])
-            .arg(&exe)
-            .args([src, "-I", inc, "-L", lib_dir, "-ljel"])
-            .arg(format!("-Wl,-rpath,{lib_dir}"))
-            .status()
-            .expect("cc");
-        assert!(status.success(), "compiling tests/c/member.c");
-        exe
-    })
+    PROGRAM.get_or_init(|| server::compile_c_member("member-host-test"))
 }
 
 #[test]

@@ -228,3 +228,21 @@ pub fn kill_after(pid: u32, limit: Duration) -> KillGuard {
     });
     KillGuard(tx)
 }
+
+/// Compiles the C test member (`tests/c/member.c`) against libjel.so (rpath set) and jel.h,
+/// as `JEL_C_DIR/exe_name` (one name per test binary: they build in parallel).
+pub fn compile_c_member(exe_name: &str) -> PathBuf {
+    let lib_dir = env!("JEL_C_DIR");
+    let exe = PathBuf::from(lib_dir).join(exe_name);
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/member.c");
+    let inc = concat!(env!("CARGO_MANIFEST_DIR"), "/c");
+    let status = std::process::Command::new("cc")
+        .args(["-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&exe)
+        .args([src, "-I", inc, "-L", lib_dir, "-ljel"])
+        .arg(format!("-Wl,-rpath,{lib_dir}"))
+        .status()
+        .expect("cc");
+    assert!(status.success(), "compiling tests/c/member.c");
+    exe
+}
