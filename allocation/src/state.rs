@@ -409,6 +409,13 @@ impl Allocator {
 
     /// Every live allocation (granted or being released), ascending, and the next id to be
     /// issued (every id below it has been): what host daemons sweep leftovers by.
+    /// A stamp that changes whenever the set of live allocations does: a new allocation
+    /// always takes the next id, and one that ends shrinks the count. O(1), for callers that
+    /// would otherwise compare [`Allocator::live_allocs`] after every event.
+    pub fn live_allocs_stamp(&self) -> (usize, AllocId) {
+        (self.allocs.len(), self.next_alloc)
+    }
+
     pub fn live_allocs(&self) -> (Vec<AllocId>, AllocId) {
         (self.allocs.keys().copied().collect(), self.next_alloc)
     }

@@ -109,7 +109,8 @@ pub async fn run(
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     hosts_to_desk(&mut table, &mut desk).await;
-    publish_live(&desk, &live);
+    let mut live_stamp = None;
+    publish_live(&desk, &live, &mut live_stamp);
     loop {
         let effects = tokio::select! {
             _ = shutdown.changed() => break,
@@ -127,7 +128,7 @@ pub async fn run(
         };
         hosts_to_desk(&mut table, &mut desk).await;
         perform(effects, &mut closers, &supervisors).await;
-        publish_live(&desk, &live);
+        publish_live(&desk, &live, &mut live_stamp);
     }
     supervisors.shutdown().await;
     let mut rows = table.status(now());
@@ -135,8 +136,18 @@ pub async fn run(
     rows
 }
 
-/// Publishes the live allocations when they changed (receivers wake only then).
-fn publish_live(desk: &JobDesk, live: &watch::Sender<Option<LiveAllocs>>) {
+/// Publishes the live allocations when they changed (receivers wake only then). Most
+/// events (host reports) change none: `stamp` tells so in O(1), without listing them.
+fn publish_live(
+    desk: &JobDesk,
+    live: &watch::Sender<Option<LiveAllocs>>,
+    stamp: &mut Option<(usize, u64)>,
+) {
+    let current = desk.live_allocs_stamp();
+    if *stamp == Some(current) {
+        return;
+    }
+    *stamp = Some(current);
     let now = desk.live_allocs();
     live.send_if_modified(|last| {
         let changed = last.as_ref() != Some(&now);

@@ -156,6 +156,11 @@ impl JobDesk {
     }
 
     /// The host daemons' word on live allocations (see `FromBroker::LiveAllocs`).
+    /// Changes whenever [`JobDesk::live_allocs`] does (O(1)).
+    pub fn live_allocs_stamp(&self) -> (usize, u64) {
+        self.alloc.live_allocs_stamp()
+    }
+
     pub fn live_allocs(&self) -> LiveAllocs {
         let (live, issued_below) = self.alloc.live_allocs();
         LiveAllocs { live, issued_below }
