@@ -1,3 +1,6 @@
+//! Tests of the sweep: the pure plan (table of leftovers, live allocations, grace) and the
+//! `/proc` edge against real tagged processes.
+
 use std::process::Command;
 
 use super::*;
