@@ -14,6 +14,8 @@ use crate::Allocator;
 pub struct Usage {
     /// Every host of the lab, up or not, over the run.
     pub host_s: f64,
+    /// Hosts held by a job (granted, or being taken back).
+    pub held_host_s: f64,
     /// Free hosts while at least one request waited.
     pub idle_while_wanted_host_s: f64,
     /// Seconds during which at least one request waited.
@@ -36,6 +38,7 @@ impl Usage {
 struct Sample {
     t_us: u64,
     hosts: usize,
+    held: usize,
     /// Free hosts, when a request waits; `None` when none waits.
     idle_wanted: Option<usize>,
 }
@@ -54,6 +57,7 @@ impl UsageMeter {
         self.advance(Sample {
             t_us,
             hosts: alloc.hosts.len(),
+            held: alloc.by_host.len(),
             idle_wanted,
         });
     }
@@ -62,6 +66,7 @@ impl UsageMeter {
         if let Some(prev) = self.last {
             let dt = next.t_us.saturating_sub(prev.t_us) as f64 / 1e6;
             self.usage.host_s += prev.hosts as f64 * dt;
+            self.usage.held_host_s += prev.held as f64 * dt;
             if let Some(idle) = prev.idle_wanted {
                 self.usage.wanted_s += dt;
                 self.usage.idle_while_wanted_host_s += idle as f64 * dt;
@@ -90,10 +95,11 @@ fn free_hosts(alloc: &Allocator) -> usize {
 mod tests {
     use super::*;
 
-    fn at(t_s: u64, hosts: usize, idle_wanted: Option<usize>) -> Sample {
+    fn at(t_s: u64, held: usize, idle_wanted: Option<usize>) -> Sample {
         Sample {
             t_us: t_s * 1_000_000,
-            hosts,
+            hosts: 4,
+            held,
             idle_wanted,
         }
     }
@@ -101,12 +107,13 @@ mod tests {
     #[test]
     fn host_seconds_are_integrated_from_each_state_to_the_next() {
         let mut m = UsageMeter::default();
-        m.advance(at(0, 4, None)); // 10 s: nobody waits
-        m.advance(at(10, 4, Some(1))); // 5 s: a request waits, one host free
+        m.advance(at(0, 2, None)); // 10 s: nobody waits, 2 of 4 hosts held
+        m.advance(at(10, 3, Some(1))); // 5 s: a request waits, one host free
         m.advance(at(15, 4, Some(0))); // 5 s: it waits, none free (being reclaimed)
-        m.advance(at(20, 4, None));
+        m.advance(at(20, 0, None));
         let u = m.usage();
         assert_eq!(u.host_s, 80.0);
+        assert_eq!(u.held_host_s, 20.0 + 15.0 + 20.0);
         assert_eq!(u.wanted_s, 10.0);
         assert_eq!(u.idle_while_wanted_host_s, 5.0);
         assert_eq!(u.idle_fraction(), 5.0 / 80.0);

@@ -149,13 +149,16 @@ pub fn render(outcome: &Outcome, policy_file: &Path, utc_offset_s: i64) -> Strin
     out
 }
 
-/// `usage: H host-s; requests waited W s; hosts free meanwhile I host-s (idle P %)`: the
+/// `usage: H host-s, U held (P %); requests waited W s; hosts free meanwhile I host-s (idle
+/// P %)`: the
 /// paper's utilization, under the replayed policy (the same as recorded when it is the one
 /// in force).
 fn render_usage(u: &Usage) -> String {
     format!(
-        "usage: {:.1} host-s; requests waited {:.1} s; hosts free meanwhile {:.1} host-s (idle {:.3} %)\n",
+        "usage: {:.1} host-s, {:.1} held ({:.2} %); requests waited {:.1} s; hosts free meanwhile {:.1} host-s (idle {:.3} %)\n",
         u.host_s,
+        u.held_host_s,
+        if u.host_s > 0.0 { 100.0 * u.held_host_s / u.host_s } else { 0.0 },
         u.wanted_s,
         u.idle_while_wanted_host_s,
         100.0 * u.idle_fraction()
@@ -217,6 +220,7 @@ mod tests {
             skipped: 0,
             usage: Usage {
                 host_s: 400.0,
+                held_host_s: 300.0,
                 idle_while_wanted_host_s: 2.0,
                 wanted_s: 5.0,
             },
@@ -225,7 +229,7 @@ mod tests {
         assert_eq!(
             text,
             "01-01 01:00:00  host node03  job 2 req 5  recorded: grant node03  replayed: waits (1 matching host(s): 1 held by jobs)\n\
-             usage: 400.0 host-s; requests waited 5.0 s; hosts free meanwhile 2.0 host-s (idle 0.500 %)\n\
+             usage: 400.0 host-s, 300.0 held (75.00 %); requests waited 5.0 s; hosts free meanwhile 2.0 host-s (idle 0.500 %)\n\
              4 decisions, 1 would differ under refuse.toml\n"
         );
     }

@@ -17,7 +17,13 @@ use tests::{
 
 fn brute_force(cities: u32, seed: u32) -> String {
     let out = Command::new(bin("rb-bnb"))
-        .args(["--cities", &cities.to_string(), "--seed", &seed.to_string(), "--brute-force"])
+        .args([
+            "--cities",
+            &cities.to_string(),
+            "--seed",
+            &seed.to_string(),
+            "--brute-force",
+        ])
         .output()
         .expect("rb-bnb --brute-force");
     assert!(out.status.success(), "{out:?}");
@@ -32,11 +38,21 @@ fn last_line(bytes: &[u8]) -> String {
 fn start_job(env: &LabWithBroker, cities: u32, seed: u32, task_ms: u32) -> Child {
     let bnb = bin("rb-bnb").display().to_string();
     let (c, s, ms) = (cities.to_string(), seed.to_string(), task_ms.to_string());
-    env.agent(&[&bnb, "--cities", &c, "--seed", &s, "--task-ms", &ms, "--", "(adaptive=yes)"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("agent")
+    env.agent(&[
+        &bnb,
+        "--cities",
+        &c,
+        "--seed",
+        &s,
+        "--task-ms",
+        &ms,
+        "--",
+        "(adaptive=yes)",
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("agent")
 }
 
 fn finish(job: Child) -> (Output, String) {
@@ -53,7 +69,9 @@ fn summary_count(stderr: &str, what: &str) -> usize {
         .unwrap_or_else(|| panic!("no summary with {what:?} in {stderr}"));
     let before = &line[..line.find(what).expect("what")];
     let word = before.split_whitespace().last().expect("a number");
-    word.trim_start_matches(['(', ',']).parse().expect("a count")
+    word.trim_start_matches(['(', ','])
+        .parse()
+        .expect("a count")
 }
 
 /// Waits until the job holds at least `n` hosts; returns them.
@@ -76,10 +94,17 @@ fn on_the_lab_it_grows_hands_a_vacated_task_on_and_finds_the_optimum() {
     let job = start_job(&env, 10, 5, 60);
     let held = holds(&env, 2);
     let out = env.broker.rb(&["release", &held[0], "--grace-s", "2"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let (out, err) = finish(job);
     assert_eq!(last_line(&out.stdout), brute_force(10, 5), "{err}");
-    assert!(summary_count(&err, "workers on granted hosts") >= 2, "{err}");
+    assert!(
+        summary_count(&err, "workers on granted hosts") >= 2,
+        "{err}"
+    );
     assert!(
         summary_count(&err, "at a vacate") >= 1,
         "the vacate reached the master through the job's stream: {err}"

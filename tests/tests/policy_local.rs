@@ -362,7 +362,10 @@ fn rb_policy_replay_of_a_real_trace_finds_the_grant_another_policy_refuses() {
         wait_held(&broker, host);
     }
     let (paper_text, differ) = replay(&broker, &shipped_paper(), 3);
-    assert_eq!(differ, 0, "the policy in force replays the same:\n{paper_text}");
+    assert_eq!(
+        differ, 0,
+        "the policy in force replays the same:\n{paper_text}"
+    );
     assert!(paper_text.ends_with(&format!(
         " would differ under {}\n",
         shipped_paper().display()
@@ -396,7 +399,12 @@ fn idle_host_s(text: &str) -> f64 {
         .find(|l| l.starts_with("usage: "))
         .unwrap_or_else(|| panic!("no usage line:\n{text}"));
     let after = line.split_once("hosts free meanwhile ").expect("idle").1;
-    after.split_whitespace().next().expect("n").parse().expect("a number")
+    after
+        .split_whitespace()
+        .next()
+        .expect("n")
+        .parse()
+        .expect("a number")
 }
 
 /// The trace rotates at `trace_file_max_kib` and keeps the newest `trace_files_kept` files,

@@ -98,7 +98,10 @@ mod tests {
         );
         let mut input = io::Cursor::new(line(&task) + &line(&ToWorker::Quit));
         assert_eq!(read::<ToWorker>(&mut input).expect("read"), Some(task));
-        assert_eq!(read::<ToWorker>(&mut input).expect("read"), Some(ToWorker::Quit));
+        assert_eq!(
+            read::<ToWorker>(&mut input).expect("read"),
+            Some(ToWorker::Quit)
+        );
         assert_eq!(read::<ToWorker>(&mut input).expect("read"), None);
     }
 
