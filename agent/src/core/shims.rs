@@ -125,6 +125,20 @@ impl AgentCore {
         out.push(Output::ReplyShim { shim, reply });
     }
 
+    /// A shim's remote shell for `alloc` exited 0: was `alloc` taken back (its command ended
+    /// by the reclaim: over rsh that status is lost)?
+    pub(super) fn shim_taken_back(&mut self, shim: ShimId, alloc: AllocId, out: &mut Out) {
+        let reply = match self.taken_back(alloc) {
+            Some(t) => ShimReply::TakenBack {
+                alloc,
+                host: t.host.clone(),
+                message: t.message.clone(),
+            },
+            None => ShimReply::NotTakenBack { alloc },
+        };
+        out.push(Output::ReplyShim { shim, reply });
+    }
+
     /// A shim's connection closed: its waiting requests are withdrawn. A request other
     /// calls of the same instance wait on stays, answered to the first of them.
     pub(super) fn shim_gone(&mut self, shim: ShimId, out: &mut Out) {
