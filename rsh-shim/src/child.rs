@@ -9,6 +9,9 @@
 //! Signals: one the shim gets is sent on to the child, unless the terminal sent it (the
 //! kernel, `SI_KERNEL`: the child, in the same foreground process group, got it too). A
 //! signal the caller ignores stays ignored (the child inherits that, as with `exec`).
+//! SIGKILL cannot be passed on, and netkit rsh is set-user-ID, which clears a parent-death
+//! signal at its exec: a caller that SIGKILLs its rsh leaves the remote shell running until
+//! its command ends (the job's end still ends that command, through its subagent).
 
 use std::io;
 use std::os::unix::process::ExitStatusExt;
