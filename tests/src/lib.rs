@@ -15,6 +15,7 @@ use proto::report::{HostState, HostStatus};
 
 pub mod faults;
 pub mod labtier;
+pub mod mw;
 
 /// Directory holding the workspace's binaries (`target/<profile>`), built on first use.
 pub fn bin_dir() -> &'static Path {
