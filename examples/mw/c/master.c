@@ -37,10 +37,13 @@ typedef struct {
     uint64_t member;
     char host[256];
     int pid;
-    int task; /* -1: none */
+    int task;       /* -1: none */
+    uint64_t since; /* accepted at (ms, monotonic) */
 } worker_t;
 
 #define MAX_WORKERS 1024
+/* A connection that has not said hello within this many ms is not one of our workers. */
+#define HELLO_MS 10000
 /* A launch that failed this many times in a row, with no worker ever connected: give up. */
 #define MAX_FAILURES 5
 
@@ -149,7 +152,7 @@ static void on_worker_line(master *m, int slot, const char *line) {
 
 static void read_worker(master *m, int slot) {
     char line[512];
-    int got = line_fill(&m->w[slot].conn), took;
+    int got = line_fill(&m->w[slot].conn), took = 0;
     while (m->w[slot].used && (took = line_take(&m->w[slot].conn, line, sizeof line)) > 0)
         on_worker_line(m, slot, line);
     if (m->w[slot].used && (got <= 0 || took < 0))
@@ -161,10 +164,20 @@ static void accept_worker(master *m) {
     if (fd < 0) return;
     for (int i = 0; i < MAX_WORKERS; i++)
         if (!m->w[i].used) {
-            m->w[i] = (worker_t){.used = 1, .task = -1, .conn = {.fd = fd}};
+            m->w[i] = (worker_t){.used = 1, .task = -1, .conn = {.fd = fd}, .since = now_ms()};
             return;
         }
     close(fd);
+}
+
+/* Drops the connections that did not say hello in time (they hold a slot otherwise). */
+static void drop_silent(master *m) {
+    uint64_t now = now_ms();
+    for (int i = 0; i < MAX_WORKERS; i++)
+        if (m->w[i].used && !m->w[i].hello && now - m->w[i].since > HELLO_MS) {
+            say("a connection that said no hello in %d ms: dropped", HELLO_MS);
+            drop(m, i, "said no hello");
+        }
 }
 
 /* ---- the pool's events (watch.c) ---- */
@@ -196,7 +209,7 @@ static void on_event(master *m, const char *line) {
 
 static int read_events(master *m) {
     char line[512];
-    int got = line_fill(&m->events), took;
+    int got = line_fill(&m->events), took = 0;
     while ((took = line_take(&m->events, line, sizeof line)) > 0) {
         if (!strcmp(line, "end")) return -1;
         on_event(m, line);
@@ -233,6 +246,7 @@ static int loop(master *m) {
             return MW_EXIT_FAIL;
         }
         grow(m);
+        drop_silent(m);
         int n = 0;
         fds[n++] = (struct pollfd){.fd = m->listen_fd, .events = POLLIN};
         fds[n++] = (struct pollfd){.fd = m->events_fd, .events = POLLIN};
