@@ -2,12 +2,20 @@
 //! on this machine (`local` transport), the job under a real `agent`, workers started by
 //! the application itself with `rsh anyLinux`. rb-mw (examples/mw): the right count of
 //! primes (against a plain sieve) on one host and growing onto several; a worker killed
-//! mid-task and a host released mid-run have their tasks redone, each counted once.
+//! mid-task and a host released mid-run have their tasks redone, each counted once; and,
+//! with a pool hosted by hand, a `vacate` naming the workers re-queues their tasks at once
+//! and their late results are ignored.
 
-use std::{collections::BTreeSet, process::Command, time::Duration};
+use std::{
+    collections::BTreeSet,
+    io::{BufRead, BufReader, Write},
+    os::unix::fs::PermissionsExt,
+    process::{Command, Stdio},
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
 
 use tests::{
-    local_lab,
+    jel_host_program, local_lab,
     mw::{answer, assignments, job_args, primes_below, requeued, MwJob},
     wait_until, Broker,
 };
@@ -133,4 +141,71 @@ fn outside_a_job_rb_mw_says_so_and_exits_2() {
         stderr.contains("not inside a ResourceBroker job"),
         "{stderr}"
     );
+}
+
+/// `vacate` listing our workers, which the agent cannot produce on this tier (every
+/// member's host is the front end's name there): the pool is hosted by hand by the real
+/// pool host (`rb-jel-host`, local members on host `front`) and `rsh` is a script that
+/// runs the worker here. On `reclaim front`, the master re-queues every task at once and
+/// starts new workers; the old ones finish their tasks (nobody sends them SIGTERM here)
+/// and their late results are ignored: each task is counted once, the answer is right.
+#[test]
+fn on_vacate_the_tasks_are_requeued_at_once_and_late_results_ignored() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("jel.sock");
+    let mut pool = Command::new(jel_host_program())
+        .args([socket.as_os_str(), "front".as_ref()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("rb-jel-host");
+    let mut events = pool.stdin.take().expect("stdin");
+    let mut replies = BufReader::new(pool.stdout.take().expect("stdout")).lines();
+    assert_eq!(
+        replies.next().and_then(Result::ok).as_deref(),
+        Some("ready")
+    );
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).expect("mkdir bin");
+    let rsh = bin.join("rsh");
+    std::fs::write(&rsh, "#!/bin/sh\nshift\nexec /bin/sh -c \"$*\"\n").expect("rsh");
+    std::fs::set_permissions(&rsh, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let n = 400_000;
+    let mut master = Command::new(rb_mw::PROGRAM);
+    master
+        .args(["--primes-below", &n.to_string(), "--tasks", "4"])
+        .args(["--task-ms", "2000"])
+        .env("RB_JEL", &socket)
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()));
+    let mut job = MwJob::spawn(master);
+    let first = wait_until(Duration::from_secs(20), || {
+        let given = assignments(&job.stderr());
+        (given.len() == 4).then_some(given)
+    })
+    .unwrap_or_else(|| panic!("four tasks given out:\n{}", job.stderr()));
+    let deadline = SystemTime::now() + Duration::from_secs(60);
+    let ms = deadline
+        .duration_since(UNIX_EPOCH)
+        .expect("time")
+        .as_millis();
+    writeln!(events, "reclaim front {ms}").expect("reclaim");
+    assert_eq!(replies.next().and_then(Result::ok).as_deref(), Some("ok"));
+    let log = right_answer(&mut job, n);
+    let mut redone = requeued(&log);
+    redone.sort_unstable();
+    assert_eq!(redone, [0, 1, 2, 3], "every task re-queued:\n{log}");
+    assert!(
+        log.matches("is on a vacated host").count() == 4,
+        "re-queued for the vacate:\n{log}"
+    );
+    for (task, pid) in first {
+        let late = format!("result of task {task} from worker pid {pid} ignored");
+        assert!(log.contains(&late), "{late}:\n{log}");
+    }
+    assert!(
+        log.contains("4 tasks done in 8 runs (4 re-queued)"),
+        "{log}"
+    );
+    drop(events);
+    let _ = pool.wait();
 }
