@@ -194,9 +194,15 @@ fn on_vacate_the_tasks_are_requeued_at_once_and_late_results_ignored() {
     let mut redone = requeued(&log);
     redone.sort_unstable();
     assert_eq!(redone, [0, 1, 2, 3], "every task re-queued:\n{log}");
-    assert!(
-        log.matches("is on a vacated host").count() == 4,
+    assert_eq!(
+        log.matches("is on a vacated host").count(),
+        4,
         "re-queued for the vacate:\n{log}"
+    );
+    assert_eq!(
+        log.matches("the broker takes").count(),
+        1,
+        "one vacate, of host front:\n{log}"
     );
     for (task, pid) in first {
         let late = format!("result of task {task} from worker pid {pid} ignored");

@@ -191,19 +191,21 @@ static void give_up(master *m, int slot, const char *why) {
 static void on_event(master *m, const char *line) {
     char host[257], kind[64];
     uint64_t id;
-    if (sscanf(line, "vacate %256s", host) == 1) {
+    if (!strncmp(line, "vacate ", 7) && sscanf(line + 7, "%256s", host) == 1) {
         say("the broker takes %s back", host);
         for (int i = 0; i < MAX_WORKERS; i++)
             if (m->w[i].used && m->w[i].hello && !strcmp(m->w[i].host, host))
                 give_up(m, i, "is on a vacated host");
-    } else if (sscanf(line, "vacated %" SCNu64, &id) == 1) {
+    } else if (!strncmp(line, "vacated ", 8) && sscanf(line + 8, "%" SCNu64, &id) == 1) {
         for (int i = 0; i < MAX_WORKERS; i++)
             if (m->w[i].used && m->w[i].hello && m->w[i].member == id)
                 give_up(m, i, "is on a vacated host");
-    } else if (sscanf(line, "gone %" SCNu64 " %63s", &id, kind) == 2) {
-        for (int i = 0; i < MAX_WORKERS; i++)
-            if (m->w[i].used && m->w[i].hello && m->w[i].member == id)
-                drop(m, i, !strcmp(kind, "left") ? "left the pool" : "died");
+    } else if (!strncmp(line, "gone ", 5) && sscanf(line + 5, "%" SCNu64 " %63s", &id, kind) == 2) {
+        for (int i = 0; i < MAX_WORKERS; i++) {
+            if (!m->w[i].used || !m->w[i].hello || m->w[i].member != id) continue;
+            read_worker(m, i); /* a result it sent before it left still counts */
+            if (m->w[i].used) drop(m, i, !strcmp(kind, "left") ? "left the pool" : "died");
+        }
     }
 }
 
@@ -264,10 +266,29 @@ static int loop(master *m) {
     return 0;
 }
 
+/* Every task is done: tells the workers to quit and waits (at most FINISH_MS) for their
+ * connections to close, reading what they still send (a given-up worker's late result is
+ * ignored, and said so), then for the rsh processes. */
+#define FINISH_MS 5000
 static void finish(master *m) {
+    struct pollfd fds[MAX_WORKERS];
+    int slot_of[MAX_WORKERS];
+    uint64_t deadline = now_ms() + FINISH_MS;
     for (int i = 0; i < MAX_WORKERS; i++)
-        if (m->w[i].used && !m->w[i].given_up) line_send(m->w[i].conn.fd, "quit");
-    launches_end(&m->launch, 5000);
+        if (m->w[i].used && !m->w[i].hello)
+            drop(m, i, "said no hello");
+        else if (m->w[i].used && !m->w[i].given_up)
+            line_send(m->w[i].conn.fd, "quit");
+    for (uint64_t now = now_ms(); now < deadline; now = now_ms()) {
+        int n = 0;
+        for (int i = 0; i < MAX_WORKERS; i++)
+            if (m->w[i].used) slot_of[n] = i, fds[n++] = (struct pollfd){.fd = m->w[i].conn.fd, .events = POLLIN};
+        if (!n) break;
+        if (poll(fds, (nfds_t)n, (int)(deadline - now)) < 0 && errno != EINTR) break;
+        for (int i = 0; i < n; i++)
+            if (fds[i].revents && m->w[slot_of[i]].used) read_worker(m, slot_of[i]);
+    }
+    launches_end(&m->launch, (int)(deadline > now_ms() ? deadline - now_ms() : 0) + 1000);
     say("%u tasks done in %u runs (%u re-queued)", m->o->tasks, m->runs, m->redone);
 }
 

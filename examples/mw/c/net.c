@@ -1,6 +1,10 @@
 /* net.c: the master-worker wire, newline-terminated text lines over TCP (IPv4): listening
  * on every interface and advertising their addresses, connecting to the first that
- * answers, and buffered line reads that never block the master's loop. */
+ * answers, and buffered line reads that never block the master's loop. The lines:
+ *   worker → master  hello TOKEN LAUNCH MEMBER_ID HOST PID    (first line, once)
+ *   master → worker  task ID LO HI MS                         (count the primes in [LO,HI))
+ *   worker → master  result ID COUNT
+ *   master → worker  quit                                     (nothing left for it)      */
 #define _GNU_SOURCE
 #include "mw.h"
 
