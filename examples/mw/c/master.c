@@ -115,6 +115,7 @@ static void on_result(master *m, int slot, unsigned id, long count) {
     task_t *t = id < m->o->tasks ? &m->tasks[id] : NULL;
     if (!t || w->given_up || t->state != T_RUNNING || t->worker != slot || w->task != (int)id) {
         say("result of task %u from worker pid %d ignored (not its task now)", id, w->pid);
+        if (w->task < 0) assign(m, slot); /* a worker still wanted gets work (or quit) */
         return;
     }
     t->state = T_DONE, w->task = -1, m->done++, m->total += count;
