@@ -73,6 +73,11 @@ impl MwJob {
         read(&self.err)
     }
 
+    /// `Some` once the job has ended (then [`MwJob::wait`] returns at once).
+    pub fn try_finished(&mut self) -> Option<()> {
+        self.child.try_wait().ok().flatten().map(|_| ())
+    }
+
     /// Waits for the job's end; its status and stdout. Panics with the log past `timeout`.
     pub fn wait(&mut self, timeout: Duration) -> (ExitStatus, String) {
         let child = &mut self.child;

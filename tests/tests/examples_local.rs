@@ -71,6 +71,30 @@ fn rb_mw_grows_onto_several_virtual_hosts_while_tasks_wait() {
     assert!(worker_pids(&log).len() >= 3, "{log}");
 }
 
+/// `--max-workers` bounds the workers alive or asked for: 40 waiting tasks are not 40 `rsh`.
+#[test]
+fn rb_mw_asks_for_no_more_than_max_workers_hosts() {
+    let broker = Broker::start(&local_lab(4));
+    broker.wait_all_up(Duration::from_secs(10));
+    let n = 400_000;
+    let mut args = job_args(rb_mw::PROGRAM, n, 40, 60);
+    args.splice(1..1, ["--max-workers".to_string(), "2".to_string()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut job = MwJob::spawn(broker.agent(&args));
+    let mut most = 0;
+    let done = wait_until(END, || {
+        most = most.max(broker.held_hosts().len());
+        job.try_finished()
+    });
+    assert!(done.is_some(), "rb-mw did not end");
+    let log = right_answer(&mut job, n);
+    assert!(most >= 1, "it grew at all:\n{log}");
+    assert!(
+        most <= 2,
+        "at most 2 hosts held at once, saw {most}:\n{log}"
+    );
+}
+
 #[test]
 fn a_worker_killed_mid_task_has_its_task_redone() {
     let broker = Broker::start(&local_lab(2));

@@ -8,13 +8,15 @@
 #include <string.h>
 
 static const char USAGE[] =
-    "usage: rb-mw --primes-below N --tasks T [--task-ms MS] [--host NAME] [--address IP]\n"
+    "usage: rb-mw --primes-below N --tasks T [--task-ms MS] [--max-workers W] [--host NAME]\n"
+    "             [--address IP]\n"
     "  Counts the primes below N in T tasks on workers it starts with `rsh NAME` while tasks\n"
-    "  wait (NAME: anyLinux); each task lasts at least MS ms (0). Run it as a job:\n"
+    "  wait (NAME: anyLinux), at most W at once (32); each task lasts at least MS ms (0).\n"
+    "  Run it as a job:\n"
     "    agent --rsl '(adaptive=yes)' rb-mw --primes-below 1000000 --tasks 16\n"
     "  Workers reach the master on every IPv4 address of this host (or only IP).\n"
     "  The last line of stdout is primes=<count>. Limits: 0 <= N <= 10^12, 1 <= T <= 100000,\n"
-    "  MS <= 3600000.\n";
+    "  MS <= 3600000, 1 <= W <= 1000.\n";
 
 static int usage(const char *why, const char *what) {
     fprintf(stderr, "rb-mw: %s%s%s\n%s", why, what ? " " : "", what ? what : "", USAGE);
@@ -33,7 +35,7 @@ static int number(const char *text, uint64_t min, uint64_t max, uint64_t *out) {
 }
 
 int main(int argc, char **argv) {
-    master_opts m = {.host = "anyLinux"};
+    master_opts m = {.host = "anyLinux", .max_workers = 32};
     worker_opts w = {0};
     uint64_t n = 0, tasks = 0, ms = 0, launch = 0;
     int have_n = 0, have_tasks = 0;
@@ -49,7 +51,11 @@ int main(int argc, char **argv) {
             bad = number(val, 1, 100000, &tasks), have_tasks = 1;
         else if (!strcmp(flag, "--task-ms"))
             bad = number(val, 0, 3600000, &ms);
-        else if (!strcmp(flag, "--host"))
+        else if (!strcmp(flag, "--max-workers")) {
+            uint64_t max = 0;
+            bad = number(val, 1, 1000, &max);
+            m.max_workers = (uint32_t)max;
+        } else if (!strcmp(flag, "--host"))
             bad = !(m.host = val) || !*val;
         else if (!strcmp(flag, "--address"))
             bad = !(m.address = val);

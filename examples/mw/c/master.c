@@ -227,8 +227,13 @@ static void grow(master *m) {
     for (uint32_t i = 0; i < m->o->tasks; i++) waiting += m->tasks[i].state == T_PENDING;
     for (int i = 0; i < MAX_WORKERS; i++)
         idle += m->w[i].used && m->w[i].hello && !m->w[i].given_up && m->w[i].task < 0;
-    long want = waiting - idle - (long)launches_starting(&m->launch);
+    long starting = (long)launches_starting(&m->launch), alive = 0;
+    for (int i = 0; i < MAX_WORKERS; i++) alive += m->w[i].used && !m->w[i].given_up;
+    long want = waiting - idle - starting;
     if (want < 0) launches_cancel(&m->launch, (size_t)-want);
+    /* Never more than --max-workers alive or asked for: T waiting tasks are not T rsh. */
+    long room = (long)m->o->max_workers - alive - starting;
+    if (want > room) want = room;
     for (; want > 0 && now_ms() >= m->launch.retry_at; want--)
         if (launch_one(&m->launch)) {
             say("cannot start rsh: %s", strerror(errno));

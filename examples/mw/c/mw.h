@@ -22,6 +22,7 @@ typedef struct {
     uint64_t primes_below;
     uint32_t tasks;
     uint32_t task_ms;
+    uint32_t max_workers; /* most workers alive or being started at once */
     const char *address; /* advertise only this IPv4 address (NULL: every interface's) */
     const char *host;    /* the symbolic host name workers are started on */
 } master_opts;
