@@ -68,6 +68,8 @@ pub(crate) struct Inputs {
     pub(crate) errors: ErrorLog,
     /// The free hosts in grant order (`free`).
     pub(crate) free: FreeHosts,
+    /// Whether the policy (by its `Arc`'s address) reads `host.held_for_s` (`held`).
+    pub(crate) held_for_read: Option<(usize, bool)>,
 }
 
 impl Allocator {
@@ -213,6 +215,7 @@ impl Allocator {
             users,
             console_idle_s: v.console_idle_s.map(secs),
             held_by: held_by.map(|a| secs(a.job)),
+            held_for_s: self.held_for_s(&v.name),
             ..HostFacts::default()
         }
         .derive()
@@ -222,6 +225,7 @@ impl Allocator {
     /// running job whose facts changed.
     pub(crate) fn refresh(&mut self, now: Instant) {
         self.inputs_now(now);
+        self.refresh_held_for();
         let counts = self.held_counts();
         let running: Vec<JobId> = self
             .jobs

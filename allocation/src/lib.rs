@@ -14,6 +14,7 @@
 //!   host-only decisions), [`Allocator::set_policy`], and rate-limited run-time errors.
 //! - `free`: the free hosts in grant order, so a grant looks at the best few hosts and
 //!   evaluates the job-dependent rest of the policy on those only.
+//! - `held`: `host.held_for_s` from the grant instants, kept current in the cached values.
 //! - `decide`: evaluating one hook on the cached inputs; run-time errors, rate-limited.
 //! - `explain`: the policy explained on one host (`rb policy explain`, `policy_note`).
 //! - `view`: read-only views for people: [`JobRow`]s with each waiting request's
@@ -92,6 +93,7 @@
 mod decide;
 mod explain;
 mod free;
+mod held;
 mod host;
 mod in_use;
 mod inputs;
@@ -258,6 +260,8 @@ pub struct JobRow {
     pub ended_ago: Option<Duration>,
 }
 
+#[cfg(test)]
+mod facts_tests;
 #[cfg(test)]
 mod policy_tests;
 #[cfg(test)]
