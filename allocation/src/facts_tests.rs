@@ -66,3 +66,28 @@ fn held_for_s_is_current_in_a_decision_without_a_report_in_between() {
     assert_eq!(reclaims(&fx), vec![(holder, alloc, "node01".to_string())]);
     assert!(granted(&fx).is_none());
 }
+
+#[test]
+fn job_load_comes_from_the_report_and_other_load_is_the_rest_never_below_0() {
+    let mut lab = Lab::new(hosts(&["node01", "node02"]));
+    lab.a
+        .set_policy(policy("start = 'host.other_load < 0.5'"), lab.now);
+    lab.set("node01", |v| {
+        v.load1 = Some(1.0);
+        v.job_load = Some(0.75);
+    });
+    lab.set("node02", |v| {
+        v.load1 = Some(1.0);
+        v.job_load = None;
+    });
+    assert_eq!(explained(&mut lab, "node01", "job_load"), 0.75);
+    assert_eq!(explained(&mut lab, "node01", "other_load"), 0.25);
+    assert_eq!(explained(&mut lab, "node02", "job_load"), 0.0, "unknown");
+    assert_eq!(explained(&mut lab, "node02", "other_load"), 1.0);
+    let j = lab.job(false);
+    assert_eq!(lab.take(j, "anyHost").1, "node01", "its load is the jobs'");
+    let (_, fx) = lab.req(j, "anyHost");
+    assert!(granted(&fx).is_none(), "node02 is busy with something else");
+    lab.set("node02", |v| v.job_load = Some(3.0));
+    assert_eq!(explained(&mut lab, "node02", "other_load"), 0.0);
+}

@@ -216,6 +216,10 @@ impl Allocator {
             console_idle_s: v.console_idle_s.map(secs),
             held_by: held_by.map(|a| secs(a.job)),
             held_for_s: self.held_for_s(&v.name),
+            job_load: v
+                .job_load
+                .filter(|l| l.is_finite() && *l >= 0.0)
+                .unwrap_or(0.0),
             ..HostFacts::default()
         }
         .derive()

@@ -55,7 +55,8 @@ pub struct HostFacts {
     pub held_for_s: i64,
     /// Load of broker jobs' processes here (HTCondor `CondorLoadAvg`).
     pub job_load: f64,
-    /// `load1 - job_load` (HTCondor `NonCondorLoadAvg`); `None` when `load1` is unknown.
+    /// `load1 - job_load`, never below 0 (HTCondor `NonCondorLoadAvg`); `None` when `load1`
+    /// is unknown.
     pub other_load: Option<f64>,
 }
 
@@ -67,7 +68,8 @@ impl HostFacts {
         self.keyboard_idle_s = self.idle_of(|_| true);
         let owner = self.owner.clone();
         self.owner_idle_s = self.idle_of(|s| owner.as_deref() == Some(s.user.as_str()));
-        self.other_load = self.load1.map(|l| l - self.job_load);
+        // Never below 0: `load1` and `job_load` are sampled and averaged apart.
+        self.other_load = self.load1.map(|l| (l - self.job_load).max(0.0));
         self
     }
 
@@ -174,6 +176,12 @@ mod tests {
         assert_eq!(h.keyboard_idle_s, Some(20));
         assert_eq!(h.owner_idle_s, Some(600));
         assert_eq!(h.other_load, Some(0.5));
+        let busier = HostFacts {
+            job_load: 2.0,
+            ..h.clone()
+        }
+        .derive();
+        assert_eq!(busier.other_load, Some(0.0), "never below 0");
         let unknown = HostFacts {
             users: Some(vec![session("bob", None)]),
             ..h.clone()
