@@ -91,3 +91,73 @@ fn job_load_comes_from_the_report_and_other_load_is_the_rest_never_below_0() {
     lab.set("node02", |v| v.job_load = Some(3.0));
     assert_eq!(explained(&mut lab, "node02", "other_load"), 0.0);
 }
+
+/// Adaptive job 1 takes every host, then adaptive job 2 asks for hosts one at a time
+/// (each confirmed release is granted to it) until the policy lets it take no more: the
+/// hosts each then holds.
+fn partition(share: &str, n: usize) -> (usize, usize) {
+    let names: Vec<String> = (1..=n).map(|i| format!("node{i:02}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut lab = Lab::new(hosts(&names));
+    lab.a
+        .set_policy(policy(&format!("share = '{share}'")), lab.now);
+    let (first, second) = (lab.job(true), lab.job(true));
+    for _ in 0..n {
+        lab.take(first, "anyHost");
+    }
+    for _ in 0..=n {
+        let (_, fx) = lab.req(second, "anyHost");
+        let Some(&(_, alloc, _)) = reclaims(&fx).first() else {
+            break;
+        };
+        let fx = lab.confirm(alloc);
+        assert!(granted(&fx).is_some(), "{fx:?}");
+    }
+    let held = |j| {
+        lab.a
+            .jobs(lab.now)
+            .iter()
+            .find(|r| r.id == j)
+            .map_or(0, |r| r.hosts.len())
+    };
+    (held(first), held(second))
+}
+
+#[test]
+fn share_weighs_the_fair_partition_among_adaptive_jobs() {
+    // (share expression; job 1 is the first job, job 2 the second), hosts, (first, second)
+    let table = [
+        ("1", 9, (5, 4)),
+        ("job.id == 1 ? 2.0 : 1.0", 9, (6, 3)),
+        ("job.id == 1 ? 1.0 : 2.0", 9, (3, 6)),
+        ("job.id == 1 ? 3 : 1", 8, (6, 2)),
+        ("job.id == 1 ? 0.5 : 1.0", 12, (4, 8)),
+    ];
+    for (share, n, want) in table {
+        assert_eq!(partition(share, n), want, "share = '{share}' on {n} hosts");
+    }
+}
+
+#[test]
+fn explain_shows_the_share_of_the_job_and_of_the_holder() {
+    let mut lab = Lab::new(hosts(&["node01", "node02"]));
+    lab.a
+        .set_policy(policy("share = 'job.id == 1 ? 2.0 : 1.0'"), lab.now);
+    let (first, second) = (lab.job(true), lab.job(true));
+    lab.take(first, "anyHost");
+    let e = lab
+        .a
+        .explain("node01", Some(second), lab.now)
+        .expect("explain");
+    let hook = |key: &str| {
+        e["hooks"]
+            .as_array()
+            .and_then(|h| h.iter().find(|x| x["key"] == key))
+            .cloned()
+            .unwrap_or_else(|| panic!("no {key} in {e}"))
+    };
+    assert_eq!(hook("share")["value"], 1.0, "{e}");
+    let inputs = hook("may_preempt")["inputs"].to_string();
+    assert!(inputs.contains(r#"["holder.share","2.0"]"#), "{inputs}");
+    assert!(inputs.contains(r#"["job.share","1.0"]"#), "{inputs}");
+}

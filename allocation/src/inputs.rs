@@ -264,6 +264,7 @@ impl Allocator {
             .map(|(n, f)| (n.to_string(), Arc::new(UserValue::new(&f))))
             .collect();
         self.inputs.lab = Some(Arc::new(LabValue::new(&lab)));
+        self.refresh_shares();
     }
 
     /// Sets `now` for a decision that needs no job refreshed (a report).
@@ -336,6 +337,8 @@ impl Allocator {
             .get(&id)
             .and_then(|h| h.first().cloned())
             .unwrap_or_default();
+        // The share of the last round stands until the next (`share`).
+        facts.share = self.inputs.jobs.get(&id).map_or(1.0, |(f, _)| f.share);
         let same = self.inputs.jobs.get(&id).is_some_and(|(f, _)| *f == facts);
         if !same {
             let value = Arc::new(JobValue::new(&facts));

@@ -98,7 +98,7 @@ pub enum SpecValue {
 }
 
 /// `job` (and `holder`): a job known to the broker.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobFacts {
     pub id: i64,
     pub user: String,
@@ -118,6 +118,30 @@ pub struct JobFacts {
     pub started_s: i64,
     /// Every other RSL relation, by attribute name (lower-case).
     pub spec: BTreeMap<String, SpecValue>,
+    /// The job's weight in the fair partition: the policy's `share` for it (default 1),
+    /// for `may_preempt` and `preempt_rank` to weigh `hosts_held` by. The `share` hook
+    /// itself may not read it.
+    pub share: f64,
+}
+
+impl Default for JobFacts {
+    fn default() -> Self {
+        JobFacts {
+            id: 0,
+            user: String::new(),
+            adaptive: false,
+            module: None,
+            host: String::new(),
+            count: 0,
+            min: None,
+            max: None,
+            hosts_held: 0,
+            waiting: 0,
+            started_s: 0,
+            spec: BTreeMap::new(),
+            share: 1.0,
+        }
+    }
 }
 
 /// `user`: the job's user across the lab.
