@@ -28,6 +28,10 @@ impl Allocator {
             return Err(AllocError::UnknownHost { host: host.into() }.to_string());
         }
         self.refresh(now);
+        if self.by_host.contains_key(host) {
+            // `held_for_s` as of now, even when the policy never reads it (`held`).
+            self.rebuild_host(host);
+        }
         if let Some(id) = job {
             if !self.inputs.jobs.contains_key(&id) {
                 return Err(format!(

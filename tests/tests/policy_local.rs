@@ -265,10 +265,16 @@ struct Job(std::process::Child);
 
 impl Job {
     fn start(broker: &Broker) -> Job {
+        Job::run(broker, &["sleep", "60"])
+    }
+
+    /// `agent --broker SOCKET -- rsh anyHost COMMAND...`.
+    fn run(broker: &Broker, command: &[&str]) -> Job {
         let child = Command::new(bin("agent"))
             .arg("--broker")
             .arg(broker.socket())
-            .args(["--grace-s", "1", "--", "rsh", "anyHost", "sleep", "60"])
+            .args(["--grace-s", "1", "--", "rsh", "anyHost"])
+            .args(command)
             .env_remove("RB_AGENT")
             .env_remove("RB_LAB")
             .stdin(std::process::Stdio::null())
@@ -298,6 +304,53 @@ fn wait_held(broker: &Broker, host: &str) {
         broker.jobs(),
         broker.log()
     );
+}
+
+/// `rb policy explain HOST --json`'s `host_facts`.
+fn host_facts(broker: &Broker, host: &str) -> serde_json::Value {
+    let out = broker.rb(&["policy", "explain", host, "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let e: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    e["host_facts"].clone()
+}
+
+#[test]
+fn explain_shows_the_job_load_of_a_busy_job_and_held_for_s_growing() {
+    let broker = Broker::start(&tests::local_lab(1));
+    broker.wait_all_up(Duration::from_secs(20));
+    let idle = host_facts(&broker, "vhost01");
+    assert_eq!(idle["held_for_s"], 0, "free: {idle}");
+    // rsh joins its words for the remote shell, as rsh does: one word, a shell loop.
+    let _busy = Job::run(&broker, &["while :; do :; done"]);
+    wait_held(&broker, "vhost01");
+    // The busy loop carries the lab's subagent tag: the host daemon counts its CPU time.
+    let loaded = wait_until(Duration::from_secs(20), || {
+        let f = host_facts(&broker, "vhost01");
+        (f["job_load"].as_f64().unwrap_or(0.0) > 0.0).then_some(f)
+    });
+    let loaded = loaded.unwrap_or_else(|| {
+        panic!(
+            "job_load stayed 0: {}\n{}",
+            host_facts(&broker, "vhost01"),
+            broker.log()
+        )
+    });
+    let other = loaded["other_load"].as_f64();
+    assert!(other.is_none_or(|o| o >= 0.0), "never below 0: {loaded}");
+    let held = loaded["held_for_s"].as_i64().expect("held_for_s");
+    let grew = wait_until(Duration::from_secs(10), || {
+        let f = host_facts(&broker, "vhost01");
+        (f["held_for_s"].as_i64().unwrap_or(0) > held).then_some(())
+    });
+    assert!(grew.is_some(), "held_for_s stuck at {held}");
+    let human = broker.rb(&["policy", "explain", "vhost01"]);
+    assert!(stdout(&human).contains("job_load = "), "{}", stdout(&human));
+    let status = broker.status().expect("status");
+    let row = status
+        .iter()
+        .find(|h| h.name == "vhost01")
+        .expect("vhost01");
+    assert!(row.job_load.is_some_and(|l| l > 0.0), "{row:?}");
 }
 
 #[test]
