@@ -11,8 +11,6 @@
 //! changed. A policy that never reads it pays nothing; one that does pays one value build
 //! (about 1.6 µs) per held host per second of time passed, not per evaluation.
 
-use std::sync::Arc;
-
 use policies::{Hook, Policy};
 
 use super::state::Allocator;
@@ -55,14 +53,13 @@ impl Allocator {
     }
 
     /// Whether any hook in force (or a let it uses) reads `host.held_for_s`; worked out
-    /// once per policy.
+    /// once per policy (by its sha256: the same text reads the same fields).
     fn policy_reads_held_for(&mut self) -> bool {
-        let key = Arc::as_ptr(&self.policy) as usize;
-        match self.inputs.held_for_read {
-            Some((k, reads)) if k == key => reads,
+        match &self.inputs.held_for_read {
+            Some((sha, reads)) if sha == self.policy.sha256() => *reads,
             _ => {
                 let reads = reads_field(&self.policy, FIELD);
-                self.inputs.held_for_read = Some((key, reads));
+                self.inputs.held_for_read = Some((self.policy.sha256().to_string(), reads));
                 reads
             }
         }

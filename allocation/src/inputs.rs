@@ -68,8 +68,8 @@ pub(crate) struct Inputs {
     pub(crate) errors: ErrorLog,
     /// The free hosts in grant order (`free`).
     pub(crate) free: FreeHosts,
-    /// Whether the policy (by its `Arc`'s address) reads `host.held_for_s` (`held`).
-    pub(crate) held_for_read: Option<(usize, bool)>,
+    /// Whether the policy (by its sha256) reads `host.held_for_s` (`held`).
+    pub(crate) held_for_read: Option<(String, bool)>,
 }
 
 impl Allocator {

@@ -7,17 +7,27 @@
 
 use std::sync::Arc;
 
-use policies::value::JobValue;
+use policies::{value::JobValue, Hook};
 
 use super::{state::Allocator, JobId};
 
 impl Allocator {
     /// Evaluates `share` for every running job and rebuilds the value of each whose share
     /// changed. A value that is not a finite number above 0 (a run-time error) gives 1.
+    ///
+    /// When `share` reads no variable (the paper's `'1'`), it is evaluated once for all.
     pub(crate) fn refresh_shares(&mut self) {
         let ids: Vec<JobId> = self.inputs.jobs.keys().copied().collect();
+        let constant = self.policy.reads(Hook::Share).is_empty();
+        let mut same = None;
         for id in ids {
-            let share = self.share_of(id);
+            let share = match same {
+                Some(s) => s,
+                None => self.share_of(id),
+            };
+            if constant {
+                same = Some(share);
+            }
             let Some((facts, value)) = self.inputs.jobs.get_mut(&id) else {
                 continue;
             };
