@@ -271,7 +271,11 @@ impl Reporter<'_> {
         let mut report: HostReport = self.sensors.sample();
         report.seq = *self.seq;
         report.trigger = Some(trigger);
-        report.job_load = self.job_load.sample(self.scope, std::time::Instant::now());
+        // Measured even when the overlay replaces it: the average spans every report.
+        let measured = self.job_load.sample(self.scope, std::time::Instant::now());
+        if !report.overlaid.iter().any(|f| f == "job_load") {
+            report.job_load = measured;
+        }
         conn.send(&ToBroker::Report(Box::new(report))).await
     }
 }

@@ -354,6 +354,50 @@ fn explain_shows_the_job_load_of_a_busy_job_and_held_for_s_growing() {
 }
 
 #[test]
+fn an_overlaid_job_load_reaches_other_load_and_start() {
+    let dir = policy_dir();
+    let file = write(
+        dir.path(),
+        "p.toml",
+        "start = 'host.other_load != null && host.other_load <= 0.3'\n",
+    );
+    let broker = Broker::start(&lab_with_policy(1, file.to_str().expect("utf8")));
+    broker.wait_all_up(Duration::from_secs(20));
+    let overlay = broker.state_dir().join("hosts/vhost01/overlay.toml");
+    let put = |text: &str| {
+        let tmp = overlay.with_extension("tmp");
+        std::fs::write(&tmp, text).expect("write overlay");
+        std::fs::rename(&tmp, &overlay).expect("rename overlay");
+    };
+    put("load = [1.0, 1.0, 1.0]\njob_load = 0.25\n");
+    let facts = |want_other: f64| {
+        wait_until(Duration::from_secs(10), || {
+            let f = host_facts(&broker, "vhost01");
+            let other = f["other_load"].as_f64().unwrap_or(f64::NAN);
+            ((other - want_other).abs() < 1e-9).then_some(f)
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "other_load {want_other}: {}",
+                host_facts(&broker, "vhost01")
+            )
+        })
+    };
+    let busy = facts(0.75);
+    assert_eq!(busy["job_load"], 0.25, "{busy}");
+    let note = broker.status().expect("status")[0].policy_note.clone();
+    assert!(
+        note.is_some_and(|n| n.contains("host.other_load = 0.75")),
+        "start is false"
+    );
+    // Most of the load is now the jobs': the background is quiet enough.
+    put("load = [1.0, 1.0, 1.0]\njob_load = 0.8\n");
+    facts(0.2);
+    let _job = Job::start(&broker);
+    wait_held(&broker, "vhost01");
+}
+
+#[test]
 fn a_reloaded_policy_changes_which_host_the_next_job_gets() {
     let dir = policy_dir();
     let file = write(dir.path(), "p.toml", "start = 'host.name == \"vhost02\"'\n");
