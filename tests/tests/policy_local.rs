@@ -320,8 +320,9 @@ fn explain_shows_the_job_load_of_a_busy_job_and_held_for_s_growing() {
     broker.wait_all_up(Duration::from_secs(20));
     let idle = host_facts(&broker, "vhost01");
     assert_eq!(idle["held_for_s"], 0, "free: {idle}");
-    // rsh joins its words for the remote shell, as rsh does: one word, a shell loop.
-    let _busy = Job::run(&broker, &["while :; do :; done"]);
+    // rsh joins its words for the remote shell, as rsh does: one word, a shell loop; niced,
+    // so that it slows no other test (it needs only a few ticks of CPU to show).
+    let _busy = Job::run(&broker, &["nice -n 19 sh -c 'while :; do :; done'"]);
     wait_held(&broker, "vhost01");
     // The busy loop carries the lab's subagent tag: the host daemon counts its CPU time.
     let loaded = wait_until(Duration::from_secs(20), || {
