@@ -76,7 +76,7 @@ impl Allocator {
     }
 
     /// The scope of the hooks that read no host (`share`, `max_hosts`, `priority`).
-    fn job_scope(&self, job: JobId) -> Option<Scope<'_>> {
+    pub(crate) fn job_scope(&self, job: JobId) -> Option<Scope<'_>> {
         let (_, j) = self.inputs.jobs.get(&job)?;
         let user = self.jobs.get(&job).map(|j| j.info.user.as_str());
         let mut scope = Scope::new().job(j);
@@ -145,7 +145,7 @@ impl Allocator {
         policy.map_or(base, |p| p.min(base))
     }
 
-    fn note_error<T>(&self, d: &Decision<T>, host: &str, job: Option<JobId>) {
+    pub(crate) fn note_error<T>(&self, d: &Decision<T>, host: &str, job: Option<JobId>) {
         let (Some(e), Some(now)) = (&d.error, self.inputs.at) else {
             return;
         };

@@ -16,7 +16,8 @@ use super::{AllocError, Allocator, JobId};
 impl Allocator {
     /// Each hook's value on `host` for `job` (default: a hypothetical new non-adaptive job
     /// with no hosts, id 0) and, when the host is held, its holder; with the inputs each
-    /// hook read. An error names what is unknown.
+    /// hook read, and every `host` field as the policy sees it (`host_facts`: `held_for_s`,
+    /// `job_load`, `other_load`, ...). An error names what is unknown.
     pub fn explain(
         &mut self,
         host: &str,
@@ -27,6 +28,10 @@ impl Allocator {
             return Err(AllocError::UnknownHost { host: host.into() }.to_string());
         }
         self.refresh(now);
+        if self.by_host.contains_key(host) {
+            // `held_for_s` as of now, even when the policy never reads it (`held`).
+            self.rebuild_host(host);
+        }
         if let Some(id) = job {
             if !self.inputs.jobs.contains_key(&id) {
                 return Err(format!(
@@ -62,8 +67,10 @@ impl Allocator {
             scope = scope.holder(h);
         }
         let hooks: Vec<Value> = self.policy.explain(scope).iter().map(hook_json).collect();
+        let host_facts = serde_json::to_value(&entry.facts).unwrap_or(Value::Null);
         Ok(json!({
             "host": host,
+            "host_facts": host_facts,
             "job": job,
             "holder": self.holder(host).map(|h| h.0),
             "policy_path": self.policy.source_path().display().to_string(),

@@ -176,6 +176,7 @@ mod tests {
                 false => vec![],
             }),
             console_idle_s: None,
+            job_load: None,
         }
     }
 

@@ -37,6 +37,10 @@ pub struct HostView {
     /// Logged-in sessions; `None` when unknown.
     pub users: Option<Vec<UserSession>>,
     pub console_idle_s: Option<u64>,
+    /// The load of the lab's job processes there (`HostReport::job_load`); `None` when
+    /// unknown. Absent from traces that predate it.
+    #[serde(default)]
+    pub job_load: Option<f64>,
 }
 
 impl From<&HostStatus> for HostView {
@@ -56,6 +60,7 @@ impl From<&HostStatus> for HostView {
             cpus: s.cpus,
             users: s.users_known.then(|| s.users.clone()),
             console_idle_s: s.console_idle_s,
+            job_load: s.job_load,
         }
     }
 }
@@ -201,6 +206,7 @@ pub(crate) mod tests {
             cpus: Some(4),
             users: Some(vec![]),
             console_idle_s: None,
+            job_load: None,
         }
     }
 

@@ -68,6 +68,8 @@ pub(crate) struct Inputs {
     pub(crate) errors: ErrorLog,
     /// The free hosts in grant order (`free`).
     pub(crate) free: FreeHosts,
+    /// Whether the policy (by its sha256) reads `host.held_for_s` (`held`).
+    pub(crate) held_for_read: Option<(String, bool)>,
 }
 
 impl Allocator {
@@ -213,6 +215,11 @@ impl Allocator {
             users,
             console_idle_s: v.console_idle_s.map(secs),
             held_by: held_by.map(|a| secs(a.job)),
+            held_for_s: self.held_for_s(&v.name),
+            job_load: v
+                .job_load
+                .filter(|l| l.is_finite() && *l >= 0.0)
+                .unwrap_or(0.0),
             ..HostFacts::default()
         }
         .derive()
@@ -222,6 +229,7 @@ impl Allocator {
     /// running job whose facts changed.
     pub(crate) fn refresh(&mut self, now: Instant) {
         self.inputs_now(now);
+        self.refresh_held_for();
         let counts = self.held_counts();
         let running: Vec<JobId> = self
             .jobs
@@ -256,6 +264,7 @@ impl Allocator {
             .map(|(n, f)| (n.to_string(), Arc::new(UserValue::new(&f))))
             .collect();
         self.inputs.lab = Some(Arc::new(LabValue::new(&lab)));
+        self.refresh_shares();
     }
 
     /// Sets `now` for a decision that needs no job refreshed (a report).
@@ -328,6 +337,8 @@ impl Allocator {
             .get(&id)
             .and_then(|h| h.first().cloned())
             .unwrap_or_default();
+        // The share of the last round stands until the next (`share`).
+        facts.share = self.inputs.jobs.get(&id).map_or(1.0, |(f, _)| f.share);
         let same = self.inputs.jobs.get(&id).is_some_and(|(f, _)| *f == facts);
         if !same {
             let value = Arc::new(JobValue::new(&facts));

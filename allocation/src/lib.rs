@@ -14,6 +14,8 @@
 //!   host-only decisions), [`Allocator::set_policy`], and rate-limited run-time errors.
 //! - `free`: the free hosts in grant order, so a grant looks at the best few hosts and
 //!   evaluates the job-dependent rest of the policy on those only.
+//! - `held`: `host.held_for_s` from the grant instants, kept current in the cached values.
+//! - `share`: each running job's `share`, the fair partition's weight (`job.share`).
 //! - `decide`: evaluating one hook on the cached inputs; run-time errors, rate-limited.
 //! - `explain`: the policy explained on one host (`rb policy explain`, `policy_note`).
 //! - `view`: read-only views for people: [`JobRow`]s with each waiting request's
@@ -55,14 +57,16 @@
 //!   after the tie-breaks below, `may_preempt`/`preempt_rank` what to reclaim for a waiting
 //!   request, `vacate` when a holder must give a host back, and `grace_s` the grace when it
 //!   ends before the lab's or the admin's (the earliest deadline wins); a job at its
-//!   `max_hosts` gets no more hosts; `priority` orders the queue. `share` is not consulted
-//!   yet. A hook that fails at run time gives
+//!   `max_hosts` gets no more hosts; `priority` orders the queue; `share` weighs each job
+//!   in the partition (`job.share`, read by `may_preempt` and `preempt_rank`). A hook that
+//!   fails at run time gives
 //!   its default there and an [`Effect::PolicyError`] (once per key and host a minute).
 //! - **Fair partition without thrashing** (the paper's `may_preempt`). A non-adaptive
 //!   requester may reclaim from any adaptive job; an adaptive requester only from an adaptive
 //!   job holding at least two more hosts than itself (counting hosts already being reclaimed
 //!   for it: the policy's `hosts_held`), so two adaptive jobs never take the same host back
-//!   and forth.
+//!   and forth. Weighted by `share`: the holder, one host fewer, must still hold at least
+//!   as many hosts per share as the requester with one more.
 //! - **A broad name takes the most generic host** (`policy`): among eligible hosts a
 //!   request gets one no other waiting request could use, then the one with the fewest
 //!   labels, then the usual choice order. With `anyLinux,anyHost,anyPublic` asked at once
@@ -92,11 +96,13 @@
 mod decide;
 mod explain;
 mod free;
+mod held;
 mod host;
 mod in_use;
 mod inputs;
 mod policy;
 pub mod replay;
+mod share;
 pub mod snapshot;
 mod state;
 pub mod trace;
@@ -260,6 +266,8 @@ pub struct JobRow {
     pub ended_ago: Option<Duration>,
 }
 
+#[cfg(test)]
+mod facts_tests;
 #[cfg(test)]
 mod policy_tests;
 #[cfg(test)]

@@ -153,7 +153,7 @@ impl Allocator {
                 fx.dirty = true;
                 return true;
             }
-            self.grant(i, host, fx);
+            self.grant(i, host, now, fx);
             return true;
         }
         if self.refuse_if_impossible(i, fx) {
@@ -261,7 +261,7 @@ impl Allocator {
             && self.starts(w.job, host)
     }
 
-    fn grant(&mut self, i: usize, host: String, fx: &mut Fx) {
+    fn grant(&mut self, i: usize, host: String, now: Instant, fx: &mut Fx) {
         let (job, req, instance) = (self.queue[i].job, self.queue[i].id, self.queue[i].instance);
         let address = self
             .hosts
@@ -276,6 +276,7 @@ impl Allocator {
             address: address.clone(),
             request: Some(req),
             state: AllocState::Granted,
+            since: now,
         };
         self.allocs.insert(alloc, record);
         self.rebuild_host(&host);

@@ -138,6 +138,8 @@ impl Allocator {
             address: r.address,
             request: r.request,
             state,
+            // Not in the store: `held_for_s` counts from the restore.
+            since: now,
         };
         self.allocs.insert(r.id, alloc);
         Ok(())

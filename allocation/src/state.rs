@@ -50,6 +50,9 @@ pub(crate) struct Allocation {
     /// The request it was granted for (`None` only for records restored without one).
     pub(crate) request: Option<RequestId>,
     pub(crate) state: AllocState,
+    /// When the host was granted (for a record restored from a snapshot: the restore), for
+    /// the policy's `host.held_for_s`.
+    pub(crate) since: Instant,
 }
 
 /// A queued request.
@@ -319,6 +322,8 @@ impl Allocator {
         let host = view.name.clone();
         let old = self.hosts.insert(host.clone(), view);
         let old_entry = self.inputs.hosts.get(&host).cloned();
+        // `now` first: the rebuilt value's `held_for_s` is as of this report.
+        self.inputs_now(now);
         self.rebuild_host(&host);
         let same = match (old, old_entry) {
             (Some(old), Some(entry)) => {
@@ -328,7 +333,6 @@ impl Allocator {
             _ => false,
         };
         let mut fx = Fx::default();
-        self.inputs_now(now);
         self.vacate_if_asked(&host, now, &mut fx);
         if !same {
             self.serve(now, &mut fx);

@@ -57,6 +57,10 @@ pub struct TraceAlloc {
     pub address: String,
     pub request: Option<RequestId>,
     pub releasing: Option<TraceReleasing>,
+    /// When it was granted (`held_for_s`); absent from traces that predate it (read as
+    /// the trace's epoch).
+    #[serde(default)]
+    pub since_us: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -207,6 +211,7 @@ fn trace_alloc(id: AllocId, a: &Allocation, clock: &TraceClock) -> TraceAlloc {
         address: a.address.clone(),
         request: a.request,
         releasing,
+        since_us: clock.us(a.since),
     }
 }
 
@@ -225,6 +230,7 @@ fn restore_alloc(r: TraceAlloc, clock: &TraceClock) -> Allocation {
         address: r.address,
         request: r.request,
         state,
+        since: clock.instant(r.since_us),
     }
 }
 

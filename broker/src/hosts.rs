@@ -250,6 +250,7 @@ fn status_row(rec: &HostRecord, now: Instant, down_after: Duration) -> HostStatu
         users_known: r.is_some_and(|r| r.users.is_some()),
         console_idle_s: r.and_then(|r| r.console_idle_s),
         managed_procs: r.and_then(|r| r.managed_procs),
+        job_load: r.and_then(|r| r.job_load),
         labels,
         owner: rec.entry.owner.clone(),
         last_report_age_s: age.map(|a| (a.as_secs_f64() * 10.0).round() / 10.0),

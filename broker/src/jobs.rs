@@ -757,6 +757,7 @@ mod tests {
             users_known: true,
             console_idle_s: None,
             managed_procs: None,
+            job_load: None,
             labels: vec!["linux".into(), "public".into()],
             owner: None,
             last_report_age_s: Some(0.5),

@@ -349,6 +349,7 @@ mod tests {
             cpus: Some(1),
             users: Some(vec![]),
             console_idle_s: None,
+            job_load: None,
         }
     }
 

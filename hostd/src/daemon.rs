@@ -24,6 +24,7 @@ use tokio::{net::TcpStream, sync::watch, time::Instant};
 use tracing::{debug, info, warn};
 
 use crate::{
+    jobload::JobLoad,
     sensors::{detect_trigger, Activity, Sensors},
     sweep::{self, Live, Sweeper},
 };
@@ -69,8 +70,10 @@ pub async fn run(
     let mut backoff = BACKOFF_MIN;
     let mut seq = 0u64;
     let mut sweeper = Sweeper::default();
+    // Kept across reconnections, like the sweeper: the average spans them.
+    let mut job_load = JobLoad::default();
     loop {
-        let session = session(&cfg, &mut sensors, &mut seq, &mut sweeper);
+        let session = session(&cfg, &mut sensors, &mut seq, (&mut sweeper, &mut job_load));
         let outcome = tokio::select! {
             outcome = session => outcome,
             _ = stop.changed() => return take_exit(&stop),
@@ -113,7 +116,7 @@ async fn session(
     cfg: &DaemonConfig,
     sensors: &mut Sensors,
     seq: &mut u64,
-    sweeper: &mut Sweeper,
+    (sweeper, job_load): (&mut Sweeper, &mut JobLoad),
 ) -> SessionEnd {
     let secret = match Secret::load(&cfg.secret_file) {
         Ok(s) => s,
@@ -131,7 +134,12 @@ async fn session(
     };
     info!(broker = %cfg.broker, host = %cfg.host, interval_ms = interval.as_millis() as u64, "connected");
     let lab_mark = secret.lab_mark();
-    match report_loop(&mut conn, sensors, seq, interval, (sweeper, &lab_mark)).await {
+    let jobs = Jobs {
+        sweeper,
+        job_load,
+        lab_mark: &lab_mark,
+    };
+    match report_loop(&mut conn, sensors, seq, interval, jobs).await {
         Ok(exit) => SessionEnd::Exit(exit),
         Err(e) => {
             warn!(error = %e, "connection to broker lost");
@@ -181,7 +189,11 @@ async fn report_loop(
     sensors: &mut Sensors,
     seq: &mut u64,
     interval: Duration,
-    (sweeper, lab_mark): (&mut Sweeper, &str),
+    Jobs {
+        sweeper,
+        job_load,
+        lab_mark,
+    }: Jobs<'_>,
 ) -> Result<Exit, FrameError> {
     // The tag this daemon runs under, when a job's remote command started it: never swept.
     let own_tag = std::env::var(proto::tag::SUBAGENT_TAG_VAR).ok();
@@ -190,22 +202,28 @@ async fn report_loop(
         lab_mark,
         own_tag: own_tag.as_deref(),
     };
-    send_report(conn, sensors, seq, ReportTrigger::Start).await?;
-    let mut activity: Activity = sensors.sample_activity();
+    let mut reporter = Reporter {
+        sensors,
+        seq,
+        job_load,
+        scope: &scope,
+    };
+    reporter.send(conn, ReportTrigger::Start).await?;
+    let mut activity: Activity = reporter.sensors.sample_activity();
     let mut next_report = Instant::now() + interval;
     let mut poll = tokio::time::interval(ACTIVITY_POLL);
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = tokio::time::sleep_until(next_report) => {
-                send_report(conn, sensors, seq, ReportTrigger::Interval).await?;
+                reporter.send(conn, ReportTrigger::Interval).await?;
                 next_report = Instant::now() + interval;
             }
             _ = poll.tick() => {
-                let now = sensors.sample_activity();
+                let now = reporter.sensors.sample_activity();
                 if let Some(trigger) = detect_trigger(&activity, &now, IDLE_THRESHOLD_S) {
                     debug!(?trigger, "activity: reporting now");
-                    send_report(conn, sensors, seq, trigger).await?;
+                    reporter.send(conn, trigger).await?;
                     next_report = Instant::now() + interval;
                 }
                 activity = now;
@@ -228,17 +246,38 @@ async fn report_loop(
     }
 }
 
-async fn send_report(
-    conn: &mut FramedConn<TcpStream>,
-    sensors: &mut Sensors,
-    seq: &mut u64,
-    trigger: ReportTrigger,
-) -> Result<(), FrameError> {
-    *seq += 1;
-    let mut report: HostReport = sensors.sample();
-    report.seq = *seq;
-    report.trigger = Some(trigger);
-    conn.send(&ToBroker::Report(Box::new(report))).await
+/// What the daemon keeps about the lab's job processes across a session.
+struct Jobs<'a> {
+    sweeper: &'a mut Sweeper,
+    job_load: &'a mut JobLoad,
+    lab_mark: &'a str,
+}
+
+/// Builds and sends reports: the sensors' sample, the sequence number, `job_load`.
+struct Reporter<'a> {
+    sensors: &'a mut Sensors,
+    seq: &'a mut u64,
+    job_load: &'a mut JobLoad,
+    scope: &'a sweep::Scope<'a>,
+}
+
+impl Reporter<'_> {
+    async fn send(
+        &mut self,
+        conn: &mut FramedConn<TcpStream>,
+        trigger: ReportTrigger,
+    ) -> Result<(), FrameError> {
+        *self.seq += 1;
+        let mut report: HostReport = self.sensors.sample();
+        report.seq = *self.seq;
+        report.trigger = Some(trigger);
+        // Measured even when the overlay replaces it: the average spans every report.
+        let measured = self.job_load.sample(self.scope, std::time::Instant::now());
+        if !report.overlaid.iter().any(|f| f == "job_load") {
+            report.job_load = measured;
+        }
+        conn.send(&ToBroker::Report(Box::new(report))).await
+    }
 }
 
 /// Ensures one daemon per (user, host name) on this machine: takes the lock in `dir`,

@@ -166,21 +166,24 @@ pub fn scan(scope: &Scope) -> Vec<Tagged> {
         .filter_map(|e| Some((e.file_name().to_str()?.parse::<i32>().ok()?, e)))
         .filter(|(pid, e)| *pid != me && e.metadata().is_ok_and(|m| m.uid() == uid))
         .filter_map(|(pid, e)| {
-            let tag = tag_of(&std::fs::read(e.path().join("environ")).ok()?)?;
-            if scope.own_tag == Some(tag.as_str()) {
-                return None;
-            }
-            let parsed = proto::tag::parse(&tag)?;
-            if parsed.lab.as_deref() != Some(scope.lab_mark) {
-                return None;
-            }
-            let alloc = parsed.alloc;
+            let alloc = lab_alloc(scope, &std::fs::read(e.path().join("environ")).ok()?)?;
             let start = start_time(&std::fs::read_to_string(e.path().join("stat")).ok()?)?;
             Some(Tagged { pid, start, alloc })
         })
         .collect();
     found.sort();
     found
+}
+
+/// The allocation of a process whose environment block is `environ`, when it carries a
+/// tag of this lab (`scope.lab_mark`) other than `scope.own_tag`.
+pub fn lab_alloc(scope: &Scope, environ: &[u8]) -> Option<u64> {
+    let tag = tag_of(environ)?;
+    if scope.own_tag == Some(tag.as_str()) {
+        return None;
+    }
+    let parsed = proto::tag::parse(&tag)?;
+    (parsed.lab.as_deref() == Some(scope.lab_mark)).then_some(parsed.alloc)
 }
 
 /// The value of the subagent tag in an environment block (`VAR=value\0…`).

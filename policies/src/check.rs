@@ -128,6 +128,7 @@ pub(crate) fn check(policy: &Policy) -> Result<(), KeyError> {
         fields.check(c)?;
         check_reads(hook, c)?;
     }
+    check_share_reads_no_share(policy)?;
     let complete: Vec<Built> = samples::complete().iter().map(Built::new).collect();
     let sparse: Vec<Built> = samples::sparse().iter().map(Built::new).collect();
     let ev = policy.evaluator();
@@ -225,6 +226,23 @@ fn check_reads(hook: Hook, c: &Compiled) -> Result<(), KeyError> {
             hook.key()
         ),
         format!("`{}` sees only {}", hook.key(), seen.join(", ")),
+    ))
+}
+
+/// `job.share` is the `share` hook's own value: the hook cannot read it (directly or
+/// through a let).
+fn check_share_reads_no_share(policy: &Policy) -> Result<(), KeyError> {
+    let Some((_, c)) = policy.file_expressions().find(|(h, _)| *h == Hook::Share) else {
+        return Ok(());
+    };
+    if !policy.fields_read(Hook::Share).contains("job.share") {
+        return Ok(());
+    }
+    Err(c.entry.error(
+        "reads `job.share` (directly or through a let), which is the value of `share` itself"
+            .to_string(),
+        "`share` gives the job's weight; compute it from other fields (job, user, lab, now)"
+            .to_string(),
     ))
 }
 

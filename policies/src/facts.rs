@@ -55,7 +55,8 @@ pub struct HostFacts {
     pub held_for_s: i64,
     /// Load of broker jobs' processes here (HTCondor `CondorLoadAvg`).
     pub job_load: f64,
-    /// `load1 - job_load` (HTCondor `NonCondorLoadAvg`); `None` when `load1` is unknown.
+    /// `load1 - job_load`, never below 0 (HTCondor `NonCondorLoadAvg`); `None` when `load1`
+    /// is unknown.
     pub other_load: Option<f64>,
 }
 
@@ -67,7 +68,8 @@ impl HostFacts {
         self.keyboard_idle_s = self.idle_of(|_| true);
         let owner = self.owner.clone();
         self.owner_idle_s = self.idle_of(|s| owner.as_deref() == Some(s.user.as_str()));
-        self.other_load = self.load1.map(|l| l - self.job_load);
+        // Never below 0: `load1` and `job_load` are sampled and averaged apart.
+        self.other_load = self.load1.map(|l| (l - self.job_load).max(0.0));
         self
     }
 
@@ -96,7 +98,7 @@ pub enum SpecValue {
 }
 
 /// `job` (and `holder`): a job known to the broker.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobFacts {
     pub id: i64,
     pub user: String,
@@ -116,6 +118,30 @@ pub struct JobFacts {
     pub started_s: i64,
     /// Every other RSL relation, by attribute name (lower-case).
     pub spec: BTreeMap<String, SpecValue>,
+    /// The job's weight in the fair partition: the policy's `share` for it (default 1),
+    /// for `may_preempt` and `preempt_rank` to weigh `hosts_held` by. The `share` hook
+    /// itself may not read it.
+    pub share: f64,
+}
+
+impl Default for JobFacts {
+    fn default() -> Self {
+        JobFacts {
+            id: 0,
+            user: String::new(),
+            adaptive: false,
+            module: None,
+            host: String::new(),
+            count: 0,
+            min: None,
+            max: None,
+            hosts_held: 0,
+            waiting: 0,
+            started_s: 0,
+            spec: BTreeMap::new(),
+            share: 1.0,
+        }
+    }
 }
 
 /// `user`: the job's user across the lab.
@@ -174,6 +200,12 @@ mod tests {
         assert_eq!(h.keyboard_idle_s, Some(20));
         assert_eq!(h.owner_idle_s, Some(600));
         assert_eq!(h.other_load, Some(0.5));
+        let busier = HostFacts {
+            job_load: 2.0,
+            ..h.clone()
+        }
+        .derive();
+        assert_eq!(busier.other_load, Some(0.0), "never below 0");
         let unknown = HostFacts {
             users: Some(vec![session("bob", None)]),
             ..h.clone()

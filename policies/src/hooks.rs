@@ -215,13 +215,19 @@ const DEFAULT_VACATE: &str = concat!(
     "host.keyboard_idle_s != null && host.keyboard_idle_s < 300"
 );
 
-/// The paper's even partition: only adaptive jobs lose hosts, and an adaptive requester
-/// only takes from a job holding at least two more hosts than it has.
-const DEFAULT_MAY_PREEMPT: &str =
-    "holder.adaptive && (!job.adaptive || holder.hosts_held >= job.hosts_held + 2)";
+/// The paper's even partition, weighted by `share`: only adaptive jobs lose hosts, and an
+/// adaptive requester only takes a host when the holder, one host fewer, still holds at
+/// least as many per share as the requester with one more. With every share 1 that is
+/// the paper's "at least two more hosts than it has"; a job with share 2 keeps about twice
+/// the hosts of a share-1 job.
+const DEFAULT_MAY_PREEMPT: &str = concat!(
+    "holder.adaptive && (!job.adaptive || ",
+    "double(holder.hosts_held - 1) / holder.share >= double(job.hosts_held + 1) / job.share)"
+);
 
-/// The job holding the most hosts loses first; ties: the newest job.
-const DEFAULT_PREEMPT_RANK: &str = "holder.hosts_held * 10000000000 + holder.started_s";
+/// The job holding the most hosts per share loses first; ties: the newest job.
+const DEFAULT_PREEMPT_RANK: &str =
+    "double(holder.hosts_held) / holder.share * 10000000000.0 + double(holder.started_s)";
 
 #[cfg(test)]
 mod tests {

@@ -452,6 +452,14 @@ mod tests {
     }
 
     #[test]
+    fn share_reading_its_own_value_is_refused_but_other_hooks_may() {
+        let e = refused("share = 'w'\n[let]\nw = 'job.share * 2.0'\n");
+        assert!(e.contains("key `share`: reads `job.share`"), "{e}");
+        assert!(e.contains("help: `share` gives the job's weight"), "{e}");
+        policy("may_preempt = 'holder.share > job.share'\n").expect("may_preempt may");
+    }
+
+    #[test]
     fn a_hook_reading_a_variable_it_cannot_see_is_refused() {
         let e = refused("share = 'weight'\n[let]\nweight = 'host.cpus'\n");
         assert!(e.contains("key `share`: reads `host`"), "{e}");

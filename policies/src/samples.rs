@@ -84,6 +84,8 @@ fn job(id: i64, adaptive: bool, module: &str, hosts_held: i64) -> JobFacts {
         waiting: 1,
         started_s: 1_700_000_000 + id,
         spec,
+        // Not 1: a weighted expression must work with any share.
+        share: if adaptive { 2.0 } else { 0.5 },
     }
 }
 

@@ -210,6 +210,76 @@ fn paper_preemption_evens_out_adaptive_jobs_and_spares_the_rest() {
 }
 
 #[test]
+fn paper_preemption_weighs_hosts_held_by_share() {
+    // (requester holds, requester share, holder holds, holder share, may preempt): the
+    // holder, one host fewer, must still hold at least as many per share as the requester
+    // with one more.
+    let table = [
+        (1, 1.0, 3, 1.0, true),
+        (1, 1.0, 2, 1.0, false),
+        (3, 1.0, 6, 2.0, false),
+        (3, 1.0, 9, 2.0, true),
+        (2, 1.0, 7, 2.0, true),
+        (6, 2.0, 3, 1.0, false),
+        (4, 2.0, 3, 1.0, false),
+        (2, 2.0, 3, 1.0, true),
+        (0, 0.5, 2, 1.0, false),
+        (0, 0.5, 3, 1.0, true),
+    ];
+    for name in ["paper", "nights-and-weekends"] {
+        let p = shipped(name);
+        for (jh, js, hh, hs, want) in table {
+            let mut c = Case::new(
+                host(false, Some(900), Some(0.0)),
+                JobFacts {
+                    share: js,
+                    ..job(true, jh)
+                },
+            );
+            c.holder = JobFacts {
+                share: hs,
+                ..job(true, hh)
+            };
+            let got = c.with(|s| p.may_preempt(s));
+            assert_eq!(
+                (got.value, got.error),
+                (want, None),
+                "{name}: {jh}/{js} from {hh}/{hs}"
+            );
+        }
+    }
+    let p = shipped("paper");
+    let pr = |hh, share| {
+        let mut c = Case::new(host(false, Some(900), Some(0.0)), job(true, 0));
+        c.holder = JobFacts {
+            share,
+            ..job(true, hh)
+        };
+        c.with(|s| p.preempt_rank(s).value)
+    };
+    assert!(pr(3, 1.0) > pr(5, 2.0), "most hosts per share loses first");
+}
+
+#[test]
+fn the_default_partition_is_weighted_by_share_too() {
+    let p = Policy::from_text(std::path::Path::new("t.toml"), "start = 'true'\n").expect("ok");
+    let mut c = Case::new(host(false, Some(900), Some(0.0)), job(true, 3));
+    c.holder = JobFacts {
+        share: 2.0,
+        ..job(true, 9)
+    };
+    assert!(
+        c.with(|s| p.may_preempt(s).value),
+        "9 hosts at share 2 against 3"
+    );
+    c.holder.hosts_held = 8;
+    assert!(
+        !c.with(|s| p.may_preempt(s).value),
+        "8 hosts at share 2 against 3"
+    );
+}
+
+#[test]
 fn paper_leaves_grace_limit_and_priority_to_the_broker_and_shares_evenly() {
     let p = shipped("paper");
     let c = Case::new(host(false, Some(900), Some(0.0)), job(true, 0));

@@ -55,6 +55,11 @@ pub struct HostReport {
     pub console_idle_s: Option<u64>,
     /// Processes on this machine that belong to broker jobs.
     pub managed_procs: Option<u32>,
+    /// The load of this lab's job processes (HTCondor's `CondorLoadAvg`): CPUs' worth of
+    /// CPU time they used, averaged like `load[0]` (1-minute exponential decay). `None`
+    /// when unknown or from a daemon that predates it (older brokers ignore it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_load: Option<f64>,
     /// Labels derived from the sensors, e.g. `linux`, `x86_64`.
     #[serde(default)]
     pub labels: Vec<String>,
@@ -103,6 +108,9 @@ pub struct HostStatus {
     pub users_known: bool,
     pub console_idle_s: Option<u64>,
     pub managed_procs: Option<u32>,
+    /// The load of the lab's job processes there ([`HostReport::job_load`]).
+    #[serde(default)]
+    pub job_load: Option<f64>,
     /// Lab-file labels plus sensor labels, lower-case, sorted, unique.
     pub labels: Vec<String>,
     pub owner: Option<String>,
@@ -125,4 +133,32 @@ pub struct HostStatus {
     /// ago`); `None` when it would, or when the host is held, drained or down.
     #[serde(default)]
     pub policy_note: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `job_load` is new: reports and rows without it still parse, and a report without it
+    /// is written as before.
+    #[test]
+    fn job_load_is_optional_both_ways() {
+        let old: HostReport = serde_json::from_str(
+            r#"{"hostname":"n1","seq":1,"trigger":null,
+            "cpus":2,"load":null,"cpu_util":null,"mem_total_kb":null,"mem_available_kb":null,
+            "os":null,"arch":null,"kernel":null,"users":null,"console_idle_s":null,
+            "managed_procs":null}"#,
+        )
+        .expect("a report from an older daemon");
+        assert_eq!(old.job_load, None);
+        let text = serde_json::to_string(&old).expect("json");
+        assert!(!text.contains("job_load"), "{text}");
+        let new = HostReport {
+            job_load: Some(0.5),
+            ..old
+        };
+        let back: HostReport =
+            serde_json::from_str(&serde_json::to_string(&new).expect("json")).expect("parse");
+        assert_eq!(back.job_load, Some(0.5));
+    }
 }

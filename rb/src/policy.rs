@@ -102,6 +102,17 @@ pub fn render_explain(e: &Value) -> String {
         s(&e["policy_path"]),
         s(&e["policy_sha256"]).chars().take(12).collect::<String>()
     );
+    let facts = &e["host_facts"];
+    if facts.is_object() {
+        out.push_str(&format!(
+            "host: held_by = {}, held_for_s = {}, load1 = {}, job_load = {}, other_load = {}\n",
+            s(&facts["held_by"]),
+            s(&facts["held_for_s"]),
+            s(&facts["load1"]),
+            s(&facts["job_load"]),
+            s(&facts["other_load"])
+        ));
+    }
     for h in e["hooks"].as_array().into_iter().flatten() {
         let origin = if h["set"].as_bool() == Some(true) {
             "file"

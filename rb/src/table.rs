@@ -265,6 +265,7 @@ mod tests {
             users_known: true,
             console_idle_s: None,
             managed_procs: Some(0),
+            job_load: None,
             labels: vec!["linux".into(), "public".into()],
             owner: Some("alice".into()),
             last_report_age_s: Some(0.4),

@@ -265,10 +265,16 @@ struct Job(std::process::Child);
 
 impl Job {
     fn start(broker: &Broker) -> Job {
+        Job::run(broker, &["sleep", "60"])
+    }
+
+    /// `agent --broker SOCKET -- rsh anyHost COMMAND...`.
+    fn run(broker: &Broker, command: &[&str]) -> Job {
         let child = Command::new(bin("agent"))
             .arg("--broker")
             .arg(broker.socket())
-            .args(["--grace-s", "1", "--", "rsh", "anyHost", "sleep", "60"])
+            .args(["--grace-s", "1", "--", "rsh", "anyHost"])
+            .args(command)
             .env_remove("RB_AGENT")
             .env_remove("RB_LAB")
             .stdin(std::process::Stdio::null())
@@ -298,6 +304,98 @@ fn wait_held(broker: &Broker, host: &str) {
         broker.jobs(),
         broker.log()
     );
+}
+
+/// `rb policy explain HOST --json`'s `host_facts`.
+fn host_facts(broker: &Broker, host: &str) -> serde_json::Value {
+    let out = broker.rb(&["policy", "explain", host, "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let e: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    e["host_facts"].clone()
+}
+
+#[test]
+fn explain_shows_the_job_load_of_a_busy_job_and_held_for_s_growing() {
+    let broker = Broker::start(&tests::local_lab(1));
+    broker.wait_all_up(Duration::from_secs(20));
+    let idle = host_facts(&broker, "vhost01");
+    assert_eq!(idle["held_for_s"], 0, "free: {idle}");
+    // rsh joins its words for the remote shell, as rsh does: one word, a shell loop; niced,
+    // so that it slows no other test (it needs only a few ticks of CPU to show).
+    let _busy = Job::run(&broker, &["nice -n 19 sh -c 'while :; do :; done'"]);
+    wait_held(&broker, "vhost01");
+    // The busy loop carries the lab's subagent tag: the host daemon counts its CPU time.
+    let loaded = wait_until(Duration::from_secs(20), || {
+        let f = host_facts(&broker, "vhost01");
+        (f["job_load"].as_f64().unwrap_or(0.0) > 0.0).then_some(f)
+    });
+    let loaded = loaded.unwrap_or_else(|| {
+        panic!(
+            "job_load stayed 0: {}\n{}",
+            host_facts(&broker, "vhost01"),
+            broker.log()
+        )
+    });
+    let other = loaded["other_load"].as_f64();
+    assert!(other.is_none_or(|o| o >= 0.0), "never below 0: {loaded}");
+    let held = loaded["held_for_s"].as_i64().expect("held_for_s");
+    let grew = wait_until(Duration::from_secs(10), || {
+        let f = host_facts(&broker, "vhost01");
+        (f["held_for_s"].as_i64().unwrap_or(0) > held).then_some(())
+    });
+    assert!(grew.is_some(), "held_for_s stuck at {held}");
+    let human = broker.rb(&["policy", "explain", "vhost01"]);
+    assert!(stdout(&human).contains("job_load = "), "{}", stdout(&human));
+    let status = broker.status().expect("status");
+    let row = status
+        .iter()
+        .find(|h| h.name == "vhost01")
+        .expect("vhost01");
+    assert!(row.job_load.is_some_and(|l| l > 0.0), "{row:?}");
+}
+
+#[test]
+fn an_overlaid_job_load_reaches_other_load_and_start() {
+    let dir = policy_dir();
+    let file = write(
+        dir.path(),
+        "p.toml",
+        "start = 'host.other_load != null && host.other_load <= 0.3'\n",
+    );
+    let broker = Broker::start(&lab_with_policy(1, file.to_str().expect("utf8")));
+    broker.wait_all_up(Duration::from_secs(20));
+    let overlay = broker.state_dir().join("hosts/vhost01/overlay.toml");
+    let put = |text: &str| {
+        let tmp = overlay.with_extension("tmp");
+        std::fs::write(&tmp, text).expect("write overlay");
+        std::fs::rename(&tmp, &overlay).expect("rename overlay");
+    };
+    put("load = [1.0, 1.0, 1.0]\njob_load = 0.25\n");
+    let facts = |want_other: f64| {
+        wait_until(Duration::from_secs(10), || {
+            let f = host_facts(&broker, "vhost01");
+            let other = f["other_load"].as_f64().unwrap_or(f64::NAN);
+            ((other - want_other).abs() < 1e-9).then_some(f)
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "other_load {want_other}: {}",
+                host_facts(&broker, "vhost01")
+            )
+        })
+    };
+    let busy = facts(0.75);
+    assert_eq!(busy["job_load"], 0.25, "{busy}");
+    let note = broker.status().expect("status")[0].policy_note.clone();
+    assert!(
+        note.is_some_and(|n| n.contains("host.other_load = 0.75")),
+        "start is false"
+    );
+    // Most of the load is now the jobs': the background is quiet enough.
+    put("load = [1.0, 1.0, 1.0]\njob_load = 0.8\n");
+    facts(0.2);
+    let _job = Job::start(&broker);
+    wait_held(&broker, "vhost01");
 }
 
 #[test]

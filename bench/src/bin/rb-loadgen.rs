@@ -148,6 +148,7 @@ fn report(name: &str, seq: u64) -> HostReport {
         }]),
         console_idle_s: Some(3600),
         managed_procs: Some(0),
+        job_load: Some(0.0),
         labels: vec!["linux".into(), "x86_64".into()],
         overlaid: Vec::new(),
     }

@@ -382,6 +382,7 @@ mod tests {
             cpus: Some(4),
             users: Some(vec![]),
             console_idle_s: None,
+            job_load: None,
         };
         a.host_changed(view, now);
         let info = |adaptive| JobInfo {

@@ -6,6 +6,7 @@
 //! ```toml
 //! cpus = 8
 //! load = [0.5, 0.4, 0.3]          # 1, 5, 15 minutes; finite, >= 0
+//! job_load = 0.2                  # the lab's job processes' load; finite, >= 0
 //! cpu_util = 0.1                  # 0.0–1.0
 //! mem_total_kb = 16000000
 //! mem_available_kb = 12000000
@@ -47,6 +48,8 @@ const MAX_OVERLAY_BYTES: u64 = 1 << 20;
 pub struct Overlay {
     pub cpus: Option<u32>,
     pub load: Option<[f64; 3]>,
+    /// Replaces the daemon's measured `job_load` (`crate::jobload`).
+    pub job_load: Option<f64>,
     pub cpu_util: Option<f64>,
     pub mem_total_kb: Option<u64>,
     pub mem_available_kb: Option<u64>,
@@ -165,6 +168,9 @@ impl Overlay {
         {
             return Err(("load", format!("{load:?} must be finite and >= 0")));
         }
+        if let Some(j) = self.job_load.filter(|j| !j.is_finite() || *j < 0.0) {
+            return Err(("job_load", format!("{j} must be finite and >= 0")));
+        }
         if self.labels.iter().flatten().any(|l| l.trim().is_empty()) {
             return Err(("labels", "a label is empty".to_owned()));
         }
@@ -179,6 +185,12 @@ impl Overlay {
         let overlaid = &mut report.overlaid;
         put(&mut report.cpus, self.cpus.map(Some), "cpus", overlaid);
         put(&mut report.load, self.load.map(Some), "load", overlaid);
+        put(
+            &mut report.job_load,
+            self.job_load.map(Some),
+            "job_load",
+            overlaid,
+        );
         put(
             &mut report.cpu_util,
             self.cpu_util.map(Some),
@@ -384,6 +396,7 @@ mod tests {
     const FULL: &str = r#"
 cpus = 8
 load = [0.5, 0.4, 0.3]
+job_load = 0.2
 cpu_util = 0.1
 mem_total_kb = 16000000
 mem_available_kb = 12000000
@@ -412,6 +425,7 @@ from = "node02"
         overlay.apply_report(&mut report);
         assert_eq!(report.cpus, Some(8));
         assert_eq!(report.load, Some([0.5, 0.4, 0.3]));
+        assert_eq!(report.job_load, Some(0.2));
         assert_eq!(report.cpu_util, Some(0.1));
         assert_eq!(report.mem_total_kb, Some(16_000_000));
         assert_eq!(report.mem_available_kb, Some(12_000_000));
@@ -425,6 +439,7 @@ from = "node02"
         let expected = [
             "cpus",
             "load",
+            "job_load",
             "cpu_util",
             "mem_total_kb",
             "mem_available_kb",
@@ -488,6 +503,7 @@ from = "node02"
         );
         assert_eq!(invalid_at("load = [1.0, -1.0, 0.0]\n"), (1, "load".into()));
         assert_eq!(invalid_at("load = [1.0]\n").1, "load");
+        assert_eq!(invalid_at("job_load = -0.5\n"), (1, "job_load".into()));
         assert_eq!(
             invalid_at("[[users]]\nuser = \"a\"\ntty = \"t\"\nshell = 1\n").1,
             "shell"

@@ -427,6 +427,7 @@ impl Bytes<'_> {
                 })
                 .into_iter()
                 .collect(),
+            share: self.float(),
         }
     }
 }

@@ -120,6 +120,7 @@ pub fn host_view(i: usize) -> HostView {
             false => vec![],
         }),
         console_idle_s: private.then_some(idle),
+        job_load: None,
     }
 }
 
