@@ -70,9 +70,8 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
         &job.remote_shell,
         preload.as_deref(),
     )?;
-    // Held for the job's life: what the pool has for members on other hosts (none yet: the
-    // subagents do not relay JEL connections).
-    let (pool, _remote) = host_pool(cfg, &mut env)?;
+    // The pool, and what it has for members on other hosts (their subagents relay them).
+    let pool = host_pool(cfg, &mut env)?;
     let shims = UnixListener::bind(&env.socket)
         .with_context(|| format!("cannot bind {}", env.socket.display()))?;
     std::fs::set_permissions(&env.socket, std::fs::Permissions::from_mode(0o600))?;

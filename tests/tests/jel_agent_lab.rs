@@ -1,11 +1,17 @@
 //! JEL hosted by the job's agent, lab tier (issue 16): the agent on the gateway machine, the
 //! broker over TCP, the remote command on a real namespaced host over real ssh under a
 //! subagent. `rb release HOST` puts `vacate` (with its deadline) in the job's stream before
-//! the subagent ends the command there, then `host_released`. Root only; the test prints why
-//! it is skipped otherwise.
+//! the subagent ends the command there, then `host_released`.
+//!
+//! Members on granted hosts: real `rb-jel` processes started with `rsh anyLinux-N` join
+//! through their subagent's socket, relayed over its agent link: every host sees one stream,
+//! with each member's lab host; a release, a crash, a killed winner and a watcher cut off
+//! reach them as they reach the front end's. Root only; each test prints why it is skipped
+//! otherwise.
 
 use std::{
-    path::Path,
+    path::{Path, PathBuf},
+    process::Child,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
@@ -105,4 +111,150 @@ fn a_release_over_ssh_is_vacate_with_its_deadline_then_host_released_in_the_jobs
         (asked + 2_000..=unix_ms() + 3_000).contains(&deadline),
         "the deadline is the release's grace (3 s) from the reclaim: {deadline}, asked at {asked}"
     );
+}
+
+/// A job whose app runs `body` (a shell script with `$J` = rb-jel's absolute path and `$D`
+/// = a directory of the test's), then waits until the test creates `$D/stop`.
+struct JelJob {
+    dir: tempfile::TempDir,
+    child: Child,
+}
+
+impl JelJob {
+    fn start(env: &LabWithBroker, body: &str) -> JelJob {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let script = format!(
+            "J='{jel}'; D='{dir}'; {body}\nwhile [ ! -e \"$D/stop\" ]; do sleep 0.1; done",
+            jel = bin("rb-jel").display(),
+            dir = dir.path().display(),
+        );
+        let child = env.agent(&["sh", "-c", &script]).spawn().expect("agent");
+        JelJob { dir, child }
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn events(&self, name: &str) -> Vec<serde_json::Value> {
+        events(&self.file(name))
+    }
+
+    /// Waits (up to `within`) for an event of watcher file `name` that `pick` chooses.
+    fn wait_event(
+        &self,
+        name: &str,
+        within: Duration,
+        pick: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        wait_until(within, || self.events(name).into_iter().find(|e| pick(e))).unwrap_or_else(
+            || {
+                panic!(
+                    "no such event in {name} within {within:?}: {:?}",
+                    self.events(name)
+                )
+            },
+        )
+    }
+
+    /// Ends the app and waits for the job's end.
+    fn stop(mut self) {
+        std::fs::write(self.file("stop"), "").expect("stop file");
+        let ended = wait_until(Duration::from_secs(30), || {
+            self.child.try_wait().ok().flatten()
+        });
+        if ended.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            panic!("the job did not end");
+        }
+    }
+}
+
+impl Drop for JelJob {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = std::fs::write(self.file("stop"), "");
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn joined(e: &serde_json::Value, name: &str) -> bool {
+    e["event"] == "joined" && e["member"]["name"] == name
+}
+
+/// The events of `a` and `b` agree wherever both have a seq.
+fn same_stream(a: &[serde_json::Value], b: &[serde_json::Value]) {
+    for e in a {
+        if let Some(other) = b.iter().find(|o| o["seq"] == e["seq"]) {
+            assert_eq!(e, other, "one stream for every host");
+        }
+    }
+}
+
+#[test]
+fn members_on_three_hosts_see_one_stream_with_their_lab_hosts() {
+    let name = "members_on_three_hosts_see_one_stream_with_their_lab_hosts";
+    if skip_unless_root(name) {
+        return;
+    }
+    let env = LabWithBroker::start(2, &[]);
+    let job = JelJob::start(
+        &env,
+        "\"$J\" watch --from 1 --json > \"$D/fe\" &\n\
+         \"$J\" join --name fe -- sleep 600 &\n\
+         rsh anyLinux-1 \"$J\" join --name r1 -- \"$J\" watch --from 1 --json > \"$D/r1\" </dev/null &\n\
+         rsh anyLinux-2 \"$J\" join --name r2 -- \"$J\" watch --from 1 --json > \"$D/r2\" </dev/null &\n\
+         while [ ! -e \"$D/list\" ]; do sleep 0.1; done; \"$J\" members --json > \"$D/members.tmp\"; \
+         mv \"$D/members.tmp\" \"$D/members\"",
+    );
+    let within = Duration::from_secs(30);
+    let mut hosts = Vec::new();
+    for member in ["fe", "r1", "r2"] {
+        for watcher in ["fe", "r1", "r2"] {
+            let e = job.wait_event(watcher, within, |e| joined(e, member));
+            if watcher == "fe" {
+                hosts.push(e["member"]["host"].as_str().expect("host").to_string());
+            }
+        }
+    }
+    let names: Vec<String> = env.lab.hosts().iter().map(|h| h.name.clone()).collect();
+    assert!(
+        !names.contains(&hosts[0]),
+        "the gateway is no lab host: {hosts:?}"
+    );
+    assert!(
+        names.contains(&hosts[1]) && names.contains(&hosts[2]),
+        "{hosts:?} {names:?}"
+    );
+    assert_ne!(hosts[1], hosts[2], "two hosts granted");
+    let (fe, r1, r2) = (job.events("fe"), job.events("r1"), job.events("r2"));
+    same_stream(&fe, &r1);
+    same_stream(&fe, &r2);
+    std::fs::write(job.file("list"), "").expect("list");
+    let members = wait_until(within, || {
+        let text = std::fs::read_to_string(job.file("members")).ok()?;
+        serde_json::from_str::<serde_json::Value>(&text).ok()
+    })
+    .expect("rb-jel members");
+    let listed: Vec<(String, String)> = members
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap_or("").into(),
+                m["host"].as_str().unwrap_or("").into(),
+            )
+        })
+        .collect();
+    for (member, host) in ["fe", "r1", "r2"].iter().zip(&hosts) {
+        assert!(
+            listed.contains(&(member.to_string(), host.clone())),
+            "{member} on {host} in {listed:?}"
+        );
+    }
+    job.stop();
 }

@@ -6,7 +6,8 @@
 //! - this module: [`HostConfig`], [`PoolHost`] (the handle, its async methods), [`RemoteOut`]
 //!   (what the agent carries to members on other hosts), [`HostError`].
 //! - `accept`: the listening socket (same uid only) and one reader task per connection
-//!   (lines, bounded in length).
+//!   (lines, bounded in length); its [`LineReader`] is public: the subagents' relay
+//!   (`agent/src/subjel.rs`) reads its clients' lines with it.
 //! - `serve`: the pool task: batches everything ready into one
 //!   [`Pool::handle_batch`](crate::pool::Pool::handle_batch), writes each connection's lines
 //!   non-blocking (one `writev`), reports what was written, ticks once a second.
@@ -32,6 +33,8 @@
 
 mod accept;
 mod serve;
+
+pub use accept::{LineReader, TooLong};
 
 use std::{
     io,
