@@ -336,6 +336,11 @@ pub enum FromBroker {
         /// secret, so they cannot derive it). Absent from older brokers.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         lab_mark: Option<String>,
+        /// The lab host the agent runs on (found from its registration's `runs_on`), when
+        /// it is one: the lab name of the job's front end, e.g. for its JEL members' `host`.
+        /// Absent when the agent runs outside the lab's hosts, and from older brokers.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        front_end: Option<String>,
     },
     /// To an agent: request `req` waits; `position` 1 = next; `reason` says why, for people
     /// (absent from brokers before it was added).

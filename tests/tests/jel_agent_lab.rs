@@ -17,7 +17,7 @@ use std::{
 
 use tests::{
     bin,
-    labtier::{skip_unless_root, LabWithBroker},
+    labtier::{skip_unless_root, LabWithBroker, FRONT_END},
     wait_until,
 };
 
@@ -480,4 +480,107 @@ fn a_crashed_hosts_members_die_host_lost_once_the_subagents_deadline_has_passed(
     assert_eq!(deaths, 2, "{fe:?}");
     env.lab.boot(&host).expect("boot");
     drop(job);
+}
+
+/// The lines a child prints, collected by a thread as they come.
+fn collect_lines(out: std::process::ChildStdout) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+    use std::io::BufRead;
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = std::sync::Arc::clone(&lines);
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            sink.lock().expect("lines").push(line);
+        }
+    });
+    lines
+}
+
+#[test]
+fn releasing_the_front_ends_own_host_ends_only_the_members_started_under_the_grant() {
+    let name = "releasing_the_front_ends_own_host_ends_only_the_members_started_under_the_grant";
+    if skip_unless_root(name) {
+        return;
+    }
+    // One lab host, the front end, managed: the job's grant is its own machine.
+    let env = LabWithBroker::start_with_managed_front_end(1);
+    let jel = bin("rb-jel").display().to_string();
+    let script = format!(
+        "J='{jel}'; export J\n\
+         \"$J\" watch --from 1 --json &\n\
+         \"$J\" join --name fe -- sleep 600 &\n\
+         rsh anyLinux-1 \"$J\" join --name g -- sleep 600 </dev/null &\n\
+         until \"$J\" members --json | grep -q '\"g\"'; do sleep 0.1; done\n\
+         until \"$J\" members --json | grep -q '\"fe\"'; do sleep 0.1; done\n\
+         echo READY\n\
+         while \"$J\" members --json | grep -q '\"g\"'; do sleep 0.1; done\n\
+         echo \"MEMBERS $(\"$J\" members --json)\""
+    );
+    let mut child = env
+        .agent_as_user(FRONT_END, &[], &["sh", "-c", &script])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("agent");
+    let lines = collect_lines(child.stdout.take().expect("stdout"));
+    let has = |prefix: &str| {
+        let lines = lines.lock().expect("lines");
+        lines.iter().find(|l| l.starts_with(prefix)).cloned()
+    };
+    let ready = wait_until(Duration::from_secs(40), || has("READY"));
+    if ready.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!(
+            "both members never joined: {:?}",
+            lines.lock().expect("lines")
+        );
+    }
+    let out = env.broker.rb(&["release", FRONT_END, "--grace-s", "2"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let members = wait_until(Duration::from_secs(30), || has("MEMBERS "));
+    let status = wait_until(Duration::from_secs(30), || child.try_wait().ok().flatten());
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let seen: Vec<serde_json::Value> = lines
+        .lock()
+        .expect("lines")
+        .iter()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let members = members.unwrap_or_else(|| panic!("no members listed: {seen:?}"));
+    let members: serde_json::Value =
+        serde_json::from_str(members.trim_start_matches("MEMBERS ")).expect("members json");
+    let names: Vec<(&str, &str)> = members
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap_or(""),
+                m["host"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(names, [("fe", FRONT_END)], "the front end's member stays");
+    let g = seen.iter().find(|e| died(e, "g")).expect("g died");
+    assert_eq!(g["reason"], "vacated", "{g}");
+    assert!(!seen.iter().any(|e| died(e, "fe")), "{seen:?}");
+    let vacate = seen
+        .iter()
+        .find(|e| e["event"] == "vacate")
+        .expect("vacate");
+    let listed: Vec<&str> = vacate["members"]
+        .as_array()
+        .expect("vacate's members")
+        .iter()
+        .filter_map(|m| m["name"].as_str())
+        .collect();
+    assert_eq!(listed, ["g"], "{vacate}");
+    let fe = seen.iter().find(|e| joined(e, "fe")).expect("fe joined");
+    assert_eq!(fe["member"]["host"], FRONT_END, "the front end's lab name");
 }

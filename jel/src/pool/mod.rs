@@ -185,6 +185,16 @@ pub enum Input {
         host: String,
         pid: Option<u32>,
     },
+    /// A client connected on the pool's own host (the job's front end, the agent's socket),
+    /// labelled `host`. Its members leave only by themselves or at the pool's end: host
+    /// events (reclaim, release, loss, kill) name granted hosts, and a granted host may have
+    /// the front end's name (a lab host granted to the job that runs on it) without its
+    /// events being about the front end's own processes.
+    OpenedFrontEnd {
+        conn: ConnId,
+        host: String,
+        pid: Option<u32>,
+    },
     /// One line the client sent, without its newline.
     Line { conn: ConnId, line: String },
     /// The shell wrote `lines` more of this connection's lines to the socket.
