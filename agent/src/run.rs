@@ -145,7 +145,11 @@ fn host_pool(
 ) -> anyhow::Result<(PoolHost, mpsc::UnboundedReceiver<RemoteOut>)> {
     let socket = env.dir.join(JEL_SOCKET);
     let host = front_end.map_or_else(|| crate::whereami::this_host().hostname, String::from);
-    let bound = PoolHost::bind(HostConfig::new(&socket, host, cfg.jel.clone()))?;
+    let config = HostConfig {
+        front_end: true,
+        ..HostConfig::new(&socket, host, cfg.jel.clone())
+    };
+    let bound = PoolHost::bind(config)?;
     env.vars
         .insert(jel::ENV_JEL.into(), socket.display().to_string());
     Ok(bound)

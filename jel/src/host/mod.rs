@@ -61,6 +61,12 @@ pub struct HostConfig {
     pub socket: PathBuf,
     /// The lab name of this host: local members are on it.
     pub host: String,
+    /// Whether this host is the job's front end (the agent's pool): its local members are
+    /// then never touched by host events, which name granted hosts
+    /// ([`Input::OpenedFrontEnd`](crate::pool::Input::OpenedFrontEnd)). Off by default: a
+    /// pool hosted by hand (`rb-jel-host`, tests) stands its local members in for a granted
+    /// host's.
+    pub front_end: bool,
     pub pool: PoolConfig,
     /// Longest line a client may send, in bytes, newline excluded.
     pub max_line: usize,
@@ -79,6 +85,7 @@ impl HostConfig {
         HostConfig {
             socket: socket.into(),
             host: host.into(),
+            front_end: false,
             pool,
             max_line: 1 << 20,
             max_unwritten,

@@ -200,9 +200,9 @@ impl Server {
                 pid,
                 stream,
             } => {
-                let input = match stream {
-                    Some(_) => Input::OpenedFrontEnd { conn, host, pid },
-                    None => Input::Opened { conn, host, pid },
+                let input = match (&stream, self.config.front_end) {
+                    (Some(_), true) => Input::OpenedFrontEnd { conn, host, pid },
+                    _ => Input::Opened { conn, host, pid },
                 };
                 let sink = match stream {
                     Some(stream) => Sink::Local(Local {
