@@ -361,3 +361,134 @@ async fn write_all(stream: &UnixStream, mut bytes: &[u8]) -> io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, BufReader, Write as _};
+
+    fn bound(dir: &tempfile::TempDir) -> Bound {
+        let path = dir.path().join(SOCKET);
+        let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind");
+        Bound {
+            listener,
+            dir: dir.path().to_path_buf(),
+        }
+    }
+
+    /// A client on a thread of its own (blocking I/O), as a job's process is.
+    fn client(path: PathBuf) -> std::os::unix::net::UnixStream {
+        std::os::unix::net::UnixStream::connect(path).expect("connect")
+    }
+
+    /// The next local event, and what it tells the agent.
+    async fn step(relay: &mut Relay) -> Option<ToBroker> {
+        let ev = tokio::time::timeout(Duration::from_secs(5), relay.next())
+            .await
+            .expect("in time")
+            .expect("an event");
+        relay.local(ev)
+    }
+
+    #[tokio::test]
+    async fn a_connection_is_relayed_both_ways_and_closed_by_either_side() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let b = bound(&dir);
+        let path = b.socket();
+        let mut relay = Relay::start(Some(b));
+        let mut c = client(path.clone());
+        let opened = step(&mut relay).await;
+        let Some(ToBroker::JelOpen { conn, pid }) = opened else {
+            panic!("{opened:?}");
+        };
+        assert_eq!(pid, Some(std::process::id()));
+        c.write_all(b"{\"jel\":1}\n").expect("write");
+        let line = step(&mut relay).await;
+        let expected = ToBroker::JelLine {
+            conn,
+            line: "{\"jel\":1}".into(),
+        };
+        assert_eq!(line, Some(expected));
+        let send = FromBroker::JelSend {
+            conn,
+            lines: vec!["a\n".into(), "b\n".into()],
+        };
+        assert_eq!(relay.from_agent(send), None);
+        relay.flush(Duration::from_secs(5)).await;
+        let reason = "HostGone".to_string();
+        assert_eq!(
+            relay.from_agent(FromBroker::JelDisconnect { conn, reason }),
+            None
+        );
+        let read = tokio::task::spawn_blocking(move || {
+            BufReader::new(c)
+                .lines()
+                .map_while(Result::ok)
+                .collect::<Vec<_>>()
+        });
+        let lines = tokio::time::timeout(Duration::from_secs(5), read)
+            .await
+            .expect("EOF in time")
+            .expect("reader");
+        assert_eq!(lines, ["a", "b"], "the lines, then EOF");
+        // Its reader reports the close; the agent already forgot it: nothing to say.
+        assert_eq!(step(&mut relay).await, None);
+        // A second client closes by itself: `jel_closed`.
+        let c2 = client(path);
+        let Some(ToBroker::JelOpen { conn: second, .. }) = step(&mut relay).await else {
+            panic!("no open");
+        };
+        assert_ne!(second, conn);
+        drop(c2);
+        let closed = step(&mut relay).await;
+        assert_eq!(closed, Some(ToBroker::JelClosed { conn: second }));
+        drop(relay);
+        assert!(!dir.path().exists(), "the relay's directory goes with it");
+    }
+
+    #[tokio::test]
+    async fn a_line_over_the_limit_closes_its_connection() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let b = bound(&dir);
+        let path = b.socket();
+        let mut relay = Relay::start(Some(b));
+        let mut c = client(path);
+        let Some(ToBroker::JelOpen { conn, .. }) = step(&mut relay).await else {
+            panic!("no open");
+        };
+        let long = vec![b'x'; JEL_RELAY_MAX_LINE + 1];
+        let writer = std::thread::spawn(move || {
+            let _ = c.write_all(&long);
+            let _ = c.write_all(b"\n");
+            c
+        });
+        let closed = step(&mut relay).await;
+        assert_eq!(closed, Some(ToBroker::JelClosed { conn }));
+        drop(writer.join());
+    }
+
+    #[tokio::test]
+    async fn the_link_lost_closes_every_connection_on_the_host() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let b = bound(&dir);
+        let path = b.socket();
+        let mut relay = Relay::start(Some(b));
+        let c = client(path);
+        let Some(ToBroker::JelOpen { conn, .. }) = step(&mut relay).await else {
+            panic!("no open");
+        };
+        relay.close_all();
+        let read = tokio::task::spawn_blocking(move || BufReader::new(c).lines().count());
+        let n = tokio::time::timeout(Duration::from_secs(5), read)
+            .await
+            .expect("EOF in time")
+            .expect("reader");
+        assert_eq!(n, 0, "EOF at once");
+        // Lines for it from the agent are dropped: it is no member any more.
+        let send = FromBroker::JelSend {
+            conn,
+            lines: vec!["x\n".into()],
+        };
+        assert_eq!(relay.from_agent(send), None);
+    }
+}
