@@ -138,8 +138,9 @@ pub fn run(cfg: SubagentConfig) -> i32 {
         }
         Ok(nix::unistd::ForkResult::Parent { child: guardian }) => {
             drop(status_rx);
-            drop(jel); // the guardian's now
-            end_group_if_guardian_dies(guardian, watch);
+            // The guardian's now; its directory is removed here only if it dies first.
+            let jel_dir = jel.ok().map(|b| b.dir);
+            end_group_if_guardian_dies(guardian, watch, jel_dir);
             let code = wait_code(child.wait());
             let _ = nix::unistd::write(&status_tx, &code.to_le_bytes());
             code
@@ -154,14 +155,18 @@ pub fn run(cfg: SubagentConfig) -> i32 {
 /// The guardian ends the group before it exits, so a guardian gone while the command runs
 /// was killed (SIGKILL, the OOM killer): nothing would watch the group any more and the
 /// job's processes would outlive it. The front then ends the group itself (issue 17, the
-/// fault suite's `hostd_subagent_and_agent_sigkilled…` with seed 3).
-fn end_group_if_guardian_dies(guardian: Pid, watch: Watch) {
+/// fault suite's `hostd_subagent_and_agent_sigkilled…` with seed 3). It also removes the
+/// JEL socket's directory, which the guardian removes when it ends by itself.
+fn end_group_if_guardian_dies(guardian: Pid, watch: Watch, jel_dir: Option<PathBuf>) {
     let spawned = std::thread::Builder::new()
         .name("guardian-watch".into())
         .spawn(move || {
             // Only this thread waits for the guardian; the main thread waits for the command.
             let _ = nix::sys::wait::waitpid(guardian, None);
             watch.end(Duration::from_secs(1));
+            if let Some(dir) = jel_dir {
+                let _ = std::fs::remove_dir_all(dir);
+            }
         });
     if let Err(e) = spawned {
         eprintln!("rb-subagent: cannot watch the guardian: {e}");
