@@ -39,6 +39,12 @@ pub enum Event {
         host: String,
         reply: mpsc::Sender<ShimReply>,
     },
+    /// A shim whose remote shell for `alloc` exited 0 asks whether it was taken back.
+    ShimTakenBack {
+        conn: u64,
+        alloc: u64,
+        reply: mpsc::Sender<ShimReply>,
+    },
     /// A job process looked a symbolic name up (`librb_preload.so`).
     Resolved {
         symbolic: String,
@@ -109,6 +115,11 @@ async fn shim_conn(mut conn: FramedConn<tokio::net::UnixStream>, events: mpsc::S
         Ok(ShimRequest::Attach { host, .. }) => Event::ShimAttach {
             conn: id,
             host,
+            reply: tx,
+        },
+        Ok(ShimRequest::TakenBack { alloc, .. }) => Event::ShimTakenBack {
+            conn: id,
+            alloc,
             reply: tx,
         },
         Ok(ShimRequest::Resolved { symbolic, pid }) => {

@@ -101,6 +101,7 @@ pub mod snapshot;
 mod state;
 pub mod trace;
 pub mod trace_state;
+mod usage;
 mod view;
 
 use std::time::Duration;
@@ -114,6 +115,7 @@ pub use snapshot::{AllocRecord, JobRecord, ReleasingRecord, RequestRecord, Snaps
 pub use state::Allocator;
 pub use trace::{Recorder, TraceClock};
 pub use trace_state::TraceState;
+pub use usage::Usage;
 pub use view::{Blocked, HostAlloc, WaitReason, WaitingRow};
 
 pub type JobId = u64;

@@ -34,7 +34,8 @@ use policies::Policy;
 use crate::{
     state::AllocState,
     trace::{apply_delta, find_alloc, Body, Input, Line, Start, TraceClock, What},
-    Allocator, Effect, JobId, RequestId,
+    usage::UsageMeter,
+    Allocator, Effect, JobId, RequestId, Usage,
 };
 
 /// How far behind an input the deadlines of reclaims are checked (see the module docs).
@@ -162,6 +163,8 @@ pub struct Outcome {
     pub differences: Vec<Difference>,
     /// Inputs naming an allocation the replay does not have (see the module docs).
     pub skipped: usize,
+    /// How the replayed run used its hosts ([`Usage`]).
+    pub usage: Usage,
 }
 
 /// A trace being replayed under one policy. Feed it every line of every file, oldest first.
@@ -178,6 +181,7 @@ pub struct Replay {
     recorded: Side,
     replayed: Side,
     skipped: usize,
+    usage: UsageMeter,
 }
 
 /// Ids of one side mapped to the other's (the same unless lines were lost).
@@ -214,6 +218,7 @@ impl Replay {
             recorded: Side::default(),
             replayed: Side::default(),
             skipped: 0,
+            usage: UsageMeter::default(),
         }
     }
 
@@ -225,6 +230,9 @@ impl Replay {
         match line.body {
             Body::Start(start) => {
                 self.start(*start);
+                if let Some(alloc) = &self.alloc {
+                    self.usage.sample(line.t_us, alloc);
+                }
                 Ok(())
             }
             Body::Decision(d) => {
@@ -254,6 +262,7 @@ impl Replay {
             decisions,
             differences: differences.into_iter().map(|(_, d)| d).collect(),
             skipped: self.skipped,
+            usage: self.usage.usage(),
         }
     }
 
@@ -279,6 +288,7 @@ impl Replay {
             self.note_replayed(&effects, unix_ms);
         }
         let applied = self.apply(&mut alloc, input, now);
+        self.usage.sample(t_us, &alloc);
         self.alloc = Some(alloc);
         let effects = applied?;
         self.note_replayed(&effects, unix_ms);

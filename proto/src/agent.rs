@@ -16,6 +16,9 @@
 //! shim → agent  {"t":"attach","host":"node03","pid":4712}  (a real host already allocated to the job)
 //! job  → agent  {"t":"resolved","symbolic":"anyLinux","pid":4713}  (no reply; see below)
 //! shim → agent  {"t":"named","host":"node05","pid":4714}   (no reply: a pass-through call)
+//! shim → agent  {"t":"taken_back","alloc":7,"pid":4712}  (its remote shell exited 0: was the host taken?)
+//! agent → shim  {"t":"taken_back","alloc":7,"host":"node03","message":"…"}   (exit 143)
+//! agent → shim  {"t":"not_taken_back","alloc":7}                              (the shell's 0)
 //! ```
 //!
 //! `resolved` comes from `librb_preload.so` in a module job's processes when one looks a
@@ -29,6 +32,16 @@
 //! host at once. When the broker has taken that host back, the next call is answered
 //! `lost` (the shim exits 255, as ssh does when it cannot reach a host: whatever ran there
 //! is gone) and the call after it binds a new host.
+//!
+//! `taken_back` (issue 17): a shim that ran a command on a granted host does not exec the
+//! remote shell but waits for it. The remote status is lost over rsh (netkit rsh exits 0
+//! when the subagent ended the command for a reclaim), so when the remote shell exits 0
+//! the shim asks, on a new connection, whether the broker took that allocation back
+//! (reclaimed it: `rb release`, the policy, an owner back) while the command ran. The
+//! agent remembers the last [`TAKEN_BACK_MEMORY`] allocations the broker took back from the
+//! job. `taken_back` makes the shim exit 143, as ssh does when the subagent ended the
+//! command with SIGTERM, after one line on stderr; `not_taken_back` (or no answer: the job
+//! is ending) keeps the remote shell's 0.
 
 use serde::{Deserialize, Serialize};
 
@@ -60,7 +73,14 @@ pub enum ShimRequest {
     /// the real remote shell: the job uses that host by name (a module job is then never
     /// granted it). Not answered.
     Named { host: String, pid: u32 },
+    /// The shim's remote shell for `alloc` exited 0: did the broker take `alloc` back from
+    /// the job? Answered with `TakenBack` or `NotTakenBack`.
+    TakenBack { alloc: u64, pid: u32 },
 }
+
+/// How many allocations the broker took back an agent remembers for
+/// [`ShimRequest::TakenBack`] (the oldest are forgotten first).
+pub const TAKEN_BACK_MEMORY: usize = 1024;
 
 /// Agent → shim.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -90,6 +110,17 @@ pub enum ShimReply {
         host: String,
         message: String,
     },
+    /// The broker took `alloc` (on `host`) back from the job: the command that ran there
+    /// was ended. The shim prints `message` and exits 143.
+    TakenBack {
+        alloc: u64,
+        host: String,
+        message: String,
+    },
+    /// The broker did not take `alloc` back: the remote shell's status stands.
+    NotTakenBack {
+        alloc: u64,
+    },
 }
 
 #[cfg(test)]
@@ -110,5 +141,26 @@ mod tests {
         })
         .expect("encode");
         assert_eq!(text, r#"{"t":"resolved","symbolic":"anyLinux","pid":2}"#);
+        let text =
+            serde_json::to_string(&ShimRequest::TakenBack { alloc: 7, pid: 3 }).expect("encode");
+        assert_eq!(text, r#"{"t":"taken_back","alloc":7,"pid":3}"#);
+    }
+
+    #[test]
+    fn taken_back_replies_are_stable() {
+        let reply = ShimReply::TakenBack {
+            alloc: 7,
+            host: "node03".into(),
+            message: "gone".into(),
+        };
+        let text = serde_json::to_string(&reply).expect("encode");
+        assert_eq!(
+            text,
+            r#"{"t":"taken_back","alloc":7,"host":"node03","message":"gone"}"#
+        );
+        let text = serde_json::to_string(&ShimReply::NotTakenBack { alloc: 7 }).expect("encode");
+        assert_eq!(text, r#"{"t":"not_taken_back","alloc":7}"#);
+        let back: ShimReply = serde_json::from_str(&text).expect("decode");
+        assert_eq!(back, ShimReply::NotTakenBack { alloc: 7 });
     }
 }

@@ -16,7 +16,7 @@ use std::{
     sync::Arc,
 };
 
-use allocation::{trace::file_seq, Difference, Outcome, Replay};
+use allocation::{trace::file_seq, Difference, Outcome, Replay, Usage};
 
 use crate::{cli::EXIT_USAGE, table};
 
@@ -132,12 +132,14 @@ fn trace_files(dir: &Path) -> Result<Vec<PathBuf>, TraceError> {
     Ok(files.into_iter().map(|(_, p)| p).collect())
 }
 
-/// One line per difference, then `N decisions, M would differ under FILE`.
+/// One line per difference, the replayed run's host usage, then `N decisions, M would
+/// differ under FILE`.
 pub fn render(outcome: &Outcome, policy_file: &Path, utc_offset_s: i64) -> String {
     let mut out = String::new();
     for d in &outcome.differences {
         out.push_str(&render_difference(d, utc_offset_s));
     }
+    out.push_str(&render_usage(&outcome.usage));
     out.push_str(&format!(
         "{} decisions, {} would differ under {}\n",
         outcome.decisions,
@@ -145,6 +147,22 @@ pub fn render(outcome: &Outcome, policy_file: &Path, utc_offset_s: i64) -> Strin
         policy_file.display()
     ));
     out
+}
+
+/// `usage: H host-s, U held (P %); requests waited W s; hosts free meanwhile I host-s (idle
+/// P %)`: the
+/// paper's utilization, under the replayed policy (the same as recorded when it is the one
+/// in force).
+fn render_usage(u: &Usage) -> String {
+    format!(
+        "usage: {:.1} host-s, {:.1} held ({:.2} %); requests waited {:.1} s; hosts free meanwhile {:.1} host-s (idle {:.3} %)\n",
+        u.host_s,
+        u.held_host_s,
+        if u.host_s > 0.0 { 100.0 * u.held_host_s / u.host_s } else { 0.0 },
+        u.wanted_s,
+        u.idle_while_wanted_host_s,
+        100.0 * u.idle_fraction()
+    )
 }
 
 fn render_difference(d: &Difference, utc_offset_s: i64) -> String {
@@ -200,11 +218,18 @@ mod tests {
                 replayed: "waits (1 matching host(s): 1 held by jobs)".into(),
             }],
             skipped: 0,
+            usage: Usage {
+                host_s: 400.0,
+                held_host_s: 300.0,
+                idle_while_wanted_host_s: 2.0,
+                wanted_s: 5.0,
+            },
         };
         let text = render(&outcome, Path::new("refuse.toml"), 0);
         assert_eq!(
             text,
             "01-01 01:00:00  host node03  job 2 req 5  recorded: grant node03  replayed: waits (1 matching host(s): 1 held by jobs)\n\
+             usage: 400.0 host-s, 300.0 held (75.00 %); requests waited 5.0 s; hosts free meanwhile 2.0 host-s (idle 0.500 %)\n\
              4 decisions, 1 would differ under refuse.toml\n"
         );
     }

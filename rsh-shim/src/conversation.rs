@@ -1,6 +1,8 @@
 //! The shim's side of the job-local protocol (`proto::agent`): one request, then replies until
 //! `Granted`, `Refused` or `Lost`. One JSON object per line; the connection stays open while queued
-//! (closing it cancels the request) and is closed by `exec` (the socket is close-on-exec).
+//! (closing it cancels the request) and is closed before the remote shell starts. After a
+//! granted host's remote shell exited 0, one more question on a new connection:
+//! [`taken_back`].
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 
@@ -69,7 +71,33 @@ pub fn converse<S: Read + Write>(
             }
             ShimReply::Refused { message } => return Ok(Outcome::Refused(message)),
             ShimReply::Lost { host, message, .. } => return Ok(Outcome::Lost { host, message }),
+            other @ (ShimReply::TakenBack { .. } | ShimReply::NotTakenBack { .. }) => {
+                return Err(ConversationError::BadReply(format!(
+                    "an answer to a question not asked: {other:?}"
+                )))
+            }
         }
+    }
+}
+
+/// Asks whether the broker took `alloc` back from the job while the command ran there:
+/// `Some((host, message))` when it did.
+pub fn taken_back<S: Read + Write>(
+    mut stream: S,
+    alloc: u64,
+    pid: u32,
+) -> Result<Option<(String, String)>, ConversationError> {
+    send(&mut stream, &ShimRequest::TakenBack { alloc, pid })?;
+    match read_reply(&mut BufReader::new(stream))? {
+        ShimReply::TakenBack {
+            alloc: a,
+            host,
+            message,
+        } if a == alloc => Ok(Some((host, message))),
+        ShimReply::NotTakenBack { alloc: a } if a == alloc => Ok(None),
+        other => Err(ConversationError::BadReply(format!(
+            "not an answer about allocation {alloc}: {other:?}"
+        ))),
     }
 }
 
@@ -219,6 +247,32 @@ mod tests {
         let (stream, _agent) = with_agent("{\"t\":\"refused\"");
         assert!(matches!(
             converse(stream, &allocate(), |_, _| {}),
+            Err(ConversationError::Closed)
+        ));
+    }
+
+    #[test]
+    fn taken_back_or_not() {
+        let (stream, agent) = with_agent(
+            "{\"t\":\"taken_back\",\"alloc\":7,\"host\":\"node03\",\"message\":\"why\"}\n",
+        );
+        let answer = taken_back(stream, 7, 4711).expect("answer");
+        assert_eq!(answer, Some(("node03".into(), "why".into())));
+        assert_eq!(
+            agent.join().expect("agent"),
+            "{\"t\":\"taken_back\",\"alloc\":7,\"pid\":4711}\n"
+        );
+        let (stream, _agent) = with_agent("{\"t\":\"not_taken_back\",\"alloc\":7}\n");
+        assert_eq!(taken_back(stream, 7, 1).expect("answer"), None);
+        // About another allocation, or no answer at all: errors (the caller keeps 0).
+        let (stream, _agent) = with_agent("{\"t\":\"not_taken_back\",\"alloc\":8}\n");
+        assert!(matches!(
+            taken_back(stream, 7, 1),
+            Err(ConversationError::BadReply(_))
+        ));
+        let (stream, _agent) = with_agent("");
+        assert!(matches!(
+            taken_back(stream, 7, 1),
             Err(ConversationError::Closed)
         ));
     }

@@ -1,8 +1,9 @@
-//! What the shim turns into: every path ends in `exec`, so the real remote shell relays stdin
-//! (with EOF), stdout and stderr unbuffered and returns the remote status itself.
+//! What the shim runs: the pass-through and the one-shot agent end in `exec`; a granted
+//! host's remote shell runs as the shim's child ([`crate::child`]). Either way the real
+//! remote shell has the caller's stdin (with EOF), stdout and stderr itself, unbuffered.
 //!
 //! The plans are pure values (program + arguments) built here and tested; [`exec`] performs
-//! one, setting `RB_SHIM_DEPTH` one higher than ours.
+//! one and [`command`] prepares one, setting `RB_SHIM_DEPTH` one higher than ours.
 
 use std::ffi::{OsStr, OsString};
 use std::io;
@@ -115,10 +116,14 @@ pub fn find_agent(self_exe: &Path, path_var: Option<&OsStr>) -> Option<PathBuf> 
     }
 }
 
-/// Replaces this process with `plan`, with `RB_SHIM_DEPTH` = `depth + 1` and without the
-/// job's preload library in `LD_PRELOAD` (the remote shell resolves real names only). Returns
-/// only on failure.
+/// Replaces this process with `plan` ([`command`]). Returns only on failure.
 pub fn exec(plan: &Plan, depth: u32) -> io::Error {
+    command(plan, depth).exec()
+}
+
+/// `plan` as a command with `RB_SHIM_DEPTH` = `depth + 1` and without the job's preload
+/// library in `LD_PRELOAD` (the remote shell resolves real names only); stdio inherited.
+pub fn command(plan: &Plan, depth: u32) -> Command {
     let mut cmd = Command::new(&plan.program);
     cmd.args(&plan.args)
         .env(ENV_SHIM_DEPTH, depth.saturating_add(1).to_string());
@@ -128,7 +133,7 @@ pub fn exec(plan: &Plan, depth: u32) -> io::Error {
             rest => cmd.env("LD_PRELOAD", rest),
         };
     }
-    cmd.exec()
+    cmd
 }
 
 #[cfg(test)]

@@ -2,11 +2,20 @@
 //! OMPI_MCA_plm_rsh_agent, HYDRA_LAUNCHER_EXEC).
 //!
 //! A small synchronous program: it decides where a call goes before talking to anyone, and
-//! ends in `exec` whenever it can, so the real remote shell relays stdin (with EOF),
-//! stdout/stderr unbuffered and the remote status. It writes nothing on stderr on success
-//! (LAM treats any stderr output as a failed boot); its own errors exit 1, except a call
-//! with an instance name whose host the broker took back, which exits 255 as ssh does for
-//! a host it cannot reach ([`ShimError::exit_code`]).
+//! the real remote shell relays stdin (with EOF), stdout/stderr unbuffered and the remote
+//! status itself: the pass-through ends in `exec`; a granted host's remote shell runs as
+//! the shim's child with the caller's stdio ([`child`]). It writes nothing on stderr on
+//! success (LAM treats any stderr output as a failed boot); its own errors exit 1, except a
+//! call with an instance name whose host the broker took back, which exits 255 as ssh does
+//! for a host it cannot reach ([`ShimError::exit_code`]).
+//!
+//! A granted host taken back (issue 17): netkit rsh exits 0 whatever the remote command
+//! did, so when the subagent ended the command for a reclaim the caller would take it for
+//! a success (Open MPI's `mpirun` then waits for ever for the orted's callback). When the
+//! remote shell exits 0, the shim asks the agent (`taken_back`, one more local round trip)
+//! whether the broker took that allocation back; if so it says so in one line on stderr,
+//! `rsh: HOST was taken back by the broker (…)`, and exits 143 (128+SIGTERM: what ssh
+//! returns there, the subagent's status for a command it ended with SIGTERM).
 //!
 //! Routing (see [`route`]):
 //! 1. a host listed in `RB_HOSTS_FILE` → `attach` request to the agent, run under a subagent;
@@ -31,9 +40,11 @@
 //! - [`quote`]: the remote command string that starts the subagent.
 //! - [`lineage`]: the job of a caller that cleaned its environment (own directory, ancestry).
 //! - [`launch`]: exec plans (pass-through, granted host, one-shot agent) and `exec`.
+//! - [`child`]: a granted host's remote shell as a child, signals passed on, its end.
 
 pub mod args;
 pub mod callers;
+pub mod child;
 pub mod conversation;
 pub mod hosts;
 pub mod launch;
@@ -50,7 +61,8 @@ use std::path::{Path, PathBuf};
 use proto::agent::{ShimRequest, ENV_AGENT, ENV_HOSTS_FILE, ENV_REAL_RSH, ENV_SHIM_DEPTH};
 
 use crate::args::{Invocation, UsageError};
-use crate::conversation::{ConversationError, Outcome};
+use crate::child::Ended;
+use crate::conversation::{ConversationError, Grant, Outcome};
 use crate::launch::Plan;
 use crate::realsh::RealShellError;
 
@@ -161,12 +173,11 @@ pub enum Route {
     Attach,
 }
 
-/// Runs the shim for `args` (a full argv). Returns only on failure: success is an `exec`.
-pub fn run(args: &[OsString], env: &Env) -> ShimError {
-    match try_run(args, env) {
-        Ok(never) => match never {},
-        Err(e) => e,
-    }
+/// Runs the shim for `args` (a full argv). Returns how a granted host's remote shell ended
+/// (the shim then ends the same way: [`Ended::exit`]) or an error; every other success is
+/// an `exec`.
+pub fn run(args: &[OsString], env: &Env) -> Result<Ended, ShimError> {
+    try_run(args, env)
 }
 
 /// Prints `err` the way rsh does: `rsh: MESSAGE`, plus the usage line for usage errors;
@@ -189,13 +200,13 @@ pub fn print_error(err: &ShimError) {
     }
 }
 
-fn try_run(args: &[OsString], env: &Env) -> Result<Infallible, ShimError> {
+fn try_run(args: &[OsString], env: &Env) -> Result<Ended, ShimError> {
     let depth = check_depth(env.depth.as_deref())?;
     let inv = args::parse_lossy(args)?;
     match route(&inv, env)? {
         Route::PassThrough => {
             tell_named(env, &inv.host);
-            pass_through(args, env, depth)
+            pass_through(args, env, depth).map(|never| match never {})
         }
         route => via_agent(args, env, depth, route),
     }
@@ -270,13 +281,8 @@ fn pass_through(args: &[OsString], env: &Env, depth: u32) -> Result<Infallible, 
     Err(exec(&plan, depth))
 }
 
-/// Symbolic or allocated host: ask the agent, then exec the granted remote shell.
-fn via_agent(
-    args: &[OsString],
-    env: &Env,
-    depth: u32,
-    route: Route,
-) -> Result<Infallible, ShimError> {
+/// Symbolic or allocated host: ask the agent, then run the granted remote shell.
+fn via_agent(args: &[OsString], env: &Env, depth: u32, route: Route) -> Result<Ended, ShimError> {
     let inv = args::parse(args)?;
     let host = inv.host.clone();
     let attach = route == Route::Attach;
@@ -306,7 +312,7 @@ fn via_agent(
     let Some(socket) = &agent else {
         return match attach {
             true => Err(ShimError::NoAgentVariable { host }),
-            false => one_shot(args, env, &host, depth),
+            false => one_shot(args, env, &host, depth).map(|never| match never {}),
         };
     };
     let pid = std::process::id();
@@ -328,11 +334,12 @@ fn via_agent(
                 realsh::resolve_bare_name(&mut name, env.path.as_deref(), &self_exe()?);
                 *program = name.to_string_lossy().into_owned();
             }
-            Err(exec(&launch::granted(&inv, &grant, &command), depth))
+            let plan = launch::granted(&inv, &grant, &command);
+            run_granted(&plan, depth, Path::new(socket), &grant)
         }
         // The hosts file said the host was the job's, but the agent has given it back
         // meanwhile (the file trails the agent): it is an ordinary host again.
-        Outcome::Refused(_) if attach => pass_through(args, env, depth),
+        Outcome::Refused(_) if attach => pass_through(args, env, depth).map(|never| match never {}),
         Outcome::Refused(message) => Err(ShimError::Refused {
             stdout: callers::refusal_stdout(&inv.words, &host, &message),
             host,
@@ -347,6 +354,43 @@ fn via_agent(
             message,
         }),
     }
+}
+
+/// Status of a remote shell whose host the broker took back while it ran: 128+SIGTERM, what
+/// ssh returns when the subagent ended the command with SIGTERM.
+pub const TAKEN_BACK_STATUS: i32 = 128 + libc::SIGTERM;
+
+/// Runs a granted host's remote shell as our child (the agent's connection is closed by
+/// then); when it exits 0, asks the agent whether the broker took the host back meanwhile.
+fn run_granted(plan: &Plan, depth: u32, socket: &Path, grant: &Grant) -> Result<Ended, ShimError> {
+    let ended = child::run(plan, depth).map_err(|source| ShimError::Exec {
+        program: plan.program.to_string_lossy().into_owned(),
+        source,
+    })?;
+    if ended != Ended::Code(0) {
+        return Ok(ended);
+    }
+    match ask_taken_back(socket, grant.alloc) {
+        Some((host, message)) => {
+            let _ = writeln!(
+                io::stderr(),
+                "rsh: {host} was taken back by the broker ({message})"
+            );
+            Ok(Ended::Code(TAKEN_BACK_STATUS))
+        }
+        None => Ok(ended),
+    }
+}
+
+/// `taken_back` to the agent: `Some((host, message))` when the broker took `alloc` back.
+/// Anything else — not taken back, no agent, no answer (the job is ending) — is `None`:
+/// the remote shell's 0 stands, as before the question existed.
+fn ask_taken_back(socket: &Path, alloc: u64) -> Option<(String, String)> {
+    let stream = UnixStream::connect(socket).ok()?;
+    proto::peercred::check_server(&stream, socket, "job's agent").ok()?;
+    conversation::taken_back(stream, alloc, std::process::id())
+        .ok()
+        .flatten()
 }
 
 /// Connects to the agent and converses; says once that we wait (see [`wait_notice`]).

@@ -1,6 +1,7 @@
 //! The `rsh` binary: everything happens in the library ([`rsh_shim::run`]); on success the
-//! process has become the real remote shell, so reaching the end means an error (exit 1,
-//! or 255 for an instance whose host was taken back: [`rsh_shim::ShimError::exit_code`]).
+//! process has become the real remote shell, or ran a granted host's remote shell as its
+//! child and ends as it did ([`rsh_shim::child::Ended::exit`]); an error exits 1, or 255 for
+//! an instance whose host was taken back ([`rsh_shim::ShimError::exit_code`]).
 //!
 //! `no_main`: the C library calls `main` directly, without Rust's runtime set-up (a read
 //! of /proc/self/maps for the stack guard, an alternate signal stack, SIGPIPE ignored).
@@ -15,7 +16,11 @@ use std::ffi::{c_char, c_int, OsString};
 #[no_mangle]
 pub extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
     let args: Vec<OsString> = std::env::args_os().collect();
-    let err = rsh_shim::run(&args, &rsh_shim::Env::from_process());
-    rsh_shim::print_error(&err);
-    err.exit_code()
+    match rsh_shim::run(&args, &rsh_shim::Env::from_process()) {
+        Ok(ended) => ended.exit(),
+        Err(err) => {
+            rsh_shim::print_error(&err);
+            err.exit_code()
+        }
+    }
 }

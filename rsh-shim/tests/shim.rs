@@ -7,6 +7,7 @@ use std::os::unix::fs::{symlink, PermissionsExt};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -25,10 +26,11 @@ cat
 exit 42
 "#;
 
-/// A fake remote shell: prints its argv, then runs its last argument with `sh -c`.
+/// A fake remote shell: prints its argv and its parent (the shim that ran it), then runs its
+/// last argument with `sh -c`.
 const FAKE_REMOTE_SHELL: &str = r#"#!/bin/sh
 printf 'RSH:%s\n' "$@"
-echo "PID:$$"
+echo "PID:$PPID"
 for last in "$@"; do :; done
 exec /bin/sh -c "$last"
 "#;
@@ -162,26 +164,73 @@ fn hostname_link_passes_the_host_first() {
     assert!(text(&out.stdout).starts_with("ARG:node03\nARG:-l\nARG:bob\nARG:ls -l\n"));
 }
 
-/// A fake agent on `dir/agent.sock`: answers one connection with `replies` (one JSON per
-/// line) and returns the request it got; it waits for the shim to close the socket.
-fn fake_agent(dir: &Path, replies: Vec<ShimReply>) -> (PathBuf, thread::JoinHandle<ShimRequest>) {
+/// A fake agent on a unix socket (a thread that lives as long as the test process).
+struct FakeAgent {
+    requests: mpsc::Receiver<ShimRequest>,
+}
+
+impl FakeAgent {
+    /// The first request it got.
+    fn join(&self) -> Result<ShimRequest, mpsc::RecvTimeoutError> {
+        self.next()
+    }
+
+    /// The next request it got (within 10 s).
+    fn next(&self) -> Result<ShimRequest, mpsc::RecvTimeoutError> {
+        self.requests.recv_timeout(Duration::from_secs(10))
+    }
+}
+
+/// A fake agent on `dir/agent.sock`: answers the first connection with `replies` (one JSON
+/// per line) and waits for the shim to close it; answers every `taken_back` question with
+/// `not_taken_back`.
+fn fake_agent(dir: &Path, replies: Vec<ShimReply>) -> (PathBuf, FakeAgent) {
+    fake_agent_taken_back(dir, replies, None)
+}
+
+/// [`fake_agent`] whose answer to `taken_back` is `taken_back {host, message}` when given.
+fn fake_agent_taken_back(
+    dir: &Path,
+    replies: Vec<ShimReply>,
+    taken: Option<(&str, &str)>,
+) -> (PathBuf, FakeAgent) {
     let socket = dir.join("agent.sock");
     let listener = UnixListener::bind(&socket).expect("bind");
-    let agent = thread::spawn(move || {
-        let (stream, _) = listener.accept().expect("accept");
-        let mut reader = BufReader::new(&stream);
-        let mut line = String::new();
-        reader.read_line(&mut line).expect("read request");
-        for reply in &replies {
-            let mut text = serde_json::to_string(reply).expect("encode");
-            text.push('\n');
-            (&stream).write_all(text.as_bytes()).expect("write reply");
+    let taken = taken.map(|(h, m)| (h.to_string(), m.to_string()));
+    let (tx, requests) = mpsc::channel();
+    thread::spawn(move || {
+        let mut first = Some(replies);
+        while let Ok((stream, _)) = listener.accept() {
+            let mut reader = BufReader::new(&stream);
+            let mut line = String::new();
+            reader.read_line(&mut line).expect("read request");
+            let request: ShimRequest = serde_json::from_str(&line).expect("request is JSON");
+            let replies = match (&request, &taken) {
+                (ShimRequest::TakenBack { alloc, .. }, Some((host, message))) => {
+                    vec![ShimReply::TakenBack {
+                        alloc: *alloc,
+                        host: host.clone(),
+                        message: message.clone(),
+                    }]
+                }
+                (ShimRequest::TakenBack { alloc, .. }, None) => {
+                    vec![ShimReply::NotTakenBack { alloc: *alloc }]
+                }
+                _ => first.take().unwrap_or_default(),
+            };
+            for reply in &replies {
+                let mut text = serde_json::to_string(reply).expect("encode");
+                text.push('\n');
+                (&stream).write_all(text.as_bytes()).expect("write reply");
+            }
+            let mut rest = Vec::new();
+            let _ = reader.read_to_end(&mut rest);
+            if tx.send(request).is_err() {
+                return;
+            }
         }
-        let mut rest = Vec::new();
-        let _ = reader.read_to_end(&mut rest);
-        serde_json::from_str(&line).expect("request is JSON")
     });
-    (socket, agent)
+    (socket, FakeAgent { requests })
 }
 
 fn granted(remote_shell: &Path, subagent: &Path) -> ShimReply {
@@ -253,8 +302,107 @@ fn symbolic_host_is_allocated_and_runs_under_the_subagent() {
     assert_eq!(
         pid_line,
         format!("PID:{pid}"),
-        "the request carries the pid that became the remote shell"
+        "the request carries the pid of the remote shell's launcher (the shim, its parent)"
     );
+    // The remote shell exited 3: nothing more asked.
+    assert!(
+        agent.requests.try_recv().is_err(),
+        "asked after a non-zero exit"
+    );
+}
+
+/// Issue 17: the remote shell exits 0 (netkit rsh does when the subagent ended the command
+/// for a reclaim): the shim asks the agent, which says the broker took the host back: exit
+/// 143 and one line on stderr. Not taken back: the 0 stands, nothing on stderr.
+#[test]
+fn a_host_taken_back_while_the_command_ran_exits_143_with_one_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let remote = script(dir.path(), "remote", FAKE_REMOTE_SHELL);
+    let sub = script(dir.path(), "sub", FAKE_SUBAGENT);
+    let why = "reclaimed with 1000 ms of grace while the command ran; it was ended";
+    let (socket, agent) = fake_agent_taken_back(
+        dir.path(),
+        vec![granted(&remote, &sub)],
+        Some(("node03", why)),
+    );
+    let mut cmd = shim(&["anyLinux", "echo ran"]);
+    cmd.env("RB_AGENT", &socket);
+    let out = run(cmd, b"");
+    assert_eq!(out.status.code(), Some(143), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stderr),
+        format!("rsh: node03 was taken back by the broker ({why})\n")
+    );
+    assert!(text(&out.stdout).ends_with("ran\n"));
+    assert!(matches!(agent.join(), Ok(ShimRequest::Allocate { .. })));
+    let question = agent.next().expect("the question after exit 0");
+    let ShimRequest::TakenBack { alloc, .. } = question else {
+        panic!("not a taken_back question: {question:?}")
+    };
+    assert_eq!(alloc, 7);
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let remote = script(dir.path(), "remote", FAKE_REMOTE_SHELL);
+    let sub = script(dir.path(), "sub", FAKE_SUBAGENT);
+    let (socket, agent) = fake_agent(dir.path(), vec![granted(&remote, &sub)]);
+    let mut cmd = shim(&["anyLinux", "echo ran"]);
+    cmd.env("RB_AGENT", &socket);
+    let out = run(cmd, b"");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stderr), "");
+    assert!(matches!(agent.join(), Ok(ShimRequest::Allocate { .. })));
+    assert!(matches!(
+        agent.next(),
+        Ok(ShimRequest::TakenBack { alloc: 7, .. })
+    ));
+}
+
+/// The shim waits for a granted host's remote shell: SIGTERM to the shim reaches it (callers
+/// that kill their rsh still end the remote command), and a remote shell killed by a signal
+/// leaves the shim killed by the same signal, as when the shim exec'd it.
+#[test]
+fn signals_reach_the_remote_shell_and_its_death_by_signal_is_ours() {
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let remote = script(dir.path(), "remote", FAKE_REMOTE_SHELL);
+    let sub = script(dir.path(), "sub", FAKE_SUBAGENT);
+    let (socket, _agent) = fake_agent(dir.path(), vec![granted(&remote, &sub)]);
+    let command = "trap 'echo got TERM; exit 7' TERM; echo ready; i=0; \
+                   while [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done";
+    let mut cmd = shim(&["anyLinux", command]);
+    cmd.env("RB_AGENT", &socket)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn shim");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    while line != "ready\n" {
+        line.clear();
+        assert_ne!(stdout.read_line(&mut line).expect("read"), 0, "no `ready`");
+    }
+    let pid = i32::try_from(child.id()).expect("pid");
+    // SAFETY: a plain kill of our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).expect("read");
+    let status = child.wait().expect("wait");
+    assert_eq!(rest, "got TERM\n");
+    assert_eq!(
+        status.code(),
+        Some(7),
+        "the remote shell's status: {status:?}"
+    );
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let remote = script(dir.path(), "remote", FAKE_REMOTE_SHELL);
+    let sub = script(dir.path(), "sub", FAKE_SUBAGENT);
+    let (socket, _agent) = fake_agent(dir.path(), vec![granted(&remote, &sub)]);
+    let mut cmd = shim(&["anyLinux", "kill -USR1 $$"]);
+    cmd.env("RB_AGENT", &socket);
+    let out = run(cmd, b"");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(libc::SIGUSR1), "{:?}", out.status);
 }
 
 /// Issue 14 item 15: off a terminal, a waiting call says why it waits once, and only when

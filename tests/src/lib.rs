@@ -15,6 +15,7 @@ use proto::report::{HostState, HostStatus};
 
 pub mod faults;
 pub mod labtier;
+pub mod mw;
 
 /// Directory holding the workspace's binaries (`target/<profile>`), built on first use.
 pub fn bin_dir() -> &'static Path {
@@ -56,6 +57,27 @@ fn build_binaries(dir: &Path) {
 /// Path of one of the project's binaries.
 pub fn bin(name: &str) -> PathBuf {
     bin_dir().join(name)
+}
+
+/// `rb-jel-host` (jel's example that hosts a JEL pool by hand, job events on its stdin),
+/// built once: it needs the jel crate's `tokio` feature, which no binary of the workspace has.
+pub fn jel_host_program() -> &'static Path {
+    static PROGRAM: OnceLock<PathBuf> = OnceLock::new();
+    PROGRAM.get_or_init(|| {
+        let dir = bin_dir();
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "--quiet", "-p", "jel", "--features", "tokio"]);
+        cmd.args(["--example", "rb-jel-host"]);
+        if dir.ends_with("release") {
+            cmd.arg("--release");
+        }
+        assert!(
+            cmd.status().expect("cargo").success(),
+            "building rb-jel-host"
+        );
+        dir.join("examples/rb-jel-host")
+    })
 }
 
 /// Polls `cond` every 20 ms until it returns `Some` or `timeout` passes.

@@ -186,12 +186,10 @@ fn open_mpi_daemon_is_ended_when_the_broker_takes_its_host_back() {
 /// is lost (netkit rsh exits 0 whatever the remote command did): mpirun takes its launcher's
 /// exit for a success and waits for the orted's callback for ever. It must end with an error
 /// within the grace + 10 s. The orted starts late (a wrapper sleeps first), so the host is
-/// taken back before the callback.
+/// taken back before the callback. The fix: the shim waits for the remote shell and, on
+/// its 0, asks the agent whether the host was taken back (`taken_back`); it was, so the shim
+/// exits 143 and mpirun reports the failed launch.
 #[test]
-#[ignore = "issue 17, open: over rsh the shim's exec'd netkit rsh exits 0 after the reclaim \
-            (the subagent front exits 143, rsh drops it), so mpirun waits for the callback \
-            until the script's `timeout 60`; the fix needs the agent to tell the shim that \
-            the allocation was taken back (see the wt-leaks report)"]
 fn open_mpi_ends_with_an_error_when_a_host_is_taken_back_before_its_daemon_called_back() {
     let name =
         "open_mpi_ends_with_an_error_when_a_host_is_taken_back_before_its_daemon_called_back";
@@ -257,6 +255,10 @@ fn open_mpi_ends_with_an_error_when_a_host_is_taken_back_before_its_daemon_calle
         Some(0),
         "mpirun took the lost daemon for a success"
     );
+    // The shim said why its remote shell failed (mpirun leaves its launchers' stderr ours).
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let why = format!("rsh: {} was taken back by the broker (", held[0]);
+    assert!(stderr.contains(&why), "no `{why}…` line:\n{stderr}");
     assert_all_given_back(&env, "orted|slow_orted|sleep");
 }
 

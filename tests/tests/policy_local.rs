@@ -361,9 +361,12 @@ fn rb_policy_replay_of_a_real_trace_finds_the_grant_another_policy_refuses() {
     for host in ["vhost01", "vhost02", "vhost03"] {
         wait_held(&broker, host);
     }
-    let (text, differ) = replay(&broker, &shipped_paper(), 3);
-    assert_eq!(differ, 0, "the policy in force replays the same:\n{text}");
-    assert!(text.ends_with(&format!(
+    let (paper_text, differ) = replay(&broker, &shipped_paper(), 3);
+    assert_eq!(
+        differ, 0,
+        "the policy in force replays the same:\n{paper_text}"
+    );
+    assert!(paper_text.ends_with(&format!(
         " would differ under {}\n",
         shipped_paper().display()
     )));
@@ -382,6 +385,26 @@ fn rb_policy_replay_of_a_real_trace_finds_the_grant_another_policy_refuses() {
         .unwrap_or_else(|| panic!("no difference on vhost03's grant:\n{text}"));
     assert!(line.contains("host vhost03"), "{line}");
     assert!(line.contains("replayed: waits ("), "{line}");
+    // Issue 18's utilization: under the paper policy every request was granted at once, so
+    // no host was ever free while one waited; under refuse.toml vhost03 stays free while the
+    // third job waits.
+    assert!(idle_host_s(&paper_text) == 0.0, "{paper_text}");
+    assert!(idle_host_s(&text) > 0.0, "{text}");
+}
+
+/// The `hosts free meanwhile X host-s` of a replay's usage line.
+fn idle_host_s(text: &str) -> f64 {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("usage: "))
+        .unwrap_or_else(|| panic!("no usage line:\n{text}"));
+    let after = line.split_once("hosts free meanwhile ").expect("idle").1;
+    after
+        .split_whitespace()
+        .next()
+        .expect("n")
+        .parse()
+        .expect("a number")
 }
 
 /// The trace rotates at `trace_file_max_kib` and keeps the newest `trace_files_kept` files,

@@ -60,10 +60,13 @@ pub fn subagent(data: &[u8]) {
 
 /// What the agent and the shim do with the names in a request.
 fn names_of(request: &ShimRequest) {
-    let (ShimRequest::Allocate { symbolic: name, .. }
-    | ShimRequest::Attach { host: name, .. }
-    | ShimRequest::Resolved { symbolic: name, .. }
-    | ShimRequest::Named { host: name, .. }) = request;
+    let name = match request {
+        ShimRequest::Allocate { symbolic: name, .. }
+        | ShimRequest::Attach { host: name, .. }
+        | ShimRequest::Resolved { symbolic: name, .. }
+        | ShimRequest::Named { host: name, .. } => name,
+        ShimRequest::TakenBack { .. } => return,
+    };
     if symbolic::is_symbolic(name) {
         let _ = symbolic::placeholder_address(name);
     }

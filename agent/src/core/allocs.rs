@@ -7,7 +7,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use proto::msg::{FromBroker, ToBroker};
+use proto::{
+    agent::TAKEN_BACK_MEMORY,
+    msg::{FromBroker, ToBroker},
+};
 use tracing::info;
 
 use super::{AgentCore, AllocId, Out, Output, PoolEvent, ReqId, SubId, Timer};
@@ -36,6 +39,15 @@ pub(super) struct Alloc {
     /// they exec) that still run: each may still start a subagent here, so the job's end
     /// waits for them.
     pub(super) launchers: BTreeSet<u32>,
+}
+
+/// An allocation the broker took back from the job, for shims that ask (`taken_back`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct TakenBack {
+    pub(super) alloc: AllocId,
+    pub(super) host: String,
+    /// Why, for the shim's line on stderr.
+    pub(super) message: String,
 }
 
 impl AgentCore {
@@ -161,6 +173,7 @@ impl AgentCore {
     ) {
         info!(alloc, %host, grace_ms, "broker reclaims host");
         self.instances.taken_back(alloc, host);
+        self.remember_taken_back(alloc, grace_ms);
         if self.module_shrink(alloc, grace_ms, now, out) {
             return;
         }
@@ -209,6 +222,33 @@ impl AgentCore {
                 host_lost: a.subs.is_empty(),
             }));
         }
+    }
+
+    /// `alloc`, if the job holds it, was taken back: remembered (once) for the shims whose
+    /// remote shell exits 0 after its command was ended ([`Self::taken_back`]).
+    fn remember_taken_back(&mut self, alloc: AllocId, grace_ms: u64) {
+        let Some(a) = self.allocs.get(&alloc) else {
+            return;
+        };
+        if self.taken_back.iter().any(|t| t.alloc == alloc) {
+            return;
+        }
+        let message = format!(
+            "allocation {alloc} reclaimed with {grace_ms} ms of grace: what ran there was ended"
+        );
+        self.taken_back.push_back(TakenBack {
+            alloc,
+            host: a.host.clone(),
+            message,
+        });
+        while self.taken_back.len() > TAKEN_BACK_MEMORY {
+            self.taken_back.pop_front();
+        }
+    }
+
+    /// Whether (and how) the broker took `alloc` back from the job.
+    pub(super) fn taken_back(&self, alloc: AllocId) -> Option<&TakenBack> {
+        self.taken_back.iter().find(|t| t.alloc == alloc)
     }
 
     /// A reclaimed host whose launch never attached a subagent goes back to the broker.

@@ -135,8 +135,8 @@ impl AgentCore {
     }
 
     /// Inputs while the job ends: the halt's outcome, subagents and launchers leaving, late
-    /// subagents, the broker's confirmation or loss, the end's timers. New shim connections
-    /// are closed unanswered; the rest is ignored.
+    /// subagents, the broker's confirmation or loss, the end's timers, `taken_back`
+    /// questions. New shim requests for hosts are closed unanswered; the rest is ignored.
     pub(super) fn ending(&mut self, input: Input, now: Instant, out: &mut Out) {
         match (input, self.phase) {
             (Input::ModuleDone(outcome), Phase::Halting { status }) => {
@@ -171,6 +171,7 @@ impl AgentCore {
             (Input::ShimAllocate { shim, .. } | Input::ShimAttach { shim, .. }, _) => {
                 out.push(Output::CloseShim { shim })
             }
+            (Input::ShimTakenBack { shim, alloc }, _) => self.shim_taken_back(shim, alloc, out),
             (input, Phase::Confirming { status, until }) => {
                 self.confirming(input, status, until, out)
             }

@@ -7,7 +7,8 @@
 //! - `mod.rs` (this file): [`Input`], [`Output`], [`Timer`], [`CoreConfig`], [`AgentCore`]
 //!   and the dispatch of inputs by the job's [`Phase`].
 //! - `shims`: shim calls of a plain job: a request per call, instance names bound to one
-//!   host ([`crate::instances`] decides which), grants offered to the waiting shims.
+//!   host ([`crate::instances`] decides which), grants offered to the waiting shims; the
+//!   `taken_back` question of a shim whose remote shell exited 0 (issue 17).
 //! - `allocs`: the job's allocations: subagents attaching and leaving, reclaims, hand-backs,
 //!   launchers that ended without starting a subagent, the hosts file.
 //! - `module_job`: module jobs (DESIGN.md flow 6): phase 1 at the broker, `NAME-grow` on a
@@ -33,9 +34,13 @@
 //!   (subagents told to end; waiting for them and for the launchers still running),
 //!   confirming (`end_job` told; waiting for the broker's `job_ended`), ended
 //!   ([`Output::Exit`] given).
-//! - A **launcher** is a process a shim's `Granted` answer went to (the shim, then the
-//!   remote shell it execs): while it runs it may still start a subagent on that host, so
+//! - A **launcher** is a process a shim's `Granted` answer went to (the shim, which runs the
+//!   remote shell as its child): while it runs it may still start a subagent on that host, so
 //!   the job's end waits for it ([`Output::WatchLauncher`] … [`Input::LauncherExited`]).
+//! - An allocation the broker **took back** (a `reclaim` while the job held it) is
+//!   remembered (the last [`proto::agent::TAKEN_BACK_MEMORY`]), so a shim whose remote shell
+//!   exited 0 learns that its command was ended ([`Input::ShimTakenBack`]): over rsh the
+//!   remote status is lost.
 //!
 //! # Choices
 //! - **Feedback inputs come first.** [`Output::Offer`] and [`Output::Reconnect`] are answered
@@ -81,7 +86,7 @@ mod tests;
 mod walk_tests;
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, HashMap, VecDeque},
     path::PathBuf,
     time::{Duration, Instant},
 };
@@ -98,7 +103,11 @@ use crate::{
 };
 
 pub use self::shims::Caller;
-use self::{allocs::Alloc, module_job::ModuleJob, shims::Offer};
+use self::{
+    allocs::{Alloc, TakenBack},
+    module_job::ModuleJob,
+    shims::Offer,
+};
 
 /// An allocation's id (the broker's).
 pub type AllocId = u64;
@@ -161,6 +170,9 @@ pub enum Input {
     },
     /// A shim asks how to reach `host`, one of the job's hosts, under a subagent.
     ShimAttach { shim: ShimId, host: String },
+    /// A shim whose remote shell for `alloc` exited 0 asks whether the broker took `alloc`
+    /// back from the job (answered in every phase: the job's end does not change it).
+    ShimTakenBack { shim: ShimId, alloc: AllocId },
     /// A job process looked a symbolic name up (`librb_preload.so`).
     Resolved { symbolic: String, pid: u32 },
     /// The shim passed a call to this real host through.
@@ -330,6 +342,9 @@ pub struct AgentCore {
     /// Set for module jobs.
     module: Option<ModuleJob>,
     broker: Link,
+    /// Allocations the broker took back, oldest first (at most
+    /// [`proto::agent::TAKEN_BACK_MEMORY`]).
+    taken_back: VecDeque<TakenBack>,
 }
 
 impl AgentCore {
@@ -345,6 +360,7 @@ impl AgentCore {
             instances: Instances::default(),
             module,
             broker: Link::Live,
+            taken_back: VecDeque::new(),
         }
     }
 
@@ -393,6 +409,7 @@ impl AgentCore {
                 ..
             } => self.shim_allocate(symbolic, Caller { shim, pid }, out),
             Input::ShimAttach { shim, host } => self.shim_attach(shim, &host, out),
+            Input::ShimTakenBack { shim, alloc } => self.shim_taken_back(shim, alloc, out),
             Input::Resolved { symbolic, pid } => self.resolved(symbolic, pid, now, out),
             Input::Named { host } => self.named(host, out),
             Input::ShimGone { shim } => self.shim_gone(shim, out),

@@ -1,6 +1,7 @@
 //! Shim calls in a plain (non-module) job: a request per call for `anyLinux`, and for an
 //! instance name (`anyLinux-1`) one bound host for the job ([`crate::instances`] decides,
-//! this turns its answers into outputs); grants offered to the shims that wait for them.
+//! this turns its answers into outputs); grants offered to the shims that wait for them;
+//! `taken_back` answered from the allocations the broker took back (issue 17).
 
 use proto::{agent::ShimReply, msg::ToBroker};
 use tracing::info;
@@ -13,7 +14,7 @@ use crate::instances::{self, Call};
 pub struct Caller {
     /// The shim's connection.
     pub shim: ShimId,
-    /// The shim's pid (the launcher of the remote shell it becomes).
+    /// The shim's pid (the launcher: it runs the remote shell as its child).
     pub pid: u32,
 }
 
@@ -121,6 +122,20 @@ impl AgentCore {
             None => ShimReply::Refused {
                 message: format!("{host} is not allocated to this job"),
             },
+        };
+        out.push(Output::ReplyShim { shim, reply });
+    }
+
+    /// A shim's remote shell for `alloc` exited 0: was `alloc` taken back (its command ended
+    /// by the reclaim: over rsh that status is lost)?
+    pub(super) fn shim_taken_back(&mut self, shim: ShimId, alloc: AllocId, out: &mut Out) {
+        let reply = match self.taken_back(alloc) {
+            Some(t) => ShimReply::TakenBack {
+                alloc,
+                host: t.host.clone(),
+                message: t.message.clone(),
+            },
+            None => ShimReply::NotTakenBack { alloc },
         };
         out.push(Output::ReplyShim { shim, reply });
     }

@@ -1062,3 +1062,122 @@ fn pool_the_job_end_terminates_the_pool_after_the_end_sequence_right_before_the_
         vec![pool(PoolEvent::Terminate), Output::Exit { status: 0 }]
     );
 }
+
+/// Issue 17: the answer to a shim whose remote shell for `alloc` exited 0.
+fn taken_back_answer(job: &mut Job, shim: ShimId, alloc: AllocId) -> Vec<Output> {
+    job.feed(Input::ShimTakenBack { shim, alloc })
+}
+
+#[test]
+fn a_shim_learns_that_its_host_was_taken_back_while_the_command_ran() {
+    let mut job = Job::plain();
+    job.holding(7, "node03", Some(70));
+    // Not taken back: the command's 0 stands.
+    assert_eq!(
+        taken_back_answer(&mut job, 1, 7),
+        vec![Output::ReplyShim {
+            shim: 1,
+            reply: ShimReply::NotTakenBack { alloc: 7 }
+        }]
+    );
+    job.reclaim(7, "node03", 1000);
+    // Asked while the subagent still ends the command, and after the host is released.
+    let out = taken_back_answer(&mut job, 2, 7);
+    let [Output::ReplyShim {
+        shim: 2,
+        reply:
+            ShimReply::TakenBack {
+                alloc: 7,
+                host,
+                message,
+            },
+    }] = &out[..]
+    else {
+        panic!("not taken back: {out:?}");
+    };
+    assert_eq!(host, "node03");
+    assert!(
+        message.contains("reclaimed with 1000 ms of grace"),
+        "{message}"
+    );
+    assert_eq!(
+        job.feed(Input::SubGone { alloc: 7, sub: 70 }),
+        vec![hosts(&[]), broker(ToBroker::Released { alloc: 7 })]
+    );
+    assert_eq!(taken_back_answer(&mut job, 3, 7)[0], {
+        let Output::ReplyShim { reply, .. } = &out[0] else {
+            unreachable!()
+        };
+        Output::ReplyShim {
+            shim: 3,
+            reply: reply.clone(),
+        }
+    });
+    // A reclaim told again (a restarted broker) is remembered once.
+    job.reclaim(7, "node03", 1000);
+    assert_eq!(job.core.taken_back.len(), 1);
+}
+
+#[test]
+fn hosts_given_back_or_never_held_were_not_taken_back() {
+    let mut job = Job::plain();
+    // A command that ended by itself: its host goes back, nobody took it.
+    job.holding(7, "node03", Some(70));
+    job.feed(Input::SubGone { alloc: 7, sub: 70 });
+    let not = |shim, alloc| {
+        vec![Output::ReplyShim {
+            shim,
+            reply: ShimReply::NotTakenBack { alloc },
+        }]
+    };
+    assert_eq!(taken_back_answer(&mut job, 1, 7), not(1, 7));
+    // A reclaim of an allocation the job no longer holds took nothing from it.
+    job.reclaim(7, "node03", 1000);
+    assert_eq!(taken_back_answer(&mut job, 2, 7), not(2, 7));
+    assert_eq!(taken_back_answer(&mut job, 3, 99), not(3, 99));
+}
+
+#[test]
+fn taken_back_is_answered_while_the_job_ends_and_the_memory_is_bounded() {
+    let mut job = Job::plain();
+    job.holding(7, "node03", Some(70));
+    job.reclaim(7, "node03", 1000);
+    job.feed(Input::AppExited { status: 0 });
+    assert!(
+        matches!(job.core.phase(), Phase::Draining { .. }),
+        "{:?}",
+        job.core.phase()
+    );
+    let out = taken_back_answer(&mut job, 1, 7);
+    assert!(
+        matches!(
+            &out[..],
+            [Output::ReplyShim {
+                shim: 1,
+                reply: ShimReply::TakenBack { alloc: 7, .. }
+            }]
+        ),
+        "{out:?}"
+    );
+    // The job's own end is not a taking back.
+    let mut job = Job::plain();
+    job.holding(8, "node04", Some(80));
+    job.feed(Input::AppExited { status: 0 });
+    assert!(matches!(
+        &taken_back_answer(&mut job, 1, 8)[..],
+        [Output::ReplyShim {
+            reply: ShimReply::NotTakenBack { alloc: 8 },
+            ..
+        }]
+    ));
+    // Only the last TAKEN_BACK_MEMORY are kept.
+    let mut job = Job::plain();
+    let n = proto::agent::TAKEN_BACK_MEMORY as u64 + 2;
+    for alloc in 1..=n {
+        job.holding(alloc, "node03", Some(alloc * 100));
+        job.reclaim(alloc, "node03", 10);
+    }
+    assert_eq!(job.core.taken_back.len(), proto::agent::TAKEN_BACK_MEMORY);
+    assert!(job.core.taken_back(1).is_none() && job.core.taken_back(2).is_none());
+    assert!(job.core.taken_back(3).is_some() && job.core.taken_back(n).is_some());
+}

@@ -216,6 +216,10 @@ impl Shell {
                 self.shims.insert(conn, reply);
                 Input::ShimAttach { shim: conn, host }
             }
+            Event::ShimTakenBack { conn, alloc, reply } => {
+                self.shims.insert(conn, reply);
+                Input::ShimTakenBack { shim: conn, alloc }
+            }
             Event::Resolved { symbolic, pid } => Input::Resolved { symbolic, pid },
             Event::Named { host } => Input::Named { host },
             Event::ShimGone { conn } => {

@@ -2,6 +2,7 @@
 //! Every figure is measured beside its baseline in the same run. Lab sections need root.
 
 mod agent;
+mod apps;
 mod jel;
 mod modules;
 mod policy;
@@ -62,7 +63,13 @@ struct Args {
     /// Deaths measured by the JEL benchmark (p50/p99 of the slowest watcher).
     #[arg(long, default_value_t = 100)]
     jel_reps: usize,
-    /// Run only these sections (resource, agent, modules, policy, jel); default all.
+    /// Time compressions of the utilization experiment (apps section).
+    #[arg(long, value_delimiter = ',', default_values_t = vec![60, 10])]
+    utilization_scales: Vec<u32>,
+    /// Apps-section parts to run (utilization, speedup); default all.
+    #[arg(long, value_delimiter = ',')]
+    apps_parts: Vec<String>,
+    /// Run only these sections (resource, agent, modules, policy, jel, apps); default all.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -115,6 +122,13 @@ fn main() -> anyhow::Result<()> {
         jel::run(&jel::Options {
             members: args.jel_members,
             reps: args.jel_reps,
+        })?;
+    }
+    if wanted("apps") {
+        apps::run(&apps::Options {
+            scales: args.utilization_scales.clone(),
+            parts: args.apps_parts.clone(),
+            reps: args.reps.min(5),
         })?;
     }
     Ok(())

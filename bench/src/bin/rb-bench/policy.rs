@@ -315,7 +315,7 @@ fn footprint(opts: &Options) -> anyhow::Result<()> {
 // ---- Lab rows (root): owner return, and the paper's Figure 7 ----
 
 /// The lab user's own machine (not managed): jobs are started there, as in the agent tables.
-const FRONT_END: &str = "node02";
+pub(crate) const FRONT_END: &str = "node02";
 /// The private host of the owner-return rows.
 const PRIVATE: &str = "node03";
 /// Its owner.
@@ -327,7 +327,7 @@ const HOLDER_MARK: &str = "sleep 1000";
 
 /// A broker over `lab` (node02 unmanaged), jobs over `transport`, the paper policy named in
 /// the lab file, grace [`GRACE_S`], `owners` as given.
-fn lab_broker(lab: lab::Lab, transport: &str, owners: &[(&str, &str)]) -> LabWithBroker {
+pub(crate) fn lab_broker(lab: lab::Lab, transport: &str, owners: &[(&str, &str)]) -> LabWithBroker {
     let mut opts = LabOptions::new(owners, TEST_TIMING);
     opts.rsh = true;
     opts.job_shell = Some(vec![transport.to_string()]);

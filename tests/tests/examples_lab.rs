@@ -1,0 +1,89 @@
+//! The example applications on the lab tier (issue 18): real namespaced hosts over real
+//! ssh, the broker and the job's agent on the gateway (this machine). rb-mw (examples/mw):
+//! its master on the gateway grows onto 3 lab hosts with `rsh anyLinux` and counts right;
+//! a host released mid-run (`vacate`) has its tasks redone, each counted once. Root only;
+//! each test prints why it is skipped otherwise.
+//!
+//! Both need workers on granted hosts to reach the job's pool (`RB_JEL` there), which the
+//! JEL relay for lab hosts brings (branch wt-jel-remote): until then they are ignored.
+
+use std::time::Duration;
+
+use tests::{
+    labtier::{skip_unless_root, LabWithBroker},
+    mw::{answer, job_args, primes_below, requeued, MwJob},
+    wait_until,
+};
+
+const END: Duration = Duration::from_secs(120);
+
+fn start(env: &LabWithBroker, n: usize, tasks: u32, task_ms: u32) -> MwJob {
+    let args = job_args(rb_mw::PROGRAM, n, tasks, task_ms);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    MwJob::spawn(env.agent(&args))
+}
+
+/// Waits for the end: exit 0 and the right answer; returns the master's log.
+fn right_answer(job: &mut MwJob, n: usize) -> String {
+    let (status, stdout) = job.wait(END);
+    let log = job.stderr();
+    assert_eq!(status.code(), Some(0), "{stdout}\n{log}");
+    assert_eq!(answer(&stdout), Some(primes_below(n)), "{stdout}\n{log}");
+    log
+}
+
+/// Waits until the job holds at least `n` hosts; their names.
+fn holds(env: &LabWithBroker, job: &MwJob, n: usize) -> Vec<String> {
+    wait_until(Duration::from_secs(60), || {
+        let held = env.broker.held_hosts();
+        (held.len() >= n).then_some(held)
+    })
+    .unwrap_or_else(|| panic!("the job never held {n} hosts:\n{}", job.stderr()))
+}
+
+#[test]
+#[ignore = "needs JEL on granted hosts (wt-jel-remote)"]
+fn rb_mw_grows_onto_three_lab_hosts_and_counts_right() {
+    if skip_unless_root("rb_mw_grows_onto_three_lab_hosts_and_counts_right") {
+        return;
+    }
+    let env = LabWithBroker::start(3, &[]);
+    let n = 3_000_000;
+    let mut job = start(&env, n, 12, 800);
+    let held = holds(&env, &job, 3);
+    let names: Vec<String> = env.lab.hosts().iter().map(|h| h.name.clone()).collect();
+    assert!(held.iter().all(|h| names.contains(h)), "{held:?} {names:?}");
+    let log = right_answer(&mut job, n);
+    assert!(log.contains("12 tasks done"), "{log}");
+}
+
+#[test]
+#[ignore = "needs JEL on granted hosts (wt-jel-remote)"]
+fn rb_mw_on_the_lab_redoes_the_tasks_of_a_released_host() {
+    if skip_unless_root("rb_mw_on_the_lab_redoes_the_tasks_of_a_released_host") {
+        return;
+    }
+    let env = LabWithBroker::start(3, &[]);
+    let n = 1_000_000;
+    let mut job = start(&env, n, 9, 2_000);
+    let held = holds(&env, &job, 2);
+    // The host's worker has a task before the host is taken back.
+    let host = &held[0];
+    wait_until(Duration::from_secs(30), || {
+        let log = job.stderr();
+        log.contains(&format!("host {host}) joined")).then_some(())
+    })
+    .unwrap_or_else(|| panic!("a worker on {host}:\n{}", job.stderr()));
+    let out = env.broker.rb(&["release", host, "--grace-s", "3"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = right_answer(&mut job, n);
+    assert!(
+        log.contains(&format!("the broker takes {host} back")),
+        "vacate seen:\n{log}"
+    );
+    assert!(!requeued(&log).is_empty(), "a task redone:\n{log}");
+}

@@ -1,0 +1,125 @@
+//! `examples/jacobi/jacobi.py`, asynchronous Jacobi with `jel.py` (issue 18), local tier: a
+//! real agent with virtual hosts. The solution it writes is checked here, independently of
+//! the program's own residual, while workers join and leave mid-run and a host is released.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Output, Stdio},
+    time::Duration,
+};
+
+use tests::{local_lab, wait_until, Broker};
+
+fn jacobi_py() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/jacobi/jacobi.py")
+}
+
+/// max |1 - (diag x_i - x_{i-1} - x_{i+1})|, from the values in `file`.
+fn residual_of(file: &Path, diag: f64) -> f64 {
+    let text = std::fs::read_to_string(file).expect("jacobi.py --out");
+    let x: Vec<f64> = text.lines().map(|l| l.parse().expect("a number")).collect();
+    let at = |i: isize| {
+        if i < 0 || i as usize >= x.len() {
+            0.0
+        } else {
+            x[i as usize]
+        }
+    };
+    (0..x.len() as isize)
+        .map(|i| (1.0 - (diag * at(i) - at(i - 1) - at(i + 1))).abs())
+        .fold(0.0, f64::max)
+}
+
+fn start(broker: &Broker, out: &Path, extra: &[&str]) -> Child {
+    let script = jacobi_py().display().to_string();
+    let out = out.display().to_string();
+    let mut args = vec![
+        "python3", &script, "--n", "600", "--blocks", "6", "--out", &out,
+    ];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", "(adaptive=yes)"]);
+    broker
+        .agent(&args)
+        .env_remove("RB_JEL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("agent")
+}
+
+fn finish(job: Child) -> (String, String) {
+    let out: Output = job.wait_with_output().expect("wait for the job");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "the job failed: {err}");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    (stdout.lines().last().unwrap_or_default().to_string(), err)
+}
+
+/// The number before `what` in jacobi.py's summary on stderr.
+fn count(stderr: &str, what: &str) -> usize {
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("jacobi.py:") && l.contains(what))
+        .unwrap_or_else(|| panic!("no summary with {what:?} in {stderr}"));
+    let before = &line[..line.find(what).expect("what")];
+    before
+        .split_whitespace()
+        .last()
+        .expect("n")
+        .parse()
+        .expect("a count")
+}
+
+#[test]
+fn workers_join_and_leave_mid_run_and_it_converges() {
+    let broker = Broker::start(&local_lab(3));
+    broker.wait_all_up(Duration::from_secs(10));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let x = dir.path().join("x");
+    // Each remote worker leaves after 4 blocks: the job keeps asking for hosts, so workers
+    // join and leave all through the run (a diagonal of 2.2 converges slowly enough).
+    let job = start(
+        &broker,
+        &x,
+        &["--diag", "2.2", "--task-ms", "40", "--worker-blocks", "4"],
+    );
+    let (last, err) = finish(job);
+    assert!(
+        last.starts_with("residual=") && last.contains(" iterations="),
+        "{last}"
+    );
+    assert!(residual_of(&x, 2.2) < 1e-9, "x solves A x = b: {last}");
+    assert!(
+        count(&err, "workers on granted hosts") > 3,
+        "more workers came than there are hosts, so some left and others joined: {err}"
+    );
+}
+
+#[test]
+fn a_released_host_frees_its_block_at_the_vacate_and_it_converges() {
+    let broker = Broker::start(&local_lab(3));
+    broker.wait_all_up(Duration::from_secs(10));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let x = dir.path().join("x");
+    let job = start(&broker, &x, &["--task-ms", "60", "--tol", "1e-12"]);
+    wait_until(Duration::from_secs(20), || {
+        broker
+            .held_hosts()
+            .iter()
+            .any(|h| h == "vhost01")
+            .then_some(())
+    })
+    .expect("the job is granted vhost01");
+    let out = broker.rb(&["release", "vhost01", "--grace-s", "1"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (last, err) = finish(job);
+    assert!(residual_of(&x, 4.0) < 1e-11, "x solves A x = b: {last}");
+    assert!(
+        count(&err, "blocks freed at a vacate") >= 1,
+        "the vacated worker's block was freed at the vacate: {err}"
+    );
+}
