@@ -18,6 +18,9 @@
 //! - [`subagent`]: the subagent: runs the remote command as its own process group with the
 //!   caller's stdio, and a guardian process that reports to the agent and ends the group on
 //!   reclaim or when the agent disappears.
+//! - [`subjel`]: the subagent's JEL socket for its command, relayed over its agent link.
+//! - [`jelrelay`]: the agent's side of that relay: which pool connection is which
+//!   subagent's (pure).
 //! - [`whereami`]: the machine the agent runs on, for the registration.
 //! - [`jobguard`]: the job's guardian on the front end: outlives the agent and ends what
 //!   is left of the job on this machine when the agent is gone, however it ended.
@@ -27,6 +30,7 @@ pub mod ancestry;
 pub mod cli;
 pub mod core;
 pub mod instances;
+pub mod jelrelay;
 pub mod jobenv;
 pub mod jobguard;
 pub mod jobkey;
@@ -38,5 +42,6 @@ pub mod program;
 pub mod run;
 pub mod simple_command;
 pub mod subagent;
+pub mod subjel;
 pub mod watch;
 pub mod whereami;

@@ -55,6 +55,8 @@ pub struct Registered {
     pub hosts_reach_broker_at: Option<IpAddr>,
     /// The lab's public mark, for the subagents' tags (`None` from older brokers).
     pub lab_mark: Option<String>,
+    /// The lab host this agent runs on, if it is one (`None` from older brokers).
+    pub front_end: Option<String>,
 }
 
 /// A `--broker`/`RB_BROKER` value that is neither a socket path nor IP:port (exit 64).
@@ -171,6 +173,7 @@ pub async fn register(conn: &mut Conn, reg: JobRegistration) -> anyhow::Result<R
             secret_file,
             hosts_reach_broker_at,
             lab_mark,
+            front_end,
         } => Ok(Registered {
             job,
             remote_shell,
@@ -178,6 +181,7 @@ pub async fn register(conn: &mut Conn, reg: JobRegistration) -> anyhow::Result<R
             secret_file: PathBuf::from(secret_file),
             hosts_reach_broker_at,
             lab_mark: lab_mark.filter(|m| proto::tag::is_mark(m)),
+            front_end,
         }),
         FromBroker::Error { message, .. } => bail!("the broker refused the job: {message}"),
         other => bail!("unexpected answer to registration: {other:?}"),
@@ -270,6 +274,7 @@ mod tests {
             secret_file: PathBuf::from("/s"),
             hosts_reach_broker_at,
             lab_mark: None,
+            front_end: None,
         }
     }
 

@@ -81,6 +81,9 @@ pub enum Event {
     },
 }
 
+/// Messages queued for one subagent link (commands and JEL batches).
+pub const SUB_QUEUE: usize = 4096;
+
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 fn next_id() -> u64 {
@@ -203,7 +206,9 @@ async fn sub_conn(
         return;
     }
     let sub = next_id();
-    let (tx, mut rx) = mpsc::channel(8);
+    // Room for the pool's lines to the subagent's JEL members too: the agent's shell never
+    // waits on them (a full queue cuts the connection off, see `crate::run`).
+    let (tx, mut rx) = mpsc::channel(SUB_QUEUE);
     if events
         .send(Event::SubConnected { alloc, sub, tx })
         .await

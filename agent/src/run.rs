@@ -70,9 +70,8 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
         &job.remote_shell,
         preload.as_deref(),
     )?;
-    // Held for the job's life: what the pool has for members on other hosts (none yet: the
-    // subagents do not relay JEL connections).
-    let (pool, _remote) = host_pool(cfg, &mut env)?;
+    // The pool, and what it has for members on other hosts (their subagents relay them).
+    let pool = host_pool(cfg, job.front_end.as_deref(), &mut env)?;
     let shims = UnixListener::bind(&env.socket)
         .with_context(|| format!("cannot bind {}", env.socket.display()))?;
     std::fs::set_permissions(&env.socket, std::fs::Permissions::from_mode(0o600))?;
@@ -135,16 +134,22 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
     code
 }
 
-/// Hosts the job's JEL pool on `JOBDIR/jel.sock` (this host's lab name for its members) and
-/// names the socket in the job's environment (`RB_JEL`).
+/// Hosts the job's JEL pool on `JOBDIR/jel.sock` and names the socket in the job's
+/// environment (`RB_JEL`). Its members are on `front_end`, the lab name the broker found for
+/// this machine, else on its hostname (an agent outside the lab's hosts). The pool never
+/// counts them on a granted host of the same name (`jel::pool::Input::OpenedFrontEnd`).
 fn host_pool(
     cfg: &AgentConfig,
+    front_end: Option<&str>,
     env: &mut JobEnv,
 ) -> anyhow::Result<(PoolHost, mpsc::UnboundedReceiver<RemoteOut>)> {
     let socket = env.dir.join(JEL_SOCKET);
-    // The front end has no lab name of its own at the broker: its hostname stands for it.
-    let host = crate::whereami::this_host().hostname;
-    let bound = PoolHost::bind(HostConfig::new(&socket, host, cfg.jel.clone()))?;
+    let host = front_end.map_or_else(|| crate::whereami::this_host().hostname, String::from);
+    let config = HostConfig {
+        front_end: true,
+        ..HostConfig::new(&socket, host, cfg.jel.clone())
+    };
+    let bound = PoolHost::bind(config)?;
     env.vars
         .insert(jel::ENV_JEL.into(), socket.display().to_string());
     Ok(bound)

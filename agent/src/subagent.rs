@@ -19,6 +19,11 @@
 //! the command also gets [`TAG_VAR`] in its environment, which every descendant inherits
 //! whatever it does to its session; the guardian's [`Watch`] counts and ends processes of
 //! the same uid carrying the tag as well as the group.
+//!
+//! JEL (issue 16): the front binds the command's JEL socket before the command starts
+//! ([`crate::subjel::bind`]) and names it in the command's `RB_JEL` (replacing any inherited
+//! one: under the `local` transport that would be the front end's); the guardian serves it
+//! and relays each connection over its agent link ([`crate::subjel::Relay`]).
 
 use std::{
     os::fd::{AsRawFd, OwnedFd},
@@ -37,10 +42,30 @@ use proto::{
     msg::{FromBroker, Role, ToBroker},
 };
 
-use crate::watch::Watch;
+use crate::{
+    subjel::{self, Relay},
+    watch::Watch,
+};
 
 /// How long the guardian keeps the group alive without its agent before ending it.
 pub const AGENT_LOSS_LIMIT: Duration = Duration::from_secs(6);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+const RETRY_PAUSE: Duration = Duration::from_millis(500);
+/// The grace the guardian gives the command when it ends it on its own (agent lost).
+const LOSS_END_GRACE: Duration = Duration::from_secs(1);
+/// The latest a guardian that lost its agent has ended its command, counted from the loss:
+/// it tries to reconnect until [`AGENT_LOSS_LIMIT`] has passed (the last try may take a
+/// connect and a handshake timeout), then gives the command [`LOSS_END_GRACE`]. Past this,
+/// a host whose subagents are all out of reach has certainly nothing of the job left
+/// running (JEL's `died{host_lost}`, issue 16).
+pub const ENDS_AFTER_LOSS: Duration = Duration::from_millis(
+    (AGENT_LOSS_LIMIT.as_millis()
+        + RETRY_PAUSE.as_millis()
+        + CONNECT_TIMEOUT.as_millis()
+        + HANDSHAKE_TIMEOUT.as_millis()
+        + LOSS_END_GRACE.as_millis()) as u64,
+);
 const HEARTBEAT: Duration = Duration::from_secs(2);
 const GROUP_POLL: Duration = Duration::from_millis(200);
 
@@ -73,14 +98,17 @@ pub fn run(cfg: SubagentConfig) -> i32 {
         .filter(|m| proto::tag::is_mark(m))
         .or_else(|| Secret::load(&cfg.secret_file).ok().map(|s| s.lab_mark()));
     let tag = proto::tag::subagent_tag(cfg.alloc, std::process::id(), lab.as_deref());
+    // Without it the command runs with no `RB_JEL` (the guardian's log says why).
+    let jel = subjel::bind(std::process::id());
+    let jel_socket = jel.as_ref().ok().map(subjel::Bound::socket);
     // Plain words are exec'd as `sh -c` would, without starting the shell; should that
     // fail (not found, not executable, a script without `#!`), the shell runs the command
     // after all and says why, with its usual exit code.
     let plain = crate::simple_command::plain_argv(&cfg.command)
-        .and_then(|argv| spawn_command(&cfg, &tag, Some(&argv)).ok());
+        .and_then(|argv| spawn_command(&cfg, &tag, jel_socket.as_deref(), Some(&argv)).ok());
     let spawned = match plain {
         Some(child) => Ok(child),
-        None => spawn_command(&cfg, &tag, None),
+        None => spawn_command(&cfg, &tag, jel_socket.as_deref(), None),
     };
     let mut child = match spawned {
         Ok(c) => c,
@@ -106,11 +134,13 @@ pub fn run(cfg: SubagentConfig) -> i32 {
     match unsafe { nix::unistd::fork() } {
         Ok(nix::unistd::ForkResult::Child) => {
             drop(status_tx);
-            std::process::exit(guardian(cfg, watch, status_rx));
+            std::process::exit(guardian(cfg, watch, status_rx, jel));
         }
         Ok(nix::unistd::ForkResult::Parent { child: guardian }) => {
             drop(status_rx);
-            end_group_if_guardian_dies(guardian, watch);
+            // The guardian's now; its directory is removed here only if it dies first.
+            let jel_dir = jel.ok().map(|b| b.dir);
+            end_group_if_guardian_dies(guardian, watch, jel_dir);
             let code = wait_code(child.wait());
             let _ = nix::unistd::write(&status_tx, &code.to_le_bytes());
             code
@@ -125,25 +155,31 @@ pub fn run(cfg: SubagentConfig) -> i32 {
 /// The guardian ends the group before it exits, so a guardian gone while the command runs
 /// was killed (SIGKILL, the OOM killer): nothing would watch the group any more and the
 /// job's processes would outlive it. The front then ends the group itself (issue 17, the
-/// fault suite's `hostd_subagent_and_agent_sigkilled…` with seed 3).
-fn end_group_if_guardian_dies(guardian: Pid, watch: Watch) {
+/// fault suite's `hostd_subagent_and_agent_sigkilled…` with seed 3). It also removes the
+/// JEL socket's directory, which the guardian removes when it ends by itself.
+fn end_group_if_guardian_dies(guardian: Pid, watch: Watch, jel_dir: Option<PathBuf>) {
     let spawned = std::thread::Builder::new()
         .name("guardian-watch".into())
         .spawn(move || {
             // Only this thread waits for the guardian; the main thread waits for the command.
             let _ = nix::sys::wait::waitpid(guardian, None);
             watch.end(Duration::from_secs(1));
+            if let Some(dir) = jel_dir {
+                let _ = std::fs::remove_dir_all(dir);
+            }
         });
     if let Err(e) = spawned {
         eprintln!("rb-subagent: cannot watch the guardian: {e}");
     }
 }
 
-/// Starts the command as its own process group, tagged, with the job's preload library:
-/// `argv` directly, or `/bin/sh -c COMMAND` when `argv` is `None`.
+/// Starts the command as its own process group, tagged, with the job's preload library and
+/// this host's JEL socket (`RB_JEL`; none: unset): `argv` directly, or `/bin/sh -c COMMAND`
+/// when `argv` is `None`.
 fn spawn_command(
     cfg: &SubagentConfig,
     tag: &str,
+    jel: Option<&std::path::Path>,
     argv: Option<&Vec<String>>,
 ) -> std::io::Result<std::process::Child> {
     let mut command = match argv {
@@ -159,6 +195,12 @@ fn spawn_command(
         }
     };
     command.env(TAG_VAR, tag).process_group(0);
+    // An inherited member relay is another host's (the front end's, under `local`).
+    command.env_remove(ENV_MEMBER_RELAY);
+    match jel {
+        Some(socket) => command.env(jel::ENV_JEL, socket),
+        None => command.env_remove(jel::ENV_JEL),
+    };
     if let Some(lib) = &cfg.preload {
         let existing = std::env::var("LD_PRELOAD").ok();
         let preload =
@@ -192,8 +234,16 @@ fn wait_code(status: std::io::Result<ExitStatus>) -> i32 {
     }
 }
 
+/// `rb-jel join`'s relay for its command (`jel-cli`): never passed to another host.
+const ENV_MEMBER_RELAY: &str = "RB_JEL_MEMBER";
+
 /// The guardian process: detached, reports to the agent, ends the group when told.
-fn guardian(cfg: SubagentConfig, watch: Watch, status_rx: OwnedFd) -> i32 {
+fn guardian(
+    cfg: SubagentConfig,
+    watch: Watch,
+    status_rx: OwnedFd,
+    jel: Result<subjel::Bound, subjel::BindError>,
+) -> i32 {
     detach_from_session();
     start_log();
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -204,11 +254,17 @@ fn guardian(cfg: SubagentConfig, watch: Watch, status_rx: OwnedFd) -> i32 {
         Err(e) => {
             let (alloc, pgid) = (cfg.alloc, watch.pgid);
             tracing::error!(alloc, pgid, error = %e, "no runtime: ending the command's processes");
-            watch.end(Duration::from_secs(1));
+            watch.end(LOSS_END_GRACE);
             return 1;
         }
     };
-    runtime.block_on(guard(cfg, &watch, status_rx));
+    runtime.block_on(async {
+        let bound = jel
+            .map_err(|e| tracing::warn!(error = %e, "the command runs without a JEL socket"))
+            .ok();
+        let mut relay = Relay::start(bound);
+        guard(cfg, &watch, status_rx, &mut relay).await;
+    });
     0
 }
 
@@ -266,7 +322,7 @@ pub(crate) fn detach_from_session() {
     }
 }
 
-async fn guard(cfg: SubagentConfig, watch: &Watch, status_rx: OwnedFd) {
+async fn guard(cfg: SubagentConfig, watch: &Watch, status_rx: OwnedFd, relay: &mut Relay) {
     let mut exit_status: Option<i32> = None;
     let status_task = tokio::task::spawn_blocking(move || read_status(status_rx));
     tokio::pin!(status_task);
@@ -281,7 +337,7 @@ async fn guard(cfg: SubagentConfig, watch: &Watch, status_rx: OwnedFd) {
                     agent_lost(&cfg, watch, since, &why);
                     return;
                 }
-                tokio::time::sleep(Duration::from_millis(500)).await;
+                tokio::time::sleep(RETRY_PAUSE).await;
                 continue;
             }
         };
@@ -302,9 +358,17 @@ async fn guard(cfg: SubagentConfig, watch: &Watch, status_rx: OwnedFd) {
         if let Some(status) = exit_status {
             let _ = conn.send(&ToBroker::SubExited { status }).await;
         }
-        match session(&mut conn, watch, &mut exit_status, &mut status_task).await {
+        let mut s = Session {
+            conn: &mut conn,
+            watch,
+            relay,
+        };
+        match s.run(&mut exit_status, &mut status_task).await {
             SessionEnd::Done => return,
-            SessionEnd::Lost => lost_since = Some(Instant::now()),
+            SessionEnd::Lost => {
+                relay.close_all();
+                lost_since = Some(Instant::now());
+            }
         }
     }
 }
@@ -328,7 +392,7 @@ fn agent_lost(cfg: &SubagentConfig, watch: &Watch, since: Instant, why: &AgentLi
         last_error = %why,
         "the job's agent is unreachable: ending the command's processes"
     );
-    watch.end(Duration::from_secs(1));
+    watch.end(LOSS_END_GRACE);
 }
 
 enum SessionEnd {
@@ -336,47 +400,109 @@ enum SessionEnd {
     Lost,
 }
 
-async fn session(
-    conn: &mut FramedConn<tokio::net::TcpStream>,
-    watch: &Watch,
-    exit_status: &mut Option<i32>,
-    status_task: &mut std::pin::Pin<&mut tokio::task::JoinHandle<Option<i32>>>,
-) -> SessionEnd {
-    let mut heartbeat = tokio::time::interval(HEARTBEAT);
-    let mut poll = tokio::time::interval(GROUP_POLL);
-    loop {
-        tokio::select! {
-            _ = heartbeat.tick() => {
-                if conn.send(&ToBroker::Heartbeat).await.is_err() { return SessionEnd::Lost; }
-            }
-            _ = poll.tick() => {
-                if exit_status.is_some() && !watch.alive() {
-                    return SessionEnd::Done;
+/// One connection to the agent, with what it serves.
+struct Session<'a> {
+    conn: &'a mut FramedConn<tokio::net::TcpStream>,
+    watch: &'a Watch,
+    relay: &'a mut Relay,
+}
+
+/// How long a `Terminate` waits for the JEL lines sent before it (a `vacate`) to be written.
+const JEL_FLUSH: Duration = Duration::from_millis(200);
+
+impl Session<'_> {
+    async fn run(
+        &mut self,
+        exit_status: &mut Option<i32>,
+        status_task: &mut std::pin::Pin<&mut tokio::task::JoinHandle<Option<i32>>>,
+    ) -> SessionEnd {
+        let mut heartbeat = tokio::time::interval(HEARTBEAT);
+        let mut poll = tokio::time::interval(GROUP_POLL);
+        loop {
+            tokio::select! {
+                _ = heartbeat.tick() => {
+                    if self.conn.send(&ToBroker::Heartbeat).await.is_err() { return SessionEnd::Lost; }
                 }
-            }
-            status = &mut **status_task, if exit_status.is_none() => {
-                let code = status.ok().flatten().unwrap_or(1);
-                *exit_status = Some(code);
-                if conn.send(&ToBroker::SubExited { status: code }).await.is_err() { return SessionEnd::Lost; }
-                // Usually nothing outlives the command: the host goes back now, not at the
-                // next poll (up to GROUP_POLL later, while the next request waits for it).
-                if !watch.alive() {
-                    return SessionEnd::Done;
+                _ = poll.tick() => {
+                    if exit_status.is_some() && !self.watch.alive() {
+                        self.relay_ready().await;
+                        return SessionEnd::Done;
+                    }
                 }
-            }
-            msg = conn.recv::<FromBroker>() => match msg {
-                Ok(FromBroker::Terminate { grace_ms }) => {
-                    let pgid = watch.pgid;
-                    tracing::debug!(pgid, grace_ms, "the agent ends the command (reclaim or job end)");
-                    watch.end(Duration::from_millis(grace_ms));
-                    let code = exit_status.unwrap_or(128 + Signal::SIGTERM as i32);
-                    let _ = conn.send(&ToBroker::SubExited { status: code }).await;
-                    return SessionEnd::Done;
+                Some(ev) = self.relay.next() => {
+                    if self.relay_local(ev).await.is_err() { return SessionEnd::Lost; }
                 }
-                Ok(_) => {}
-                Err(_) => return SessionEnd::Lost,
-            },
+                status = &mut **status_task, if exit_status.is_none() => {
+                    let code = status.ok().flatten().unwrap_or(1);
+                    *exit_status = Some(code);
+                    if self.conn.send(&ToBroker::SubExited { status: code }).await.is_err() { return SessionEnd::Lost; }
+                    // Usually nothing outlives the command: the host goes back now, not at the
+                    // next poll (up to GROUP_POLL later, while the next request waits for it).
+                    if !self.watch.alive() {
+                        self.relay_ready().await;
+                        return SessionEnd::Done;
+                    }
+                }
+                msg = self.conn.recv::<FromBroker>() => match msg {
+                    Ok(FromBroker::Terminate { grace_ms }) => {
+                        self.terminate(grace_ms, *exit_status).await;
+                        return SessionEnd::Done;
+                    }
+                    Ok(msg @ (FromBroker::JelSend { .. } | FromBroker::JelDisconnect { .. })) => {
+                        if let Some(back) = self.relay.from_agent(msg) {
+                            if self.conn.send(&back).await.is_err() { return SessionEnd::Lost; }
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(_) => return SessionEnd::Lost,
+                },
+            }
         }
+    }
+
+    /// Passes a local JEL event on to the agent.
+    async fn relay_local(&mut self, ev: subjel::Local) -> Result<(), proto::frame::FrameError> {
+        match self.relay.local(ev) {
+            Some(msg) => self.conn.send(&msg).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Passes on the JEL events already there (the lines and closes of processes that just
+    /// ended), so the pool learns a `leave` before the host's end.
+    async fn relay_ready(&mut self) {
+        while let Some(ev) = self.relay.try_next() {
+            if self.relay_local(ev).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// The agent ends the command (reclaim or job end): the JEL lines sent before (the
+    /// `vacate`) are written first; while the group is given its grace, its members' lines
+    /// (a `leave`) still reach the pool.
+    async fn terminate(&mut self, grace_ms: u64, exit_status: Option<i32>) {
+        let pgid = self.watch.pgid;
+        tracing::debug!(
+            pgid,
+            grace_ms,
+            "the agent ends the command (reclaim or job end)"
+        );
+        self.relay.flush(JEL_FLUSH).await;
+        let watch = self.watch.clone();
+        let end = tokio::task::spawn_blocking(move || watch.end(Duration::from_millis(grace_ms)));
+        tokio::pin!(end);
+        loop {
+            tokio::select! {
+                _ = &mut end => break,
+                Some(ev) = self.relay.next() => {
+                    if self.relay_local(ev).await.is_err() { break; }
+                }
+            }
+        }
+        self.relay_ready().await;
+        let code = exit_status.unwrap_or(128 + Signal::SIGTERM as i32);
+        let _ = self.conn.send(&ToBroker::SubExited { status: code }).await;
     }
 }
 
@@ -426,16 +552,13 @@ async fn connect(
 ) -> Result<FramedConn<tokio::net::TcpStream>, AgentLinkError> {
     let secret = Secret::load(&cfg.secret_file)?;
     let agent = || cfg.agent.clone();
-    let stream = tokio::time::timeout(
-        Duration::from_secs(3),
-        tokio::net::TcpStream::connect(&cfg.agent),
-    )
-    .await
-    .map_err(|_| AgentLinkError::ConnectTimeout { agent: agent() })?
-    .map_err(|source| AgentLinkError::Connect {
-        agent: agent(),
-        source,
-    })?;
+    let stream = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(&cfg.agent))
+        .await
+        .map_err(|_| AgentLinkError::ConnectTimeout { agent: agent() })?
+        .map_err(|source| AgentLinkError::Connect {
+            agent: agent(),
+            source,
+        })?;
     let _ = stream.set_nodelay(true);
     let mut conn = FramedConn::new(stream);
     let name = cfg.alloc.to_string();
@@ -445,7 +568,7 @@ async fn connect(
         &name,
         ClientAuth::Secret(&secret),
     );
-    tokio::time::timeout(Duration::from_secs(5), hs)
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, hs)
         .await
         .map_err(|_| AgentLinkError::HandshakeTimeout { agent: agent() })?
         .map_err(|source| AgentLinkError::Handshake {

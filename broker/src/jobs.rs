@@ -247,6 +247,10 @@ impl JobDesk {
                 .inspect_err(|e| warn!(error = %e, "job refused"))?;
         }
         let own_host = self.own_lab_host(&reg);
+        let front_end = reg
+            .runs_on
+            .as_ref()
+            .and_then(|on| self.alloc.lab_host_of(&on.hostname, &on.addresses));
         let (job, mut effects) = match resumable {
             Some(job) => {
                 self.awaiting_agent.remove(&job);
@@ -281,6 +285,7 @@ impl JobDesk {
             secret_file: self.secret_file.clone(),
             hosts_reach_broker_at: self.hosts_reach_broker_at,
             lab_mark: self.lab_mark.clone(),
+            front_end,
         };
         let _ = tx.send(msg).await;
         self.agents.insert(job, tx);

@@ -236,7 +236,31 @@ pub enum ToBroker {
     },
     /// Subagent → agent: still alive.
     Heartbeat,
+    /// Subagent → agent: a process of its command (`pid` from SO_PEERCRED when known)
+    /// connected to the subagent's JEL socket (`RB_JEL` on that host); `conn` is the
+    /// subagent's id for it, unique for the subagent's life.
+    JelOpen {
+        conn: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pid: Option<u32>,
+    },
+    /// Subagent → agent: one line that JEL connection sent, without its newline (at most
+    /// [`JEL_RELAY_MAX_LINE`] bytes: a longer one closes the connection on the host).
+    JelLine {
+        conn: u64,
+        line: String,
+    },
+    /// Subagent → agent: that JEL connection closed (EOF, an error, an over-long line, or the
+    /// subagent cut off a member that did not read its lines).
+    JelClosed {
+        conn: u64,
+    },
 }
+
+/// The longest line a member on a granted host may send (its subagent closes the connection
+/// past it): an eighth of a frame, so that a [`ToBroker::JelLine`] fits one frame even when
+/// every byte is escaped in JSON (six bytes for a control character).
+pub const JEL_RELAY_MAX_LINE: usize = crate::MAX_FRAME_BYTES / 8;
 
 /// Error codes carried by [`FromBroker::Error`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -312,6 +336,11 @@ pub enum FromBroker {
         /// secret, so they cannot derive it). Absent from older brokers.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         lab_mark: Option<String>,
+        /// The lab host the agent runs on (found from its registration's `runs_on`), when
+        /// it is one: the lab name of the job's front end, e.g. for its JEL members' `host`.
+        /// Absent when the agent runs outside the lab's hosts, and from older brokers.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        front_end: Option<String>,
     },
     /// To an agent: request `req` waits; `position` 1 = next; `reason` says why, for people
     /// (absent from brokers before it was added).
@@ -353,6 +382,18 @@ pub enum FromBroker {
     Terminate {
         grace_ms: u64,
     },
+    /// Agent → subagent: write these lines (each ending with its newline), in order, to the
+    /// JEL connection `conn` (the subagent's id, from [`ToBroker::JelOpen`]).
+    JelSend {
+        conn: u64,
+        lines: Vec<String>,
+    },
+    /// Agent → subagent: close the JEL connection `conn` once the lines sent before are
+    /// written; `reason` is for the log (`slow_consumer`, `host_gone`, …).
+    JelDisconnect {
+        conn: u64,
+        reason: String,
+    },
 }
 
 #[cfg(test)]
@@ -393,6 +434,26 @@ mod tests {
             ToBroker::HostsInUse {
                 hosts: vec!["node05".into()]
             }
+        );
+    }
+
+    #[test]
+    fn jel_relay_messages_round_trip() {
+        let open = ToBroker::JelOpen { conn: 3, pid: None };
+        let text = serde_json::to_string(&open).expect("serialise");
+        assert_eq!(text, r#"{"t":"jel_open","conn":3}"#);
+        assert_eq!(
+            serde_json::from_str::<ToBroker>(&text).expect("parse"),
+            open
+        );
+        let send = FromBroker::JelSend {
+            conn: 3,
+            lines: vec!["{\"seq\":1}\n".into()],
+        };
+        let text = serde_json::to_string(&send).expect("serialise");
+        assert_eq!(
+            serde_json::from_str::<FromBroker>(&text).expect("parse"),
+            send
         );
     }
 

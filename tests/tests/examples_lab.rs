@@ -4,8 +4,8 @@
 //! a host released mid-run (`vacate`) has its tasks redone, each counted once. Root only;
 //! each test prints why it is skipped otherwise.
 //!
-//! Both need workers on granted hosts to reach the job's pool (`RB_JEL` there), which the
-//! JEL relay for lab hosts brings (branch wt-jel-remote): until then they are ignored.
+//! Both need workers on granted hosts to reach the job's pool (`RB_JEL` there): their
+//! subagents relay it (`agent/src/subjel.rs`).
 
 use std::time::Duration;
 
@@ -42,7 +42,6 @@ fn holds(env: &LabWithBroker, job: &MwJob, n: usize) -> Vec<String> {
 }
 
 #[test]
-#[ignore = "needs JEL on granted hosts (wt-jel-remote)"]
 fn rb_mw_grows_onto_three_lab_hosts_and_counts_right() {
     if skip_unless_root("rb_mw_grows_onto_three_lab_hosts_and_counts_right") {
         return;
@@ -58,7 +57,6 @@ fn rb_mw_grows_onto_three_lab_hosts_and_counts_right() {
 }
 
 #[test]
-#[ignore = "needs JEL on granted hosts (wt-jel-remote)"]
 fn rb_mw_on_the_lab_redoes_the_tasks_of_a_released_host() {
     if skip_unless_root("rb_mw_on_the_lab_redoes_the_tasks_of_a_released_host") {
         return;

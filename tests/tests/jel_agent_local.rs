@@ -171,3 +171,44 @@ fn a_bad_jel_value_exits_64_before_the_job_starts() {
     assert!(!marker.exists(), "the app did not run");
     assert!(broker.jobs().is_empty(), "no job was registered");
 }
+
+/// Under the `local` transport (virtual hosts on this machine) a remote command gets its
+/// subagent's JEL socket, not the front end's `RB_JEL` it would inherit: its member is on
+/// the virtual host, relayed by the subagent (a regression test: it joined as a front-end
+/// member before).
+#[test]
+fn a_remote_command_on_a_virtual_host_joins_through_its_subagent() {
+    let broker = Broker::start(&local_lab(1));
+    broker.wait_all_up(Duration::from_secs(10));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("events");
+    let script = format!(
+        "J='{jel}'; F='{file}'; \"$J\" watch --from 1 --json > \"$F\" & \
+         rsh anyLinux-1 \"'$J' join --name r -- sh -c 'echo \\$RB_JEL > {file}.sock'\" & \
+         wait $!; \
+         for _ in $(seq 100); do grep -q '\"left\"' \"$F\" && exit 0; sleep 0.1; done; exit 1",
+        jel = bin("rb-jel").display(),
+        file = file.display()
+    );
+    let out = broker
+        .agent(&["sh", "-c", &script])
+        .env_remove("RB_JEL")
+        .output()
+        .expect("agent");
+    let seen = events(&file);
+    assert!(
+        out.status.success(),
+        "{seen:?}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let joined = seen
+        .iter()
+        .find(|e| e["event"] == "joined")
+        .expect("joined");
+    assert_eq!(joined["member"]["host"], "vhost01", "{joined}");
+    let socket = std::fs::read_to_string(dir.path().join("events.sock")).expect("RB_JEL");
+    assert!(
+        socket.contains("/subagent-") && socket.trim().ends_with("/jel.sock"),
+        "the subagent's socket: {socket}"
+    );
+}

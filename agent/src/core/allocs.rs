@@ -117,7 +117,7 @@ impl AgentCore {
         a.subs.insert(sub);
     }
 
-    pub(super) fn sub_gone(&mut self, alloc: AllocId, sub: SubId, out: &mut Out) {
+    pub(super) fn sub_gone(&mut self, alloc: AllocId, sub: SubId, now: Instant, out: &mut Out) {
         let Some(a) = self.allocs.get_mut(&alloc) else {
             return;
         };
@@ -127,6 +127,11 @@ impl AgentCore {
         // reclaim or at job end.
         let kept = self.module.is_some() || a.instance;
         if !a.subs.is_empty() || (kept && !a.reclaiming) {
+            // The host stays the job's: whether the JEL members that subagent relayed still
+            // run is known once its own deadline for ending them has passed.
+            let timer = Timer::LinkLost { alloc };
+            let at = now + crate::subagent::ENDS_AFTER_LOSS;
+            out.push(Output::SetTimer { timer, at });
             return;
         }
         self.hand_back(alloc, out);
@@ -204,6 +209,18 @@ impl AgentCore {
         for &sub in &a.subs {
             let msg = FromBroker::Terminate { grace_ms };
             out.push(Output::ToSub { sub, msg });
+        }
+    }
+
+    /// A subagent link of `alloc` was lost [`crate::subagent::ENDS_AFTER_LOSS`] ago: the
+    /// pool ends what it relayed (see [`PoolEvent::LinkLost`]).
+    pub(super) fn link_loss_over(&mut self, alloc: AllocId, out: &mut Out) {
+        if let Some(a) = self.allocs.get(&alloc) {
+            out.push(Output::Pool(PoolEvent::LinkLost {
+                alloc,
+                host: a.host.clone(),
+                host_lost: a.subs.is_empty(),
+            }));
         }
     }
 

@@ -68,9 +68,13 @@
 //! - the job's end (`end::exit`) → `Terminate`, after the end sequence, right before
 //!   [`Output::Exit`].
 //!
-//! Not yet: a subagent lost (`SubGone` while the host is still the job's) → `HostLost`, from
-//! a [`Timer`] at the subagent's own deadline for ending its processes, never earlier; and
-//! members on granted hosts (the subagent's relay).
+//! - a subagent link lost while the host is still the job's (`allocs::sub_gone`) →
+//!   [`Timer::LinkLost`] at the subagent's own deadline for ending its processes
+//!   ([`crate::subagent::ENDS_AFTER_LOSS`]), never earlier → `LinkLost` (`host_lost` when no
+//!   subagent of the host is attached then).
+//!
+//! The relay of members on granted hosts (their lines) does not pass through the core: the
+//! shell routes it with [`crate::jelrelay::Routes`].
 
 mod allocs;
 mod end;
@@ -256,6 +260,15 @@ pub enum PoolEvent {
     /// `host` left the job (released after a reclaim, given back, a grant nobody took):
     /// its members still there died, then `host_released`.
     HostReleased { host: String },
+    /// A subagent link of `alloc` on `host` was lost and the subagent's own deadline for
+    /// ending its command has passed ([`crate::subagent::ENDS_AFTER_LOSS`]): the JEL
+    /// connections it relayed are ended — `died{host_lost}` for the host's members when
+    /// `host_lost` (no subagent of the host is attached), else closed (`died{exited}`).
+    LinkLost {
+        alloc: AllocId,
+        host: String,
+        host_lost: bool,
+    },
     /// The job ends (right before [`Output::Exit`]): `closed`, `terminated`.
     Terminate,
 }
@@ -267,6 +280,9 @@ pub enum Timer {
     LaunchWindow { alloc: AllocId },
     /// The launcher of `alloc` ended a while ago: a late subagent had its time to attach.
     LateAttach { alloc: AllocId },
+    /// A subagent link of `alloc` was lost a while ago: its own deadline for ending its
+    /// command has passed.
+    LinkLost { alloc: AllocId },
     /// The module's halt has had its time.
     HaltWait,
     /// The end of the job has waited long enough for subagents and launchers.
@@ -353,6 +369,12 @@ impl AgentCore {
         self.phase
     }
 
+    /// The host of allocation `alloc`, while the job holds it (a subagent's JEL members are
+    /// on it).
+    pub fn host_of(&self, alloc: AllocId) -> Option<&str> {
+        self.allocs.get(&alloc).map(|a| a.host.as_str())
+    }
+
     /// Whether this is a module job (the shell then reads a shim's lineage).
     pub fn is_module_job(&self) -> bool {
         self.module.is_some()
@@ -393,7 +415,7 @@ impl AgentCore {
             Input::ShimGone { shim } => self.shim_gone(shim, out),
             Input::Offered { alloc, reached } => self.offered(alloc, reached, out),
             Input::SubConnected { alloc, sub } => self.sub_connected(alloc, sub, now, out),
-            Input::SubGone { alloc, sub } => self.sub_gone(alloc, sub, out),
+            Input::SubGone { alloc, sub } => self.sub_gone(alloc, sub, now, out),
             Input::Broker(msg) => self.on_broker(msg, now, out),
             Input::BrokerLost => self.broker_lost(now, out),
             Input::BrokerBack => self.broker_back(out),
@@ -402,6 +424,7 @@ impl AgentCore {
             Input::LauncherExited { alloc, pid } => self.launcher_exited(alloc, pid, now, out),
             Input::Timer(Timer::LaunchWindow { alloc }) => self.launch_window_over(alloc, out),
             Input::Timer(Timer::LateAttach { alloc }) => self.launcher_gone(alloc, out),
+            Input::Timer(Timer::LinkLost { alloc }) => self.link_loss_over(alloc, out),
             Input::Timer(Timer::HaltWait | Timer::EndWait | Timer::EndAck) => {}
             Input::AppExited { status } => self.app_exited(status, now, out),
             Input::Signal(sig) => out.push(Output::Signal(sig)),

@@ -294,7 +294,10 @@ fn a_reclaim_tells_the_subagents_and_confirms_the_release_when_they_are_gone() {
         job.feed(Input::SubConnected { alloc: 7, sub: 71 }),
         vec![terminate(71, 300)]
     );
-    assert_eq!(job.feed(Input::SubGone { alloc: 7, sub: 70 }), vec![]);
+    assert_eq!(
+        job.feed(Input::SubGone { alloc: 7, sub: 70 }),
+        vec![link_lost_timer(7, job.now)]
+    );
     assert_eq!(
         job.feed(Input::SubGone { alloc: 7, sub: 71 }),
         vec![hosts(&[]), broker(ToBroker::Released { alloc: 7 })]
@@ -425,7 +428,10 @@ fn instance_names_bind_one_host_reused_until_it_is_taken_back() {
         ]
     );
     job.feed(Input::SubConnected { alloc: 7, sub: 70 });
-    assert_eq!(job.feed(Input::SubGone { alloc: 7, sub: 70 }), vec![]);
+    assert_eq!(
+        job.feed(Input::SubGone { alloc: 7, sub: 70 }),
+        vec![link_lost_timer(7, job.now)]
+    );
     // Taken back: the next call is told, the one after asks anew.
     assert_eq!(
         job.reclaim(7, "node03", 500),
@@ -508,7 +514,7 @@ fn module_phase_two_grows_on_a_grant_and_shrinks_before_the_subagents_on_a_recla
     job.feed(Input::SubConnected { alloc: 7, sub: 70 });
     assert_eq!(
         job.feed(Input::SubGone { alloc: 7, sub: 70 }),
-        vec![],
+        vec![link_lost_timer(7, job.now)],
         "kept"
     );
     job.feed(Input::SubConnected { alloc: 7, sub: 71 });
@@ -892,6 +898,47 @@ fn a_grant_hands_the_subagent_the_labs_mark() {
 }
 
 // The JEL pool's events ([`Output::Pool`]): one place, in the order the pool must see them.
+
+/// The timer a lost subagent link of a host the job keeps sets (JEL's `host_lost`).
+fn link_lost_timer(alloc: AllocId, now: Instant) -> Output {
+    Output::SetTimer {
+        timer: Timer::LinkLost { alloc },
+        at: now + crate::subagent::ENDS_AFTER_LOSS,
+    }
+}
+
+#[test]
+fn a_lost_link_of_a_kept_host_ends_its_jel_members_at_the_subagents_deadline() {
+    let mut job = Job::plain();
+    job.holding(7, "node03", Some(70));
+    job.holding(8, "node04", Some(80));
+    // node03 keeps a second subagent; node04 has none left (kept: an instance host).
+    job.feed(Input::SubConnected { alloc: 7, sub: 71 });
+    assert_eq!(
+        job.feed(Input::SubGone { alloc: 7, sub: 70 }),
+        vec![link_lost_timer(7, job.now)]
+    );
+    job.core.allocs.get_mut(&8).expect("held").instance = true;
+    assert_eq!(
+        job.feed(Input::SubGone { alloc: 8, sub: 80 }),
+        vec![link_lost_timer(8, job.now)]
+    );
+    job.later(crate::subagent::ENDS_AFTER_LOSS);
+    let lost = |alloc, host: &str, host_lost| {
+        let host = host.to_string();
+        pool(PoolEvent::LinkLost {
+            alloc,
+            host,
+            host_lost,
+        })
+    };
+    let timer = |alloc| Input::Timer(Timer::LinkLost { alloc });
+    assert_eq!(job.feed_all(timer(7)), vec![lost(7, "node03", false)]);
+    assert_eq!(job.feed_all(timer(8)), vec![lost(8, "node04", true)]);
+    // A host no longer the job's: nothing.
+    job.core.allocs.remove(&8);
+    assert_eq!(job.feed_all(timer(8)), vec![]);
+}
 
 fn pool(event: PoolEvent) -> Output {
     Output::Pool(event)

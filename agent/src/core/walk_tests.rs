@@ -228,6 +228,9 @@ impl Walk {
                 w.pool_hosts.remove(at);
                 w.pool_vacating.remove(&host);
             }
+            PoolEvent::LinkLost { host, .. } => {
+                assert!(w.pool_hosts.contains(&host), "link lost on {host} not held");
+            }
             PoolEvent::Terminate => w.pool_terminated = true,
         }
     }

@@ -3,6 +3,11 @@
 //! performs the core's [`Output`]s in order. It holds the I/O handles the core names by id
 //! (shim reply channels, subagent links, the broker connection, the module runner, the
 //! timers, the job's JEL pool) and decides nothing about the job.
+//!
+//! JEL connections of processes on granted hosts come and go through their subagents' links
+//! (`jel_*` messages); the shell routes them between the links and the pool with
+//! [`Routes`] (pure), and never blocks on a slow link: a pool connection whose link does not
+//! take its lines is cut off (it resumes by seq).
 
 use std::{
     cmp::Reverse,
@@ -11,7 +16,10 @@ use std::{
     time::Duration,
 };
 
-use jel::host::PoolHost;
+use jel::{
+    host::{PoolHost, RemoteOut},
+    pool::ConnId,
+};
 use nix::sys::signal::Signal;
 use proto::{
     agent::ShimReply,
@@ -22,7 +30,8 @@ use tracing::{debug, info, warn};
 
 use crate::{
     ancestry,
-    core::{AgentCore, Input, Output, PoolEvent, ShimId, SubId, Timer},
+    core::{AgentCore, AllocId, Input, Output, PoolEvent, ShimId, SubId, Timer},
+    jelrelay::{Route, Routes},
     jobenv,
     link::{self, Conn},
     listeners::Event,
@@ -67,7 +76,15 @@ pub(super) struct Shell {
     pgid: Option<i32>,
     /// The job's JEL pool (taken at its `Terminate`).
     pool: Option<PoolHost>,
+    /// What the pool has for connections on other hosts.
+    remote: mpsc::UnboundedReceiver<RemoteOut>,
+    /// Which pool connection is which subagent's.
+    routes: Routes,
 }
+
+/// The most bytes of lines one `jel_send` carries (a frame holds at most
+/// `proto::MAX_FRAME_BYTES`, and JSON escapes some bytes: a `"` takes two).
+const JEL_SEND_BYTES: usize = proto::MAX_FRAME_BYTES / 4;
 
 /// The time as the core sees it (tokio's clock, so that paused test time applies).
 fn now() -> std::time::Instant {
@@ -81,8 +98,9 @@ impl Shell {
         runner: Option<Runner>,
         events_tx: mpsc::Sender<Event>,
         hosts_file: PathBuf,
-        pool: PoolHost,
+        pool: (PoolHost, mpsc::UnboundedReceiver<RemoteOut>),
     ) -> Self {
+        let (pool, remote) = pool;
         Self {
             core,
             broker,
@@ -96,6 +114,8 @@ impl Shell {
             hosts_file,
             pgid: None,
             pool: Some(pool),
+            remote,
+            routes: Routes::default(),
         }
     }
 
@@ -126,7 +146,11 @@ impl Shell {
                     app_running = false;
                     Some(Input::AppExited { status: super::exit_code(status?) })
                 }
-                Some(ev) = events.recv() => self.input_of(ev),
+                Some(ev) = events.recv() => self.input_of(ev).await,
+                Some(out) = self.remote.recv() => {
+                    self.relay_out(out).await;
+                    None
+                }
                 msg = self.broker.conn.recv::<FromBroker>(), if self.broker_live => match msg {
                     Ok(msg) => Some(Input::Broker(msg)),
                     Err(e) => {
@@ -166,7 +190,7 @@ impl Shell {
 
     /// An event of the listeners, module runner or launcher watches as the core's input;
     /// the shell keeps the channels that come with it.
-    fn input_of(&mut self, ev: Event) -> Option<Input> {
+    async fn input_of(&mut self, ev: Event) -> Option<Input> {
         let input = match ev {
             Event::ShimAllocate {
                 conn,
@@ -204,12 +228,19 @@ impl Shell {
             }
             Event::SubConnected { alloc, sub, tx } => {
                 self.subs.insert(sub, tx);
+                // A subagent of the host is back: what its lost link relayed was closed there.
+                for conn in self.routes.take_orphans(alloc) {
+                    self.pool_closed(conn).await;
+                }
                 Input::SubConnected { alloc, sub }
             }
-            // What a subagent reports is not used by the agent yet.
-            Event::SubMessage { .. } => return None,
+            Event::SubMessage { alloc, sub, msg } => {
+                self.jel_from_sub(alloc, sub, msg).await;
+                return None;
+            }
             Event::SubGone { alloc, sub } => {
                 self.subs.remove(&sub);
+                self.routes.sub_gone(sub);
                 Input::SubGone { alloc, sub }
             }
             Event::ModuleDone(outcome) => Input::ModuleDone(outcome),
@@ -267,9 +298,143 @@ impl Shell {
         Performed::Done
     }
 
+    /// A JEL message of subagent `sub` (of `alloc`): a connection on its host opened, sent
+    /// a line, closed. Other reports are not used by the agent yet.
+    async fn jel_from_sub(&mut self, alloc: AllocId, sub: SubId, msg: ToBroker) {
+        let Some(pool) = &self.pool else { return };
+        match msg {
+            ToBroker::JelOpen { conn, pid } => {
+                let Some(host) = self.core.host_of(alloc) else {
+                    let reason = "the host is not the job's".to_string();
+                    return self
+                        .send_sub(sub, FromBroker::JelDisconnect { conn, reason })
+                        .await;
+                };
+                let Ok(id) = pool.open_remote(host, pid).await else {
+                    return;
+                };
+                if let Some(old) = self.routes.opened(alloc, sub, conn, id) {
+                    self.pool_closed(old).await;
+                }
+            }
+            ToBroker::JelLine { conn, line } => {
+                if let Some(id) = self.routes.pool_conn(sub, conn) {
+                    if let Err(e) = pool.remote_line(id, line).await {
+                        debug!(error = %e, "a JEL line after the pool's end");
+                    }
+                }
+            }
+            ToBroker::JelClosed { conn } => {
+                if let Some(id) = self.routes.closed(sub, conn) {
+                    self.pool_closed(id).await;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Tells the pool that remote connection `conn` closed.
+    async fn pool_closed(&self, conn: ConnId) {
+        if let Some(pool) = &self.pool {
+            if let Err(e) = pool.remote_closed(conn).await {
+                debug!(error = %e, "a JEL close after the pool's end");
+            }
+        }
+    }
+
+    /// Carries what the pool has for a remote connection to its subagent. A link that does
+    /// not take it (its queue is full) gets the connection cut off instead.
+    async fn relay_out(&mut self, out: RemoteOut) {
+        match out {
+            RemoteOut::Send { conn, lines } => {
+                let Some(route) = self.routes.route(conn) else {
+                    return;
+                };
+                for lines in jel_batches(lines.iter().map(|l| l.as_str())) {
+                    // One line too long for a frame would break the whole link.
+                    let too_long = lines.iter().any(|l| l.len() > JEL_SEND_BYTES);
+                    let msg = FromBroker::JelSend {
+                        conn: route.conn,
+                        lines,
+                    };
+                    if too_long || !self.try_send_sub(route.sub, msg) {
+                        let why = if too_long {
+                            "line_too_long"
+                        } else {
+                            "slow_link"
+                        };
+                        warn!(
+                            conn,
+                            why, "a JEL connection's lines cannot be carried: cut off"
+                        );
+                        self.routes.disconnect(conn);
+                        self.pool_closed(conn).await;
+                        self.disconnect_later(route, why);
+                        return;
+                    }
+                }
+            }
+            RemoteOut::Disconnect { conn, reason } => {
+                if let Some(route) = self.routes.disconnect(conn) {
+                    let reason = format!("{reason:?}");
+                    let msg = FromBroker::JelDisconnect {
+                        conn: route.conn,
+                        reason,
+                    };
+                    if !self.try_send_sub(route.sub, msg) {
+                        self.disconnect_later(route, "slow_link");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends to a subagent if its link's queue has room (false: it had not).
+    fn try_send_sub(&self, sub: SubId, msg: FromBroker) -> bool {
+        match self.subs.get(&sub) {
+            Some(tx) => !matches!(tx.try_send(msg), Err(mpsc::error::TrySendError::Full(_))),
+            None => true, // gone: nothing to carry
+        }
+    }
+
+    /// Tells subagent `route.sub` to close its connection once its link takes it.
+    fn disconnect_later(&self, route: Route, reason: &str) {
+        let Some(tx) = self.subs.get(&route.sub).cloned() else {
+            return;
+        };
+        let msg = FromBroker::JelDisconnect {
+            conn: route.conn,
+            reason: reason.to_string(),
+        };
+        tokio::spawn(async move {
+            let _ = tx.send(msg).await;
+        });
+    }
+
+    /// Carries what the pool has already handed over (after a job event: a `vacate` goes
+    /// out before the subagents are told anything else).
+    async fn relay_ready(&mut self) {
+        while let Ok(out) = self.remote.try_recv() {
+            self.relay_out(out).await;
+        }
+    }
+
     /// Hands a job event to the JEL pool and waits until its lines are written (so a
     /// `vacate` is out before the subagents are told to end the host's processes).
     async fn tell_pool(&mut self, event: PoolEvent) {
+        self.tell_pool_now(event).await;
+        self.relay_ready().await;
+    }
+
+    async fn tell_pool_now(&mut self, event: PoolEvent) {
+        if let PoolEvent::LinkLost {
+            alloc,
+            host,
+            host_lost,
+        } = event
+        {
+            return self.link_lost(alloc, &host, host_lost).await;
+        }
         let Some(pool) = &self.pool else { return };
         let done = match event {
             PoolEvent::HostGranted { host } => pool.host_granted(&host).await,
@@ -277,6 +442,7 @@ impl Shell {
                 pool.reclaim(&host, unix_ms_at(deadline)).await
             }
             PoolEvent::HostReleased { host } => pool.host_released(&host).await,
+            PoolEvent::LinkLost { .. } => Ok(()),
             PoolEvent::Terminate => match self.pool.take() {
                 Some(pool) => pool.terminate().await,
                 None => Ok(()),
@@ -284,6 +450,26 @@ impl Shell {
         };
         if let Err(e) = done {
             warn!(error = %e, "the job's JEL pool");
+        }
+    }
+
+    /// A lost link's subagent has certainly ended its command: what it relayed ends in the
+    /// pool (`died{host_lost}` for the host's members when none of its subagents is back).
+    async fn link_lost(&mut self, alloc: AllocId, host: &str, host_lost: bool) {
+        let orphans = self.routes.take_orphans(alloc);
+        if orphans.is_empty() {
+            return;
+        }
+        if !host_lost {
+            for conn in orphans {
+                self.pool_closed(conn).await;
+            }
+            return;
+        }
+        if let Some(pool) = &self.pool {
+            if let Err(e) = pool.host_lost(host).await {
+                warn!(error = %e, "the job's JEL pool");
+            }
         }
     }
 
@@ -379,6 +565,24 @@ impl Shell {
         }
         false
     }
+}
+
+/// `lines` (each with its newline) in batches of at most [`JEL_SEND_BYTES`] (a longer line
+/// goes alone).
+fn jel_batches<'a>(lines: impl Iterator<Item = &'a str>) -> Vec<Vec<String>> {
+    let mut batches: Vec<Vec<String>> = Vec::new();
+    let mut size = 0;
+    for line in lines {
+        if batches.is_empty() || size + line.len() > JEL_SEND_BYTES {
+            batches.push(Vec::new());
+            size = 0;
+        }
+        size += line.len();
+        if let Some(batch) = batches.last_mut() {
+            batch.push(line.to_string());
+        }
+    }
+    batches
 }
 
 /// The Unix time in ms of a core's `deadline` (an `Instant`, as [`now`] gives them).

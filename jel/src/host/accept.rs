@@ -97,11 +97,11 @@ async fn read_lines(conn: ConnId, stream: Arc<UnixStream>, tx: mpsc::Sender<Msg>
 
 /// A line longer than allowed (at least this many bytes).
 #[derive(Debug, PartialEq, Eq)]
-pub(super) struct TooLong(pub usize);
+pub struct TooLong(pub usize);
 
 /// Splits a byte stream into lines of at most `max` bytes (newline excluded).
 #[derive(Debug)]
-pub(super) struct LineReader {
+pub struct LineReader {
     buf: Vec<u8>,
     max: usize,
 }

@@ -6,7 +6,8 @@
 //! - this module: [`HostConfig`], [`PoolHost`] (the handle, its async methods), [`RemoteOut`]
 //!   (what the agent carries to members on other hosts), [`HostError`].
 //! - `accept`: the listening socket (same uid only) and one reader task per connection
-//!   (lines, bounded in length).
+//!   (lines, bounded in length); its [`LineReader`] is public: the subagents' relay
+//!   (`agent/src/subjel.rs`) reads its clients' lines with it.
 //! - `serve`: the pool task: batches everything ready into one
 //!   [`Pool::handle_batch`](crate::pool::Pool::handle_batch), writes each connection's lines
 //!   non-blocking (one `writev`), reports what was written, ticks once a second.
@@ -33,6 +34,8 @@
 mod accept;
 mod serve;
 
+pub use accept::{LineReader, TooLong};
+
 use std::{
     io,
     path::{Path, PathBuf},
@@ -58,6 +61,12 @@ pub struct HostConfig {
     pub socket: PathBuf,
     /// The lab name of this host: local members are on it.
     pub host: String,
+    /// Whether this host is the job's front end (the agent's pool): its local members are
+    /// then never touched by host events, which name granted hosts
+    /// ([`Input::OpenedFrontEnd`](crate::pool::Input::OpenedFrontEnd)). Off by default: a
+    /// pool hosted by hand (`rb-jel-host`, tests) stands its local members in for a granted
+    /// host's.
+    pub front_end: bool,
     pub pool: PoolConfig,
     /// Longest line a client may send, in bytes, newline excluded.
     pub max_line: usize,
@@ -76,6 +85,7 @@ impl HostConfig {
         HostConfig {
             socket: socket.into(),
             host: host.into(),
+            front_end: false,
             pool,
             max_line: 1 << 20,
             max_unwritten,

@@ -200,6 +200,10 @@ impl Server {
                 pid,
                 stream,
             } => {
+                let input = match (&stream, self.config.front_end) {
+                    (Some(_), true) => Input::OpenedFrontEnd { conn, host, pid },
+                    _ => Input::Opened { conn, host, pid },
+                };
                 let sink = match stream {
                     Some(stream) => Sink::Local(Local {
                         stream,
@@ -210,7 +214,7 @@ impl Server {
                     None => Sink::Remote,
                 };
                 self.sinks.insert(conn, sink);
-                batch.inputs.push(Input::Opened { conn, host, pid });
+                batch.inputs.push(input);
             }
             Msg::Lines { conn, lines } => {
                 let lines = lines.into_iter().map(|line| Input::Line { conn, line });

@@ -8,8 +8,10 @@ use super::{
 use crate::wire::{DeathReason, EventKind, Member, MemberId};
 
 impl Pool {
+    /// The members on granted host `host` (never the front end's: see
+    /// [`Input::OpenedFrontEnd`](super::Input::OpenedFrontEnd)).
     fn on_host(&self, host: &str) -> Vec<Member> {
-        let on = |r: &&MemberRec| r.member.host == host;
+        let on = |r: &&MemberRec| r.member.host == host && !r.front_end;
         self.members
             .values()
             .filter(on)
@@ -41,7 +43,7 @@ impl Pool {
         let mut conns: Vec<ConnId> = self
             .conns
             .iter()
-            .filter(|(_, c)| c.host == host)
+            .filter(|(_, c)| c.host == host && !c.front_end)
             .map(|(id, _)| *id)
             .collect();
         conns.sort_unstable();

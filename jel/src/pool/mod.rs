@@ -60,7 +60,9 @@
 //!   processes and relays connections over its agent link (open, line, closed one way; send,
 //!   disconnect the other), the agent choosing [`ConnId`]s unique across hosts.
 //! - **Connections:** accept only peers of the job's uid (`proto::peercred::peer_uid`);
-//!   [`Input::Opened`] with the host's lab name and the peer's pid; every line read (bound
+//!   [`Input::Opened`] with the host's lab name and the peer's pid
+//!   ([`Input::OpenedFrontEnd`] for the agent's own socket, whose members no host event
+//!   touches); every line read (bound
 //!   its length, and close the connection past it) → [`Input::Line`]; EOF or an error →
 //!   [`Input::Closed`] at once (the issue wants `died` within 100 ms).
 //! - **Batching:** feed everything that is ready (all lines read in one go) through one
@@ -181,6 +183,16 @@ impl PoolConfig {
 pub enum Input {
     /// A client connected from `host` (the lab name); `pid` from SO_PEERCRED when known.
     Opened {
+        conn: ConnId,
+        host: String,
+        pid: Option<u32>,
+    },
+    /// A client connected on the pool's own host (the job's front end, the agent's socket),
+    /// labelled `host`. Its members leave only by themselves or at the pool's end: host
+    /// events (reclaim, release, loss, kill) name granted hosts, and a granted host may have
+    /// the front end's name (a lab host granted to the job that runs on it) without its
+    /// events being about the front end's own processes.
+    OpenedFrontEnd {
         conn: ConnId,
         host: String,
         pid: Option<u32>,

@@ -48,6 +48,8 @@ pub(super) struct MemberRec {
     /// The seq of its `joined`.
     pub seq: u64,
     pub conn: Option<ConnId>,
+    /// Joined on the pool's own host ([`Input::OpenedFrontEnd`]): no host event touches it.
+    pub front_end: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -56,6 +58,8 @@ pub(super) struct Conn {
     pub pid: Option<u32>,
     pub hello: bool,
     pub member: Option<MemberId>,
+    /// Opened on the pool's own host ([`Input::OpenedFrontEnd`]).
+    pub front_end: bool,
 }
 
 /// A refused request: what went wrong and what to do.
@@ -125,17 +129,21 @@ impl Pool {
         self.flush()
     }
 
+    fn opened(&mut self, conn: ConnId, host: String, pid: Option<u32>, front_end: bool) {
+        let c = Conn {
+            host,
+            pid,
+            hello: false,
+            member: None,
+            front_end,
+        };
+        self.conns.insert(conn, c);
+    }
+
     fn input(&mut self, input: Input, now: Instant) {
         match input {
-            Input::Opened { conn, host, pid } => {
-                let c = Conn {
-                    host,
-                    pid,
-                    hello: false,
-                    member: None,
-                };
-                self.conns.insert(conn, c);
-            }
+            Input::Opened { conn, host, pid } => self.opened(conn, host, pid, false),
+            Input::OpenedFrontEnd { conn, host, pid } => self.opened(conn, host, pid, true),
             Input::Line { conn, line } => self.line(conn, &line, now),
             Input::Flushed { conn, lines } => self.flushed(conn, lines, now),
             Input::Closed { conn } => self.closed_conn(conn),
@@ -322,6 +330,7 @@ impl Pool {
             host: c.host.clone(),
             pid: pid.or(c.pid).unwrap_or(0),
         };
+        let front_end = c.front_end;
         self.next_id += 1;
         let seq = self.emit(EventKind::Joined {
             member: member.clone(),
@@ -330,6 +339,7 @@ impl Pool {
             member: member.clone(),
             seq,
             conn: Some(conn),
+            front_end,
         };
         self.members.insert(member.id, rec);
         if let Some(c) = self.conns.get_mut(&conn) {

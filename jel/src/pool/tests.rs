@@ -406,6 +406,50 @@ fn a_host_handed_back_without_reclaim_kills_its_members() {
 }
 
 #[test]
+fn host_events_of_a_granted_host_named_as_the_front_end_leave_front_end_members_alone() {
+    let mut lab = Lab::new(PoolConfig::default());
+    let w = lab.watcher(1);
+    // node02 runs the agent and is granted to the job too: one member on the front end,
+    // one started under the grant (through the subagent there).
+    let conn = lab.next_conn;
+    lab.next_conn += 1;
+    lab.input(Input::OpenedFrontEnd {
+        conn,
+        host: "node02".into(),
+        pid: None,
+    });
+    lab.say(conn, json!({"jel": 1}));
+    let reply = lab.say(conn, json!({"op": "join", "name": "fe"}));
+    let fe = reply["member"]["id"].as_u64().expect("id");
+    assert_eq!(reply["member"]["host"], "node02", "{reply}");
+    let (_, granted) = lab.join("node02", Some("granted"));
+    lab.input(Input::Reclaim {
+        host: "node02".into(),
+        deadline_ms: 1,
+    });
+    lab.input(Input::Killed {
+        host: "node02".into(),
+        pid: 0,
+    });
+    lab.input(Input::HostLost {
+        host: "node02".into(),
+    });
+    let vacate = lab.events(w).into_iter().find_map(|e| match e.kind {
+        EventKind::Vacate { members, .. } => Some(members),
+        _ => None,
+    });
+    let ids: Vec<MemberId> = vacate.expect("vacate").iter().map(|m| m.id).collect();
+    assert_eq!(ids, vec![granted]);
+    let deaths: Vec<_> = lab.events(w).iter().filter_map(death).collect();
+    assert_eq!(deaths, vec![(granted, DeathReason::HostLost)]);
+    let reply = lab.say(conn, json!({"op": "members"}));
+    assert!(
+        reply.to_string().contains(&format!("\"id\":{fe}")),
+        "{reply}"
+    );
+}
+
+#[test]
 fn a_slow_watcher_is_cut_off_and_resumes_by_seq_without_gap() {
     let config = PoolConfig {
         max_buffer: 4,
