@@ -124,7 +124,8 @@ def worker_main(args):
         print(f"jacobi.py: {e}", file=sys.stderr)
         return 69
     master.settimeout(None)
-    hello = {"t": "hello", "member": me.id, "launch": args.launch}
+    hello = {"t": "hello", "member": me.id, "launch": args.launch,
+             "pid": os.getpid(), "host": me.info.get("host")}
     work(master, hello, args.diag, args.sweeps, args.task_ms, args.worker_blocks)
     me.leave()
     return 0
@@ -166,7 +167,8 @@ class Master:
         kind = item[0]
         if kind == "connected":
             _, wid, sock = item
-            self.workers[wid] = {"sock": sock, "member": None, "block": None, "retiring": True}
+            self.workers[wid] = {"sock": sock, "member": None, "block": None, "retiring": True,
+                                 "label": ""}
         elif kind == "msg":
             self.worker_said(item[1], item[2])
         elif kind == "gone":
@@ -187,6 +189,8 @@ class Master:
         if msg.get("t") == "hello":
             w["member"] = msg.get("member")
             w["retiring"] = False
+            host = msg.get("host")
+            w["label"] = f"pid {msg.get('pid')} on {host}" if host else "in the master"
             if msg.get("launch") is not None and self.pending.pop(msg["launch"], None) is not None:
                 self.failures = 0
                 self.remote += 1
@@ -247,6 +251,8 @@ class Master:
                 send(w["sock"], {"t": "block", "k": k, "x": self.x[lo:hi], "left": left, "right": right})
             except OSError:
                 pass  # its reader reports it gone
+            if self.args.verbose:
+                print(f"jacobi.py: block {k} to the worker {w['label']}", file=sys.stderr, flush=True)
 
     def grow(self):
         working = sum(1 for w in self.workers.values() if not w["retiring"])
@@ -371,6 +377,7 @@ def parse(argv):
     p.add_argument("--local-workers", type=int, default=1, help="workers in the master's process")
     p.add_argument("--max-updates", type=int, default=1_000_000, help="give up after this many")
     p.add_argument("--out", help="write x here, one value per line")
+    p.add_argument("--verbose", action="store_true", help="log each block handed out (stderr)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--master", help=argparse.SUPPRESS)
     p.add_argument("--launch", type=int, help=argparse.SUPPRESS)

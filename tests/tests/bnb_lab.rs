@@ -4,14 +4,12 @@
 //! against `rb-bnb --brute-force` while a host is released (`vacate` hands its task on) and
 //! while another crashes. Root only; the test prints why it is skipped otherwise.
 
-use std::{
-    process::{Child, Command, Output, Stdio},
-    time::Duration,
-};
+use std::{process::Command, time::Duration};
 
 use tests::{
     bin,
     labtier::{skip_unless_root, LabWithBroker},
+    mw::MwJob,
     wait_until,
 };
 
@@ -35,10 +33,10 @@ fn last_line(bytes: &[u8]) -> String {
     text.lines().last().unwrap_or_default().to_string()
 }
 
-fn start_job(env: &LabWithBroker, cities: u32, seed: u32, task_ms: u32) -> Child {
+fn start_job(env: &LabWithBroker, cities: u32, seed: u32, task_ms: u32) -> MwJob {
     let bnb = bin("rb-bnb").display().to_string();
     let (c, s, ms) = (cities.to_string(), seed.to_string(), task_ms.to_string());
-    env.agent(&[
+    MwJob::spawn(env.agent(&[
         &bnb,
         "--cities",
         &c,
@@ -48,18 +46,26 @@ fn start_job(env: &LabWithBroker, cities: u32, seed: u32, task_ms: u32) -> Child
         &ms,
         "--",
         "(adaptive=yes)",
-    ])
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .expect("agent")
+    ]))
 }
 
-fn finish(job: Child) -> (Output, String) {
-    let out = job.wait_with_output().expect("wait for the job");
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "the job failed: {err}");
-    (out, err)
+fn finish(mut job: MwJob) -> (String, String) {
+    let (status, stdout) = job.wait(Duration::from_secs(180));
+    let err = job.stderr();
+    assert_eq!(status.code(), Some(0), "the job failed: {err}");
+    (last_line(stdout.as_bytes()), err)
+}
+
+/// The lab host of a worker the master has handed a task to.
+fn host_with_a_task(job: &MwJob) -> String {
+    wait_until(Duration::from_secs(60), || {
+        job.stderr().lines().find_map(|l| {
+            let rest = l.strip_prefix("rb-bnb: task ")?;
+            let (_, on) = rest.split_once(" on ")?;
+            Some(on.to_string())
+        })
+    })
+    .unwrap_or_else(|| panic!("no task went to a lab host:\n{}", job.stderr()))
 }
 
 fn summary_count(stderr: &str, what: &str) -> usize {
@@ -74,15 +80,6 @@ fn summary_count(stderr: &str, what: &str) -> usize {
         .expect("a count")
 }
 
-/// Waits until the job holds at least `n` hosts; returns them.
-fn holds(env: &LabWithBroker, n: usize) -> Vec<String> {
-    wait_until(Duration::from_secs(60), || {
-        let held = env.broker.held_hosts();
-        (held.len() >= n).then_some(held)
-    })
-    .unwrap_or_else(|| panic!("the job never held {n} hosts"))
-}
-
 #[test]
 fn on_the_lab_it_grows_hands_a_vacated_task_on_and_finds_the_optimum() {
     let name = "on_the_lab_it_grows_hands_a_vacated_task_on_and_finds_the_optimum";
@@ -92,15 +89,15 @@ fn on_the_lab_it_grows_hands_a_vacated_task_on_and_finds_the_optimum() {
     let env = LabWithBroker::start(3, &[]);
     // 504 tasks of at least 60 ms on up to 4 workers: the release comes mid-run.
     let job = start_job(&env, 10, 5, 60);
-    let held = holds(&env, 2);
-    let out = env.broker.rb(&["release", &held[0], "--grace-s", "2"]);
+    let host = host_with_a_task(&job);
+    let out = env.broker.rb(&["release", &host, "--grace-s", "2"]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let (out, err) = finish(job);
-    assert_eq!(last_line(&out.stdout), brute_force(10, 5), "{err}");
+    let (last, err) = finish(job);
+    assert_eq!(last, brute_force(10, 5), "{err}");
     assert!(
         summary_count(&err, "workers on granted hosts") >= 2,
         "{err}"
@@ -119,9 +116,9 @@ fn on_the_lab_a_crashed_host_costs_only_its_task() {
     }
     let env = LabWithBroker::start(3, &[]);
     let job = start_job(&env, 10, 9, 60);
-    let held = holds(&env, 2);
-    env.lab.crash(&held[0]).expect("crash");
-    let (out, err) = finish(job);
-    assert_eq!(last_line(&out.stdout), brute_force(10, 9), "{err}");
+    let host = host_with_a_task(&job);
+    env.lab.crash(&host).expect("crash");
+    let (last, err) = finish(job);
+    assert_eq!(last, brute_force(10, 9), "{err}");
     assert!(summary_count(&err, "handed out again") >= 1, "{err}");
 }

@@ -5,12 +5,12 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::Stdio,
     time::Duration,
 };
 
 use tests::{
     labtier::{skip_unless_root, LabWithBroker},
+    mw::MwJob,
     wait_until,
 };
 
@@ -57,39 +57,39 @@ fn on_the_lab_a_released_hosts_block_is_freed_at_the_vacate_and_it_converges() {
     let dir = tempfile::tempdir().expect("tempdir");
     let x = dir.path().join("x");
     let (script, out) = (jacobi_py().display().to_string(), x.display().to_string());
-    let job = env
-        .agent(&[
-            "python3",
-            &script,
-            "--n",
-            "600",
-            "--blocks",
-            "6",
-            "--diag",
-            "2.2",
-            "--tol",
-            "1e-12",
-            "--task-ms",
-            "60",
-            "--out",
-            &out,
-            "--",
-            "(adaptive=yes)",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("agent");
-    let held = wait_until(Duration::from_secs(60), || {
-        let held = env.broker.held_hosts();
-        (held.len() >= 2).then_some(held)
+    let mut job = MwJob::spawn(env.agent(&[
+        "python3",
+        &script,
+        "--n",
+        "600",
+        "--blocks",
+        "6",
+        "--diag",
+        "2.2",
+        "--tol",
+        "1e-12",
+        "--task-ms",
+        "60",
+        "--out",
+        &out,
+        "--verbose",
+        "--",
+        "(adaptive=yes)",
+    ]));
+    // A worker on a lab host holds a block: release that host.
+    let host = wait_until(Duration::from_secs(60), || {
+        job.stderr().lines().find_map(|l| {
+            let rest = l.strip_prefix("jacobi.py: block ")?;
+            let (_, who) = rest.split_once(" to the worker pid ")?;
+            Some(who.split_once(" on ")?.1.to_string())
+        })
     })
-    .expect("the job grows onto two lab hosts");
-    let r = env.broker.rb(&["release", &held[0], "--grace-s", "2"]);
+    .unwrap_or_else(|| panic!("no block went to a lab host:\n{}", job.stderr()));
+    let r = env.broker.rb(&["release", &host, "--grace-s", "2"]);
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
-    let done = job.wait_with_output().expect("wait");
-    let err = String::from_utf8_lossy(&done.stderr).into_owned();
-    assert!(done.status.success(), "the job failed: {err}");
+    let (status, _) = job.wait(Duration::from_secs(180));
+    let err = job.stderr();
+    assert!(status.success(), "the job failed: {err}");
     assert!(residual_of(&x, 2.2) < 1e-11, "x solves A x = b: {err}");
     assert!(count(&err, "workers on granted hosts") >= 2, "{err}");
     assert!(count(&err, "blocks freed at a vacate") >= 1, "{err}");

@@ -4,11 +4,10 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::{Child, Output, Stdio},
     time::Duration,
 };
 
-use tests::{local_lab, wait_until, Broker};
+use tests::{local_lab, mw::MwJob, wait_until, Broker};
 
 fn jacobi_py() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/jacobi/jacobi.py")
@@ -30,7 +29,7 @@ fn residual_of(file: &Path, diag: f64) -> f64 {
         .fold(0.0, f64::max)
 }
 
-fn start(broker: &Broker, out: &Path, extra: &[&str]) -> Child {
+fn start(broker: &Broker, out: &Path, extra: &[&str]) -> MwJob {
     let script = jacobi_py().display().to_string();
     let out = out.display().to_string();
     let mut args = vec![
@@ -38,20 +37,16 @@ fn start(broker: &Broker, out: &Path, extra: &[&str]) -> Child {
     ];
     args.extend_from_slice(extra);
     args.extend_from_slice(&["--", "(adaptive=yes)"]);
-    broker
-        .agent(&args)
-        .env_remove("RB_JEL")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("agent")
+    let mut agent = broker.agent(&args);
+    agent.env_remove("RB_JEL");
+    MwJob::spawn(agent)
 }
 
-fn finish(job: Child) -> (String, String) {
-    let out: Output = job.wait_with_output().expect("wait for the job");
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "the job failed: {err}");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+/// Waits for the end: exit 0; (last line of stdout, stderr).
+fn finish(mut job: MwJob) -> (String, String) {
+    let (status, stdout) = job.wait(Duration::from_secs(120));
+    let err = job.stderr();
+    assert_eq!(status.code(), Some(0), "the job failed: {err}");
     (stdout.lines().last().unwrap_or_default().to_string(), err)
 }
 
@@ -101,15 +96,19 @@ fn a_released_host_frees_its_block_at_the_vacate_and_it_converges() {
     broker.wait_all_up(Duration::from_secs(10));
     let dir = tempfile::tempdir().expect("tempdir");
     let x = dir.path().join("x");
-    let job = start(&broker, &x, &["--task-ms", "60", "--tol", "1e-12"]);
-    wait_until(Duration::from_secs(20), || {
-        broker
-            .held_hosts()
-            .iter()
-            .any(|h| h == "vhost01")
+    let job = start(
+        &broker,
+        &x,
+        &["--task-ms", "60", "--tol", "1e-12", "--verbose"],
+    );
+    // A worker there holds a block (the blocks outnumber the hosts).
+    wait_until(Duration::from_secs(30), || {
+        let log = job.stderr();
+        log.lines()
+            .any(|l| l.starts_with("jacobi.py: block ") && l.ends_with(" on vhost01"))
             .then_some(())
     })
-    .expect("the job is granted vhost01");
+    .unwrap_or_else(|| panic!("no block went to vhost01:\n{}", job.stderr()));
     let out = broker.rb(&["release", "vhost01", "--grace-s", "1"]);
     assert!(
         out.status.success(),

@@ -69,6 +69,8 @@ enum Input {
 struct Worker {
     out: TcpStream,
     member: Option<u64>,
+    /// `pid P on HOST` (or `in the master`), for the log.
+    label: String,
     task: Option<usize>,
     /// Vacated, dead or leaving: gets no more tasks.
     retiring: bool,
@@ -99,6 +101,8 @@ pub fn run(cfg: &MasterConfig) -> Result<Outcome, BnbError> {
                 let hello = FromWorker::Hello {
                     member: None,
                     launch: None,
+                    pid: std::process::id(),
+                    host: None,
                 };
                 crate::worker::serve(s, hello, &inst, task_ms);
             }
@@ -237,6 +241,7 @@ impl<'a> Master<'a> {
                 let worker = Worker {
                     out,
                     member: None,
+                    label: String::new(),
                     task: None,
                     retiring: true, // until it says hello
                 };
@@ -262,7 +267,12 @@ impl<'a> Master<'a> {
 
     fn worker_said(&mut self, id: WorkerId, msg: FromWorker) {
         match msg {
-            FromWorker::Hello { member, launch } => {
+            FromWorker::Hello {
+                member,
+                launch,
+                pid,
+                host,
+            } => {
                 if let Some(launch) = launch {
                     self.pending.remove(&launch);
                     self.failures = 0;
@@ -270,6 +280,10 @@ impl<'a> Master<'a> {
                 }
                 if let Some(w) = self.workers.get_mut(&id) {
                     w.member = member;
+                    w.label = match host {
+                        Some(host) => format!("pid {pid} on {host}"),
+                        None => "in the master".into(),
+                    };
                     w.retiring = false;
                 }
             }
@@ -344,6 +358,7 @@ impl<'a> Master<'a> {
                 bound: self.best.cost,
             };
             let _ = w.out.write_all(wire::line(&msg).as_bytes());
+            eprintln!("rb-bnb: task {task} to the worker {}", w.label);
         }
     }
 

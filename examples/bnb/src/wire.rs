@@ -4,7 +4,8 @@
 //! them, and answer each task.
 //!
 //! ```text
-//! worker → master  {"t":"hello","member":12,"launch":3}  (null: not a pool member / not launched)
+//! worker → master  {"t":"hello","member":12,"launch":3,"pid":4242,"host":"node03"}
+//!                  (member, launch, host null: the master's own worker)
 //! master → worker  {"t":"task","id":3,"prefix":[0,4,2],"bound":4711}
 //! worker → master  {"t":"better","cost":4650,"cities":[0,4,2,…]}
 //! master → worker  {"t":"bound","cost":4650}
@@ -47,6 +48,11 @@ pub enum FromWorker {
     Hello {
         member: Option<u64>,
         launch: Option<u64>,
+        /// The worker's pid and its host's lab name (as the pool has it), for the log.
+        #[serde(default)]
+        pid: u32,
+        #[serde(default)]
+        host: Option<String>,
     },
     Better {
         cost: u64,

@@ -39,6 +39,8 @@ pub fn run(cfg: &WorkerConfig) -> Result<(), BnbError> {
     let hello = FromWorker::Hello {
         member: Some(member.id()),
         launch: cfg.launch,
+        pid: std::process::id(),
+        host: Some(member.info().host.clone()),
     };
     serve(stream, hello, &inst, cfg.task_ms);
     let _ = member.leave();
