@@ -38,6 +38,7 @@ trap 'rm -f "$out"' EXIT
   echo "Made by \`bench/faults/run.sh\` (called by \`./bench.sh\`; \`--render\` re-renders the last"
   echo "run) from the fault-injection suite \`tests/tests/faults_lab.rs\` (README, \"Fault injection\")."
   echo "Generated $(date -u +%Y-%m-%dT%H:%MZ): $(jq -s 'map(.faults.broker_kill // 0) | add' "${files[@]}") broker kill points and $(jq -s 'map(.injected) | add' "${files[@]}") faults in all."
+  echo "Build: $(jq -s -r 'map(.build // "unknown") | unique | join(", ")' "${files[@]}"); $(jq -s -r 'map(.cpus // empty) | unique | map(tostring) | join(", ") | if . == "" then "cores unknown" else "\(.) core(s)" end' "${files[@]}"); 1-minute load average as each scenario ended: $(jq -s -r 'map(.loadavg // empty) | if length == 0 then "unknown" else "\(min)–\(max)" end' "${files[@]}") (a debug build or a loaded machine misses more deadlines)."
   echo "Replay a row with \`RB_FAULT_SEED=<seed> RB_FAULT_KILLS=<n> cargo test -p tests --test faults_lab <test>\`."
   echo
   echo "| scenario | seed | jobs | faults injected | survived | invariant violations | processes left behind |"

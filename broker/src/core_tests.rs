@@ -243,6 +243,43 @@ async fn host_daemons_are_told_each_change_of_the_live_allocations() {
     core.stop().await;
 }
 
+/// A job cannot return another job's live allocation; a late (repeated) return of one
+/// that is over changes nothing (the fault suite sees those after a broker restart).
+#[tokio::test(start_paused = true)]
+async fn returns_of_allocations_not_held_by_the_job_change_nothing() {
+    let mut core = Core::start(&[entry("node02", None)]);
+    let _ = changed(&mut core.live).await;
+    let mut holder = core.register(false).await;
+    let other = core.register(false).await;
+    core.report("node02", idle_report("node02")).await;
+    core.allocate(&holder, 1, "anyHost").await;
+    let alloc = match next_decision(&mut holder.rx).await {
+        FromBroker::Granted { alloc, .. } => alloc,
+        other => panic!("expected a grant, got {other:?}"),
+    };
+    let live = |core: &Core| core.live.borrow().as_ref().map(|l| l.live.clone());
+    for msg in [ToBroker::Released { alloc }, ToBroker::GiveBack { alloc }] {
+        core.send(Event::AgentMessage {
+            job: other.job,
+            msg,
+        })
+        .await;
+        let _ = core.status().await;
+        assert_eq!(live(&core), Some(vec![alloc]), "another job returned it");
+    }
+    for _ in 0..2 {
+        let msg = ToBroker::Released { alloc };
+        core.send(Event::AgentMessage {
+            job: holder.job,
+            msg,
+        })
+        .await;
+        let _ = core.status().await;
+        assert_eq!(live(&core), Some(vec![]));
+    }
+    core.stop().await;
+}
+
 /// Issue 15: an owner-return reclaim decided while another agent registered was thrown
 /// away; the adaptive holder was never warned.
 #[tokio::test(start_paused = true)]

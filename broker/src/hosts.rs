@@ -36,6 +36,8 @@ struct HostRecord {
     down_reason: Option<String>,
     daemon_starts: u32,
     daemon_started_at: Option<Instant>,
+    /// The daemon started at `daemon_started_at` connected (it may have disconnected since).
+    connected_since_start: bool,
 }
 
 /// A daemon that was started but never reported is restarted after this long.
@@ -62,6 +64,7 @@ impl HostTable {
                     down_reason: Some("no daemon has reported yet".into()),
                     daemon_starts: 0,
                     daemon_started_at: None,
+                    connected_since_start: false,
                 };
                 (e.name.clone(), record)
             })
@@ -102,6 +105,7 @@ impl HostTable {
             return Vec::new();
         };
         let old = rec.conn.replace(conn);
+        rec.connected_since_start = true;
         rec.down_reason = Some("connected, waiting for the first report".into());
         rec.last_report = None;
         self.changed.insert(host.to_string());
@@ -144,6 +148,7 @@ impl HostTable {
         if let Some(rec) = self.hosts.get_mut(host) {
             rec.daemon_starts += 1;
             rec.daemon_started_at = Some(now);
+            rec.connected_since_start = false;
         }
     }
 
@@ -209,11 +214,16 @@ fn silence(rec: &HostRecord, now: Instant, down_after: Duration) -> Option<Strin
     }
     let started = rec.daemon_started_at?;
     let waited = now.saturating_duration_since(started);
-    (waited > down_after.max(FIRST_REPORT_GRACE)).then(|| {
-        format!(
+    (waited > down_after.max(FIRST_REPORT_GRACE)).then(|| match rec.connected_since_start {
+        // Its connection closed and the transport has not yet said the process ended.
+        true => format!(
+            "daemon disconnected and has not exited (started {:.1} s ago)",
+            waited.as_secs_f64()
+        ),
+        false => format!(
             "daemon started {:.1} s ago never connected",
             waited.as_secs_f64()
-        )
+        ),
     })
 }
 
@@ -354,6 +364,27 @@ mod tests {
             row.down_reason.as_deref(),
             Some("daemon disconnected: connection reset")
         );
+    }
+
+    /// Found by the fault suite's long run (daemon_kill, seed 1795629648255279181): a
+    /// daemon killed after 76 s of reports was restarted "because it never connected"
+    /// (its disconnect came before the transport's word that it exited).
+    #[test]
+    fn daemon_that_disconnected_is_not_said_to_have_never_connected() {
+        let mut t = table();
+        let start = Instant::now();
+        t.daemon_started("node02", start);
+        t.connected("node02", 1);
+        let later = start + Duration::from_secs(76);
+        t.report("node02", 1, report("node02"), later);
+        t.disconnected("node02", 1, "connection closed");
+        let effects = t.tick(later);
+        let [Effect::RestartDaemon { host, reason }] = &effects[..] else {
+            panic!("one restart expected: {effects:?}");
+        };
+        assert_eq!(host, "node02");
+        assert!(!reason.contains("never connected"), "{reason}");
+        assert!(reason.contains("disconnected"), "{reason}");
     }
 
     #[test]

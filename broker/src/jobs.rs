@@ -388,6 +388,18 @@ impl JobDesk {
             ToBroker::Released { alloc } if self.owns(job, alloc) => {
                 self.give_back(job, alloc, true, now)
             }
+            // A late answer about an allocation that is over: the broker forced the release
+            // at its deadline, or the agent answered both the reclaim and its re-sending
+            // after a broker restart. (Another job's live allocation falls through: warned.)
+            ToBroker::GiveBack { alloc } | ToBroker::Released { alloc }
+                if self.alloc.alloc_host(alloc).is_none() =>
+            {
+                debug!(
+                    job,
+                    alloc, "ignoring the return of an allocation the job no longer holds"
+                );
+                Vec::new()
+            }
             ToBroker::HostsInUse { hosts } => {
                 let hosts = self.lab_hosts(job, &hosts);
                 info!(

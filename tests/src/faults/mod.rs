@@ -145,6 +145,11 @@ impl Tally {
             "violations": self.violations,
             "leftovers": self.left.len(),
             "jobs": self.jobs,
+            // How the numbers were made: a debug build or a loaded machine misses more
+            // deadlines than a release build on an idle one.
+            "build": build_profile(),
+            "loadavg": load_average(),
+            "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
         });
         std::fs::write(&path, serde_json::to_string_pretty(&json).expect("json"))
             .expect("write summary");
@@ -165,6 +170,19 @@ impl Tally {
             self.violations.join("\n")
         );
     }
+}
+
+/// The cargo profile of the binaries under test (`debug`, `release`): their directory's name.
+fn build_profile() -> String {
+    crate::bin_dir()
+        .file_name()
+        .map_or_else(|| "unknown".into(), |n| n.to_string_lossy().into_owned())
+}
+
+/// The 1-minute load average as the scenario ends (`/proc/loadavg`), if readable.
+fn load_average() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    text.split_whitespace().next()?.parse().ok()
 }
 
 /// `target/faults`: the summaries, and the agents' logs under `logs/SCENARIO/`.
