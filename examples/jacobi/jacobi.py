@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import queue
+import signal
 import socket
 import subprocess
 import sys
@@ -117,6 +118,10 @@ def connect_any(addrs):
 
 
 def worker_main(args):
+    # SIGTERM is ignored: when the broker takes the host back the stream has the `vacate`
+    # before SIGTERM, and the master, having freed our block, tells us to quit. Dying at
+    # SIGTERM would race that. Without a master, SIGKILL at the grace's end ends us.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     me = jel.Client().join("worker")
     try:
         master = connect_any(args.master)
@@ -228,11 +233,17 @@ class Master:
         else:
             return
         for wid, w in list(self.workers.items()):
-            if w["member"] in leaving and self.retire(wid):
+            if w["member"] not in leaving:
+                continue
+            if self.retire(wid):
                 if kind == "vacate":
                     self.freed_at_vacate += 1
                 else:
                     self.freed_at_death += 1
+            try:
+                send(w["sock"], {"t": "quit"})  # it ignores SIGTERM: it stops now
+            except OSError:
+                pass
 
     def hand_out(self):
         for wid, w in self.workers.items():

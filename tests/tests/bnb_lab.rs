@@ -122,3 +122,70 @@ fn on_the_lab_a_crashed_host_costs_only_its_task() {
     assert_eq!(last, brute_force(10, 9), "{err}");
     assert!(summary_count(&err, "handed out again") >= 1, "{err}");
 }
+
+/// The lab hosts of workers the master has handed tasks to so far.
+fn hosts_with_tasks(job: &MwJob) -> std::collections::BTreeSet<String> {
+    job.stderr()
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("rb-bnb: task ")?;
+            Some(rest.split_once(" on ")?.1.to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn on_the_lab_a_returning_owner_takes_the_host_back_and_the_answer_stays_right() {
+    let name = "on_the_lab_a_returning_owner_takes_the_host_back_and_the_answer_stays_right";
+    if skip_unless_root(name) {
+        return;
+    }
+    // node03 is alice's workstation; she is away, so the adaptive job may use it.
+    let env = LabWithBroker::start(2, &[("node03", "alice")]);
+    let job = start_job(&env, 10, 13, 60);
+    wait_until(Duration::from_secs(60), || {
+        hosts_with_tasks(&job).contains("node03").then_some(())
+    })
+    .unwrap_or_else(|| panic!("no task went to node03:\n{}", job.stderr()));
+    let login = env
+        .lab
+        .fake_login("node03", "alice", "rbtty-alice", Duration::ZERO)
+        .expect("fake login");
+    let (last, err) = finish(job);
+    drop(login);
+    assert_eq!(last, brute_force(10, 13), "{err}");
+    assert!(
+        summary_count(&err, "at a vacate") >= 1,
+        "alice's return reached the master as a vacate: {err}"
+    );
+}
+
+#[test]
+fn on_the_lab_another_job_takes_a_host_from_it_and_the_answer_stays_right() {
+    let name = "on_the_lab_another_job_takes_a_host_from_it_and_the_answer_stays_right";
+    if skip_unless_root(name) {
+        return;
+    }
+    let env = LabWithBroker::start(2, &[]);
+    let job = start_job(&env, 10, 17, 60);
+    wait_until(Duration::from_secs(60), || {
+        (hosts_with_tasks(&job).len() >= 2).then_some(())
+    })
+    .unwrap_or_else(|| panic!("it never worked on both hosts:\n{}", job.stderr()));
+    // A plain (not adaptive) job wants a host: the policy takes one from rb-bnb.
+    let other = env
+        .agent(&["sh", "-c", "rsh anyLinux true"])
+        .output()
+        .expect("the other job");
+    assert!(
+        other.status.success(),
+        "the other job got a host: {}",
+        String::from_utf8_lossy(&other.stderr)
+    );
+    let (last, err) = finish(job);
+    assert_eq!(last, brute_force(10, 17), "{err}");
+    assert!(
+        summary_count(&err, "at a vacate") >= 1,
+        "the reclaim reached the master as a vacate: {err}"
+    );
+}

@@ -332,6 +332,8 @@ impl<'a> Master<'a> {
             }
             w.retiring = true;
             w.task = None;
+            // Its task goes to another worker: it stops now (it ignores SIGTERM, see worker).
+            let _ = w.out.write_all(wire::line(&ToWorker::Quit).as_bytes());
             if self.board.give_back(id).is_some() {
                 *if vacate {
                     &mut self.at_vacate

@@ -7,7 +7,7 @@ use std::{
     io::{BufReader, Write},
     net::{SocketAddr, TcpStream},
     sync::{
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
         mpsc, Arc, Mutex,
     },
     time::{Duration, Instant},
@@ -32,7 +32,19 @@ pub struct WorkerConfig {
 }
 
 /// Runs a worker process to the master's `quit` (or its loss).
+///
+/// SIGTERM is ignored: when the broker takes the host back, the job's stream has the
+/// `vacate` before the subagent sends SIGTERM, and the master, having handed this worker's
+/// task on, tells it to quit; a worker that died at SIGTERM would race that (its dropped
+/// connection against the `vacate`). Without a master, SIGKILL at the grace's end ends it.
 pub fn run(cfg: &WorkerConfig) -> Result<(), BnbError> {
+    // SAFETY: SIG_IGN installs no handler code; no other thread exists yet.
+    let _ = unsafe {
+        nix::sys::signal::signal(
+            nix::sys::signal::Signal::SIGTERM,
+            nix::sys::signal::SigHandler::SigIgn,
+        )
+    };
     let member = jel::Client::connect()?.join(Some("worker"))?;
     let stream = connect_any(&cfg.master)?;
     let inst = Instance::random(cfg.cities, cfg.seed);
@@ -75,7 +87,8 @@ pub fn serve(stream: TcpStream, hello: FromWorker, inst: &Instance, task_ms: u64
         return;
     }
     let bound = Arc::new(AtomicU64::new(u64::MAX));
-    let tasks = read_tasks(reader, bound.clone());
+    let quit = Arc::new(AtomicBool::new(false));
+    let tasks = read_tasks(reader, bound.clone(), quit.clone());
     for (id, prefix) in tasks {
         let started = Instant::now();
         let found = inst.search(&prefix, &|| bound.load(Ordering::Relaxed), &mut |t| {
@@ -86,6 +99,9 @@ pub fn serve(stream: TcpStream, hello: FromWorker, inst: &Instance, task_ms: u64
             };
             let _ = send(&out, &better);
         });
+        if quit.load(Ordering::Relaxed) {
+            return; // the master handed this task on and said quit: no answer
+        }
         let left = Duration::from_millis(task_ms).saturating_sub(started.elapsed());
         std::thread::sleep(left);
         let best = found.map(|t| Found {
@@ -99,8 +115,13 @@ pub fn serve(stream: TcpStream, hello: FromWorker, inst: &Instance, task_ms: u64
 }
 
 /// Reads the master's lines on a thread of their own (a new bound must reach a search that
-/// is running): tasks come out of the returned channel; it ends at `quit` or the master's loss.
-fn read_tasks(stream: TcpStream, bound: Arc<AtomicU64>) -> mpsc::Receiver<(usize, Vec<usize>)> {
+/// is running): tasks come out of the returned channel; it ends at `quit` or the master's loss,
+/// which also set `quit` and a bound of 0, so that a search under way stops at once.
+fn read_tasks(
+    stream: TcpStream,
+    bound: Arc<AtomicU64>,
+    quit: Arc<AtomicBool>,
+) -> mpsc::Receiver<(usize, Vec<usize>)> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let mut reader = BufReader::new(stream);
@@ -119,9 +140,11 @@ fn read_tasks(stream: TcpStream, bound: Arc<AtomicU64>) -> mpsc::Receiver<(usize
                 ToWorker::Bound { cost } => {
                     bound.fetch_min(cost, Ordering::Relaxed);
                 }
-                ToWorker::Quit => return,
+                ToWorker::Quit => break,
             }
         }
+        quit.store(true, Ordering::Relaxed);
+        bound.store(0, Ordering::Relaxed);
     });
     rx
 }
