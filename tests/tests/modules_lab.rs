@@ -82,8 +82,9 @@ fn finish(env: &LabWithBroker, child: Child) -> Output {
     out
 }
 
-/// Waits for `what`; on failure ends the job and panics with its story: the agent's log,
-/// `rb jobs` (with the module notes) and the driver's files.
+/// Waits for `what`; on failure ends the job and panics with its story: the lab user's
+/// processes and home at the deadline, the agent's log, `rb jobs` (with the module notes)
+/// and the driver's files.
 fn wait_for<T>(
     env: &LabWithBroker,
     job: &mut Option<Child>,
@@ -94,6 +95,15 @@ fn wait_for<T>(
     if let Some(found) = wait_until(limit, f) {
         return found;
     }
+    // Taken before the job is ended: what the lab user runs on each host, and the home.
+    let running = env.user_processes(".").join("\n");
+    let home_files = std::fs::read_dir(&env.lab.user().home)
+        .map(|d| {
+            d.filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_else(|e| format!("unreadable: {e}"));
     let agent_log = job.take().map_or_else(String::new, |mut child| {
         let _ = env.lab.kill_spawned(&mut child);
         child
@@ -112,7 +122,10 @@ fn wait_for<T>(
             ))
         })
         .collect();
-    panic!("{what}: not within {limit:?}\nagent log:\n{agent_log}\nrb jobs:\n{jobs}\n{files}");
+    panic!(
+        "{what}: not within {limit:?}\nagent log:\n{agent_log}\nrb jobs:\n{jobs}\n{files}\n\
+         the lab user's processes then:\n{running}\nhome then: {home_files}"
+    );
 }
 
 const PVM_ENV: &str = "PVM_ROOT=/usr/lib/pvm3; export PVM_ROOT;";
