@@ -335,7 +335,7 @@ fn print(f: &Figures) {
         sorted.get(i).copied().unwrap_or(f64::NAN)
     };
     println!("### Scale, on one host: {n} members, pool hosted by jel::host::PoolHost\n");
-    println!("Each member has a member connection and a watch connection from seq 1, all {n} of each in this one process (2 runtime threads), on the machine's {} cores with the host; watchers count lines (no JSON decoding). Host = the `rb-jel-host` process (current-thread runtime, as the agent's). The last row is the fan-out of one event to {n} watchers, not a job's latency (the lab rows above are).\n", std::thread::available_parallelism().map_or(1, |c| c.get()));
+    println!("Each member has a member connection and a watch connection from seq 1, all {n} of each in this one process (2 runtime threads), on the machine's {} cores with the host; watchers count lines (no JSON decoding). Host = the `rb-jel-host` process (current-thread runtime, as the agent's). The last two rows are the fan-out of one event to {n} watchers, not a job's latency (the lab rows above are).\n", std::thread::available_parallelism().map_or(1, |c| c.get()));
     println!("| measurement | figure | goal | anchors |");
     println!("|---|---:|---|---|");
     println!(
