@@ -4,6 +4,7 @@
 mod agent;
 mod apps;
 mod jel;
+mod jel_lab;
 mod modules;
 mod policy;
 
@@ -60,9 +61,16 @@ struct Args {
     /// Members of the JEL benchmark (each with a member and a watch connection).
     #[arg(long, default_value_t = 2000)]
     jel_members: usize,
-    /// Deaths measured by the JEL benchmark (p50/p99 of the slowest watcher).
+    /// Deaths measured by the JEL benchmark (p50/p99 of the slowest watcher), on one host
+    /// and on the lab each.
     #[arg(long, default_value_t = 100)]
     jel_reps: usize,
+    /// Host releases of the JEL section's lab part (`vacate` latency).
+    #[arg(long, default_value_t = 12)]
+    jel_vacates: usize,
+    /// JEL-section parts to run (lab, scale); default both.
+    #[arg(long, value_delimiter = ',')]
+    jel_parts: Vec<String>,
     /// Time compressions of the utilization experiment (apps section).
     #[arg(long, value_delimiter = ',', default_values_t = vec![60, 10])]
     utilization_scales: Vec<u32>,
@@ -122,6 +130,8 @@ fn main() -> anyhow::Result<()> {
         jel::run(&jel::Options {
             members: args.jel_members,
             reps: args.jel_reps,
+            vacates: args.jel_vacates,
+            parts: args.jel_parts.clone(),
         })?;
     }
     if wanted("apps") {
