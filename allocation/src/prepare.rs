@@ -191,7 +191,7 @@ mod tests {
     fn host(i: usize, idle_s: u64) -> HostView {
         let mut v = view(&format!("node{i:02}"));
         v.load1 = Some((i % 5) as f64 / 2.0);
-        if i % 3 == 0 {
+        if i.is_multiple_of(3) {
             v.owner = Some("alice".into());
             v.users = Some(vec![session(Some(idle_s))]);
         }
@@ -202,13 +202,11 @@ mod tests {
         Arc::new(Policy::shipped(name).expect("shipped"))
     }
 
+    /// Each host's cached start, rank and grantable label count.
+    type Decided = Vec<(String, Option<bool>, Option<f64>, Option<usize>)>;
+
     /// Every host's cached decisions and the free-host order.
-    fn decided(
-        a: &Allocator,
-    ) -> (
-        Vec<(String, Option<bool>, Option<f64>, Option<usize>)>,
-        FreeHosts,
-    ) {
+    fn decided(a: &Allocator) -> (Decided, FreeHosts) {
         let hosts = a
             .inputs
             .hosts
