@@ -64,7 +64,7 @@ impl Allocator {
         if let Some(lab) = &self.inputs.lab {
             scope = scope.lab(lab);
         }
-        if let Some(now) = &self.inputs.now {
+        if let Some((_, now)) = &self.inputs.now {
             scope = scope.now(now);
         }
         if let Some(holder) = holder {
@@ -86,7 +86,7 @@ impl Allocator {
         if let Some(lab) = &self.inputs.lab {
             scope = scope.lab(lab);
         }
-        if let Some(now) = &self.inputs.now {
+        if let Some((_, now)) = &self.inputs.now {
             scope = scope.now(now);
         }
         Some(scope)

@@ -57,7 +57,7 @@ impl Allocator {
         if let Some(lab) = &self.inputs.lab {
             scope = scope.lab(lab);
         }
-        if let Some(n) = &self.inputs.now {
+        if let Some((_, n)) = &self.inputs.now {
             scope = scope.now(n);
         }
         let holder = self

@@ -20,7 +20,10 @@ use std::{
     collections::{BTreeMap, BTreeSet},
 };
 
-use super::state::{Allocator, Waiting};
+use super::{
+    inputs::HostEntry,
+    state::{Allocator, Waiting},
+};
 
 /// A free host's place in the grant order (smaller first).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -47,7 +50,7 @@ fn total_order(x: f64) -> i64 {
 }
 
 /// The free hosts in grant order, and those whose rank depends on the job.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct FreeHosts {
     ranked: BTreeSet<FreeKey>,
     unranked: BTreeSet<String>,
@@ -57,7 +60,7 @@ pub(crate) struct FreeHosts {
 
 impl FreeHosts {
     /// Moves `host` to `place`: `None` takes it out; `Some(None)` keeps it apart.
-    fn set(&mut self, host: &str, place: Option<Option<FreeKey>>) {
+    pub(crate) fn set(&mut self, host: &str, place: Option<Option<FreeKey>>) {
         if self.place.get(host) == place.as_ref() {
             // The usual report: nothing that orders the host changed.
             return;
@@ -85,25 +88,24 @@ impl FreeHosts {
     }
 }
 
+impl HostEntry {
+    /// The host's place in the free-host order: `None` when no grant can go to it (down,
+    /// drained, held, or `start` false for every job); `Some(None)` kept apart (its `rank`
+    /// depends on the job).
+    pub(crate) fn place(&self, name: &str) -> Option<Option<FreeKey>> {
+        let labels = self.labels?;
+        if self.start == Some(false) {
+            return None;
+        }
+        Some(self.rank.map(|r| FreeKey::new(labels, r, name)))
+    }
+}
+
 impl Allocator {
     /// Puts `host` at its place in the free-host order, or takes it out (after its entry in
     /// `inputs` was rebuilt).
     pub(crate) fn place_host(&mut self, host: &str) {
-        let place = match (self.hosts.get(host), self.inputs.hosts.get(host)) {
-            (Some(view), Some(entry))
-                if view.up
-                    && !self.drained.contains(host)
-                    && !self.by_host.contains_key(host)
-                    && entry.start != Some(false) =>
-            {
-                Some(
-                    entry
-                        .rank
-                        .map(|r| FreeKey::new(view.label_count(), r, host)),
-                )
-            }
-            _ => None,
-        };
+        let place = self.inputs.hosts.get(host).and_then(|e| e.place(host));
         self.inputs.free.set(host, place);
     }
 

@@ -23,7 +23,7 @@ use super::{
     decide::ErrorLog,
     free::FreeHosts,
     host::HostView,
-    state::{AllocState, Allocator, Fx, Job},
+    state::{AllocState, Allocator, Job},
     Effect, JobId, JobState,
 };
 
@@ -53,6 +53,9 @@ pub(crate) struct HostEntry {
     pub(crate) start: Option<bool>,
     /// `rank` when it is the same for every job.
     pub(crate) rank: Option<f64>,
+    /// The host's label count when a grant could go to it (up, not drained, not held):
+    /// with `start` and `rank`, its place in the free-host order (`free`).
+    pub(crate) labels: Option<usize>,
 }
 
 /// The policy inputs and caches of an [`Allocator`].
@@ -62,7 +65,8 @@ pub(crate) struct Inputs {
     pub(crate) jobs: BTreeMap<JobId, (JobFacts, Arc<JobValue>)>,
     pub(crate) users: BTreeMap<String, Arc<UserValue>>,
     pub(crate) lab: Option<Arc<LabValue>>,
-    pub(crate) now: Option<Arc<NowValue>>,
+    /// `now` of the current decision, with the facts it was built from.
+    pub(crate) now: Option<(NowFacts, Arc<NowValue>)>,
     pub(crate) at: Option<Instant>,
     wall: Option<WallClock>,
     pub(crate) errors: ErrorLog,
@@ -81,29 +85,19 @@ impl Allocator {
     /// The same allocator with `policy`, before any host is known (at the broker's start,
     /// after a restore): no decision is due, so there are no effects.
     pub fn with_policy(mut self, policy: impl Into<Arc<Policy>>) -> Self {
-        self.policy = policy.into();
-        self.redecide_hosts();
+        let prepared = self.policy_inputs().prepare(policy.into());
+        self.install(prepared);
         self
     }
 
     /// Replaces the policy. Cached host decisions are recomputed, every held host whose
     /// holder the new `vacate` sends away is reclaimed at once (with `grace_s`), and the
     /// queue is served (the new `start` may allow grants). Running jobs keep their hosts
-    /// otherwise.
+    /// otherwise. The broker prepares the host decisions off its core instead
+    /// ([`Allocator::set_prepared_policy`]).
     pub fn set_policy(&mut self, policy: impl Into<Arc<Policy>>, now: Instant) -> Vec<Effect> {
-        self.policy = policy.into();
-        self.redecide_hosts();
-        let mut fx = Fx {
-            dirty: false,
-            ..Fx::default()
-        };
-        self.refresh(now);
-        let held: Vec<String> = self.by_host.keys().cloned().collect();
-        for host in &held {
-            self.vacate_if_asked(host, now, &mut fx);
-        }
-        self.serve(now, &mut fx);
-        self.finish(fx)
+        let prepared = self.policy_inputs().prepare(policy.into());
+        self.set_prepared_policy(prepared, now).0
     }
 
     /// Tells the allocator the wall clock: `unix` seconds at `at`, and the local time zone's
@@ -154,37 +148,44 @@ impl Allocator {
             return;
         };
         let facts = self.host_facts(view);
+        if self.unchanged(host, &facts) {
+            // The same facts give the same value and decisions: keep the entry (and its
+            // place), which also spares a prepared policy from deciding it again.
+            return;
+        }
         let value = Arc::new(HostValue::new(&facts));
         self.decide_host(host, facts, value);
     }
 
-    /// Recomputes every host's host-only decisions under a new policy, keeping the host
-    /// values: they depend on the host's facts only, which a policy change leaves alone.
-    fn redecide_hosts(&mut self) {
-        let names: Vec<String> = self.hosts.keys().cloned().collect();
-        for host in &names {
-            match self.inputs.hosts.get(host).cloned() {
-                Some(old) => self.decide_host(host, old.facts.clone(), old.value.clone()),
-                None => self.rebuild_host(host),
-            }
-        }
+    /// Whether `host`'s entry was built from `facts` and its place in the free-host order
+    /// still holds (up, drained and held are among the facts; the label count too).
+    fn unchanged(&self, host: &str, facts: &HostFacts) -> bool {
+        let Some(entry) = self.inputs.hosts.get(host) else {
+            return false;
+        };
+        entry.facts == *facts && entry.labels == self.grantable_labels(host)
+    }
+
+    /// The host's label count when a grant could go to it (up, not drained, not held).
+    fn grantable_labels(&self, host: &str) -> Option<usize> {
+        self.hosts
+            .get(host)
+            .filter(|view| {
+                view.up && !self.drained.contains(host) && !self.by_host.contains_key(host)
+            })
+            .map(HostView::label_count)
     }
 
     /// Stores `host`'s entry with its host-only `start` and `rank`, and places the host in
     /// the free-host order.
-    fn decide_host(&mut self, host: &str, facts: HostFacts, value: Arc<HostValue>) {
-        let p = &self.policy;
-        let start = p
-            .host_decision(Hook::Start, &value, None)
-            .and_then(Answer::as_bool);
-        let rank = p
-            .host_decision(Hook::Rank, &value, None)
-            .and_then(Answer::as_number);
+    pub(crate) fn decide_host(&mut self, host: &str, facts: HostFacts, value: Arc<HostValue>) {
+        let (start, rank) = decisions(&self.policy, &value);
         let entry = HostEntry {
             facts,
             value,
             start,
             rank,
+            labels: self.grantable_labels(host),
         };
         self.inputs.hosts.insert(host.to_string(), Arc::new(entry));
         self.place_host(host);
@@ -268,9 +269,15 @@ impl Allocator {
     }
 
     /// Sets `now` for a decision that needs no job refreshed (a report).
+    /// The value is built again only when `now`'s facts (whole seconds) changed.
     pub(crate) fn inputs_now(&mut self, now: Instant) {
         self.inputs.at = Some(now);
-        self.inputs.now = Some(Arc::new(NowValue::new(&self.now_facts(now))));
+        let facts = self.now_facts(now);
+        if self.inputs.now.as_ref().is_some_and(|(f, _)| *f == facts) {
+            return;
+        }
+        let value = Arc::new(NowValue::new(&facts));
+        self.inputs.now = Some((facts, value));
     }
 
     /// Whether `start` on `host` is what it was before its new report (`old`): the same
@@ -345,6 +352,17 @@ impl Allocator {
             self.inputs.jobs.insert(id, (facts, value));
         }
     }
+}
+
+/// `policy`'s host-only `start` and `rank` on `host` ([`Policy::host_decision`]).
+pub(crate) fn decisions(policy: &Policy, host: &HostValue) -> (Option<bool>, Option<f64>) {
+    let start = policy
+        .host_decision(Hook::Start, host, None)
+        .and_then(Answer::as_bool);
+    let rank = policy
+        .host_decision(Hook::Rank, host, None)
+        .and_then(Answer::as_number);
+    (start, rank)
 }
 
 /// The job facts that come from its registration (the rest are filled by the caller): the

@@ -12,6 +12,8 @@
 //!   asking the policy file (`policies` crate) for each decision.
 //! - `inputs`: the policy's inputs (a pre-built value per host and per job, cached with the
 //!   host-only decisions), [`Allocator::set_policy`], and rate-limited run-time errors.
+//! - `prepare`: a policy change whose host-only decisions are worked out elsewhere
+//!   ([`HostInputs::prepare`], off the broker's core), then swapped in.
 //! - `free`: the free hosts in grant order, so a grant looks at the best few hosts and
 //!   evaluates the job-dependent rest of the policy on those only.
 //! - `held`: `host.held_for_s` from the grant instants, kept current in the cached values.
@@ -101,6 +103,7 @@ mod host;
 mod in_use;
 mod inputs;
 mod policy;
+mod prepare;
 pub mod replay;
 mod share;
 pub mod snapshot;
@@ -116,6 +119,7 @@ use serde::{Deserialize, Serialize};
 
 pub use decide::POLICY_ERROR_EVERY;
 pub use host::{HostView, IDLE_AFTER};
+pub use prepare::{HostInputs, PreparedPolicy, Retired};
 pub use replay::{Difference, Outcome, Replay};
 pub use snapshot::{AllocRecord, JobRecord, ReleasingRecord, RequestRecord, Snapshot};
 pub use state::Allocator;

@@ -191,6 +191,55 @@ fn a_host_record_holds_only_the_fields_that_changed() {
     assert_eq!(apply_delta(None, "node01", &first), Ok(busy));
 }
 
+/// The field-by-field delta is what comparing the two views' JSON gives, for every
+/// field changed alone and for all of them at once.
+#[test]
+fn the_delta_is_the_json_difference() {
+    let by_json = |old: &HostView, new: &HostView| {
+        let (Ok(Value::Object(mut n)), Ok(Value::Object(o))) =
+            (serde_json::to_value(new), serde_json::to_value(old))
+        else {
+            panic!("views serialize to objects");
+        };
+        n.remove("name");
+        n.retain(|k, v| o.get(k) != Some(v));
+        n
+    };
+    let old = view("node01");
+    let mut changes: Vec<HostView> = Vec::new();
+    let mut each = |f: &dyn Fn(&mut HostView)| {
+        let mut v = old.clone();
+        f(&mut v);
+        changes.push(v);
+    };
+    each(&|v| v.address = "10.9.9.9".into());
+    each(&|v| v.up = false);
+    each(&|v| v.reported = false);
+    each(&|v| v.labels.push("gpu".into()));
+    each(&|v| v.os = None);
+    each(&|v| v.owner = Some("ann".into()));
+    each(&|v| v.load1 = Some(1.5));
+    each(&|v| v.load5 = Some(0.5));
+    each(&|v| v.load15 = Some(0.25));
+    each(&|v| v.mem_avail_mb = Some(512));
+    each(&|v| v.cpus = None);
+    each(&|v| v.users = None);
+    each(&|v| v.console_idle_s = Some(7));
+    each(&|v| v.job_load = Some(0.5));
+    let all = changes.iter().fold(old.clone(), |mut acc, v| {
+        let d = host_delta(Some(&old), v);
+        acc = apply_delta(Some(&acc), "node01", &d).expect("applies");
+        acc
+    });
+    changes.push(all);
+    changes.push(old.clone());
+    for new in &changes {
+        let delta = host_delta(Some(&old), new);
+        assert_eq!(delta, by_json(&old, new), "{new:?}");
+        assert_eq!(delta.is_empty(), *new == old);
+    }
+}
+
 #[test]
 fn the_whole_state_round_trips_mid_reclaim() {
     let mut t = Traced::new(u64::MAX);

@@ -69,9 +69,15 @@ pub enum Event {
     AgentGone {
         job: JobId,
     },
-    /// A reloaded policy to put in force (`reload`); `reply` fires once it is.
+    /// The cached host values a reload prepares its policy's host decisions from, off the
+    /// core (`reload`).
+    PolicyInputs {
+        reply: oneshot::Sender<crate::alloc::HostInputs>,
+    },
+    /// A reloaded policy, its host decisions prepared from [`Event::PolicyInputs`], to put
+    /// in force; `reply` fires once it is.
     SetPolicy {
-        policy: std::sync::Arc<policies::Policy>,
+        prepared: Box<crate::alloc::PreparedPolicy>,
         reply: oneshot::Sender<()>,
     },
     /// `rb policy explain HOST [--job ID]`.
@@ -207,8 +213,13 @@ async fn apply(
             let _ = reply.send(answer);
             desk.perform(effects).await;
         }
-        Event::SetPolicy { policy, reply } => {
-            let effects = desk.set_policy(policy, now);
+        Event::PolicyInputs { reply } => {
+            let _ = reply.send(desk.policy_inputs());
+        }
+        Event::SetPolicy { prepared, reply } => {
+            let (effects, retired) = desk.set_policy(*prepared, now);
+            // Tens of thousands of small frees at 10k hosts: not on the core.
+            tokio::task::spawn_blocking(move || drop(retired));
             desk.perform(effects).await;
             let _ = reply.send(());
         }
@@ -252,6 +263,7 @@ fn apply_host(
         | Event::AgentRegister { .. }
         | Event::AgentMessage { .. }
         | Event::AgentGone { .. }
+        | Event::PolicyInputs { .. }
         | Event::SetPolicy { .. }
         | Event::Explain { .. }
         | Event::Admin { .. } => {}

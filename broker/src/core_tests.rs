@@ -381,9 +381,12 @@ fn policy(text: &str) -> std::sync::Arc<policies::Policy> {
 
 impl Core {
     async fn set_policy(&self, text: &str) {
+        // As `reload` does: the host decisions prepared from the core's inputs, off it.
+        let (reply, inputs) = oneshot::channel();
+        self.send(Event::PolicyInputs { reply }).await;
+        let prepared = Box::new(inputs.await.expect("inputs").prepare(policy(text)));
         let (reply, done) = oneshot::channel();
-        let policy = policy(text);
-        self.send(Event::SetPolicy { policy, reply }).await;
+        self.send(Event::SetPolicy { prepared, reply }).await;
         done.await.expect("policy set");
     }
 

@@ -20,7 +20,10 @@ use tracing::{debug, info, warn};
 use allocation::trace::{host_delta, Input};
 
 use crate::{
-    alloc::{AllocId, Allocator, Effect, HostView, JobId, JobInfo, RequestId},
+    alloc::{
+        AllocId, Allocator, Effect, HostInputs, HostView, JobId, JobInfo, PreparedPolicy,
+        RequestId, Retired,
+    },
     authz::{authorize, Actor, AdminError},
     trace::TraceSink,
 };
@@ -195,18 +198,26 @@ impl JobDesk {
         }
     }
 
-    /// Puts a reloaded policy in force ([`Allocator::set_policy`]).
-    pub fn set_policy(
-        &mut self,
-        policy: std::sync::Arc<policies::Policy>,
-        now: Instant,
-    ) -> Vec<Effect> {
-        let sha256 = policy.sha256().to_string();
-        self.traced_fx(
+    /// What a reload prepares its policy's host decisions from, off the core
+    /// ([`Allocator::policy_inputs`]).
+    pub fn policy_inputs(&self) -> HostInputs {
+        self.alloc.policy_inputs()
+    }
+
+    /// Puts a reloaded policy in force ([`Allocator::set_prepared_policy`]): recorded as
+    /// the same input as [`Allocator::set_policy`], which a replay calls. Also returns what
+    /// the change replaced, to drop off the core.
+    pub fn set_policy(&mut self, prepared: PreparedPolicy, now: Instant) -> (Vec<Effect>, Retired) {
+        let sha256 = prepared.policy().sha256().to_string();
+        let (retired, effects) = self.traced(
             now,
-            |a| a.set_policy(policy, now),
-            || Input::Policy { sha256 },
-        )
+            |a| {
+                let (effects, retired) = a.set_prepared_policy(prepared, now);
+                (retired, effects)
+            },
+            |_| Input::Policy { sha256 },
+        );
+        (effects, retired)
     }
 
     /// `rb policy explain` ([`Allocator::explain`]).

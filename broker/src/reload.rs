@@ -1,9 +1,12 @@
 //! Policy reloads: `rb policy reload`, SIGHUP to `rb-broker`, and the policy file changing
 //! on disk (polled each second, read once its size and mtime have been still for
 //! [`QUIET`]: editors write in steps). Loading (CEL parsing) runs in `spawn_blocking`,
-//! never on a tokio worker; a good policy goes to the core ([`Event::SetPolicy`]), which
-//! hands it to the allocator; a bad one is refused, logged and kept as the last reload
-//! error, and the old policy stays.
+//! never on a tokio worker; a bad policy is refused, logged and kept as the last reload
+//! error, and the old policy stays. For a good one the core hands out its cached host
+//! values ([`Event::PolicyInputs`]), the new policy's host-only decisions are worked out
+//! from them in `spawn_blocking` too (two evaluations per host: at 10k hosts, most of a
+//! reload's work), and the core puts the result in force ([`Event::SetPolicy`]), deciding
+//! again only the hosts that reported in between.
 
 use std::{
     path::{Path, PathBuf},
@@ -77,13 +80,24 @@ impl PolicyHandle {
             Ok(Err(e)) => return Err(self.refused(cause, e.to_string())),
             Err(e) => return Err(self.refused(cause, e)),
         };
+        let stopping = || "broker stopping".to_string();
+        let (reply, inputs) = oneshot::channel();
+        let event = Event::PolicyInputs { reply };
+        if self.events.send(event).await.is_err() {
+            return Err(stopping());
+        }
+        let inputs = inputs.await.map_err(|_| stopping())?;
+        let new = policy.clone();
+        let prepared = tokio::task::spawn_blocking(move || inputs.prepare(new))
+            .await
+            .map_err(|e| format!("preparing the policy failed: {e}"))?;
         let (reply, done) = oneshot::channel();
         let event = Event::SetPolicy {
-            policy: policy.clone(),
+            prepared: Box::new(prepared),
             reply,
         };
         if self.events.send(event).await.is_err() || done.await.is_err() {
-            return Err("broker stopping".into());
+            return Err(stopping());
         }
         let info = info_of(&policy);
         info!(cause, path = %info.path, sha256 = %info.sha256, "policy reloaded");
