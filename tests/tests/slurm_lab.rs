@@ -1,0 +1,129 @@
+//! Tier 3, overflow onto Slurm (issue 19): a real Slurm cluster (Debian's munged,
+//! slurmctld, slurmd) whose nodes are lab hosts (`lab::SlurmCluster`). Root only; each test
+//! prints why it is skipped otherwise. The cluster and the lab are torn down on drop.
+
+use std::time::Duration;
+
+use tests::{labtier::skip_unless_root, wait_until};
+
+fn text(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The harness's cluster works as Slurm does: `sbatch --parsable` runs a batch script on a
+/// node (it writes that node's hostname), `squeue` sees a running job, `scancel` ends it,
+/// and teardown leaves no Slurm daemon of this cluster behind.
+#[test]
+fn the_slurm_cluster_runs_lists_and_cancels_batch_jobs() {
+    if skip_unless_root("the_slurm_cluster_runs_lists_and_cancels_batch_jobs") {
+        return;
+    }
+    let lab = lab::Lab::up(&lab::LabSpec {
+        hosts: 2,
+        ..lab::LabSpec::default()
+    })
+    .expect("lab up");
+    let cluster = lab::SlurmCluster::start(&lab, &["node02", "node03"]).expect("slurm up");
+    let jobs = cluster.dir().join("jobs");
+    let out_file = jobs.join("hostname.out");
+    let out_arg = format!("--output={}", out_file.display());
+    let chdir = format!("--chdir={}", jobs.display());
+    let id = text(
+        &cluster
+            .run(
+                "sbatch",
+                &["--parsable", "-N1", &chdir, &out_arg, "--wrap", "hostname"],
+            )
+            .expect("sbatch"),
+    );
+    assert!(
+        id.parse::<u64>().is_ok(),
+        "sbatch --parsable printed {id:?}"
+    );
+    let ran_on = wait_until(Duration::from_secs(20), || {
+        let s = std::fs::read_to_string(&out_file).ok()?;
+        (!s.trim().is_empty()).then(|| s.trim().to_string())
+    })
+    .expect("the batch job wrote its output");
+    assert!(
+        ["node02", "node03"].contains(&ran_on.as_str()),
+        "ran on a Slurm node, its own hostname: {ran_on:?}"
+    );
+
+    // A long job: squeue shows it running on a node, scancel ends it.
+    let id = text(
+        &cluster
+            .run(
+                "sbatch",
+                &[
+                    "--parsable",
+                    "-N1",
+                    &chdir,
+                    "--job-name=rb-m1-sleep",
+                    "--wrap",
+                    "sleep 300",
+                ],
+            )
+            .expect("sbatch"),
+    );
+    let running = wait_until(Duration::from_secs(20), || {
+        let out = cluster
+            .run("squeue", &["-h", "-j", &id, "-o", "%T %N %j"])
+            .ok()?;
+        let line = text(&out);
+        line.starts_with("RUNNING ").then_some(line)
+    })
+    .expect("squeue shows the job running");
+    assert!(running.ends_with(" rb-m1-sleep"), "{running}");
+    cluster.run("scancel", &[&id]).expect("scancel");
+    let gone = wait_until(Duration::from_secs(20), || {
+        (!cluster.job_ids().ok()?.contains(&id)).then_some(())
+    });
+    assert!(gone.is_some(), "scancel ended job {id}");
+
+    let dir = cluster.dir().to_path_buf();
+    let daemons = cluster.daemons();
+    assert_eq!(daemons.len(), 4, "munged, slurmctld, 2 slurmd: {daemons:?}");
+    cluster.down().expect("slurm down");
+    assert!(!dir.exists(), "the cluster's directory is gone");
+    for d in daemons {
+        assert!(!d.is_alive(), "daemon {} survived teardown", d.pid);
+    }
+    for node in ["node02", "node03"] {
+        let out = lab
+            .exec(node, &["pgrep", "-x", "slurmd|slurmctld|slurmstepd"])
+            .expect("pgrep");
+        assert!(
+            text(&out).is_empty(),
+            "no Slurm daemon left on {node}: {}",
+            text(&out)
+        );
+    }
+}
+
+/// A test that fails while its cluster runs still leaves no Slurm daemon behind: the
+/// cluster stops them by pid when dropped during the unwind.
+#[test]
+fn a_failing_test_leaves_no_slurm_daemon_behind() {
+    if skip_unless_root("a_failing_test_leaves_no_slurm_daemon_behind") {
+        return;
+    }
+    let lab = lab::Lab::up(&lab::LabSpec {
+        hosts: 1,
+        ..lab::LabSpec::default()
+    })
+    .expect("lab up");
+    let cluster = lab::SlurmCluster::start(&lab, &["node02"]).expect("slurm up");
+    let daemons = cluster.daemons();
+    let dir = cluster.dir().to_path_buf();
+    assert_eq!(daemons.len(), 3, "munged, slurmctld, slurmd: {daemons:?}");
+    let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let _cluster = cluster;
+        panic!("a test failing while the cluster runs");
+    }));
+    assert!(failed.is_err());
+    for d in daemons {
+        assert!(!d.is_alive(), "daemon {} survived the failed test", d.pid);
+    }
+    assert!(!dir.exists(), "the cluster's directory is gone");
+}
