@@ -48,6 +48,13 @@ fn main() -> ExitCode {
             for warning in lab.warnings() {
                 tracing::warn!("{warning}");
             }
+            if lab.overflow.is_some() {
+                // Issue 19 is built in steps: the file and `rb check --probe` first.
+                tracing::warn!(
+                    "[overflow.slurm] is checked, but this broker does not submit Slurm pilots \
+                     yet (README, \"Overflow onto Slurm\")"
+                );
+            }
             lab
         }
         Err(e) => {

@@ -127,3 +127,62 @@ fn a_failing_test_leaves_no_slurm_daemon_behind() {
     }
     assert!(!dir.exists(), "the cluster's directory is gone");
 }
+
+/// `rb check --probe` asks the real cluster once: it answers for the lab file's partition,
+/// and a partition the cluster does not have is reported with squeue's own words (exit 69).
+#[test]
+fn rb_check_probe_asks_the_real_cluster() {
+    if skip_unless_root("rb_check_probe_asks_the_real_cluster") {
+        return;
+    }
+    let lab = lab::Lab::up(&lab::LabSpec {
+        hosts: 1,
+        ..lab::LabSpec::default()
+    })
+    .expect("lab up");
+    let cluster = lab::SlurmCluster::start(&lab, &["node02"]).expect("slurm up");
+    let dir = tempfile::Builder::new()
+        .prefix("rb-slurm-")
+        .tempdir_in("/var/tmp")
+        .expect("tempdir");
+    let secret = dir.path().join("secret");
+    proto::auth::write_new_secret(&secret, false).expect("secret");
+    let check = |partition: &str| {
+        let path = dir.path().join(format!("lab-{partition}.toml"));
+        let text = format!(
+            "[broker]\nlisten = \"{}:0\"\nstate_dir = \"{}\"\nsecret_file = \"{}\"\n\
+             [overflow.slurm]\npartition = \"{partition}\"\n",
+            lab.gateway(),
+            dir.path().join("state").display(),
+            secret.display()
+        );
+        std::fs::write(&path, text).expect("lab file");
+        std::process::Command::new(tests::bin("rb"))
+            .args(["check", "--probe"])
+            .arg(&path)
+            .env("SLURM_CONF", cluster.conf())
+            .env_remove("RB_LAB")
+            .output()
+            .expect("rb check")
+    };
+    let out = check(lab::slurm::PARTITION);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text(&out).contains("probe: slurm: ok: squeue answered: 0 job(s) queued, 0 of them pilots")
+            && text(&out).contains("in partition rbtest")
+            && text(&out).contains("on nodes node02"),
+        "{}",
+        text(&out)
+    );
+    let out = check("nosuchpartition");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{err}");
+    assert!(
+        err.contains("--partition=nosuchpartition") && err.contains("invalid partition"),
+        "{err}"
+    );
+}
