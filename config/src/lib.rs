@@ -30,6 +30,7 @@ mod error;
 mod keys;
 mod labels;
 mod overflow;
+pub mod pilot;
 pub mod raw;
 mod statedir;
 mod validate;

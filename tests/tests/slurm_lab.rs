@@ -186,3 +186,100 @@ fn rb_check_probe_asks_the_real_cluster() {
         "{err}"
     );
 }
+
+/// The pilot piece of overflow, on the real cluster: a pilot job submitted with exactly the
+/// broker's options (`SlurmOverflow::pilot_options`) and script (`PilotScript`) runs
+/// `rb-hostd` on its Slurm node, which joins the lab as `slurm-<node>` with the node's own
+/// hostname; `rsh anyLinux hostname` in a job then runs there; `scancel` of the pilot takes
+/// the host out and the broker carries on. The pilot is submitted by the test here: the
+/// broker's submitting it itself is the next step (README, "Overflow onto Slurm").
+#[test]
+fn a_pilot_job_brings_its_node_into_the_lab_and_a_job_runs_there() {
+    if skip_unless_root("a_pilot_job_brings_its_node_into_the_lab_and_a_job_runs_there") {
+        return;
+    }
+    let lab = lab::Lab::up(&lab::LabSpec {
+        hosts: 1,
+        ..lab::LabSpec::default()
+    })
+    .expect("lab up");
+    let cluster = lab::SlurmCluster::start(&lab, &["node02"]).expect("slurm up");
+    let node = lab.host("node02").expect("node02");
+    let lab_text = format!(
+        "[broker]\nlisten = \"{gw}:0\"\ntransport = \"manual\"\nstate_dir = \"@STATE@\"\n\
+         secret_file = \"@SECRET@\"\nreport_interval_s = 1\ndown_after_s = 4\n\
+         job_shell = [\"ssh\", \"-F\", \"{cfg}\"]\n\n\
+         [[host]]\nname = \"slurm-node02\"\naddress = \"{addr}\"\nlabels = [\"slurm\", \"public\"]\n\n\
+         [overflow.slurm]\npartition = \"{part}\"\nlease_s = 300\n",
+        gw = lab.gateway(),
+        cfg = lab.ssh_config().display(),
+        addr = node.address,
+        part = lab::slurm::PARTITION,
+    );
+    let broker = tests::Broker::start(&lab_text);
+    let config = config::LabConfig::load(&broker.lab_file).expect("lab file");
+    let slurm = config.overflow.expect("[overflow.slurm]");
+    let hostd = tests::bin("rb-hostd");
+    let secret = broker.secret();
+    let script = config::pilot::PilotScript {
+        hostd: &hostd,
+        broker: broker.tcp_addr(),
+        secret_file: &secret,
+    };
+    let jobs = cluster.dir().join("jobs");
+    let script_path = jobs.join("pilot.sh");
+    std::fs::write(&script_path, script.text()).expect("script");
+    let mut args = vec![
+        "--parsable".to_string(),
+        format!("--chdir={}", jobs.display()),
+        format!("--output={}", jobs.join("pilot-%j.out").display()),
+    ];
+    args.extend(slurm.pilot_options("rb-pilot-test", config.broker.reclaim_grace));
+    args.push(script_path.display().to_string());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let id = text(&cluster.run("sbatch", &args).expect("sbatch the pilot"));
+
+    let up = broker.wait_host("slurm-node02", Duration::from_secs(30), "pilot up", |h| {
+        h.state == proto::report::HostState::Up
+    });
+    assert_eq!(up.hostname.as_deref(), Some("node02"), "{up:?}");
+    let time_limit = cluster
+        .run("squeue", &["-h", "-j", &id, "-o", "%l %j"])
+        .expect("squeue");
+    assert_eq!(
+        text(&time_limit),
+        "5:00 rb-pilot-test",
+        "the lease is Slurm's limit"
+    );
+
+    let out = std::process::Command::new(tests::bin("agent"))
+        .arg("--broker")
+        .arg(broker.tcp_addr().to_string())
+        .arg("--secret-file")
+        .arg(broker.secret())
+        .args(["--grace-s", "1", "--", "sh", "-c", "rsh anyLinux hostname"])
+        .env_remove("RB_AGENT")
+        .env_remove("RB_LAB")
+        .output()
+        .expect("agent");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        broker.log()
+    );
+    assert_eq!(
+        text(&out),
+        "node02",
+        "the job's command ran on the Slurm node"
+    );
+
+    cluster.run("scancel", &[&id]).expect("scancel");
+    broker.wait_host("slurm-node02", Duration::from_secs(20), "pilot gone", |h| {
+        h.state != proto::report::HostState::Up
+    });
+    assert!(
+        broker.status().is_some(),
+        "the broker survives the pilot's end"
+    );
+}
