@@ -36,6 +36,12 @@ pub enum Event {
         conn: ConnId,
         close: oneshot::Sender<String>,
     },
+    /// A Slurm pilot's daemon (`slurm-<node>`, not in the lab file) authenticated from
+    /// `address`; its `HostdConnected` follows.
+    PilotJoined {
+        host: String,
+        address: String,
+    },
     Report {
         host: String,
         conn: ConnId,
@@ -237,6 +243,10 @@ fn apply_host(
             info!(%host, conn, "host daemon connected");
             closers.insert(conn, close);
             return table.connected(&host, conn);
+        }
+        Event::PilotJoined { host, address } => {
+            info!(%host, %address, "a Slurm pilot's host joins the lab");
+            table.add_pilot(&host, &address);
         }
         Event::Report { host, conn, report } => {
             table.report(&host, conn, *report, now);

@@ -123,6 +123,7 @@ pub async fn run(
         policy_handle,
         identity,
     );
+    ctx.pilot_hosts = lab.overflow.is_some();
     // Host daemons sweep leftovers only where each serves a machine of its own.
     if matches!(
         lab.broker.transport,

@@ -51,8 +51,8 @@ fn main() -> ExitCode {
             if lab.overflow.is_some() {
                 // Issue 19 is built in steps: the file and `rb check --probe` first.
                 tracing::warn!(
-                    "[overflow.slurm] is checked, but this broker does not submit Slurm pilots \
-                     yet (README, \"Overflow onto Slurm\")"
+                    "[overflow.slurm]: Slurm pilots (slurm-<node>) may join the lab, but this \
+                     broker does not submit them yet (README, \"Overflow onto Slurm\")"
                 );
             }
             lab

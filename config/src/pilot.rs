@@ -13,6 +13,22 @@ use std::{net::SocketAddr, path::Path};
 /// Host names of pilots start with this: `slurm-<node>`.
 pub const PILOT_HOST_PREFIX: &str = "slurm-";
 
+/// Whether `name` is a pilot's host name: `slurm-` and a node name (letters, digits, `-`,
+/// `_`, `.`; at most 64 characters in all).
+pub fn is_pilot_host(name: &str) -> bool {
+    name.strip_prefix(PILOT_HOST_PREFIX).is_some_and(|node| {
+        !node.is_empty()
+            && name.len() <= 64
+            && !node.starts_with('-')
+            && node
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    })
+}
+
+/// The labels of a pilot's host besides what its daemon reports.
+pub const PILOT_LABELS: &[&str] = &["public", "slurm"];
+
 /// What a pilot's script needs to know.
 #[derive(Debug, Clone)]
 pub struct PilotScript<'a> {
@@ -70,6 +86,23 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("trap 'kill -TERM \"$hostd\" 2>/dev/null' USR1 TERM"));
+    }
+
+    #[test]
+    fn pilot_host_names_are_slurm_and_a_node_name() {
+        assert!(is_pilot_host("slurm-node02"));
+        assert!(is_pilot_host("slurm-cn-17.cluster"));
+        for bad in [
+            "slurm-",
+            "node02",
+            "slurm--x",
+            "slurm-a b",
+            "Slurm-x",
+            "slurm-a;b",
+        ] {
+            assert!(!is_pilot_host(bad), "{bad}");
+        }
+        assert!(!is_pilot_host(&format!("slurm-{}", "n".repeat(60))));
     }
 
     #[test]

@@ -4,7 +4,11 @@
 
 use std::time::Duration;
 
-use tests::{labtier::skip_unless_root, wait_until};
+use proto::report::HostState;
+use tests::{
+    labtier::{lab_file_with, skip_unless_root, LabOptions, TEST_TIMING},
+    wait_until,
+};
 
 fn text(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
@@ -187,36 +191,9 @@ fn rb_check_probe_asks_the_real_cluster() {
     );
 }
 
-/// The pilot piece of overflow, on the real cluster: a pilot job submitted with exactly the
-/// broker's options (`SlurmOverflow::pilot_options`) and script (`PilotScript`) runs
-/// `rb-hostd` on its Slurm node, which joins the lab as `slurm-<node>` with the node's own
-/// hostname; `rsh anyLinux hostname` in a job then runs there; `scancel` of the pilot takes
-/// the host out and the broker carries on. The pilot is submitted by the test here: the
-/// broker's submitting it itself is the next step (README, "Overflow onto Slurm").
-#[test]
-fn a_pilot_job_brings_its_node_into_the_lab_and_a_job_runs_there() {
-    if skip_unless_root("a_pilot_job_brings_its_node_into_the_lab_and_a_job_runs_there") {
-        return;
-    }
-    let lab = lab::Lab::up(&lab::LabSpec {
-        hosts: 1,
-        ..lab::LabSpec::default()
-    })
-    .expect("lab up");
-    let cluster = lab::SlurmCluster::start(&lab, &["node02"]).expect("slurm up");
-    let node = lab.host("node02").expect("node02");
-    let lab_text = format!(
-        "[broker]\nlisten = \"{gw}:0\"\ntransport = \"manual\"\nstate_dir = \"@STATE@\"\n\
-         secret_file = \"@SECRET@\"\nreport_interval_s = 1\ndown_after_s = 4\n\
-         job_shell = [\"ssh\", \"-F\", \"{cfg}\"]\n\n\
-         [[host]]\nname = \"slurm-node02\"\naddress = \"{addr}\"\nlabels = [\"slurm\", \"public\"]\n\n\
-         [overflow.slurm]\npartition = \"{part}\"\nlease_s = 300\n",
-        gw = lab.gateway(),
-        cfg = lab.ssh_config().display(),
-        addr = node.address,
-        part = lab::slurm::PARTITION,
-    );
-    let broker = tests::Broker::start(&lab_text);
+/// Submits one pilot for `broker` on `cluster`, with exactly the broker's options
+/// (`SlurmOverflow::pilot_options`) and script (`PilotScript`); returns its Slurm job id.
+fn submit_pilot(cluster: &lab::SlurmCluster, broker: &tests::Broker) -> String {
     let config = config::LabConfig::load(&broker.lab_file).expect("lab file");
     let slurm = config.overflow.expect("[overflow.slurm]");
     let hostd = tests::bin("rb-hostd");
@@ -237,29 +214,90 @@ fn a_pilot_job_brings_its_node_into_the_lab_and_a_job_runs_there() {
     args.extend(slurm.pilot_options("rb-pilot-test", config.broker.reclaim_grace));
     args.push(script_path.display().to_string());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let id = text(&cluster.run("sbatch", &args).expect("sbatch the pilot"));
+    text(&cluster.run("sbatch", &args).expect("sbatch the pilot"))
+}
 
-    let up = broker.wait_host("slurm-node02", Duration::from_secs(30), "pilot up", |h| {
-        h.state == proto::report::HostState::Up
-    });
-    assert_eq!(up.hostname.as_deref(), Some("node02"), "{up:?}");
-    let time_limit = cluster
-        .run("squeue", &["-h", "-j", &id, "-o", "%l %j"])
-        .expect("squeue");
-    assert_eq!(
-        text(&time_limit),
-        "5:00 rb-pilot-test",
-        "the lease is Slurm's limit"
-    );
-
-    let out = std::process::Command::new(tests::bin("agent"))
-        .arg("--broker")
+/// An agent running `script` (sh) against `broker`, outside any job.
+fn agent(broker: &tests::Broker, script: &str) -> std::process::Command {
+    let mut c = std::process::Command::new(tests::bin("agent"));
+    c.arg("--broker")
         .arg(broker.tcp_addr().to_string())
         .arg("--secret-file")
         .arg(broker.secret())
-        .args(["--grace-s", "1", "--", "sh", "-c", "rsh anyLinux hostname"])
+        .args(["--grace-s", "1", "--", "sh", "-c", script])
         .env_remove("RB_AGENT")
-        .env_remove("RB_LAB")
+        .env_remove("RB_LAB");
+    c
+}
+
+/// Overflow with the pilot submitted by hand: the lab's two hosts are held by a job; a
+/// pilot job (the broker's options and script) runs `rb-hostd` on its Slurm node, which
+/// joins the lab by itself as `slurm-node04` (public, labelled `slurm`, not in the lab
+/// file, with the node's own hostname and Slurm's time limit as the lease);
+/// `rsh anyLinux hostname` in another job then runs on the Slurm node; `scancel` of the
+/// pilot takes the host out and the broker carries on. The broker submitting the pilot
+/// itself is the next step (README, "Overflow onto Slurm").
+#[test]
+fn with_the_lab_full_a_job_runs_on_a_slurm_pilots_node() {
+    if skip_unless_root("with_the_lab_full_a_job_runs_on_a_slurm_pilots_node") {
+        return;
+    }
+    let lab = lab::Lab::up(&lab::LabSpec {
+        hosts: 3,
+        ..lab::LabSpec::default()
+    })
+    .expect("lab up");
+    let mut opts = LabOptions::new(&[], TEST_TIMING);
+    opts.unmanaged = vec!["node04".into()];
+    let lab_text = format!(
+        "{}\n[overflow.slurm]\npartition = \"{}\"\nlease_s = 300\n",
+        lab_file_with(&lab, &opts),
+        lab::slurm::PARTITION
+    );
+    let broker = tests::Broker::start(&lab_text);
+    broker.wait_all_up(Duration::from_secs(20));
+    let cluster = lab::SlurmCluster::start(&lab, &["node04"]).expect("slurm up");
+
+    // The lab is full: one job holds node02 and node03.
+    let mut filler = agent(
+        &broker,
+        "rsh anyLinux 'sleep 300' & rsh anyLinux 'sleep 300' & wait",
+    )
+    .spawn()
+    .expect("agent");
+    let full = wait_until(Duration::from_secs(20), || {
+        (broker.held_hosts().len() == 2).then_some(())
+    });
+    assert!(
+        full.is_some(),
+        "the filler holds both lab hosts\n{}",
+        broker.log()
+    );
+
+    let id = submit_pilot(&cluster, &broker);
+    let up = broker.wait_host("slurm-node04", Duration::from_secs(30), "pilot up", |h| {
+        h.state == HostState::Up
+    });
+    assert_eq!(up.hostname.as_deref(), Some("node04"), "{up:?}");
+    assert_eq!(
+        up.address,
+        lab.host("node04").expect("node04").address.to_string()
+    );
+    assert!(
+        up.labels.contains(&"slurm".to_string()) && up.owner.is_none(),
+        "{up:?}"
+    );
+    let limit = text(
+        &cluster
+            .run("squeue", &["-h", "-j", &id, "-o", "%l %j"])
+            .expect("squeue"),
+    );
+    assert_eq!(
+        limit, "5:00 rb-pilot-test",
+        "the lease is Slurm's time limit"
+    );
+
+    let out = agent(&broker, "rsh anyLinux hostname")
         .output()
         .expect("agent");
     assert!(
@@ -270,16 +308,22 @@ fn a_pilot_job_brings_its_node_into_the_lab_and_a_job_runs_there() {
     );
     assert_eq!(
         text(&out),
-        "node02",
+        "node04",
         "the job's command ran on the Slurm node"
     );
 
     cluster.run("scancel", &[&id]).expect("scancel");
-    broker.wait_host("slurm-node02", Duration::from_secs(20), "pilot gone", |h| {
-        h.state != proto::report::HostState::Up
+    broker.wait_host("slurm-node04", Duration::from_secs(20), "pilot gone", |h| {
+        h.state != HostState::Up
     });
-    assert!(
-        broker.status().is_some(),
-        "the broker survives the pilot's end"
+    assert_eq!(
+        broker.held_hosts().len(),
+        2,
+        "the broker carries on: {}",
+        broker.log()
     );
+    // SIGTERM: the agent ends its job and its subagents on node02 and node03.
+    let pid = nix::unistd::Pid::from_raw(filler.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("stop the filler");
+    let _ = filler.wait();
 }
