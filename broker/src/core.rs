@@ -36,6 +36,11 @@ pub enum Event {
         conn: ConnId,
         close: oneshot::Sender<String>,
     },
+    /// `sbatch` answered for pilot `pilot`: its Slurm job id, or why not.
+    PilotSubmitted {
+        pilot: allocation::PilotId,
+        result: Result<String, String>,
+    },
     /// A Slurm pilot's daemon (`slurm-<node>`, not in the lab file) authenticated from
     /// `address`; its `HostdConnected` follows.
     PilotJoined {
@@ -137,6 +142,7 @@ pub async fn run(
         publish_live(&desk, &live, &mut live_stamp);
     }
     supervisors.shutdown().await;
+    desk.cancel_pilots().await;
     let mut rows = table.status(now());
     desk.annotate(&mut rows);
     rows
@@ -218,6 +224,9 @@ async fn apply(
             desk.perform(effects).await;
             let _ = reply.send(());
         }
+        Event::PilotSubmitted { pilot, result } => {
+            desk.pilot_submitted(pilot, result, now);
+        }
         Event::Explain { host, job, reply } => {
             let _ = reply.send(desk.explain(&host, job, now));
         }
@@ -264,6 +273,7 @@ fn apply_host(
         | Event::AgentGone { .. }
         | Event::SetPolicy { .. }
         | Event::Explain { .. }
+        | Event::PilotSubmitted { .. }
         | Event::Admin { .. } => {}
     }
     Vec::new()

@@ -20,7 +20,7 @@ use tracing::{debug, info, warn};
 use allocation::trace::{host_delta, Input};
 
 use crate::{
-    alloc::{AllocId, Allocator, Effect, HostView, JobId, JobInfo, RequestId},
+    alloc::{AllocId, Allocator, Effect, HostView, JobId, JobInfo, PilotId, RequestId},
     authz::{authorize, Actor, AdminError},
     trace::TraceSink,
 };
@@ -69,6 +69,8 @@ pub struct JobDesk {
     notes: HashMap<JobId, VecDeque<String>>,
     /// The decision trace, when one is kept.
     trace: Option<TraceSink>,
+    /// Slurm pilots' commands, with `[overflow.slurm]`.
+    pilots: Option<crate::pilots::Pilots>,
 }
 
 /// Notes kept per job, and the longest note kept (longer ones are cut).
@@ -99,6 +101,7 @@ impl JobDesk {
             hosts_reach_broker_at: None,
             notes: HashMap::new(),
             trace: None,
+            pilots: None,
         }
     }
 
@@ -106,6 +109,34 @@ impl JobDesk {
     pub fn with_trace(mut self, trace: TraceSink) -> Self {
         self.trace = Some(trace);
         self
+    }
+
+    /// Overflow onto Slurm: the allocator asks for pilots (at most `max_nodes`), which
+    /// `pilots` submits and cancels.
+    pub fn with_pilots(mut self, pilots: crate::pilots::Pilots, max_nodes: usize) -> Self {
+        self.alloc.set_overflow(Some(max_nodes));
+        self.pilots = Some(pilots);
+        self
+    }
+
+    /// `sbatch` answered for `pilot`.
+    pub fn pilot_submitted(
+        &mut self,
+        pilot: PilotId,
+        result: Result<String, String>,
+        now: Instant,
+    ) {
+        match result {
+            Ok(id) => self.alloc.pilot_submitted(pilot, id),
+            Err(_) => self.alloc.pilot_failed(pilot, now),
+        }
+    }
+
+    /// Cancels every pilot Slurm knows of (at shutdown).
+    pub async fn cancel_pilots(&mut self) {
+        if let Some(p) = &self.pilots {
+            p.cancel_now(self.alloc.pilot_ids()).await;
+        }
     }
 
     /// Calls the allocator (`call`) and, when a trace is kept, records what it was given
@@ -702,6 +733,15 @@ impl JobDesk {
                     message,
                 } => {
                     warn!(key, %host, ?job, %message, "policy expression failed; its default was used");
+                }
+                Effect::SubmitPilot { pilot } => match &self.pilots {
+                    Some(p) => p.submit(pilot),
+                    None => warn!(pilot, "a pilot asked for without [overflow.slurm]"),
+                },
+                Effect::CancelPilot { pilot, slurm_id } => {
+                    if let Some(p) = &self.pilots {
+                        p.cancel(pilot, slurm_id);
+                    }
                 }
                 Effect::Persist => persist = true,
             }

@@ -327,3 +327,94 @@ fn with_the_lab_full_a_job_runs_on_a_slurm_pilots_node() {
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("stop the filler");
     let _ = filler.wait();
 }
+
+/// Overflow end to end (M3): the lab's two hosts are held by a job; `rsh anyLinux hostname`
+/// in another job waits, the broker's `overflow` policy hook (the default: after about a
+/// second) asks for a pilot, the broker submits it to the real Slurm (`sbatch` with the
+/// lab file's partition and lease), its node joins as `slurm-node04` and the command runs
+/// there. Stopping the broker cancels its pilot.
+#[test]
+fn the_broker_overflows_onto_slurm_when_the_lab_is_full() {
+    if skip_unless_root("the_broker_overflows_onto_slurm_when_the_lab_is_full") {
+        return;
+    }
+    let lab = lab::Lab::up(&lab::LabSpec {
+        hosts: 3,
+        ..lab::LabSpec::default()
+    })
+    .expect("lab up");
+    let cluster = lab::SlurmCluster::start(&lab, &["node04"]).expect("slurm up");
+    let mut opts = LabOptions::new(&[], TEST_TIMING);
+    opts.unmanaged = vec!["node04".into()];
+    // The cluster's slurm.conf is not /etc/slurm's: the commands say where it is.
+    let env = format!("\"env\", \"SLURM_CONF={}\"", cluster.conf().display());
+    let lab_text = format!(
+        "{}\n[overflow.slurm]\npartition = \"{}\"\nlease_s = 300\nmax_nodes = 1\n\
+         sbatch = [{env}, \"sbatch\"]\nsqueue = [{env}, \"squeue\"]\nscancel = [{env}, \"scancel\"]\n",
+        lab_file_with(&lab, &opts),
+        lab::slurm::PARTITION
+    );
+    let broker = tests::Broker::start(&lab_text);
+    broker.wait_all_up(Duration::from_secs(20));
+
+    let mut filler = agent(
+        &broker,
+        "rsh anyLinux 'sleep 300' & rsh anyLinux 'sleep 300' & wait",
+    )
+    .spawn()
+    .expect("agent");
+    let full = wait_until(Duration::from_secs(20), || {
+        (broker.held_hosts().len() == 2).then_some(())
+    });
+    assert!(
+        full.is_some(),
+        "the filler holds both lab hosts\n{}",
+        broker.log()
+    );
+    assert!(
+        cluster.job_ids().expect("squeue").is_empty(),
+        "no pilot while nobody waits"
+    );
+
+    let out = agent(&broker, "rsh anyLinux hostname")
+        .output()
+        .expect("agent");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        broker.log()
+    );
+    assert_eq!(
+        text(&out),
+        "node04",
+        "ran on the Slurm node\n{}",
+        broker.log()
+    );
+    let log = broker.log();
+    assert!(log.contains("Slurm pilot submitted"), "{log}");
+    let pilot = text(
+        &cluster
+            .run("squeue", &["-h", "-o", "%i %j %l %P"])
+            .expect("squeue"),
+    );
+    let fields: Vec<&str> = pilot.split_whitespace().collect();
+    assert_eq!(
+        fields.get(1..),
+        Some(&["rb-pilot-root", "5:00", lab::slurm::PARTITION][..]),
+        "one pilot, the lab file's lease and partition: {pilot}"
+    );
+    assert_eq!(broker.held_hosts().len(), 2, "the filler kept its hosts");
+
+    let pid = nix::unistd::Pid::from_raw(filler.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("stop the filler");
+    let _ = filler.wait();
+    drop(broker);
+    let cancelled = wait_until(Duration::from_secs(20), || {
+        cluster.job_ids().ok()?.is_empty().then_some(())
+    });
+    assert!(
+        cancelled.is_some(),
+        "the broker's shutdown cancelled its pilot"
+    );
+}

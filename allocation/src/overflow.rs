@@ -1,0 +1,220 @@
+//! Overflow onto Slurm in the pure core: when to ask Slurm for a node (a pilot job) and
+//! when to give one back (issue 19). The shell submits and cancels; it never decides.
+//!
+//! # Model
+//! With overflow on ([`Allocator::set_overflow`], from `[overflow.slurm]`), every tick
+//! counts the jobs whose requests wait (not restored ones, not those a reclaim is already
+//! bringing a host to) and for which the policy's `overflow` hook says yes (`job.waited_s`
+//! is the oldest request's wait). A pilot is *outstanding* from its [`Effect::SubmitPilot`]
+//! until a host labelled `slurm` comes up that no pilot has yet (then it is *joined* to
+//! that host) or Slurm refuses it ([`Allocator::pilot_failed`]). While fewer pilots are
+//! outstanding than jobs want one, and fewer than `max_nodes` exist, one more is asked
+//! for. When no job wants one, outstanding pilots whose Slurm id is known are cancelled
+//! ([`Effect::CancelPilot`]): a pilot still in Slurm's queue holds nothing anyone uses.
+//! A joined pilot is forgotten when its host goes down (lease end, `scancel`).
+//!
+//! # Choices
+//! - A failed `sbatch` backs off: 1 s, doubling to 60 s, reset by the next success.
+//! - Which pilot a host belongs to is not known from the host alone; the oldest
+//!   outstanding pilot takes the first new `slurm` host. Counts, not identities, drive the
+//!   decisions, so this does not change what is asked for.
+
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
+
+use crate::{state::Allocator, Effect, JobId};
+
+/// A pilot's number, given by the core.
+pub type PilotId = u64;
+
+/// Longest wait after failed submissions.
+const BACKOFF_MAX: Duration = Duration::from_secs(60);
+
+/// The overflow state: pilots and the submission backoff.
+#[derive(Debug, Clone)]
+pub(crate) struct Overflow {
+    max_nodes: usize,
+    next: PilotId,
+    pilots: BTreeMap<PilotId, Pilot>,
+    failures: u32,
+    retry_at: Option<Instant>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Pilot {
+    /// Asked for; `slurm_id` once `sbatch` answered.
+    Outstanding { slurm_id: Option<String> },
+    /// Its node is in the lab as `host`.
+    Joined {
+        host: String,
+        slurm_id: Option<String>,
+    },
+}
+
+impl Overflow {
+    fn outstanding(&self) -> usize {
+        self.pilots
+            .values()
+            .filter(|p| matches!(p, Pilot::Outstanding { .. }))
+            .count()
+    }
+}
+
+impl Allocator {
+    /// Turns overflow on with at most `max_nodes` pilots (`Some`), or off (`None`).
+    pub fn set_overflow(&mut self, max_nodes: Option<usize>) {
+        self.overflow = max_nodes.map(|max_nodes| Overflow {
+            max_nodes,
+            next: 1,
+            pilots: BTreeMap::new(),
+            failures: 0,
+            retry_at: None,
+        });
+    }
+
+    /// `sbatch` accepted pilot `pilot` as Slurm job `slurm_id`.
+    pub fn pilot_submitted(&mut self, pilot: PilotId, slurm_id: String) {
+        if let Some(o) = &mut self.overflow {
+            o.failures = 0;
+            o.retry_at = None;
+            if let Some(Pilot::Outstanding { slurm_id: id }) = o.pilots.get_mut(&pilot) {
+                *id = Some(slurm_id);
+            }
+        }
+    }
+
+    /// `sbatch` failed for `pilot`: it is forgotten and submissions back off.
+    pub fn pilot_failed(&mut self, pilot: PilotId, now: Instant) {
+        if let Some(o) = &mut self.overflow {
+            o.pilots.remove(&pilot);
+            o.failures = o.failures.saturating_add(1);
+            let wait = Duration::from_secs(1 << o.failures.min(6).saturating_sub(1));
+            o.retry_at = Some(now + wait.min(BACKOFF_MAX));
+        }
+    }
+
+    /// The Slurm ids of every pilot, queued or running (for cancelling them at shutdown).
+    pub fn pilot_ids(&self) -> Vec<String> {
+        let Some(o) = &self.overflow else {
+            return Vec::new();
+        };
+        o.pilots
+            .values()
+            .filter_map(|p| match p {
+                Pilot::Outstanding { slurm_id } | Pilot::Joined { slurm_id, .. } => {
+                    slurm_id.clone()
+                }
+            })
+            .collect()
+    }
+
+    /// The overflow decisions of one tick (see the module docs).
+    pub(crate) fn overflow_tick(&mut self, now: Instant) -> Vec<Effect> {
+        if self.overflow.is_none() {
+            return Vec::new();
+        }
+        self.join_pilot_hosts();
+        let wanted = self.jobs_wanting_pilots(now);
+        let Some(o) = &mut self.overflow else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        if wanted == 0 {
+            let idle: Vec<(PilotId, String)> = o
+                .pilots
+                .iter()
+                .filter_map(|(id, p)| match p {
+                    Pilot::Outstanding { slurm_id: Some(s) } => Some((*id, s.clone())),
+                    _ => None,
+                })
+                .collect();
+            for (pilot, slurm_id) in idle {
+                o.pilots.remove(&pilot);
+                out.push(Effect::CancelPilot { pilot, slurm_id });
+            }
+            return out;
+        }
+        let backing_off = o.retry_at.is_some_and(|t| now < t);
+        if !backing_off && o.outstanding() < wanted && o.pilots.len() < o.max_nodes {
+            let pilot = o.next;
+            o.next += 1;
+            o.pilots
+                .insert(pilot, Pilot::Outstanding { slurm_id: None });
+            out.push(Effect::SubmitPilot { pilot });
+        }
+        out
+    }
+
+    /// Joined pilots whose host went down are forgotten; new up `slurm` hosts join the
+    /// oldest outstanding pilots.
+    fn join_pilot_hosts(&mut self) {
+        let up_slurm: Vec<String> = self
+            .hosts
+            .values()
+            .filter(|h| h.up && h.labels.iter().any(|l| l == "slurm"))
+            .map(|h| h.name.clone())
+            .collect();
+        let Some(o) = &mut self.overflow else {
+            return;
+        };
+        o.pilots.retain(|_, p| match p {
+            Pilot::Joined { host, .. } => up_slurm.contains(host),
+            Pilot::Outstanding { .. } => true,
+        });
+        for host in up_slurm {
+            let known = o
+                .pilots
+                .values()
+                .any(|p| matches!(p, Pilot::Joined { host: h, .. } if *h == host));
+            if known {
+                continue;
+            }
+            let oldest = o
+                .pilots
+                .iter_mut()
+                .find(|(_, p)| matches!(p, Pilot::Outstanding { .. }));
+            if let Some((_, p)) = oldest {
+                let slurm_id = match p {
+                    Pilot::Outstanding { slurm_id } => slurm_id.take(),
+                    Pilot::Joined { .. } => None,
+                };
+                *p = Pilot::Joined { host, slurm_id };
+            }
+        }
+    }
+
+    /// How many jobs have a waiting request the `overflow` hook says a pilot is for.
+    fn jobs_wanting_pilots(&self, now: Instant) -> usize {
+        let mut oldest: BTreeMap<JobId, Instant> = BTreeMap::new();
+        for w in self
+            .queue
+            .iter()
+            .filter(|w| !w.restored && w.reserved.is_none())
+        {
+            let t = oldest.entry(w.job).or_insert(w.since);
+            *t = (*t).min(w.since);
+        }
+        oldest
+            .into_iter()
+            .filter(|(job, since)| self.overflow_for(*job, now.saturating_duration_since(*since)))
+            .count()
+    }
+
+    /// The policy's `overflow` for `job`, whose oldest request waited `waited`.
+    fn overflow_for(&self, job: JobId, waited: Duration) -> bool {
+        let Some((facts, _)) = self.inputs.jobs.get(&job) else {
+            return false;
+        };
+        let mut facts = facts.clone();
+        facts.waited_s = waited.as_secs_f64();
+        let value = policies::value::JobValue::new(&facts);
+        let Some(scope) = self.job_scope(job) else {
+            return false;
+        };
+        let d = self.policy.overflow(scope.job(&value));
+        self.note_error(&d, "-", Some(job));
+        d.value
+    }
+}

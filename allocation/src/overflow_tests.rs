@@ -1,0 +1,105 @@
+//! Scenarios of overflow onto Slurm in the pure core (`overflow.rs`).
+
+use super::tests::{hosts, Lab};
+use super::*;
+
+fn submitted(fx: &[Effect]) -> Vec<PilotId> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::SubmitPilot { pilot } => Some(*pilot),
+            _ => None,
+        })
+        .collect()
+}
+
+fn cancelled(fx: &[Effect]) -> Vec<String> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::CancelPilot { slurm_id, .. } => Some(slurm_id.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A one-host lab, full: job 1 holds node02, job 2 waits for `anyHost`.
+fn full_lab(max_nodes: usize) -> (Lab, JobId) {
+    let mut lab = Lab::new(hosts(&["node02"]));
+    lab.a.set_overflow(Some(max_nodes));
+    let holder = lab.job(false);
+    lab.take(holder, "anyHost");
+    let waiter = lab.job(false);
+    let (_, fx) = lab.req(waiter, "anyHost");
+    assert!(submitted(&fx).is_empty(), "nothing before a tick: {fx:?}");
+    (lab, waiter)
+}
+
+/// The pilot's node joins as `slurm-node09`.
+fn pilot_joins(lab: &mut Lab) -> Vec<Effect> {
+    let mut v = super::host::tests::view("slurm-node09");
+    v.labels.push("slurm".into());
+    lab.views.push(v);
+    lab.set("slurm-node09", |_| {})
+}
+
+#[test]
+fn a_request_waiting_a_second_asks_for_one_pilot_and_gets_the_node() {
+    let (mut lab, _) = full_lab(4);
+    assert!(
+        submitted(&lab.tick(0)).is_empty(),
+        "the default waits about a second"
+    );
+    let fx = lab.tick(1);
+    assert_eq!(submitted(&fx), [1], "{fx:?}");
+    assert!(
+        submitted(&lab.tick(1)).is_empty(),
+        "one pilot per waiting job"
+    );
+    lab.a.pilot_submitted(1, "4242".into());
+    let fx = pilot_joins(&mut lab);
+    let got = super::tests::granted(&fx).map(|(_, h)| h);
+    assert_eq!(got.as_deref(), Some("slurm-node09"), "{fx:?}");
+    assert!(submitted(&lab.tick(1)).is_empty() && cancelled(&lab.tick(1)).is_empty());
+    assert_eq!(lab.a.pilot_ids(), ["4242"], "cancelled at shutdown");
+}
+
+#[test]
+fn a_pilot_nobody_waits_for_any_more_is_cancelled() {
+    let (mut lab, waiter) = full_lab(4);
+    assert_eq!(submitted(&lab.tick(2)), [1]);
+    lab.a.pilot_submitted(1, "77".into());
+    lab.end(waiter);
+    assert_eq!(cancelled(&lab.tick(1)), ["77"]);
+    assert!(cancelled(&lab.tick(1)).is_empty(), "once");
+}
+
+#[test]
+fn failed_submissions_back_off_and_max_nodes_caps_the_pilots() {
+    let (mut lab, _) = full_lab(1);
+    assert_eq!(submitted(&lab.tick(2)), [1]);
+    lab.a.pilot_failed(1, lab.now);
+    assert!(submitted(&lab.tick(0)).is_empty(), "backing off");
+    assert_eq!(submitted(&lab.tick(2)), [2], "after the backoff");
+    lab.a.pilot_failed(2, lab.now);
+    assert!(submitted(&lab.tick(1)).is_empty(), "the backoff doubled");
+    assert_eq!(submitted(&lab.tick(2)), [3]);
+    lab.a.pilot_submitted(3, "9".into());
+    let other = lab.job(false);
+    lab.req(other, "anyHost");
+    assert!(submitted(&lab.tick(5)).is_empty(), "max_nodes = 1");
+}
+
+#[test]
+fn without_overflow_nothing_is_asked_and_a_policy_can_say_never() {
+    let mut lab = Lab::new(hosts(&["node02"]));
+    let holder = lab.job(false);
+    lab.take(holder, "anyHost");
+    let waiter = lab.job(false);
+    lab.req(waiter, "anyHost");
+    assert!(submitted(&lab.tick(30)).is_empty());
+    lab.a.set_overflow(Some(2));
+    let never =
+        policies::Policy::from_text(std::path::Path::new("never.toml"), "overflow = 'false'\n")
+            .expect("policy");
+    lab.a.set_policy(std::sync::Arc::new(never), lab.now);
+    assert!(submitted(&lab.tick(30)).is_empty());
+}
