@@ -119,7 +119,7 @@ use serde::{Deserialize, Serialize};
 
 pub use decide::POLICY_ERROR_EVERY;
 pub use host::{HostView, IDLE_AFTER};
-pub use overflow::PilotId;
+pub use overflow::{OverflowSettings, PilotId};
 pub use replay::{Difference, Outcome, Replay};
 pub use snapshot::{AllocRecord, JobRecord, ReleasingRecord, RequestRecord, Snapshot};
 pub use state::Allocator;

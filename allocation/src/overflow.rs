@@ -14,6 +14,10 @@
 //! A joined pilot is forgotten when its host goes down (lease end, `scancel`).
 //!
 //! # Choices
+//! - **Pilots serve the broker owner's jobs only.** They run as the owner, on the owner's
+//!   Slurm account: pilots are asked for the owner's waiting jobs only, and a host labelled
+//!   `slurm` starts no other user's job (checked with `start`, so neither a grant nor a
+//!   reclaim gives one to them).
 //! - A failed `sbatch` backs off: 1 s, doubling to 60 s, reset by the next success.
 //! - Which pilot a host belongs to is not known from the host alone; the oldest
 //!   outstanding pilot takes the first new `slurm` host. Counts, not identities, drive the
@@ -32,10 +36,20 @@ pub type PilotId = u64;
 /// Longest wait after failed submissions.
 const BACKOFF_MAX: Duration = Duration::from_secs(60);
 
+/// What overflow is allowed: from `[overflow.slurm]` and the broker's owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OverflowSettings {
+    /// Most pilots at once.
+    pub max_nodes: usize,
+    /// The broker's owner: the only user whose jobs pilots serve.
+    pub owner: String,
+}
+
 /// The overflow state: pilots and the submission backoff.
 #[derive(Debug, Clone)]
 pub(crate) struct Overflow {
     max_nodes: usize,
+    owner: String,
     next: PilotId,
     pilots: BTreeMap<PilotId, Pilot>,
     failures: u32,
@@ -63,10 +77,11 @@ impl Overflow {
 }
 
 impl Allocator {
-    /// Turns overflow on with at most `max_nodes` pilots (`Some`), or off (`None`).
-    pub fn set_overflow(&mut self, max_nodes: Option<usize>) {
-        self.overflow = max_nodes.map(|max_nodes| Overflow {
-            max_nodes,
+    /// Turns overflow on (`Some`), or off (`None`).
+    pub fn set_overflow(&mut self, settings: Option<OverflowSettings>) {
+        self.overflow = settings.map(|s| Overflow {
+            max_nodes: s.max_nodes,
+            owner: s.owner,
             next: 1,
             pilots: BTreeMap::new(),
             failures: 0,
@@ -185,14 +200,35 @@ impl Allocator {
         }
     }
 
-    /// How many jobs have a waiting request the `overflow` hook says a pilot is for.
+    /// Whether `job` may start on `host`: a pilot's host (labelled `slurm`) only runs the
+    /// owner's jobs while overflow is on.
+    pub(crate) fn pilot_allows(&self, job: JobId, host: &str) -> bool {
+        let Some(o) = &self.overflow else {
+            return true;
+        };
+        let pilot = self
+            .hosts
+            .get(host)
+            .is_some_and(|h| h.labels.iter().any(|l| l == "slurm"));
+        !pilot || self.is_owners(job, &o.owner)
+    }
+
+    fn is_owners(&self, job: JobId, owner: &str) -> bool {
+        self.jobs.get(&job).is_some_and(|j| j.info.user == owner)
+    }
+
+    /// How many of the owner's jobs have a waiting request the `overflow` hook says a
+    /// pilot is for.
     fn jobs_wanting_pilots(&self, now: Instant) -> usize {
+        let Some(o) = &self.overflow else {
+            return 0;
+        };
         let mut oldest: BTreeMap<JobId, Instant> = BTreeMap::new();
-        for w in self
+        let waiting = self
             .queue
             .iter()
-            .filter(|w| !w.restored && w.reserved.is_none())
-        {
+            .filter(|w| !w.restored && w.reserved.is_none() && self.is_owners(w.job, &o.owner));
+        for w in waiting {
             let t = oldest.entry(w.job).or_insert(w.since);
             *t = (*t).min(w.since);
         }

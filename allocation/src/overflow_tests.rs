@@ -24,7 +24,10 @@ fn cancelled(fx: &[Effect]) -> Vec<String> {
 /// A one-host lab, full: job 1 holds node02, job 2 waits for `anyHost`.
 fn full_lab(max_nodes: usize) -> (Lab, JobId) {
     let mut lab = Lab::new(hosts(&["node02"]));
-    lab.a.set_overflow(Some(max_nodes));
+    lab.a.set_overflow(Some(OverflowSettings {
+        max_nodes,
+        owner: "alice".into(),
+    }));
     let holder = lab.job(false);
     lab.take(holder, "anyHost");
     let waiter = lab.job(false);
@@ -96,10 +99,58 @@ fn without_overflow_nothing_is_asked_and_a_policy_can_say_never() {
     let waiter = lab.job(false);
     lab.req(waiter, "anyHost");
     assert!(submitted(&lab.tick(30)).is_empty());
-    lab.a.set_overflow(Some(2));
+    lab.a.set_overflow(Some(OverflowSettings {
+        max_nodes: 2,
+        owner: "alice".into(),
+    }));
     let never =
         policies::Policy::from_text(std::path::Path::new("never.toml"), "overflow = 'false'\n")
             .expect("policy");
     lab.a.set_policy(std::sync::Arc::new(never), lab.now);
     assert!(submitted(&lab.tick(30)).is_empty());
+}
+
+#[test]
+fn pilots_serve_the_owners_jobs_only() {
+    let (mut lab, _) = full_lab(4);
+    // Another user's job waits too: it gets no pilot of its own, nor the owner's node.
+    let info = JobInfo {
+        user: "bob".into(),
+        cwd: "/home/bob".into(),
+        argv: vec!["app".into()],
+        spec: None,
+        adaptive: false,
+    };
+    let (bob, _) = lab.a.register_job(info, lab.now);
+    let (_, fx) = lab.req(bob, "anyHost");
+    assert!(submitted(&fx).is_empty());
+    assert_eq!(
+        submitted(&lab.tick(2)),
+        [1],
+        "one pilot: for alice's job only"
+    );
+    assert!(submitted(&lab.tick(2)).is_empty(), "none for bob's");
+    lab.a.pilot_submitted(1, "5".into());
+    let fx = pilot_joins(&mut lab);
+    let grants: Vec<JobId> = fx
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Granted { job, .. } => Some(*job),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(grants.len(), 1, "{fx:?}");
+    assert_ne!(grants[0], bob, "alice's job, first in line, got it");
+    // Alice's job gives the pilot's host back: bob's job, the only one waiting, does not
+    // get it.
+    let (alloc, _) = super::tests::granted(&fx).expect("grant");
+    let fx = lab.give_back(alloc);
+    assert!(
+        super::tests::granted(&fx).is_none(),
+        "bob never starts on it: {fx:?}"
+    );
+    assert!(
+        submitted(&lab.tick(5)).is_empty(),
+        "and no pilot is asked for bob"
+    );
 }

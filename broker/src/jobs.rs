@@ -111,10 +111,14 @@ impl JobDesk {
         self
     }
 
-    /// Overflow onto Slurm: the allocator asks for pilots (at most `max_nodes`), which
-    /// `pilots` submits and cancels.
-    pub fn with_pilots(mut self, pilots: crate::pilots::Pilots, max_nodes: usize) -> Self {
-        self.alloc.set_overflow(Some(max_nodes));
+    /// Overflow onto Slurm: the allocator asks for pilots (`settings`), which `pilots`
+    /// submits and cancels.
+    pub fn with_pilots(
+        mut self,
+        pilots: crate::pilots::Pilots,
+        settings: allocation::OverflowSettings,
+    ) -> Self {
+        self.alloc.set_overflow(Some(settings));
         self.pilots = Some(pilots);
         self
     }

@@ -141,7 +141,13 @@ pub async fn run(
     let table = HostTable::new(&lab.hosts, lab.broker.down_after);
     let desk = job_desk(&lab, &spec, policy)?;
     let desk = match (pilots, &lab.overflow) {
-        (Some(p), Some(o)) => desk.with_pilots(p, o.max_nodes as usize),
+        (Some(p), Some(o)) => {
+            let settings = allocation::OverflowSettings {
+                max_nodes: o.max_nodes as usize,
+                owner: owner_name(),
+            };
+            desk.with_pilots(p, settings)
+        }
         _ => desk,
     };
     let core = tokio::spawn(core::run(

@@ -48,13 +48,6 @@ fn main() -> ExitCode {
             for warning in lab.warnings() {
                 tracing::warn!("{warning}");
             }
-            if lab.overflow.is_some() {
-                // Issue 19 is built in steps: the file and `rb check --probe` first.
-                tracing::warn!(
-                    "[overflow.slurm]: Slurm pilots (slurm-<node>) may join the lab, but this \
-                     broker does not submit them yet (README, \"Overflow onto Slurm\")"
-                );
-            }
             lab
         }
         Err(e) => {

@@ -258,11 +258,9 @@ fn cmd_check(file: Option<&Path>, probe: bool) -> ExitCode {
     );
     if let Some(slurm) = &lab.overflow {
         println!(
-            "overflow: slurm: up to {} node(s), lease {} min, idle exit {} s \
-             (checked; the broker does not submit pilots yet)",
+            "overflow: slurm: up to {} node(s), lease {} min",
             slurm.max_nodes,
-            slurm.lease_minutes(),
-            slurm.idle_exit.as_secs_f64()
+            slurm.lease_minutes()
         );
     }
     if probe {

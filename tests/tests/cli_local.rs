@@ -477,7 +477,7 @@ fn rb_check_reads_overflow_slurm_and_the_broker_refuses_a_bad_one() {
     let out = rb(&["check", lab.arg()]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(
-        stdout(&out).contains("overflow: slurm: up to 2 node(s), lease 10 min, idle exit 60 s"),
+        stdout(&out).contains("overflow: slurm: up to 2 node(s), lease 10 min"),
         "{}",
         stdout(&out)
     );
