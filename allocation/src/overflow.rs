@@ -11,7 +11,8 @@
 //! outstanding than jobs want one, and fewer than `max_nodes` exist, one more is asked
 //! for. When no job wants one, outstanding pilots whose Slurm id is known are cancelled
 //! ([`Effect::CancelPilot`]): a pilot still in Slurm's queue holds nothing anyone uses.
-//! A joined pilot is forgotten when its host goes down (lease end, `scancel`).
+//! A joined pilot whose host no allocation has held for `idle_exit` is cancelled too, and
+//! a joined pilot is forgotten when its host goes down (lease end, `scancel`).
 //!
 //! # Choices
 //! - **Pilots serve the broker owner's jobs only.** They run as the owner, on the owner's
@@ -43,6 +44,8 @@ pub struct OverflowSettings {
     pub max_nodes: usize,
     /// The broker's owner: the only user whose jobs pilots serve.
     pub owner: String,
+    /// A pilot whose host nobody holds for this long is cancelled (`idle_exit_s`).
+    pub idle_exit: Duration,
 }
 
 /// The overflow state: pilots and the submission backoff.
@@ -50,6 +53,7 @@ pub struct OverflowSettings {
 pub(crate) struct Overflow {
     max_nodes: usize,
     owner: String,
+    idle_exit: Duration,
     next: PilotId,
     pilots: BTreeMap<PilotId, Pilot>,
     failures: u32,
@@ -64,6 +68,8 @@ enum Pilot {
     Joined {
         host: String,
         slurm_id: Option<String>,
+        /// Since when no allocation holds its host.
+        idle_since: Option<Instant>,
     },
 }
 
@@ -82,6 +88,7 @@ impl Allocator {
         self.overflow = settings.map(|s| Overflow {
             max_nodes: s.max_nodes,
             owner: s.owner,
+            idle_exit: s.idle_exit,
             next: 1,
             pilots: BTreeMap::new(),
             failures: 0,
@@ -131,11 +138,11 @@ impl Allocator {
             return Vec::new();
         }
         self.join_pilot_hosts();
+        let mut out = self.cancel_idle_pilots(now);
         let wanted = self.jobs_wanting_pilots(now);
         let Some(o) = &mut self.overflow else {
-            return Vec::new();
+            return out;
         };
-        let mut out = Vec::new();
         if wanted == 0 {
             let idle: Vec<(PilotId, String)> = o
                 .pilots
@@ -160,6 +167,40 @@ impl Allocator {
             out.push(Effect::SubmitPilot { pilot });
         }
         out
+    }
+
+    /// Joined pilots whose host nobody has held for `idle_exit` are cancelled: nothing is
+    /// held on Slurm that nobody uses.
+    fn cancel_idle_pilots(&mut self, now: Instant) -> Vec<Effect> {
+        let Some(o) = &mut self.overflow else {
+            return Vec::new();
+        };
+        let mut idle = Vec::new();
+        for (id, p) in &mut o.pilots {
+            if let Pilot::Joined {
+                host,
+                slurm_id,
+                idle_since,
+            } = p
+            {
+                if self.by_host.contains_key(host.as_str()) {
+                    *idle_since = None;
+                    continue;
+                }
+                let since = *idle_since.get_or_insert(now);
+                if now.saturating_duration_since(since) >= o.idle_exit {
+                    if let Some(s) = slurm_id {
+                        idle.push((*id, s.clone()));
+                    }
+                }
+            }
+        }
+        idle.into_iter()
+            .map(|(pilot, slurm_id)| {
+                o.pilots.remove(&pilot);
+                Effect::CancelPilot { pilot, slurm_id }
+            })
+            .collect()
     }
 
     /// Joined pilots whose host went down are forgotten; new up `slurm` hosts join the
@@ -195,7 +236,11 @@ impl Allocator {
                     Pilot::Outstanding { slurm_id } => slurm_id.take(),
                     Pilot::Joined { .. } => None,
                 };
-                *p = Pilot::Joined { host, slurm_id };
+                *p = Pilot::Joined {
+                    host,
+                    slurm_id,
+                    idle_since: None,
+                };
             }
         }
     }

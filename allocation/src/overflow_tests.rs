@@ -27,6 +27,7 @@ fn full_lab(max_nodes: usize) -> (Lab, JobId) {
     lab.a.set_overflow(Some(OverflowSettings {
         max_nodes,
         owner: "alice".into(),
+        idle_exit: std::time::Duration::from_secs(10),
     }));
     let holder = lab.job(false);
     lab.take(holder, "anyHost");
@@ -102,6 +103,7 @@ fn without_overflow_nothing_is_asked_and_a_policy_can_say_never() {
     lab.a.set_overflow(Some(OverflowSettings {
         max_nodes: 2,
         owner: "alice".into(),
+        idle_exit: std::time::Duration::from_secs(10),
     }));
     let never =
         policies::Policy::from_text(std::path::Path::new("never.toml"), "overflow = 'false'\n")
@@ -153,4 +155,19 @@ fn pilots_serve_the_owners_jobs_only() {
         submitted(&lab.tick(5)).is_empty(),
         "and no pilot is asked for bob"
     );
+}
+
+#[test]
+fn a_started_pilot_nobody_uses_for_idle_exit_is_cancelled() {
+    let (mut lab, waiter) = full_lab(4);
+    assert_eq!(submitted(&lab.tick(2)), [1]);
+    lab.a.pilot_submitted(1, "31".into());
+    let fx = pilot_joins(&mut lab);
+    assert!(super::tests::granted(&fx).is_some(), "{fx:?}");
+    assert!(cancelled(&lab.tick(30)).is_empty(), "held: never idle");
+    lab.end(waiter);
+    assert!(cancelled(&lab.tick(1)).is_empty(), "idle since now");
+    assert!(cancelled(&lab.tick(5)).is_empty());
+    assert_eq!(cancelled(&lab.tick(5)), ["31"], "idle for idle_exit (10 s)");
+    assert!(lab.a.pilot_ids().is_empty());
 }

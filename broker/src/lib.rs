@@ -145,6 +145,7 @@ pub async fn run(
             let settings = allocation::OverflowSettings {
                 max_nodes: o.max_nodes as usize,
                 owner: owner_name(),
+                idle_exit: o.idle_exit,
             };
             desk.with_pilots(p, settings)
         }

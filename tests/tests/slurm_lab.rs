@@ -332,7 +332,8 @@ fn with_the_lab_full_a_job_runs_on_a_slurm_pilots_node() {
 /// in another job waits, the broker's `overflow` policy hook (the default: after about a
 /// second) asks for a pilot, the broker submits it to the real Slurm (`sbatch` with the
 /// lab file's partition and lease), its node joins as `slurm-node04` and the command runs
-/// there. Stopping the broker cancels its pilot.
+/// there. Once nobody uses the node for `idle_exit_s`, the broker cancels the pilot and the
+/// host leaves; the next waiting job gets a new pilot, and stopping the broker cancels it.
 #[test]
 fn the_broker_overflows_onto_slurm_when_the_lab_is_full() {
     if skip_unless_root("the_broker_overflows_onto_slurm_when_the_lab_is_full") {
@@ -349,7 +350,7 @@ fn the_broker_overflows_onto_slurm_when_the_lab_is_full() {
     // The cluster's slurm.conf is not /etc/slurm's: the commands say where it is.
     let env = format!("\"env\", \"SLURM_CONF={}\"", cluster.conf().display());
     let lab_text = format!(
-        "{}\n[overflow.slurm]\npartition = \"{}\"\nlease_s = 300\nmax_nodes = 1\n\
+        "{}\n[overflow.slurm]\npartition = \"{}\"\nlease_s = 300\nmax_nodes = 1\nidle_exit_s = 3\n\
          sbatch = [{env}, \"sbatch\"]\nsqueue = [{env}, \"squeue\"]\nscancel = [{env}, \"scancel\"]\n",
         lab_file_with(&lab, &opts),
         lab::slurm::PARTITION
@@ -357,7 +358,7 @@ fn the_broker_overflows_onto_slurm_when_the_lab_is_full() {
     let broker = tests::Broker::start(&lab_text);
     broker.wait_all_up(Duration::from_secs(20));
 
-    let mut filler = agent(
+    let filler = agent(
         &broker,
         "rsh anyLinux 'sleep 300' & rsh anyLinux 'sleep 300' & wait",
     )
@@ -406,9 +407,47 @@ fn the_broker_overflows_onto_slurm_when_the_lab_is_full() {
     );
     assert_eq!(broker.held_hosts().len(), 2, "the filler kept its hosts");
 
-    let pid = nix::unistd::Pid::from_raw(filler.id() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("stop the filler");
-    let _ = filler.wait();
+    // Idle exit: nobody holds slurm-node04 any more.
+    let idle = wait_until(Duration::from_secs(20), || {
+        cluster.job_ids().ok()?.is_empty().then_some(())
+    });
+    assert!(
+        idle.is_some(),
+        "the idle pilot was cancelled\n{}",
+        broker.log()
+    );
+    broker.wait_host(
+        "slurm-node04",
+        Duration::from_secs(20),
+        "idle pilot gone",
+        |h| h.state != HostState::Up,
+    );
+    assert!(
+        broker.log().contains("Slurm pilot cancelled"),
+        "{}",
+        broker.log()
+    );
+
+    // A new waiting job gets a new pilot; the broker's shutdown cancels it.
+    let holder = agent(&broker, "rsh anyLinux 'sleep 300'")
+        .spawn()
+        .expect("agent");
+    let held = wait_until(Duration::from_secs(30), || {
+        (broker.held_hosts().len() == 3).then_some(())
+    });
+    assert!(
+        held.is_some(),
+        "a second pilot's node is held\n{}",
+        broker.log()
+    );
+    assert_eq!(
+        cluster.job_ids().expect("squeue").len(),
+        1,
+        "one pilot at a time"
+    );
+
+    // The broker stops while the pilot's node is in use (so idle exit cannot be what
+    // ends it): it cancels the pilot.
     drop(broker);
     let cancelled = wait_until(Duration::from_secs(20), || {
         cluster.job_ids().ok()?.is_empty().then_some(())
@@ -417,4 +456,10 @@ fn the_broker_overflows_onto_slurm_when_the_lab_is_full() {
         cancelled.is_some(),
         "the broker's shutdown cancelled its pilot"
     );
+    // With their broker gone for good, agents would try to get it back for a minute
+    // (agent/src/core/end.rs): the test ends them; the lab's teardown takes their hosts.
+    for mut a in [holder, filler] {
+        let _ = a.kill();
+        let _ = a.wait();
+    }
 }
