@@ -258,9 +258,10 @@ fn cmd_check(file: Option<&Path>, probe: bool) -> ExitCode {
     );
     if let Some(slurm) = &lab.overflow {
         println!(
-            "overflow: slurm: up to {} node(s), lease {} min",
+            "overflow: slurm: up to {} node(s), lease {} min, idle exit {} s",
             slurm.max_nodes,
-            slurm.lease_minutes()
+            slurm.lease_minutes(),
+            slurm.idle_exit.as_secs_f64()
         );
     }
     if probe {
