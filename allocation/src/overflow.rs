@@ -12,7 +12,9 @@
 //! for. When no job wants one, outstanding pilots whose Slurm id is known are cancelled
 //! ([`Effect::CancelPilot`]): a pilot still in Slurm's queue holds nothing anyone uses.
 //! A joined pilot whose host no allocation has held for `idle_exit` is cancelled too, and
-//! a joined pilot is forgotten when its host goes down (lease end, `scancel`).
+//! a joined pilot is forgotten when its host goes down (lease end, `scancel`). After a
+//! restart the shell finds the previous run's pilots by job name
+//! ([`Allocator::pilots_found`]): they are adopted, and cancelled when unwanted.
 //!
 //! # Choices
 //! - **Pilots serve the broker owner's jobs only.** They run as the owner, on the owner's
@@ -33,6 +35,10 @@ use crate::{state::Allocator, Effect, JobId};
 
 /// A pilot's number, given by the core.
 pub type PilotId = u64;
+
+/// How long a pilot found after a restart may take to join before, unwanted, it is
+/// cancelled (its daemon reconnects when the broker's address did not change).
+const FOUND_GRACE: Duration = Duration::from_secs(10);
 
 /// Longest wait after failed submissions.
 const BACKOFF_MAX: Duration = Duration::from_secs(60);
@@ -63,7 +69,11 @@ pub(crate) struct Overflow {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Pilot {
     /// Asked for; `slurm_id` once `sbatch` answered.
-    Outstanding { slurm_id: Option<String> },
+    Outstanding {
+        slurm_id: Option<String>,
+        /// Found in Slurm's queue after a restart ([`Allocator::pilots_found`]), when.
+        found: Option<Instant>,
+    },
     /// Its node is in the lab as `host`.
     Joined {
         host: String,
@@ -101,9 +111,30 @@ impl Allocator {
         if let Some(o) = &mut self.overflow {
             o.failures = 0;
             o.retry_at = None;
-            if let Some(Pilot::Outstanding { slurm_id: id }) = o.pilots.get_mut(&pilot) {
+            if let Some(Pilot::Outstanding { slurm_id: id, .. }) = o.pilots.get_mut(&pilot) {
                 *id = Some(slurm_id);
             }
+        }
+    }
+
+    /// Pilots of this broker (by job name) that Slurm still has, found at start: adopted as
+    /// outstanding. One whose node joins within [`FOUND_GRACE`] is used like any; the rest
+    /// are cancelled once nobody wants them.
+    pub fn pilots_found(&mut self, slurm_ids: Vec<String>, now: Instant) {
+        let known = self.pilot_ids();
+        let Some(o) = &mut self.overflow else {
+            return;
+        };
+        for id in slurm_ids.into_iter().filter(|id| !known.contains(id)) {
+            let pilot = o.next;
+            o.next += 1;
+            o.pilots.insert(
+                pilot,
+                Pilot::Outstanding {
+                    slurm_id: Some(id),
+                    found: Some(now),
+                },
+            );
         }
     }
 
@@ -125,7 +156,7 @@ impl Allocator {
         o.pilots
             .values()
             .filter_map(|p| match p {
-                Pilot::Outstanding { slurm_id } | Pilot::Joined { slurm_id, .. } => {
+                Pilot::Outstanding { slurm_id, .. } | Pilot::Joined { slurm_id, .. } => {
                     slurm_id.clone()
                 }
             })
@@ -148,7 +179,12 @@ impl Allocator {
                 .pilots
                 .iter()
                 .filter_map(|(id, p)| match p {
-                    Pilot::Outstanding { slurm_id: Some(s) } => Some((*id, s.clone())),
+                    Pilot::Outstanding {
+                        slurm_id: Some(s),
+                        found,
+                    } if found.is_none_or(|t| now.saturating_duration_since(t) >= FOUND_GRACE) => {
+                        Some((*id, s.clone()))
+                    }
                     _ => None,
                 })
                 .collect();
@@ -162,8 +198,13 @@ impl Allocator {
         if !backing_off && o.outstanding() < wanted && o.pilots.len() < o.max_nodes {
             let pilot = o.next;
             o.next += 1;
-            o.pilots
-                .insert(pilot, Pilot::Outstanding { slurm_id: None });
+            o.pilots.insert(
+                pilot,
+                Pilot::Outstanding {
+                    slurm_id: None,
+                    found: None,
+                },
+            );
             out.push(Effect::SubmitPilot { pilot });
         }
         out
@@ -233,7 +274,7 @@ impl Allocator {
                 .find(|(_, p)| matches!(p, Pilot::Outstanding { .. }));
             if let Some((_, p)) = oldest {
                 let slurm_id = match p {
-                    Pilot::Outstanding { slurm_id } => slurm_id.take(),
+                    Pilot::Outstanding { slurm_id, .. } => slurm_id.take(),
                     Pilot::Joined { .. } => None,
                 };
                 *p = Pilot::Joined {

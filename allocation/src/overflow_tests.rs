@@ -171,3 +171,23 @@ fn a_started_pilot_nobody_uses_for_idle_exit_is_cancelled() {
     assert_eq!(cancelled(&lab.tick(5)), ["31"], "idle for idle_exit (10 s)");
     assert!(lab.a.pilot_ids().is_empty());
 }
+
+#[test]
+fn pilots_found_after_a_restart_are_adopted_or_cancelled() {
+    let (mut lab, _) = full_lab(2);
+    // Two pilots of the previous run: one's node joins and serves the waiting job; the
+    // other, unwanted once the job has its host, is cancelled after the grace.
+    lab.a
+        .pilots_found(vec!["100".into(), "101".into()], lab.now);
+    lab.a.pilots_found(vec!["100".into()], lab.now);
+    assert_eq!(lab.a.pilot_ids().len(), 2, "found once each");
+    assert!(
+        submitted(&lab.tick(2)).is_empty(),
+        "the found ones are outstanding"
+    );
+    let fx = pilot_joins(&mut lab);
+    assert!(super::tests::granted(&fx).is_some(), "{fx:?}");
+    assert!(cancelled(&lab.tick(1)).is_empty(), "within the grace");
+    assert_eq!(cancelled(&lab.tick(10)), ["101"]);
+    assert_eq!(lab.a.pilot_ids(), ["100"], "the adopted one stays");
+}

@@ -41,6 +41,10 @@ pub enum Event {
         pilot: allocation::PilotId,
         result: Result<String, String>,
     },
+    /// This broker's pilots that Slurm still has, found at start (by job name).
+    PilotsFound {
+        ids: Vec<String>,
+    },
     /// A Slurm pilot's daemon (`slurm-<node>`, not in the lab file) authenticated from
     /// `address`; its `HostdConnected` follows.
     PilotJoined {
@@ -227,6 +231,7 @@ async fn apply(
         Event::PilotSubmitted { pilot, result } => {
             desk.pilot_submitted(pilot, result, now);
         }
+        Event::PilotsFound { ids } => desk.pilots_found(ids, now),
         Event::Explain { host, job, reply } => {
             let _ = reply.send(desk.explain(&host, job, now));
         }
@@ -274,6 +279,7 @@ fn apply_host(
         | Event::SetPolicy { .. }
         | Event::Explain { .. }
         | Event::PilotSubmitted { .. }
+        | Event::PilotsFound { .. }
         | Event::Admin { .. } => {}
     }
     Vec::new()

@@ -136,6 +136,11 @@ impl JobDesk {
         }
     }
 
+    /// This broker's pilots that Slurm still has (found at start).
+    pub fn pilots_found(&mut self, ids: Vec<String>, now: Instant) {
+        self.alloc.pilots_found(ids, now);
+    }
+
     /// Cancels every pilot Slurm knows of (at shutdown).
     pub async fn cancel_pilots(&mut self) {
         if let Some(p) = &self.pilots {

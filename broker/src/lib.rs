@@ -142,6 +142,7 @@ pub async fn run(
     let desk = job_desk(&lab, &spec, policy)?;
     let desk = match (pilots, &lab.overflow) {
         (Some(p), Some(o)) => {
+            p.find();
             let settings = allocation::OverflowSettings {
                 max_nodes: o.max_nodes as usize,
                 owner: owner_name(),

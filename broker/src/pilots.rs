@@ -3,6 +3,9 @@
 //! and reports `sbatch`'s answer back to the core as an event. It decides nothing: what to
 //! submit or cancel, and when to retry, is the core's (`allocation/src/overflow.rs`).
 //!
+//! At start it lists the pilots Slurm still has under this broker's job name (a run before
+//! a restart) for the core to adopt or cancel.
+//!
 //! A pilot is `sbatch --parsable` with [`SlurmOverflow::pilot_options`] and the
 //! [`PilotScript`] on stdin, named `rb-pilot-<owner>` so that `squeue` shows whose it is.
 
@@ -23,6 +26,7 @@ const SLURM_LIMIT: Duration = Duration::from_secs(30);
 pub struct Pilots {
     slurm: SlurmOverflow,
     script: String,
+    job_name: String,
     options: Vec<String>,
     events: EventSender,
 }
@@ -49,14 +53,38 @@ impl Pilots {
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
             .collect();
+        let job_name = format!("{PILOT_JOB_PREFIX}-{name}");
         let mut options = vec!["--parsable".to_string()];
-        options.extend(slurm.pilot_options(&format!("{PILOT_JOB_PREFIX}-{name}"), warning));
+        options.extend(slurm.pilot_options(&job_name, warning));
         Pilots {
             slurm,
             script,
+            job_name,
             options,
             events,
         }
+    }
+
+    /// Finds this broker's pilots that Slurm still has (by job name, e.g. of a run before
+    /// a restart) in the background; the answer comes back as [`Event::PilotsFound`].
+    pub fn find(&self) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let name = format!("--name={}", this.job_name);
+            match this
+                .run(&this.slurm.squeue, &["--noheader", &name, "--format=%i"])
+                .await
+            {
+                Ok(out) => {
+                    let ids: Vec<String> = out.split_whitespace().map(str::to_string).collect();
+                    if !ids.is_empty() {
+                        info!(jobs = %ids.join(","), "Slurm pilots of an earlier run found");
+                    }
+                    let _ = this.events.send(Event::PilotsFound { ids }).await;
+                }
+                Err(why) => warn!(%why, "cannot list this broker's Slurm pilots"),
+            }
+        });
     }
 
     /// Submits pilot `pilot` in the background; the answer comes back as
@@ -135,17 +163,24 @@ impl Pilots {
     }
 
     async fn scancel(&self, ids: &[String]) -> Result<(), String> {
-        let mut cmd = Command::new(&self.slurm.scancel[0]);
-        cmd.args(&self.slurm.scancel[1..])
-            .args(ids)
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        self.run(&self.slurm.scancel, &ids).await.map(drop)
+    }
+
+    /// Runs `command args` (stdin null) with a time limit: its stdout, or why not.
+    async fn run(&self, command: &[String], args: &[&str]) -> Result<String, String> {
+        let mut cmd = Command::new(&command[0]);
+        cmd.args(&command[1..])
+            .args(args)
             .stdin(Stdio::null())
             .kill_on_drop(true);
+        let shown = command.join(" ");
         let out = tokio::time::timeout(SLURM_LIMIT, cmd.output())
             .await
-            .map_err(|_| format!("scancel did not answer within {SLURM_LIMIT:?}"))?
-            .map_err(|e| format!("cannot run scancel: {e}"))?;
+            .map_err(|_| format!("`{shown}` did not answer within {SLURM_LIMIT:?}"))?
+            .map_err(|e| format!("cannot run `{shown}`: {e}"))?;
         if out.status.success() {
-            Ok(())
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
         } else {
             Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
         }

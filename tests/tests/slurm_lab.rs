@@ -463,3 +463,69 @@ fn the_broker_overflows_onto_slurm_when_the_lab_is_full() {
         let _ = a.wait();
     }
 }
+
+/// A broker killed outright (no shutdown, so nothing cancelled) leaves its pilot in Slurm;
+/// the restarted broker finds it by job name and, as nobody wants it (its daemon cannot
+/// reach the new port), cancels it.
+#[test]
+fn a_restarted_broker_finds_its_pilots_by_job_name() {
+    if skip_unless_root("a_restarted_broker_finds_its_pilots_by_job_name") {
+        return;
+    }
+    let lab = lab::Lab::up(&lab::LabSpec {
+        hosts: 2,
+        ..lab::LabSpec::default()
+    })
+    .expect("lab up");
+    let cluster = lab::SlurmCluster::start(&lab, &["node03"]).expect("slurm up");
+    let mut opts = LabOptions::new(&[], TEST_TIMING);
+    opts.unmanaged = vec!["node03".into()];
+    let env = format!("\"env\", \"SLURM_CONF={}\"", cluster.conf().display());
+    let lab_text = format!(
+        "{}\n[overflow.slurm]\nlease_s = 300\nidle_exit_s = 3600\n\
+         sbatch = [{env}, \"sbatch\"]\nsqueue = [{env}, \"squeue\"]\nscancel = [{env}, \"scancel\"]\n",
+        lab_file_with(&lab, &opts),
+    );
+    let mut broker = tests::Broker::start(&lab_text);
+    broker.wait_all_up(Duration::from_secs(20));
+    let mut filler = agent(&broker, "rsh anyLinux 'sleep 300'")
+        .spawn()
+        .expect("agent");
+    let full = wait_until(Duration::from_secs(20), || {
+        (broker.held_hosts().len() == 1).then_some(())
+    });
+    assert!(full.is_some(), "the filler holds node02\n{}", broker.log());
+    let out = agent(&broker, "rsh anyLinux hostname")
+        .output()
+        .expect("agent");
+    assert_eq!(
+        text(&out),
+        "node03",
+        "ran on the pilot's node\n{}",
+        broker.log()
+    );
+    let pilots = cluster.job_ids().expect("squeue");
+    assert_eq!(pilots.len(), 1, "the pilot runs on (idle exit is an hour)");
+
+    let _ = filler.kill();
+    let _ = filler.wait();
+    broker.kill_and_restart();
+    let found = wait_until(Duration::from_secs(10), || {
+        broker
+            .log()
+            .contains(&format!(
+                "Slurm pilots of an earlier run found jobs={}",
+                pilots[0]
+            ))
+            .then_some(())
+    });
+    assert!(found.is_some(), "{}", broker.log());
+    let cancelled = wait_until(Duration::from_secs(30), || {
+        cluster.job_ids().ok()?.is_empty().then_some(())
+    });
+    assert!(
+        cancelled.is_some(),
+        "the unwanted pilot was cancelled\n{}",
+        broker.log()
+    );
+}
