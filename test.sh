@@ -12,6 +12,7 @@ LAB_PACKAGES=(
   pvm pvm-dev lam-runtime lam4-dev libglobus-rsl-dev
   openmpi-bin libopenmpi-dev mpich libmpich-dev
   iproute2 util-linux psmisc procps gcc parallel
+  slurmctld slurmd slurm-client munge
 )
 
 install_packages() {

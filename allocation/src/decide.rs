@@ -112,8 +112,12 @@ impl Allocator {
         d.value.filter(|p| p.is_finite()).unwrap_or(0.0)
     }
 
-    /// `start`: the cached host-only value, else evaluated for `job`.
+    /// `start`: the cached host-only value, else evaluated for `job`; never on a Slurm
+    /// pilot's host for another user's job (`overflow.rs`).
     pub(crate) fn starts(&self, job: JobId, host: &str) -> bool {
+        if !self.pilot_allows(job, host) {
+            return false;
+        }
         match self.inputs.hosts.get(host).and_then(|h| h.start) {
             Some(b) => b,
             None => self

@@ -20,6 +20,8 @@
 //! - `share`: each running job's `share`, the fair partition's weight (`job.share`).
 //! - `decide`: evaluating one hook on the cached inputs; run-time errors, rate-limited.
 //! - `explain`: the policy explained on one host (`rb policy explain`, `policy_note`).
+//! - `overflow`: overflow onto Slurm: when the `overflow` hook asks for a pilot job
+//!   ([`Effect::SubmitPilot`]) and when an unneeded one is cancelled ([`Effect::CancelPilot`]).
 //! - `view`: read-only views for people: [`JobRow`]s with each waiting request's
 //!   [`WaitReason`], and each host's [`HostAlloc`] (free, held, draining…).
 //! - `in_use`: hosts a job uses without holding them (never granted to it), and finding
@@ -102,6 +104,7 @@ mod held;
 mod host;
 mod in_use;
 mod inputs;
+mod overflow;
 mod policy;
 mod prepare;
 pub mod replay;
@@ -119,6 +122,7 @@ use serde::{Deserialize, Serialize};
 
 pub use decide::POLICY_ERROR_EVERY;
 pub use host::{HostView, IDLE_AFTER};
+pub use overflow::{OverflowSettings, PilotId};
 pub use prepare::{HostInputs, PreparedPolicy, Retired};
 pub use replay::{Difference, Outcome, Replay};
 pub use snapshot::{AllocRecord, JobRecord, ReleasingRecord, RequestRecord, Snapshot};
@@ -215,6 +219,11 @@ pub enum Effect {
         job: Option<JobId>,
         message: String,
     },
+    /// Ask Slurm for a node: submit pilot job `pilot` (`[overflow.slurm]`); report the
+    /// answer with [`Allocator::pilot_submitted`] or [`Allocator::pilot_failed`].
+    SubmitPilot { pilot: PilotId },
+    /// Nobody waits for pilot `pilot` any more and it has not started: `scancel` it.
+    CancelPilot { pilot: PilotId, slurm_id: String },
     /// Durable state changed: write [`Allocator::snapshot`] to the store (the broker's).
     Persist,
 }
@@ -272,6 +281,8 @@ pub struct JobRow {
 
 #[cfg(test)]
 mod facts_tests;
+#[cfg(test)]
+mod overflow_tests;
 #[cfg(test)]
 mod policy_tests;
 #[cfg(test)]

@@ -115,6 +115,8 @@ pub struct Allocator {
     pub(crate) policy: Arc<Policy>,
     /// The policy's inputs, built as the state changes (soft state).
     pub(crate) inputs: Inputs,
+    /// Overflow onto Slurm, when on (soft state: pilots are Slurm's to remember).
+    pub(crate) overflow: Option<crate::overflow::Overflow>,
 }
 
 impl Default for Allocator {
@@ -144,6 +146,7 @@ impl Allocator {
             in_use: BTreeMap::new(),
             policy: paper(),
             inputs: Inputs::default(),
+            overflow: None,
         }
     }
 
@@ -363,7 +366,12 @@ impl Allocator {
         if !expired.is_empty() {
             self.serve(now, &mut fx);
         }
-        self.finish(fx)
+        let pilots = self.overflow_tick(now);
+        let mut out = self.finish(fx);
+        // Before `Persist`, which comes last.
+        let at = out.len() - usize::from(out.last() == Some(&Effect::Persist));
+        out.splice(at..at, pilots);
+        out
     }
 
     /// `job`'s agent came back after a restart: its requests restored from the snapshot

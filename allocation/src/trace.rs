@@ -231,7 +231,11 @@ impl What {
                 job: *job,
                 host: host.clone(),
             },
-            Effect::Freed { .. } | Effect::PolicyError { .. } | Effect::Persist => return None,
+            Effect::Freed { .. }
+            | Effect::PolicyError { .. }
+            | Effect::SubmitPilot { .. }
+            | Effect::CancelPilot { .. }
+            | Effect::Persist => return None,
         })
     }
 }

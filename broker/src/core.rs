@@ -36,6 +36,21 @@ pub enum Event {
         conn: ConnId,
         close: oneshot::Sender<String>,
     },
+    /// `sbatch` answered for pilot `pilot`: its Slurm job id, or why not.
+    PilotSubmitted {
+        pilot: allocation::PilotId,
+        result: Result<String, String>,
+    },
+    /// This broker's pilots that Slurm still has, found at start (by job name).
+    PilotsFound {
+        ids: Vec<String>,
+    },
+    /// A Slurm pilot's daemon (`slurm-<node>`, not in the lab file) authenticated from
+    /// `address`; its `HostdConnected` follows.
+    PilotJoined {
+        host: String,
+        address: String,
+    },
     Report {
         host: String,
         conn: ConnId,
@@ -137,6 +152,7 @@ pub async fn run(
         publish_live(&desk, &live, &mut live_stamp);
     }
     supervisors.shutdown().await;
+    desk.cancel_pilots().await;
     let mut rows = table.status(now());
     desk.annotate(&mut rows);
     rows
@@ -223,6 +239,10 @@ async fn apply(
             desk.perform(effects).await;
             let _ = reply.send(());
         }
+        Event::PilotSubmitted { pilot, result } => {
+            desk.pilot_submitted(pilot, result, now);
+        }
+        Event::PilotsFound { ids } => desk.pilots_found(ids, now),
         Event::Explain { host, job, reply } => {
             let _ = reply.send(desk.explain(&host, job, now));
         }
@@ -249,6 +269,10 @@ fn apply_host(
             closers.insert(conn, close);
             return table.connected(&host, conn);
         }
+        Event::PilotJoined { host, address } => {
+            info!(%host, %address, "a Slurm pilot's host joins the lab");
+            table.add_pilot(&host, &address);
+        }
         Event::Report { host, conn, report } => {
             table.report(&host, conn, *report, now);
         }
@@ -266,6 +290,8 @@ fn apply_host(
         | Event::PolicyInputs { .. }
         | Event::SetPolicy { .. }
         | Event::Explain { .. }
+        | Event::PilotSubmitted { .. }
+        | Event::PilotsFound { .. }
         | Event::Admin { .. } => {}
     }
     Vec::new()

@@ -46,6 +46,7 @@ pub fn lab(state_dir: &Path, hosts: usize) -> std::io::Result<LabConfig> {
             trace_files_kept: EMBEDDED_TRACE_FILES_KEPT,
         },
         hosts,
+        overflow: None,
     })
 }
 

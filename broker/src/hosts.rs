@@ -38,6 +38,23 @@ struct HostRecord {
     daemon_started_at: Option<Instant>,
     /// The daemon started at `daemon_started_at` connected (it may have disconnected since).
     connected_since_start: bool,
+    /// A Slurm pilot's host, joined at run time ([`HostTable::add_pilot`]).
+    pilot: bool,
+}
+
+impl HostRecord {
+    fn new(entry: HostEntry) -> Self {
+        HostRecord {
+            entry,
+            conn: None,
+            last_report: None,
+            down_reason: Some("no daemon has reported yet".into()),
+            daemon_starts: 0,
+            daemon_started_at: None,
+            connected_since_start: false,
+            pilot: false,
+        }
+    }
 }
 
 /// A daemon that was started but never reported is restarted after this long.
@@ -56,18 +73,7 @@ impl HostTable {
     pub fn new(entries: &[HostEntry], down_after: Duration) -> Self {
         let hosts = entries
             .iter()
-            .map(|e| {
-                let record = HostRecord {
-                    entry: e.clone(),
-                    conn: None,
-                    last_report: None,
-                    down_reason: Some("no daemon has reported yet".into()),
-                    daemon_starts: 0,
-                    daemon_started_at: None,
-                    connected_since_start: false,
-                };
-                (e.name.clone(), record)
-            })
+            .map(|e| (e.name.clone(), HostRecord::new(e.clone())))
             .collect::<BTreeMap<_, _>>();
         let changed = hosts.keys().cloned().collect();
         Self {
@@ -97,6 +103,34 @@ impl HostTable {
 
     pub fn is_empty(&self) -> bool {
         self.hosts.is_empty()
+    }
+
+    /// A pilot's daemon (`slurm-<node>`, not in the lab file) is about to connect from
+    /// `address`: the host joins the table as a public host labelled `slurm`, or takes the
+    /// new address when it was here before (a pilot on the same node again). A host of the
+    /// lab file is left as it is.
+    pub fn add_pilot(&mut self, host: &str, address: &str) {
+        if let Some(rec) = self.hosts.get_mut(host) {
+            if rec.pilot && rec.entry.address != address {
+                rec.entry.address = address.to_string();
+                self.changed.insert(host.to_string());
+            }
+            return;
+        }
+        let entry = HostEntry {
+            name: host.to_string(),
+            address: address.to_string(),
+            labels: config::pilot::PILOT_LABELS
+                .iter()
+                .map(|l| l.to_string())
+                .collect(),
+            owner: None,
+        };
+        let mut record = HostRecord::new(entry);
+        record.pilot = true;
+        record.down_reason = Some("a Slurm pilot's daemon is connecting".into());
+        self.hosts.insert(host.to_string(), record);
+        self.changed.insert(host.to_string());
     }
 
     /// A daemon for `host` completed the handshake on `conn`. Replaces any older connection.
@@ -179,10 +213,13 @@ impl HostTable {
                 rec.down_reason = Some(reason.clone());
                 rec.daemon_started_at = None;
                 self.changed.insert(name.clone());
-                effects.push(Effect::RestartDaemon {
-                    host: name.clone(),
-                    reason,
-                });
+                // A pilot's daemon is Slurm's to start: no transport restarts it.
+                if !rec.pilot {
+                    effects.push(Effect::RestartDaemon {
+                        host: name.clone(),
+                        reason,
+                    });
+                }
             }
         }
         effects
@@ -326,6 +363,47 @@ mod tests {
         t.disconnected("node02", 1, "eof");
         assert!(t.report("node02", 2, report("node02"), now));
         assert_eq!(t.status(now)[0].state, HostState::Up);
+    }
+
+    #[test]
+    fn a_pilot_joins_as_a_public_slurm_host_and_is_never_restarted() {
+        let mut t = table();
+        let _ = t.take_changes(Instant::now());
+        let start = Instant::now();
+        t.add_pilot("slurm-node09", "10.77.0.9");
+        let rows = t.take_changes(start);
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].name, "slurm-node09");
+        assert_eq!(rows[0].address, "10.77.0.9");
+        assert_eq!(rows[0].labels, ["public", "slurm"]);
+        assert_eq!(rows[0].owner, None);
+        t.connected("slurm-node09", 7);
+        t.report("slurm-node09", 7, report("slurm-node09"), start);
+        let up = |t: &HostTable| {
+            t.status(start)
+                .iter()
+                .any(|r| r.name == "slurm-node09" && r.state == HostState::Up)
+        };
+        assert!(up(&t));
+        let effects = t.tick(start + Duration::from_secs(30));
+        assert!(
+            effects.iter().all(
+                |e| !matches!(e, Effect::RestartDaemon { host, .. } if host == "slurm-node09")
+            ),
+            "{effects:?}"
+        );
+        // Back on another address: the row follows; a lab-file host is never replaced.
+        t.add_pilot("slurm-node09", "10.77.0.19");
+        assert!(t
+            .status(start)
+            .iter()
+            .any(|r| r.name == "slurm-node09" && r.address == "10.77.0.19"));
+        let before = t.status(start).into_iter().find(|r| r.name == "node02");
+        t.add_pilot("node02", "10.9.9.9");
+        assert_eq!(
+            t.status(start).into_iter().find(|r| r.name == "node02"),
+            before
+        );
     }
 
     #[test]

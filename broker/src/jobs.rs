@@ -21,8 +21,8 @@ use allocation::trace::{host_delta, Input};
 
 use crate::{
     alloc::{
-        AllocId, Allocator, Effect, HostInputs, HostView, JobId, JobInfo, PreparedPolicy,
-        RequestId, Retired,
+        AllocId, Allocator, Effect, HostInputs, HostView, JobId, JobInfo, PilotId,
+        PreparedPolicy, RequestId, Retired,
     },
     authz::{authorize, Actor, AdminError},
     trace::TraceSink,
@@ -72,6 +72,8 @@ pub struct JobDesk {
     notes: HashMap<JobId, VecDeque<String>>,
     /// The decision trace, when one is kept.
     trace: Option<TraceSink>,
+    /// Slurm pilots' commands, with `[overflow.slurm]`.
+    pilots: Option<crate::pilots::Pilots>,
 }
 
 /// Notes kept per job, and the longest note kept (longer ones are cut).
@@ -102,6 +104,7 @@ impl JobDesk {
             hosts_reach_broker_at: None,
             notes: HashMap::new(),
             trace: None,
+            pilots: None,
         }
     }
 
@@ -109,6 +112,43 @@ impl JobDesk {
     pub fn with_trace(mut self, trace: TraceSink) -> Self {
         self.trace = Some(trace);
         self
+    }
+
+    /// Overflow onto Slurm: the allocator asks for pilots (`settings`), which `pilots`
+    /// submits and cancels.
+    pub fn with_pilots(
+        mut self,
+        pilots: crate::pilots::Pilots,
+        settings: allocation::OverflowSettings,
+    ) -> Self {
+        self.alloc.set_overflow(Some(settings));
+        self.pilots = Some(pilots);
+        self
+    }
+
+    /// `sbatch` answered for `pilot`.
+    pub fn pilot_submitted(
+        &mut self,
+        pilot: PilotId,
+        result: Result<String, String>,
+        now: Instant,
+    ) {
+        match result {
+            Ok(id) => self.alloc.pilot_submitted(pilot, id),
+            Err(_) => self.alloc.pilot_failed(pilot, now),
+        }
+    }
+
+    /// This broker's pilots that Slurm still has (found at start).
+    pub fn pilots_found(&mut self, ids: Vec<String>, now: Instant) {
+        self.alloc.pilots_found(ids, now);
+    }
+
+    /// Cancels every pilot Slurm knows of (at shutdown).
+    pub async fn cancel_pilots(&mut self) {
+        if let Some(p) = &self.pilots {
+            p.cancel_now(self.alloc.pilot_ids()).await;
+        }
     }
 
     /// Calls the allocator (`call`) and, when a trace is kept, records what it was given
@@ -713,6 +753,15 @@ impl JobDesk {
                     message,
                 } => {
                     warn!(key, %host, ?job, %message, "policy expression failed; its default was used");
+                }
+                Effect::SubmitPilot { pilot } => match &self.pilots {
+                    Some(p) => p.submit(pilot),
+                    None => warn!(pilot, "a pilot asked for without [overflow.slurm]"),
+                },
+                Effect::CancelPilot { pilot, slurm_id } => {
+                    if let Some(p) = &self.pilots {
+                        p.cancel(pilot, slurm_id);
+                    }
                 }
                 Effect::Persist => persist = true,
             }

@@ -12,6 +12,7 @@
 //! - [`authz`]: who may do what (the owner everything; a user reads, releases own hosts).
 //! - [`users`]: the users with a credential (`rb user add|list|revoke`).
 //! - [`audit`]: the audit log of admin actions and refusals (`STATE_DIR/audit.log`).
+//! - [`pilots`]: overflow onto Slurm's shell: `sbatch`/`scancel` for the core's pilot effects.
 //! - [`supervisor`]: keeps every host's daemon running through the transport.
 //! - [`trace`]: the decision trace's edge: the sink the job desk records into, and the
 //!   writer thread appending to `STATE_DIR/trace/` (format and replay: `allocation`).
@@ -29,6 +30,7 @@ pub mod embedded;
 pub mod hosts;
 pub mod jobs;
 pub mod persist;
+pub mod pilots;
 pub mod reload;
 pub mod requests;
 pub mod server;
@@ -123,6 +125,7 @@ pub async fn run(
         policy_handle,
         identity,
     );
+    ctx.pilot_hosts = lab.overflow.is_some();
     // Host daemons sweep leftovers only where each serves a machine of its own.
     if matches!(
         lab.broker.transport,
@@ -132,10 +135,23 @@ pub async fn run(
     }
     let ctx = Arc::new(ctx);
     let spec = LaunchSpec::new(&lab, listen);
+    let pilots = pilots(&lab, &spec, events_tx.clone());
     let supervisors =
         SupervisorSet::spawn(&lab.hosts, &spec, events_tx, lab.broker.restart_backoff_max);
     let table = HostTable::new(&lab.hosts, lab.broker.down_after);
     let desk = job_desk(&lab, &spec, policy)?;
+    let desk = match (pilots, &lab.overflow) {
+        (Some(p), Some(o)) => {
+            p.find();
+            let settings = allocation::OverflowSettings {
+                max_nodes: o.max_nodes as usize,
+                owner: owner_name(),
+                idle_exit: o.idle_exit,
+            };
+            desk.with_pilots(p, settings)
+        }
+        _ => desk,
+    };
     let core = tokio::spawn(core::run(
         table,
         desk,
@@ -167,6 +183,22 @@ fn owner_name() -> String {
         .ok()
         .flatten()
         .map_or_else(|| format!("uid {uid}"), |u| u.name)
+}
+
+/// The Slurm pilots of `[overflow.slurm]`: their `rb-hostd` is the transport's, and reports
+/// to the address the lab's hosts reach the broker at.
+fn pilots(lab: &LabConfig, spec: &LaunchSpec, events: core::EventSender) -> Option<pilots::Pilots> {
+    let slurm = lab.overflow.clone()?;
+    let ip = hosts_reach_broker_at(spec.broker_addr, &lab.hosts).unwrap_or(spec.broker_addr.ip());
+    Some(pilots::Pilots::new(
+        slurm,
+        &spec.hostd_path,
+        SocketAddr::new(ip, spec.broker_addr.port()),
+        &lab.broker.secret_file,
+        lab.broker.reclaim_grace,
+        &owner_name(),
+        events,
+    ))
 }
 
 /// The job side, restored from `STATE_DIR/broker.db` when it holds a previous run's state.

@@ -64,6 +64,9 @@ pub struct ServerCtx {
     pub audit: AuditLog,
     /// The broker owner's login name (the user of the owner's jobs).
     pub owner: String,
+    /// `[overflow.slurm]` is configured: daemons named `slurm-<node>` (Slurm pilots, with
+    /// the lab secret) may join over TCP though the lab file does not list them.
+    pub pilot_hosts: bool,
     next_conn: AtomicU64,
     limiter: LogLimiter,
 }
@@ -97,6 +100,7 @@ impl ServerCtx {
             uid: nix::unistd::geteuid().as_raw(),
             stop,
             live: None,
+            pilot_hosts: false,
             next_conn: AtomicU64::new(1),
             limiter: LogLimiter::new(20, Duration::from_secs(10)),
         }
@@ -209,12 +213,23 @@ async fn handle<S>(
             refuse(&mut conn, ErrorCode::Auth, &reason).await;
             ctx.limiter.warn(&peer, &reason);
         }
-        Role::Hostd if !ctx.hosts.contains(&hello.name) => {
-            let reason = format!("host `{}` is not in the lab file", hello.name);
-            refuse(&mut conn, ErrorCode::UnknownHost, &reason).await;
-            ctx.limiter.warn(&peer, &reason);
+        Role::Hostd if ctx.hosts.contains(&hello.name) => {
+            hostd_session(conn, ctx, hello.name, shutdown).await
         }
-        Role::Hostd => hostd_session(conn, ctx, hello.name, shutdown).await,
+        Role::Hostd => match pilot_address(ctx, &hello.name, &peer, local) {
+            Some(address) => {
+                let host = hello.name.clone();
+                let joined = Event::PilotJoined { host, address };
+                if ctx.events.send(joined).await.is_ok() {
+                    hostd_session(conn, ctx, hello.name, shutdown).await
+                }
+            }
+            None => {
+                let reason = format!("host `{}` is not in the lab file", hello.name);
+                refuse(&mut conn, ErrorCode::UnknownHost, &reason).await;
+                ctx.limiter.warn(&peer, &reason);
+            }
+        },
         Role::Client => {
             let revoked = Revocation::watch(&ctx.users, &actor);
             client_session(conn, ctx, local, &peer, &actor, revoked, shutdown).await
@@ -229,6 +244,16 @@ async fn handle<S>(
             ctx.limiter.warn(&peer, &reason);
         }
     }
+}
+
+/// The address of a Slurm pilot's daemon that may join as `host`: over TCP, with
+/// `[overflow.slurm]` configured, named `slurm-<node>`. `None` otherwise.
+fn pilot_address(ctx: &ServerCtx, host: &str, peer: &str, local: bool) -> Option<String> {
+    if local || !ctx.pilot_hosts || !config::pilot::is_pilot_host(host) {
+        return None;
+    }
+    let addr: std::net::SocketAddr = peer.parse().ok()?;
+    Some(addr.ip().to_string())
 }
 
 async fn welcome<S: AsyncRead + AsyncWrite + Unpin>(

@@ -13,7 +13,20 @@ use toml::Spanned;
 use crate::error::ConfigError;
 
 /// Top-level keys.
-pub const TOP_KEYS: &[&str] = &["broker", "host"];
+pub const TOP_KEYS: &[&str] = &["broker", "host", "overflow"];
+/// Keys of `[overflow]`: the systems the lab can overflow onto.
+pub const OVERFLOW_KEYS: &[&str] = &["slurm"];
+/// Keys of `[overflow.slurm]`.
+pub const SLURM_KEYS: &[&str] = &[
+    "partition",
+    "max_nodes",
+    "lease_s",
+    "idle_exit_s",
+    "sbatch",
+    "squeue",
+    "scancel",
+    "sbatch_args",
+];
 /// Keys of `[broker]`.
 pub const BROKER_KEYS: &[&str] = &[
     "listen",
@@ -44,6 +57,22 @@ struct KeyTree {
     broker: Option<Keys>,
     #[serde(default)]
     host: Vec<Keys>,
+    #[serde(default)]
+    overflow: Option<Keys>,
+}
+
+/// The key names of `[overflow.slurm]` (a second pass: `Spanned` keys do not survive
+/// serde's `flatten`).
+#[derive(Deserialize)]
+struct SlurmTree {
+    #[serde(default)]
+    overflow: Option<OverflowTree>,
+}
+
+#[derive(Deserialize)]
+struct OverflowTree {
+    #[serde(default)]
+    slurm: Option<Keys>,
 }
 
 /// Every unknown key of the file, in file order: `None` when there is none or when the file
@@ -56,8 +85,25 @@ pub(crate) fn unknown_keys(text: &str, path: Option<&Path>) -> Option<ConfigErro
         &top,
         TOP_KEYS,
         "",
-        "a lab file has only [broker] and [[host]]",
+        "a lab file has only [broker], [[host]] and [overflow.slurm]",
     ));
+    if let Some(overflow) = &tree.overflow {
+        found.extend(unknown_in(
+            overflow,
+            OVERFLOW_KEYS,
+            "overflow.",
+            "the lab can overflow onto: [overflow.slurm]",
+        ));
+        let slurm = toml::from_str::<SlurmTree>(text).ok();
+        if let Some(slurm) = slurm.and_then(|t| t.overflow).and_then(|o| o.slurm) {
+            found.extend(unknown_in(
+                &slurm,
+                SLURM_KEYS,
+                "overflow.slurm.",
+                &expected(SLURM_KEYS),
+            ));
+        }
+    }
     if let Some(broker) = &tree.broker {
         found.extend(unknown_in(
             broker,
@@ -155,6 +201,16 @@ mod tests {
         }
         text.push_str("[[host]]\nname = \"n\"\naddress = \"a\"\nlabels = [\"l\"]\nowner = \"o\"\n");
         assert_eq!(HOST_KEYS, ["name", "address", "labels", "owner"]);
+        text.push_str("[overflow.slurm]\n");
+        for key in SLURM_KEYS {
+            let value = match *key {
+                k if k.ends_with("_s") => "1.0",
+                "max_nodes" => "1",
+                "partition" => "\"x\"",
+                _ => "[\"x\"]",
+            };
+            text.push_str(&format!("{key} = {value}\n"));
+        }
         let raw: Result<crate::raw::RawLab, _> = toml::from_str(&text);
         assert!(raw.is_ok(), "{raw:?}");
         assert!(unknown_keys(&text, None).is_none());

@@ -18,6 +18,8 @@
 //! address = "10.77.0.2"            # optional, defaults to name
 //! labels = ["public"]
 //! owner = "alice"                  # set = private machine of that user
+//! [overflow.slurm]                 # optional: grow onto a Slurm cluster (see `overflow`)
+//! max_nodes = 4
 //! ```
 
 // Config errors are built at most once per load, at start-up: their size does not matter,
@@ -27,6 +29,8 @@
 mod error;
 mod keys;
 mod labels;
+mod overflow;
+pub mod pilot;
 pub mod raw;
 mod statedir;
 mod validate;
@@ -38,6 +42,7 @@ use std::{
 };
 
 pub use error::{ConfigError, ConfigWarning};
+pub use overflow::{SlurmOverflow, PILOT_JOB_PREFIX};
 
 /// How the broker starts host daemons.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,6 +141,9 @@ pub struct LabConfig {
     pub source: Option<PathBuf>,
     pub broker: BrokerSettings,
     pub hosts: Vec<HostEntry>,
+    /// `[overflow.slurm]`: pilot jobs on a Slurm cluster while the lab is full; `None` when
+    /// the table is absent (no overflow).
+    pub overflow: Option<SlurmOverflow>,
 }
 
 impl LabConfig {
@@ -189,7 +197,36 @@ impl LabConfig {
                     .into(),
             });
         }
+        if let Some(w) = self.overflow_listen_warning() {
+            out.push(w);
+        }
         out
+    }
+
+    /// With `[overflow.slurm]`, pilots on compute nodes connect to `listen`: a loopback or
+    /// wildcard address cannot be reached (or named) from there.
+    fn overflow_listen_warning(&self) -> Option<ConfigWarning> {
+        self.overflow.as_ref()?;
+        let ip = self.broker.listen.ip();
+        let why = if ip.is_loopback() {
+            "a loopback address"
+        } else if ip.is_unspecified() {
+            "a wildcard address, which a pilot cannot connect to"
+        } else {
+            return None;
+        };
+        Some(ConfigWarning {
+            file: self.source_name(),
+            key: "broker.listen".into(),
+            message: format!(
+                "{} is {why}, but with [overflow.slurm] the pilots' rb-hostd on Slurm compute \
+                 nodes connect to it: the compute nodes cannot reach the broker",
+                self.broker.listen
+            ),
+            help: "listen on an address of this machine that the compute nodes can reach \
+                   (e.g. \"10.1.0.5:7700\")"
+                .into(),
+        })
     }
 
     /// What `rb-broker` checks at start beyond the file itself: the secret file exists, is

@@ -9,6 +9,38 @@ pub struct RawLab {
     pub broker: RawBroker,
     #[serde(default)]
     pub host: Vec<RawHost>,
+    #[serde(default)]
+    pub overflow: Option<RawOverflow>,
+}
+
+/// `[overflow]`: other systems the lab may grow onto when it is full.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOverflow {
+    #[serde(default)]
+    pub slurm: Option<Spanned<RawSlurm>>,
+}
+
+/// `[overflow.slurm]`: pilot jobs on a Slurm cluster.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSlurm {
+    #[serde(default)]
+    pub partition: Option<Spanned<String>>,
+    #[serde(default)]
+    pub max_nodes: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub lease_s: Option<Spanned<f64>>,
+    #[serde(default)]
+    pub idle_exit_s: Option<Spanned<f64>>,
+    #[serde(default)]
+    pub sbatch: Option<Spanned<Vec<String>>>,
+    #[serde(default)]
+    pub squeue: Option<Spanned<Vec<String>>>,
+    #[serde(default)]
+    pub scancel: Option<Spanned<Vec<String>>>,
+    #[serde(default)]
+    pub sbatch_args: Option<Spanned<Vec<String>>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -38,10 +38,22 @@ pub(crate) fn validate(
     let broker = broker(&ctx, raw.broker)?;
     check_labels(&ctx, &raw.host)?;
     let hosts = hosts(&ctx, raw.host)?;
+    let overflow = match raw.overflow.as_ref().and_then(|o| o.slurm.as_ref()) {
+        None => None,
+        Some(slurm) => {
+            let octx = crate::overflow::Ctx {
+                text,
+                path,
+                reclaim_grace: broker.reclaim_grace,
+            };
+            Some(crate::overflow::validate(&octx, slurm)?)
+        }
+    };
     Ok(LabConfig {
         source: path.map(Path::to_path_buf),
         broker,
         hosts,
+        overflow,
     })
 }
 

@@ -33,6 +33,8 @@
 //! - `manifest.rs`: the JSON manifest and the race-safe subnet choice; [`registry`]:
 //!   [`list_labs`] and [`reap_stale`]; [`creator`]: who made a lab and from which
 //!   checkout, and which labs a bare `rb lab down` takes ([`plan_down`]).
+//! - [`slurm`]: a real Slurm cluster (munged, slurmctld, one slurmd per host) made of lab
+//!   hosts, for the overflow tests ([`SlurmCluster`]).
 //! - [`utmp`]: fake logins ([`FakeLogin`]); [`init`]: the hosts' PID 1.
 //! - [`cli`]: `rb lab up|down|status|exec|crash|boot|partition|heal`.
 //! - `process.rs`: pid + start-time identities, polling with deadlines; `cmd.rs`: running
@@ -65,6 +67,7 @@ mod ops;
 mod process;
 mod provision;
 pub mod registry;
+pub mod slurm;
 pub mod utmp;
 
 pub use creator::{plan_down, Creator, DownPlan};
@@ -72,5 +75,7 @@ pub use error::LabError;
 pub use host::{find_init, INIT_ENV};
 pub use lab::{require_root, Lab, LabHost, LabSpec, LabUser};
 pub use manifest::{LAB_ROOT, LOCK_PATH};
+pub use process::ProcRef;
 pub use registry::{list_labs, reap_stale, HostSummary, LabSummary};
+pub use slurm::SlurmCluster;
 pub use utmp::FakeLogin;

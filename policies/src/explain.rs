@@ -177,6 +177,7 @@ mod tests {
             Hook::Share,
             Hook::MaxHosts,
             Hook::Priority,
+            Hook::Overflow,
         ];
         assert_eq!(hooks, want);
         let start = &all[0];

@@ -114,6 +114,10 @@ pub struct JobFacts {
     pub hosts_held: i64,
     /// Requests of this job waiting in the queue.
     pub waiting: i64,
+    /// Seconds its oldest waiting request has waited (double): set for `overflow`, which
+    /// is asked about waiting requests; 0 in the other hooks.
+    #[serde(default)]
+    pub waited_s: f64,
     /// When the job started, unix seconds.
     pub started_s: i64,
     /// Every other RSL relation, by attribute name (lower-case).
@@ -137,6 +141,7 @@ impl Default for JobFacts {
             max: None,
             hosts_held: 0,
             waiting: 0,
+            waited_s: 0.0,
             started_s: 0,
             spec: BTreeMap::new(),
             share: 1.0,

@@ -96,10 +96,11 @@ pub enum Hook {
     Share,
     MaxHosts,
     Priority,
+    Overflow,
 }
 
 impl Hook {
-    pub const ALL: [Hook; 9] = [
+    pub const ALL: [Hook; 10] = [
         Hook::Start,
         Hook::Rank,
         Hook::Vacate,
@@ -109,6 +110,7 @@ impl Hook {
         Hook::Share,
         Hook::MaxHosts,
         Hook::Priority,
+        Hook::Overflow,
     ];
 
     /// The key in the file.
@@ -123,6 +125,7 @@ impl Hook {
             Hook::Share => "share",
             Hook::MaxHosts => "max_hosts",
             Hook::Priority => "priority",
+            Hook::Overflow => "overflow",
         }
     }
 
@@ -132,7 +135,7 @@ impl Hook {
 
     pub fn kind(self) -> Kind {
         match self {
-            Hook::Start | Hook::Vacate | Hook::MayPreempt => Kind::Bool,
+            Hook::Start | Hook::Vacate | Hook::MayPreempt | Hook::Overflow => Kind::Bool,
             _ => Kind::Number,
         }
     }
@@ -143,7 +146,9 @@ impl Hook {
         match self {
             Hook::Start | Hook::Rank | Hook::Vacate | Hook::GraceS => &[Host, Job, User, Lab, Now],
             Hook::MayPreempt | Hook::PreemptRank => &[Host, Job, Holder, User, Lab, Now],
-            Hook::Share | Hook::MaxHosts | Hook::Priority => &[Job, User, Lab, Now],
+            Hook::Share | Hook::MaxHosts | Hook::Priority | Hook::Overflow => {
+                &[Job, User, Lab, Now]
+            }
         }
     }
 
@@ -160,6 +165,7 @@ impl Hook {
             Hook::MayPreempt => Some(DEFAULT_MAY_PREEMPT),
             Hook::PreemptRank => Some(DEFAULT_PREEMPT_RANK),
             Hook::Share => Some("1"),
+            Hook::Overflow => Some(DEFAULT_OVERFLOW),
         }
     }
 
@@ -186,7 +192,9 @@ impl Hook {
     /// facts the broker should never produce): refuse, rank last, keep the host.
     pub(crate) fn fail_safe(self) -> Option<Answer> {
         match self {
-            Hook::Start | Hook::Vacate | Hook::MayPreempt => Some(Answer::Bool(false)),
+            Hook::Start | Hook::Vacate | Hook::MayPreempt | Hook::Overflow => {
+                Some(Answer::Bool(false))
+            }
             Hook::Rank | Hook::PreemptRank => Some(Answer::Number(0.0)),
             Hook::Share => Some(Answer::Number(1.0)),
             Hook::GraceS | Hook::MaxHosts | Hook::Priority => None,
@@ -224,6 +232,10 @@ const DEFAULT_MAY_PREEMPT: &str = concat!(
     "holder.adaptive && (!job.adaptive || ",
     "double(holder.hosts_held - 1) / holder.share >= double(job.hosts_held + 1) / job.share)"
 );
+
+/// Ask Slurm for a node (with `[overflow.slurm]`) for a request that has waited about a
+/// second: long enough for a host being released in the lab to come first.
+const DEFAULT_OVERFLOW: &str = "job.waited_s >= 1.0";
 
 /// The job holding the most hosts per share loses first; ties: the newest job.
 const DEFAULT_PREEMPT_RANK: &str =

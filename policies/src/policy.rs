@@ -277,6 +277,12 @@ impl Policy {
     pub fn priority(&self, scope: Scope<'_>) -> Decision<Option<f64>> {
         self.eval_number(Hook::Priority, scope)
     }
+
+    /// `overflow`: should a node be asked of Slurm for waiting `job` (with
+    /// `[overflow.slurm]`).
+    pub fn overflow(&self, scope: Scope<'_>) -> Decision<bool> {
+        self.eval_bool(Hook::Overflow, scope)
+    }
 }
 
 static EMPTY: BTreeMap<String, Compiled> = BTreeMap::new();
@@ -332,6 +338,25 @@ mod tests {
     }
 
     #[test]
+    fn overflow_by_default_asks_slurm_after_a_second_of_waiting() {
+        let waited = |s: f64| {
+            JobValue::new(&JobFacts {
+                id: 3,
+                waiting: 1,
+                waited_s: s,
+                ..JobFacts::default()
+            })
+        };
+        let p = policy("start = 'true'\n").expect("loads");
+        assert!(!p.overflow(Scope::new().job(&waited(0.4))).value);
+        assert!(p.overflow(Scope::new().job(&waited(1.2))).value);
+        let never = policy("overflow = 'false'\n").expect("loads");
+        assert!(!never.overflow(Scope::new().job(&waited(60.0))).value);
+        let e = refused("overflow = 'host.up'\n");
+        assert!(e.contains("overflow"), "overflow cannot read host: {e}");
+    }
+
+    #[test]
     fn a_one_line_file_is_a_policy_and_the_rest_is_default() {
         let p = policy("start = 'host.name == \"node03\"'\n").expect("loads");
         assert_eq!(p.set_hooks(), vec![Hook::Start]);
@@ -346,7 +371,7 @@ mod tests {
             p.summary().to_string(),
             format!(
                 "t.toml: ok: sets start; defaults for rank, vacate, grace_s, may_preempt, \
-                 preempt_rank, share, max_hosts, priority; 0 lets; sha256 {}",
+                 preempt_rank, share, max_hosts, priority, overflow; 0 lets; sha256 {}",
                 &p.sha256()[..12]
             )
         );

@@ -82,6 +82,7 @@ fn job(id: i64, adaptive: bool, module: &str, hosts_held: i64) -> JobFacts {
         max: Some(8),
         hosts_held,
         waiting: 1,
+        waited_s: 2.5,
         started_s: 1_700_000_000 + id,
         spec,
         // Not 1: a weighted expression must work with any share.

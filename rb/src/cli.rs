@@ -100,6 +100,10 @@ pub enum Cmd {
         /// The lab file [env: RB_LAB] (default ~/.config/rb/lab.toml).
         #[arg(value_name = "FILE")]
         file: Option<PathBuf>,
+        /// Also ask the Slurm cluster of `[overflow.slurm]` once (`squeue`) and say what it
+        /// found (exit 69 when it does not answer).
+        #[arg(long)]
+        probe: bool,
     },
     /// Show every host: state, allocation (free, held by a job, drained…), load, CPUs, users,
     /// idleness, labels, owner.

@@ -6,6 +6,7 @@
 //! - [`table`]: the `rb status` table and its formatting helpers.
 //! - [`init`]: `rb init` (secret and example lab file).
 //! - [`policy`]: `rb policy show|reload|explain`.
+//! - [`probe`]: `rb check --probe`, asking the Slurm cluster of `[overflow.slurm]` once.
 //! - [`demo`]: `rb demo`, the embedded single-machine lab end to end.
 
 pub mod cli;
@@ -13,5 +14,6 @@ pub mod client;
 pub mod demo;
 pub mod init;
 pub mod policy;
+pub mod probe;
 pub mod replay;
 pub mod table;

@@ -94,9 +94,9 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let secret = secret_file.as_deref().or(before.secret_file.as_deref());
             cmd_init(lab.as_deref(), secret, *force)
         }
-        Cmd::Check { file } => {
+        Cmd::Check { file, probe } => {
             let file = file.clone().or_else(|| before.lab.clone()).or_else(env_lab);
-            Ok(cmd_check(file.as_deref()))
+            Ok(cmd_check(file.as_deref(), *probe))
         }
         Cmd::Status { json, broker: b } => block_on(cmd_status(broker(b)?, *json)),
         Cmd::Shutdown { broker: b } => block_on(cmd_shutdown(broker(b)?)),
@@ -223,7 +223,7 @@ fn cmd_policy_check(file: &Path) -> ExitCode {
 
 /// `rb check`: the lab file as `rb-broker` will load it, and what the broker checks at start
 /// (the secret file); warnings go to stderr and do not fail.
-fn cmd_check(file: Option<&Path>) -> ExitCode {
+fn cmd_check(file: Option<&Path>, probe: bool) -> ExitCode {
     let path = file.map_or_else(config::default_lab_path, Path::to_path_buf);
     let checked = config::LabConfig::load_checked(&path).map_err(Box::new);
     let checked = checked.and_then(|lab| match lab.check_secret_file() {
@@ -256,8 +256,54 @@ fn cmd_check(file: Option<&Path>) -> ExitCode {
         lab.broker.transport.name(),
         lab.broker.listen
     );
+    if let Some(slurm) = &lab.overflow {
+        println!(
+            "overflow: slurm: up to {} node(s), lease {} min, idle exit {} s",
+            slurm.max_nodes,
+            slurm.lease_minutes(),
+            slurm.idle_exit.as_secs_f64()
+        );
+    }
+    if probe {
+        return cmd_probe(&path, &lab);
+    }
     ExitCode::SUCCESS
 }
+
+/// `rb check --probe`: the Slurm part (exit 69, EX_UNAVAILABLE, when Slurm does not answer).
+fn cmd_probe(path: &Path, lab: &config::LabConfig) -> ExitCode {
+    let Some(slurm) = &lab.overflow else {
+        println!(
+            "probe: {} has no [overflow.slurm]: nothing to ask",
+            path.display()
+        );
+        return ExitCode::SUCCESS;
+    };
+    match rb::probe::probe(slurm, lab.broker.reclaim_grace) {
+        rb::probe::Probe::Answered {
+            jobs,
+            pilots,
+            test_only,
+        } => {
+            println!(
+                "probe: slurm: ok: squeue answered: {jobs} job(s) queued, {pilots} of them pilots"
+            );
+            println!("probe: slurm: a pilot (sbatch --test-only): {test_only}");
+            ExitCode::SUCCESS
+        }
+        rb::probe::Probe::Failed { what, help } => {
+            eprintln!(
+                "error: {}: overflow.slurm: {what}\nhelp: {help}",
+                path.display()
+            );
+            ExitCode::from(EXIT_UNAVAILABLE)
+        }
+    }
+}
+
+/// Exit status of `rb check --probe` when the cluster does not answer (sysexits'
+/// EX_UNAVAILABLE).
+const EXIT_UNAVAILABLE: u8 = 69;
 
 fn target(flags: &BrokerFlags) -> anyhow::Result<client::Target> {
     let defaults = client::Defaults {

@@ -468,3 +468,60 @@ fn rb_policy_check_accepts_the_shipped_policies_and_locates_errors() {
         assert!(err.contains("\nhelp: "), "{err}");
     }
 }
+
+#[test]
+fn rb_check_reads_overflow_slurm_and_the_broker_refuses_a_bad_one() {
+    let lab = LabFile::new(&format!(
+        "{HEADER}\n[overflow.slurm]\nmax_nodes = 2\nlease_s = 600\n"
+    ));
+    let out = rb(&["check", lab.arg()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("overflow: slurm: up to 2 node(s), lease 10 min"),
+        "{}",
+        stdout(&out)
+    );
+    let lab = LabFile::new(&format!(
+        "{HEADER}\n[overflow.slurm]\nmax_node = 2\nsbatch_args = [\"--time=5\"]\n"
+    ));
+    let out = rb(&["check", lab.arg()]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    let at = format!("{}:8:1: overflow.slurm.max_node:", lab.arg());
+    assert!(err.contains(&at), "no {at} in: {err}");
+    assert!(err.contains("did you mean `max_nodes`"), "{err}");
+    let out = broker_refuses(&lab.path);
+    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
+    assert!(stderr(&out).contains(&at), "{}", stderr(&out));
+    let lab = LabFile::new(&format!(
+        "{HEADER}\n[overflow.slurm]\nsbatch_args = [\"--time=5\"]\n"
+    ));
+    let out = rb(&["check", lab.arg()]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert!(
+        err.contains(":8:15: overflow.slurm.sbatch_args: `--time=5` is set by the broker"),
+        "{err}"
+    );
+}
+
+#[test]
+fn rb_check_probe_says_when_slurm_cannot_be_asked() {
+    let lab = LabFile::new(HEADER);
+    let out = rb(&["check", "--probe", lab.arg()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("has no [overflow.slurm]: nothing to ask"));
+    let lab = LabFile::new(&format!(
+        "{HEADER}\n[overflow.slurm]\nsqueue = [\"/nonexistent/rb-squeue\"]\n"
+    ));
+    let out = rb(&["check", "--probe", lab.arg()]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(69), "{err}");
+    assert!(
+        err.contains("overflow.slurm: cannot run `/nonexistent/rb-squeue`")
+            && err.contains("help: install Slurm's client commands"),
+        "{err}"
+    );
+    // Without --probe nothing is asked: the file itself is fine.
+    assert_eq!(rb(&["check", lab.arg()]).status.code(), Some(0));
+}

@@ -419,6 +419,7 @@ impl Bytes<'_> {
             max: self.opt(Self::int),
             hosts_held: self.int(),
             waiting: self.int(),
+            waited_s: self.float(),
             started_s: self.int(),
             spec: self
                 .list(|b| {

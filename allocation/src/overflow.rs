@@ -1,0 +1,342 @@
+//! Overflow onto Slurm in the pure core: when to ask Slurm for a node (a pilot job) and
+//! when to give one back (issue 19). The shell submits and cancels; it never decides.
+//!
+//! # Model
+//! With overflow on ([`Allocator::set_overflow`], from `[overflow.slurm]`), every tick
+//! counts the jobs whose requests wait (not restored ones, not those a reclaim is already
+//! bringing a host to) and for which the policy's `overflow` hook says yes (`job.waited_s`
+//! is the oldest request's wait). A pilot is *outstanding* from its [`Effect::SubmitPilot`]
+//! until a host labelled `slurm` comes up that no pilot has yet (then it is *joined* to
+//! that host) or Slurm refuses it ([`Allocator::pilot_failed`]). While fewer pilots are
+//! outstanding than jobs want one, and fewer than `max_nodes` exist, one more is asked
+//! for. When no job wants one, outstanding pilots whose Slurm id is known are cancelled
+//! ([`Effect::CancelPilot`]): a pilot still in Slurm's queue holds nothing anyone uses.
+//! A joined pilot whose host no allocation has held for `idle_exit` is cancelled too, and
+//! a joined pilot is forgotten when its host goes down (lease end, `scancel`). After a
+//! restart the shell finds the previous run's pilots by job name
+//! ([`Allocator::pilots_found`]): they are adopted, and cancelled when unwanted.
+//!
+//! # Choices
+//! - **Pilots serve the broker owner's jobs only.** They run as the owner, on the owner's
+//!   Slurm account: pilots are asked for the owner's waiting jobs only, and a host labelled
+//!   `slurm` starts no other user's job (checked with `start`, so neither a grant nor a
+//!   reclaim gives one to them).
+//! - A failed `sbatch` backs off: 1 s, doubling to 60 s, reset by the next success.
+//! - Which pilot a host belongs to is not known from the host alone; the oldest
+//!   outstanding pilot takes the first new `slurm` host. Counts, not identities, drive the
+//!   decisions, so this does not change what is asked for.
+
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
+
+use crate::{state::Allocator, Effect, JobId};
+
+/// A pilot's number, given by the core.
+pub type PilotId = u64;
+
+/// How long a pilot found after a restart may take to join before, unwanted, it is
+/// cancelled (its daemon reconnects when the broker's address did not change).
+const FOUND_GRACE: Duration = Duration::from_secs(10);
+
+/// Longest wait after failed submissions.
+const BACKOFF_MAX: Duration = Duration::from_secs(60);
+
+/// What overflow is allowed: from `[overflow.slurm]` and the broker's owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OverflowSettings {
+    /// Most pilots at once.
+    pub max_nodes: usize,
+    /// The broker's owner: the only user whose jobs pilots serve.
+    pub owner: String,
+    /// A pilot whose host nobody holds for this long is cancelled (`idle_exit_s`).
+    pub idle_exit: Duration,
+}
+
+/// The overflow state: pilots and the submission backoff.
+#[derive(Debug, Clone)]
+pub(crate) struct Overflow {
+    max_nodes: usize,
+    owner: String,
+    idle_exit: Duration,
+    next: PilotId,
+    pilots: BTreeMap<PilotId, Pilot>,
+    failures: u32,
+    retry_at: Option<Instant>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Pilot {
+    /// Asked for; `slurm_id` once `sbatch` answered.
+    Outstanding {
+        slurm_id: Option<String>,
+        /// Found in Slurm's queue after a restart ([`Allocator::pilots_found`]), when.
+        found: Option<Instant>,
+    },
+    /// Its node is in the lab as `host`.
+    Joined {
+        host: String,
+        slurm_id: Option<String>,
+        /// Since when no allocation holds its host.
+        idle_since: Option<Instant>,
+    },
+}
+
+impl Overflow {
+    fn outstanding(&self) -> usize {
+        self.pilots
+            .values()
+            .filter(|p| matches!(p, Pilot::Outstanding { .. }))
+            .count()
+    }
+}
+
+impl Allocator {
+    /// Turns overflow on (`Some`), or off (`None`).
+    pub fn set_overflow(&mut self, settings: Option<OverflowSettings>) {
+        self.overflow = settings.map(|s| Overflow {
+            max_nodes: s.max_nodes,
+            owner: s.owner,
+            idle_exit: s.idle_exit,
+            next: 1,
+            pilots: BTreeMap::new(),
+            failures: 0,
+            retry_at: None,
+        });
+    }
+
+    /// `sbatch` accepted pilot `pilot` as Slurm job `slurm_id`.
+    pub fn pilot_submitted(&mut self, pilot: PilotId, slurm_id: String) {
+        if let Some(o) = &mut self.overflow {
+            o.failures = 0;
+            o.retry_at = None;
+            if let Some(Pilot::Outstanding { slurm_id: id, .. }) = o.pilots.get_mut(&pilot) {
+                *id = Some(slurm_id);
+            }
+        }
+    }
+
+    /// Pilots of this broker (by job name) that Slurm still has, found at start: adopted as
+    /// outstanding. One whose node joins within [`FOUND_GRACE`] is used like any; the rest
+    /// are cancelled once nobody wants them.
+    pub fn pilots_found(&mut self, slurm_ids: Vec<String>, now: Instant) {
+        let known = self.pilot_ids();
+        let Some(o) = &mut self.overflow else {
+            return;
+        };
+        for id in slurm_ids.into_iter().filter(|id| !known.contains(id)) {
+            let pilot = o.next;
+            o.next += 1;
+            o.pilots.insert(
+                pilot,
+                Pilot::Outstanding {
+                    slurm_id: Some(id),
+                    found: Some(now),
+                },
+            );
+        }
+    }
+
+    /// `sbatch` failed for `pilot`: it is forgotten and submissions back off.
+    pub fn pilot_failed(&mut self, pilot: PilotId, now: Instant) {
+        if let Some(o) = &mut self.overflow {
+            o.pilots.remove(&pilot);
+            o.failures = o.failures.saturating_add(1);
+            let wait = Duration::from_secs(1 << o.failures.min(6).saturating_sub(1));
+            o.retry_at = Some(now + wait.min(BACKOFF_MAX));
+        }
+    }
+
+    /// The Slurm ids of every pilot, queued or running (for cancelling them at shutdown).
+    pub fn pilot_ids(&self) -> Vec<String> {
+        let Some(o) = &self.overflow else {
+            return Vec::new();
+        };
+        o.pilots
+            .values()
+            .filter_map(|p| match p {
+                Pilot::Outstanding { slurm_id, .. } | Pilot::Joined { slurm_id, .. } => {
+                    slurm_id.clone()
+                }
+            })
+            .collect()
+    }
+
+    /// The overflow decisions of one tick (see the module docs).
+    pub(crate) fn overflow_tick(&mut self, now: Instant) -> Vec<Effect> {
+        if self.overflow.is_none() {
+            return Vec::new();
+        }
+        self.join_pilot_hosts();
+        let mut out = self.cancel_idle_pilots(now);
+        let wanted = self.jobs_wanting_pilots(now);
+        let Some(o) = &mut self.overflow else {
+            return out;
+        };
+        if wanted == 0 {
+            let idle: Vec<(PilotId, String)> = o
+                .pilots
+                .iter()
+                .filter_map(|(id, p)| match p {
+                    Pilot::Outstanding {
+                        slurm_id: Some(s),
+                        found,
+                    } if found.is_none_or(|t| now.saturating_duration_since(t) >= FOUND_GRACE) => {
+                        Some((*id, s.clone()))
+                    }
+                    _ => None,
+                })
+                .collect();
+            for (pilot, slurm_id) in idle {
+                o.pilots.remove(&pilot);
+                out.push(Effect::CancelPilot { pilot, slurm_id });
+            }
+            return out;
+        }
+        let backing_off = o.retry_at.is_some_and(|t| now < t);
+        if !backing_off && o.outstanding() < wanted && o.pilots.len() < o.max_nodes {
+            let pilot = o.next;
+            o.next += 1;
+            o.pilots.insert(
+                pilot,
+                Pilot::Outstanding {
+                    slurm_id: None,
+                    found: None,
+                },
+            );
+            out.push(Effect::SubmitPilot { pilot });
+        }
+        out
+    }
+
+    /// Joined pilots whose host nobody has held for `idle_exit` are cancelled: nothing is
+    /// held on Slurm that nobody uses.
+    fn cancel_idle_pilots(&mut self, now: Instant) -> Vec<Effect> {
+        let Some(o) = &mut self.overflow else {
+            return Vec::new();
+        };
+        let mut idle = Vec::new();
+        for (id, p) in &mut o.pilots {
+            if let Pilot::Joined {
+                host,
+                slurm_id,
+                idle_since,
+            } = p
+            {
+                if self.by_host.contains_key(host.as_str()) {
+                    *idle_since = None;
+                    continue;
+                }
+                let since = *idle_since.get_or_insert(now);
+                if now.saturating_duration_since(since) >= o.idle_exit {
+                    if let Some(s) = slurm_id {
+                        idle.push((*id, s.clone()));
+                    }
+                }
+            }
+        }
+        idle.into_iter()
+            .map(|(pilot, slurm_id)| {
+                o.pilots.remove(&pilot);
+                Effect::CancelPilot { pilot, slurm_id }
+            })
+            .collect()
+    }
+
+    /// Joined pilots whose host went down are forgotten; new up `slurm` hosts join the
+    /// oldest outstanding pilots.
+    fn join_pilot_hosts(&mut self) {
+        let up_slurm: Vec<String> = self
+            .hosts
+            .values()
+            .filter(|h| h.up && h.labels.iter().any(|l| l == "slurm"))
+            .map(|h| h.name.clone())
+            .collect();
+        let Some(o) = &mut self.overflow else {
+            return;
+        };
+        o.pilots.retain(|_, p| match p {
+            Pilot::Joined { host, .. } => up_slurm.contains(host),
+            Pilot::Outstanding { .. } => true,
+        });
+        for host in up_slurm {
+            let known = o
+                .pilots
+                .values()
+                .any(|p| matches!(p, Pilot::Joined { host: h, .. } if *h == host));
+            if known {
+                continue;
+            }
+            let oldest = o
+                .pilots
+                .iter_mut()
+                .find(|(_, p)| matches!(p, Pilot::Outstanding { .. }));
+            if let Some((_, p)) = oldest {
+                let slurm_id = match p {
+                    Pilot::Outstanding { slurm_id, .. } => slurm_id.take(),
+                    Pilot::Joined { .. } => None,
+                };
+                *p = Pilot::Joined {
+                    host,
+                    slurm_id,
+                    idle_since: None,
+                };
+            }
+        }
+    }
+
+    /// Whether `job` may start on `host`: a pilot's host (labelled `slurm`) only runs the
+    /// owner's jobs while overflow is on.
+    pub(crate) fn pilot_allows(&self, job: JobId, host: &str) -> bool {
+        let Some(o) = &self.overflow else {
+            return true;
+        };
+        let pilot = self
+            .hosts
+            .get(host)
+            .is_some_and(|h| h.labels.iter().any(|l| l == "slurm"));
+        !pilot || self.is_owners(job, &o.owner)
+    }
+
+    fn is_owners(&self, job: JobId, owner: &str) -> bool {
+        self.jobs.get(&job).is_some_and(|j| j.info.user == owner)
+    }
+
+    /// How many of the owner's jobs have a waiting request the `overflow` hook says a
+    /// pilot is for.
+    fn jobs_wanting_pilots(&self, now: Instant) -> usize {
+        let Some(o) = &self.overflow else {
+            return 0;
+        };
+        let mut oldest: BTreeMap<JobId, Instant> = BTreeMap::new();
+        let waiting = self
+            .queue
+            .iter()
+            .filter(|w| !w.restored && w.reserved.is_none() && self.is_owners(w.job, &o.owner));
+        for w in waiting {
+            let t = oldest.entry(w.job).or_insert(w.since);
+            *t = (*t).min(w.since);
+        }
+        oldest
+            .into_iter()
+            .filter(|(job, since)| self.overflow_for(*job, now.saturating_duration_since(*since)))
+            .count()
+    }
+
+    /// The policy's `overflow` for `job`, whose oldest request waited `waited`.
+    fn overflow_for(&self, job: JobId, waited: Duration) -> bool {
+        let Some((facts, _)) = self.inputs.jobs.get(&job) else {
+            return false;
+        };
+        let mut facts = facts.clone();
+        facts.waited_s = waited.as_secs_f64();
+        let value = policies::value::JobValue::new(&facts);
+        let Some(scope) = self.job_scope(job) else {
+            return false;
+        };
+        let d = self.policy.overflow(scope.job(&value));
+        self.note_error(&d, "-", Some(job));
+        d.value
+    }
+}

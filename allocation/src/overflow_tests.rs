@@ -1,0 +1,193 @@
+//! Scenarios of overflow onto Slurm in the pure core (`overflow.rs`).
+
+use super::tests::{hosts, Lab};
+use super::*;
+
+fn submitted(fx: &[Effect]) -> Vec<PilotId> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::SubmitPilot { pilot } => Some(*pilot),
+            _ => None,
+        })
+        .collect()
+}
+
+fn cancelled(fx: &[Effect]) -> Vec<String> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::CancelPilot { slurm_id, .. } => Some(slurm_id.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A one-host lab, full: job 1 holds node02, job 2 waits for `anyHost`.
+fn full_lab(max_nodes: usize) -> (Lab, JobId) {
+    let mut lab = Lab::new(hosts(&["node02"]));
+    lab.a.set_overflow(Some(OverflowSettings {
+        max_nodes,
+        owner: "alice".into(),
+        idle_exit: std::time::Duration::from_secs(10),
+    }));
+    let holder = lab.job(false);
+    lab.take(holder, "anyHost");
+    let waiter = lab.job(false);
+    let (_, fx) = lab.req(waiter, "anyHost");
+    assert!(submitted(&fx).is_empty(), "nothing before a tick: {fx:?}");
+    (lab, waiter)
+}
+
+/// The pilot's node joins as `slurm-node09`.
+fn pilot_joins(lab: &mut Lab) -> Vec<Effect> {
+    let mut v = super::host::tests::view("slurm-node09");
+    v.labels.push("slurm".into());
+    lab.views.push(v);
+    lab.set("slurm-node09", |_| {})
+}
+
+#[test]
+fn a_request_waiting_a_second_asks_for_one_pilot_and_gets_the_node() {
+    let (mut lab, _) = full_lab(4);
+    assert!(
+        submitted(&lab.tick(0)).is_empty(),
+        "the default waits about a second"
+    );
+    let fx = lab.tick(1);
+    assert_eq!(submitted(&fx), [1], "{fx:?}");
+    assert!(
+        submitted(&lab.tick(1)).is_empty(),
+        "one pilot per waiting job"
+    );
+    lab.a.pilot_submitted(1, "4242".into());
+    let fx = pilot_joins(&mut lab);
+    let got = super::tests::granted(&fx).map(|(_, h)| h);
+    assert_eq!(got.as_deref(), Some("slurm-node09"), "{fx:?}");
+    assert!(submitted(&lab.tick(1)).is_empty() && cancelled(&lab.tick(1)).is_empty());
+    assert_eq!(lab.a.pilot_ids(), ["4242"], "cancelled at shutdown");
+}
+
+#[test]
+fn a_pilot_nobody_waits_for_any_more_is_cancelled() {
+    let (mut lab, waiter) = full_lab(4);
+    assert_eq!(submitted(&lab.tick(2)), [1]);
+    lab.a.pilot_submitted(1, "77".into());
+    lab.end(waiter);
+    assert_eq!(cancelled(&lab.tick(1)), ["77"]);
+    assert!(cancelled(&lab.tick(1)).is_empty(), "once");
+}
+
+#[test]
+fn failed_submissions_back_off_and_max_nodes_caps_the_pilots() {
+    let (mut lab, _) = full_lab(1);
+    assert_eq!(submitted(&lab.tick(2)), [1]);
+    lab.a.pilot_failed(1, lab.now);
+    assert!(submitted(&lab.tick(0)).is_empty(), "backing off");
+    assert_eq!(submitted(&lab.tick(2)), [2], "after the backoff");
+    lab.a.pilot_failed(2, lab.now);
+    assert!(submitted(&lab.tick(1)).is_empty(), "the backoff doubled");
+    assert_eq!(submitted(&lab.tick(2)), [3]);
+    lab.a.pilot_submitted(3, "9".into());
+    let other = lab.job(false);
+    lab.req(other, "anyHost");
+    assert!(submitted(&lab.tick(5)).is_empty(), "max_nodes = 1");
+}
+
+#[test]
+fn without_overflow_nothing_is_asked_and_a_policy_can_say_never() {
+    let mut lab = Lab::new(hosts(&["node02"]));
+    let holder = lab.job(false);
+    lab.take(holder, "anyHost");
+    let waiter = lab.job(false);
+    lab.req(waiter, "anyHost");
+    assert!(submitted(&lab.tick(30)).is_empty());
+    lab.a.set_overflow(Some(OverflowSettings {
+        max_nodes: 2,
+        owner: "alice".into(),
+        idle_exit: std::time::Duration::from_secs(10),
+    }));
+    let never =
+        policies::Policy::from_text(std::path::Path::new("never.toml"), "overflow = 'false'\n")
+            .expect("policy");
+    lab.a.set_policy(std::sync::Arc::new(never), lab.now);
+    assert!(submitted(&lab.tick(30)).is_empty());
+}
+
+#[test]
+fn pilots_serve_the_owners_jobs_only() {
+    let (mut lab, _) = full_lab(4);
+    // Another user's job waits too: it gets no pilot of its own, nor the owner's node.
+    let info = JobInfo {
+        user: "bob".into(),
+        cwd: "/home/bob".into(),
+        argv: vec!["app".into()],
+        spec: None,
+        adaptive: false,
+    };
+    let (bob, _) = lab.a.register_job(info, lab.now);
+    let (_, fx) = lab.req(bob, "anyHost");
+    assert!(submitted(&fx).is_empty());
+    assert_eq!(
+        submitted(&lab.tick(2)),
+        [1],
+        "one pilot: for alice's job only"
+    );
+    assert!(submitted(&lab.tick(2)).is_empty(), "none for bob's");
+    lab.a.pilot_submitted(1, "5".into());
+    let fx = pilot_joins(&mut lab);
+    let grants: Vec<JobId> = fx
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Granted { job, .. } => Some(*job),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(grants.len(), 1, "{fx:?}");
+    assert_ne!(grants[0], bob, "alice's job, first in line, got it");
+    // Alice's job gives the pilot's host back: bob's job, the only one waiting, does not
+    // get it.
+    let (alloc, _) = super::tests::granted(&fx).expect("grant");
+    let fx = lab.give_back(alloc);
+    assert!(
+        super::tests::granted(&fx).is_none(),
+        "bob never starts on it: {fx:?}"
+    );
+    assert!(
+        submitted(&lab.tick(5)).is_empty(),
+        "and no pilot is asked for bob"
+    );
+}
+
+#[test]
+fn a_started_pilot_nobody_uses_for_idle_exit_is_cancelled() {
+    let (mut lab, waiter) = full_lab(4);
+    assert_eq!(submitted(&lab.tick(2)), [1]);
+    lab.a.pilot_submitted(1, "31".into());
+    let fx = pilot_joins(&mut lab);
+    assert!(super::tests::granted(&fx).is_some(), "{fx:?}");
+    assert!(cancelled(&lab.tick(30)).is_empty(), "held: never idle");
+    lab.end(waiter);
+    assert!(cancelled(&lab.tick(1)).is_empty(), "idle since now");
+    assert!(cancelled(&lab.tick(5)).is_empty());
+    assert_eq!(cancelled(&lab.tick(5)), ["31"], "idle for idle_exit (10 s)");
+    assert!(lab.a.pilot_ids().is_empty());
+}
+
+#[test]
+fn pilots_found_after_a_restart_are_adopted_or_cancelled() {
+    let (mut lab, _) = full_lab(2);
+    // Two pilots of the previous run: one's node joins and serves the waiting job; the
+    // other, unwanted once the job has its host, is cancelled after the grace.
+    lab.a
+        .pilots_found(vec!["100".into(), "101".into()], lab.now);
+    lab.a.pilots_found(vec!["100".into()], lab.now);
+    assert_eq!(lab.a.pilot_ids().len(), 2, "found once each");
+    assert!(
+        submitted(&lab.tick(2)).is_empty(),
+        "the found ones are outstanding"
+    );
+    let fx = pilot_joins(&mut lab);
+    assert!(super::tests::granted(&fx).is_some(), "{fx:?}");
+    assert!(cancelled(&lab.tick(1)).is_empty(), "within the grace");
+    assert_eq!(cancelled(&lab.tick(10)), ["101"]);
+    assert_eq!(lab.a.pilot_ids(), ["100"], "the adopted one stays");
+}

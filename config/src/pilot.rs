@@ -1,0 +1,126 @@
+//! A Slurm pilot job's batch script: `rb-hostd` on the node for the job's lease, reporting
+//! to the broker as host `slurm-<node>` (issue 19).
+//!
+//! The script is plain POSIX sh, so any node runs it. It starts `rb-hostd` with the lab
+//! secret (a file the compute node reads from a shared file system, as the lab's hosts do)
+//! and waits for it. Slurm's warning (`--signal=B:USR1@…`, sent to the batch shell before
+//! the time limit), `scancel` (SIGTERM) and the time limit itself end the daemon, so the
+//! host leaves the lab before Slurm takes the node back. The node's name comes from
+//! `SLURMD_NODENAME`, which Slurm sets in every batch job.
+
+use std::{net::SocketAddr, path::Path};
+
+/// Host names of pilots start with this: `slurm-<node>`.
+pub const PILOT_HOST_PREFIX: &str = "slurm-";
+
+/// Whether `name` is a pilot's host name: `slurm-` and a node name (letters, digits, `-`,
+/// `_`, `.`; at most 64 characters in all).
+pub fn is_pilot_host(name: &str) -> bool {
+    name.strip_prefix(PILOT_HOST_PREFIX).is_some_and(|node| {
+        !node.is_empty()
+            && name.len() <= 64
+            && !node.starts_with('-')
+            && node
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    })
+}
+
+/// The labels of a pilot's host besides what its daemon reports.
+pub const PILOT_LABELS: &[&str] = &["public", "slurm"];
+
+/// What a pilot's script needs to know.
+#[derive(Debug, Clone)]
+pub struct PilotScript<'a> {
+    /// `rb-hostd` on the compute nodes.
+    pub hostd: &'a Path,
+    /// The broker's address as the compute nodes reach it.
+    pub broker: SocketAddr,
+    /// The lab secret file, as the compute nodes see it.
+    pub secret_file: &'a Path,
+}
+
+impl PilotScript<'_> {
+    /// The batch script's text.
+    pub fn text(&self) -> String {
+        format!(
+            "#!/bin/sh\n\
+             # ResourceBroker pilot (issue 19): rb-hostd on this node for the job's lease.\n\
+             node=\"${{SLURMD_NODENAME:-$(hostname -s)}}\"\n\
+             {hostd} --broker {broker} --host \"{PILOT_HOST_PREFIX}$node\" --secret-file {secret} &\n\
+             hostd=$!\n\
+             # Lease warning (USR1) or scancel (TERM): the host leaves before Slurm takes the node.\n\
+             trap 'kill -TERM \"$hostd\" 2>/dev/null' USR1 TERM\n\
+             # wait returns early when a trapped signal arrives: wait until the daemon is gone.\n\
+             while kill -0 \"$hostd\" 2>/dev/null; do wait \"$hostd\"; done\n",
+            hostd = quote(&self.hostd.display().to_string()),
+            broker = quote(&self.broker.to_string()),
+            secret = quote(&self.secret_file.display().to_string()),
+        )
+    }
+}
+
+/// `s` as one sh word in single quotes.
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_script_runs_hostd_as_slurm_node_with_quoted_paths() {
+        let text = PilotScript {
+            hostd: Path::new("/opt/rb it's/rb-hostd"),
+            broker: "10.1.0.5:7700".parse().expect("addr"),
+            secret_file: Path::new("/home/alice/.config/rb/secret"),
+        }
+        .text();
+        assert!(text.starts_with("#!/bin/sh\n"));
+        assert!(
+            text.contains(
+                "'/opt/rb it'\\''s/rb-hostd' --broker '10.1.0.5:7700' --host \"slurm-$node\" \
+                 --secret-file '/home/alice/.config/rb/secret' &\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("trap 'kill -TERM \"$hostd\" 2>/dev/null' USR1 TERM"));
+    }
+
+    #[test]
+    fn pilot_host_names_are_slurm_and_a_node_name() {
+        assert!(is_pilot_host("slurm-node02"));
+        assert!(is_pilot_host("slurm-cn-17.cluster"));
+        for bad in [
+            "slurm-",
+            "node02",
+            "slurm--x",
+            "slurm-a b",
+            "Slurm-x",
+            "slurm-a;b",
+        ] {
+            assert!(!is_pilot_host(bad), "{bad}");
+        }
+        assert!(!is_pilot_host(&format!("slurm-{}", "n".repeat(60))));
+    }
+
+    #[test]
+    fn sh_accepts_the_script() {
+        let text = PilotScript {
+            hostd: Path::new("/x/rb-hostd"),
+            broker: "10.1.0.5:7700".parse().expect("addr"),
+            secret_file: Path::new("/s"),
+        }
+        .text();
+        let out = std::process::Command::new("sh")
+            .args(["-n", "-c", &text])
+            .output()
+            .expect("sh");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

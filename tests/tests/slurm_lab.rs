@@ -1,0 +1,531 @@
+//! Tier 3, overflow onto Slurm (issue 19): a real Slurm cluster (Debian's munged,
+//! slurmctld, slurmd) whose nodes are lab hosts (`lab::SlurmCluster`). Root only; each test
+//! prints why it is skipped otherwise. The cluster and the lab are torn down on drop.
+
+use std::time::Duration;
+
+use proto::report::HostState;
+use tests::{
+    labtier::{lab_file_with, skip_unless_root, LabOptions, TEST_TIMING},
+    wait_until,
+};
+
+fn text(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The harness's cluster works as Slurm does: `sbatch --parsable` runs a batch script on a
+/// node (it writes that node's hostname), `squeue` sees a running job, `scancel` ends it,
+/// and teardown leaves no Slurm daemon of this cluster behind.
+#[test]
+fn the_slurm_cluster_runs_lists_and_cancels_batch_jobs() {
+    if skip_unless_root("the_slurm_cluster_runs_lists_and_cancels_batch_jobs") {
+        return;
+    }
+    let lab = lab::Lab::up(&lab::LabSpec {
+        hosts: 2,
+        ..lab::LabSpec::default()
+    })
+    .expect("lab up");
+    let cluster = lab::SlurmCluster::start(&lab, &["node02", "node03"]).expect("slurm up");
+    let jobs = cluster.dir().join("jobs");
+    let out_file = jobs.join("hostname.out");
+    let out_arg = format!("--output={}", out_file.display());
+    let chdir = format!("--chdir={}", jobs.display());
+    let id = text(
+        &cluster
+            .run(
+                "sbatch",
+                &["--parsable", "-N1", &chdir, &out_arg, "--wrap", "hostname"],
+            )
+            .expect("sbatch"),
+    );
+    assert!(
+        id.parse::<u64>().is_ok(),
+        "sbatch --parsable printed {id:?}"
+    );
+    let ran_on = wait_until(Duration::from_secs(20), || {
+        let s = std::fs::read_to_string(&out_file).ok()?;
+        (!s.trim().is_empty()).then(|| s.trim().to_string())
+    })
+    .expect("the batch job wrote its output");
+    assert!(
+        ["node02", "node03"].contains(&ran_on.as_str()),
+        "ran on a Slurm node, its own hostname: {ran_on:?}"
+    );
+
+    // A long job: squeue shows it running on a node, scancel ends it.
+    let id = text(
+        &cluster
+            .run(
+                "sbatch",
+                &[
+                    "--parsable",
+                    "-N1",
+                    &chdir,
+                    "--job-name=rb-m1-sleep",
+                    "--wrap",
+                    "sleep 300",
+                ],
+            )
+            .expect("sbatch"),
+    );
+    let running = wait_until(Duration::from_secs(20), || {
+        let out = cluster
+            .run("squeue", &["-h", "-j", &id, "-o", "%T %N %j"])
+            .ok()?;
+        let line = text(&out);
+        line.starts_with("RUNNING ").then_some(line)
+    })
+    .expect("squeue shows the job running");
+    assert!(running.ends_with(" rb-m1-sleep"), "{running}");
+    cluster.run("scancel", &[&id]).expect("scancel");
+    let gone = wait_until(Duration::from_secs(20), || {
+        (!cluster.job_ids().ok()?.contains(&id)).then_some(())
+    });
+    assert!(gone.is_some(), "scancel ended job {id}");
+
+    let dir = cluster.dir().to_path_buf();
+    let daemons = cluster.daemons();
+    assert_eq!(daemons.len(), 4, "munged, slurmctld, 2 slurmd: {daemons:?}");
+    cluster.down().expect("slurm down");
+    assert!(!dir.exists(), "the cluster's directory is gone");
+    for d in daemons {
+        assert!(!d.is_alive(), "daemon {} survived teardown", d.pid);
+    }
+    for node in ["node02", "node03"] {
+        let out = lab
+            .exec(node, &["pgrep", "-x", "slurmd|slurmctld|slurmstepd"])
+            .expect("pgrep");
+        assert!(
+            text(&out).is_empty(),
+            "no Slurm daemon left on {node}: {}",
+            text(&out)
+        );
+    }
+}
+
+/// A test that fails while its cluster runs still leaves no Slurm daemon behind: the
+/// cluster stops them by pid when dropped during the unwind.
+#[test]
+fn a_failing_test_leaves_no_slurm_daemon_behind() {
+    if skip_unless_root("a_failing_test_leaves_no_slurm_daemon_behind") {
+        return;
+    }
+    let lab = lab::Lab::up(&lab::LabSpec {
+        hosts: 1,
+        ..lab::LabSpec::default()
+    })
+    .expect("lab up");
+    let cluster = lab::SlurmCluster::start(&lab, &["node02"]).expect("slurm up");
+    let daemons = cluster.daemons();
+    let dir = cluster.dir().to_path_buf();
+    assert_eq!(daemons.len(), 3, "munged, slurmctld, slurmd: {daemons:?}");
+    let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let _cluster = cluster;
+        panic!("a test failing while the cluster runs");
+    }));
+    assert!(failed.is_err());
+    for d in daemons {
+        assert!(!d.is_alive(), "daemon {} survived the failed test", d.pid);
+    }
+    assert!(!dir.exists(), "the cluster's directory is gone");
+}
+
+/// `rb check --probe` asks the real cluster once: it answers for the lab file's partition,
+/// and a partition the cluster does not have is reported with squeue's own words (exit 69).
+#[test]
+fn rb_check_probe_asks_the_real_cluster() {
+    if skip_unless_root("rb_check_probe_asks_the_real_cluster") {
+        return;
+    }
+    let lab = lab::Lab::up(&lab::LabSpec {
+        hosts: 1,
+        ..lab::LabSpec::default()
+    })
+    .expect("lab up");
+    let cluster = lab::SlurmCluster::start(&lab, &["node02"]).expect("slurm up");
+    let dir = tempfile::Builder::new()
+        .prefix("rb-slurm-")
+        .tempdir_in("/var/tmp")
+        .expect("tempdir");
+    let secret = dir.path().join("secret");
+    proto::auth::write_new_secret(&secret, false).expect("secret");
+    let check = |partition: &str| {
+        let path = dir.path().join(format!("lab-{partition}.toml"));
+        let text = format!(
+            "[broker]\nlisten = \"{}:0\"\nstate_dir = \"{}\"\nsecret_file = \"{}\"\n\
+             [overflow.slurm]\npartition = \"{partition}\"\n",
+            lab.gateway(),
+            dir.path().join("state").display(),
+            secret.display()
+        );
+        std::fs::write(&path, text).expect("lab file");
+        std::process::Command::new(tests::bin("rb"))
+            .args(["check", "--probe"])
+            .arg(&path)
+            .env("SLURM_CONF", cluster.conf())
+            .env_remove("RB_LAB")
+            .output()
+            .expect("rb check")
+    };
+    let out = check(lab::slurm::PARTITION);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text(&out).contains("probe: slurm: ok: squeue answered: 0 job(s) queued, 0 of them pilots")
+            && text(&out).contains("in partition rbtest")
+            && text(&out).contains("on nodes node02"),
+        "{}",
+        text(&out)
+    );
+    let out = check("nosuchpartition");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{err}");
+    assert!(
+        err.contains("--partition=nosuchpartition") && err.contains("invalid partition"),
+        "{err}"
+    );
+}
+
+/// Submits one pilot for `broker` on `cluster`, with exactly the broker's options
+/// (`SlurmOverflow::pilot_options`) and script (`PilotScript`); returns its Slurm job id.
+fn submit_pilot(cluster: &lab::SlurmCluster, broker: &tests::Broker) -> String {
+    let config = config::LabConfig::load(&broker.lab_file).expect("lab file");
+    let slurm = config.overflow.expect("[overflow.slurm]");
+    let hostd = tests::bin("rb-hostd");
+    let secret = broker.secret();
+    let script = config::pilot::PilotScript {
+        hostd: &hostd,
+        broker: broker.tcp_addr(),
+        secret_file: &secret,
+    };
+    let jobs = cluster.dir().join("jobs");
+    let script_path = jobs.join("pilot.sh");
+    std::fs::write(&script_path, script.text()).expect("script");
+    let mut args = vec![
+        "--parsable".to_string(),
+        format!("--chdir={}", jobs.display()),
+        format!("--output={}", jobs.join("pilot-%j.out").display()),
+    ];
+    args.extend(slurm.pilot_options("rb-pilot-test", config.broker.reclaim_grace));
+    args.push(script_path.display().to_string());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    text(&cluster.run("sbatch", &args).expect("sbatch the pilot"))
+}
+
+/// An agent running `script` (sh) against `broker`, outside any job.
+fn agent(broker: &tests::Broker, script: &str) -> std::process::Command {
+    let mut c = std::process::Command::new(tests::bin("agent"));
+    c.arg("--broker")
+        .arg(broker.tcp_addr().to_string())
+        .arg("--secret-file")
+        .arg(broker.secret())
+        .args(["--grace-s", "1", "--", "sh", "-c", script])
+        .env_remove("RB_AGENT")
+        .env_remove("RB_LAB");
+    c
+}
+
+/// Overflow with the pilot submitted by hand: the lab's two hosts are held by a job; a
+/// pilot job (the broker's options and script) runs `rb-hostd` on its Slurm node, which
+/// joins the lab by itself as `slurm-node04` (public, labelled `slurm`, not in the lab
+/// file, with the node's own hostname and Slurm's time limit as the lease);
+/// `rsh anyLinux hostname` in another job then runs on the Slurm node; `scancel` of the
+/// pilot takes the host out and the broker carries on. The broker submitting the pilot
+/// itself is the next step (README, "Overflow onto Slurm").
+#[test]
+fn with_the_lab_full_a_job_runs_on_a_slurm_pilots_node() {
+    if skip_unless_root("with_the_lab_full_a_job_runs_on_a_slurm_pilots_node") {
+        return;
+    }
+    let lab = lab::Lab::up(&lab::LabSpec {
+        hosts: 3,
+        ..lab::LabSpec::default()
+    })
+    .expect("lab up");
+    let mut opts = LabOptions::new(&[], TEST_TIMING);
+    opts.unmanaged = vec!["node04".into()];
+    let lab_text = format!(
+        "{}\n[overflow.slurm]\npartition = \"{}\"\nlease_s = 300\n",
+        lab_file_with(&lab, &opts),
+        lab::slurm::PARTITION
+    );
+    let broker = tests::Broker::start(&lab_text);
+    broker.wait_all_up(Duration::from_secs(20));
+    let cluster = lab::SlurmCluster::start(&lab, &["node04"]).expect("slurm up");
+
+    // The lab is full: one job holds node02 and node03.
+    let mut filler = agent(
+        &broker,
+        "rsh anyLinux 'sleep 300' & rsh anyLinux 'sleep 300' & wait",
+    )
+    .spawn()
+    .expect("agent");
+    let full = wait_until(Duration::from_secs(20), || {
+        (broker.held_hosts().len() == 2).then_some(())
+    });
+    assert!(
+        full.is_some(),
+        "the filler holds both lab hosts\n{}",
+        broker.log()
+    );
+
+    let id = submit_pilot(&cluster, &broker);
+    let up = broker.wait_host("slurm-node04", Duration::from_secs(30), "pilot up", |h| {
+        h.state == HostState::Up
+    });
+    assert_eq!(up.hostname.as_deref(), Some("node04"), "{up:?}");
+    assert_eq!(
+        up.address,
+        lab.host("node04").expect("node04").address.to_string()
+    );
+    assert!(
+        up.labels.contains(&"slurm".to_string()) && up.owner.is_none(),
+        "{up:?}"
+    );
+    let limit = text(
+        &cluster
+            .run("squeue", &["-h", "-j", &id, "-o", "%l %j"])
+            .expect("squeue"),
+    );
+    assert_eq!(
+        limit, "5:00 rb-pilot-test",
+        "the lease is Slurm's time limit"
+    );
+
+    let out = agent(&broker, "rsh anyLinux hostname")
+        .output()
+        .expect("agent");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        broker.log()
+    );
+    assert_eq!(
+        text(&out),
+        "node04",
+        "the job's command ran on the Slurm node"
+    );
+
+    cluster.run("scancel", &[&id]).expect("scancel");
+    broker.wait_host("slurm-node04", Duration::from_secs(20), "pilot gone", |h| {
+        h.state != HostState::Up
+    });
+    assert_eq!(
+        broker.held_hosts().len(),
+        2,
+        "the broker carries on: {}",
+        broker.log()
+    );
+    // SIGTERM: the agent ends its job and its subagents on node02 and node03.
+    let pid = nix::unistd::Pid::from_raw(filler.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("stop the filler");
+    let _ = filler.wait();
+}
+
+/// Overflow end to end (M3): the lab's two hosts are held by a job; `rsh anyLinux hostname`
+/// in another job waits, the broker's `overflow` policy hook (the default: after about a
+/// second) asks for a pilot, the broker submits it to the real Slurm (`sbatch` with the
+/// lab file's partition and lease), its node joins as `slurm-node04` and the command runs
+/// there. Once nobody uses the node for `idle_exit_s`, the broker cancels the pilot and the
+/// host leaves; the next waiting job gets a new pilot, and stopping the broker cancels it.
+#[test]
+fn the_broker_overflows_onto_slurm_when_the_lab_is_full() {
+    if skip_unless_root("the_broker_overflows_onto_slurm_when_the_lab_is_full") {
+        return;
+    }
+    let lab = lab::Lab::up(&lab::LabSpec {
+        hosts: 3,
+        ..lab::LabSpec::default()
+    })
+    .expect("lab up");
+    let cluster = lab::SlurmCluster::start(&lab, &["node04"]).expect("slurm up");
+    let mut opts = LabOptions::new(&[], TEST_TIMING);
+    opts.unmanaged = vec!["node04".into()];
+    // The cluster's slurm.conf is not /etc/slurm's: the commands say where it is.
+    let env = format!("\"env\", \"SLURM_CONF={}\"", cluster.conf().display());
+    let lab_text = format!(
+        "{}\n[overflow.slurm]\npartition = \"{}\"\nlease_s = 300\nmax_nodes = 1\nidle_exit_s = 3\n\
+         sbatch = [{env}, \"sbatch\"]\nsqueue = [{env}, \"squeue\"]\nscancel = [{env}, \"scancel\"]\n",
+        lab_file_with(&lab, &opts),
+        lab::slurm::PARTITION
+    );
+    let broker = tests::Broker::start(&lab_text);
+    broker.wait_all_up(Duration::from_secs(20));
+
+    let filler = agent(
+        &broker,
+        "rsh anyLinux 'sleep 300' & rsh anyLinux 'sleep 300' & wait",
+    )
+    .spawn()
+    .expect("agent");
+    let full = wait_until(Duration::from_secs(20), || {
+        (broker.held_hosts().len() == 2).then_some(())
+    });
+    assert!(
+        full.is_some(),
+        "the filler holds both lab hosts\n{}",
+        broker.log()
+    );
+    assert!(
+        cluster.job_ids().expect("squeue").is_empty(),
+        "no pilot while nobody waits"
+    );
+
+    let out = agent(&broker, "rsh anyLinux hostname")
+        .output()
+        .expect("agent");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        broker.log()
+    );
+    assert_eq!(
+        text(&out),
+        "node04",
+        "ran on the Slurm node\n{}",
+        broker.log()
+    );
+    let log = broker.log();
+    assert!(log.contains("Slurm pilot submitted"), "{log}");
+    let pilot = text(
+        &cluster
+            .run("squeue", &["-h", "-o", "%i %j %l %P"])
+            .expect("squeue"),
+    );
+    let fields: Vec<&str> = pilot.split_whitespace().collect();
+    assert_eq!(
+        fields.get(1..),
+        Some(&["rb-pilot-root", "5:00", lab::slurm::PARTITION][..]),
+        "one pilot, the lab file's lease and partition: {pilot}"
+    );
+    assert_eq!(broker.held_hosts().len(), 2, "the filler kept its hosts");
+
+    // Idle exit: nobody holds slurm-node04 any more.
+    let idle = wait_until(Duration::from_secs(20), || {
+        cluster.job_ids().ok()?.is_empty().then_some(())
+    });
+    assert!(
+        idle.is_some(),
+        "the idle pilot was cancelled\n{}",
+        broker.log()
+    );
+    broker.wait_host(
+        "slurm-node04",
+        Duration::from_secs(20),
+        "idle pilot gone",
+        |h| h.state != HostState::Up,
+    );
+    assert!(
+        broker.log().contains("Slurm pilot cancelled"),
+        "{}",
+        broker.log()
+    );
+
+    // A new waiting job gets a new pilot; the broker's shutdown cancels it.
+    let holder = agent(&broker, "rsh anyLinux 'sleep 300'")
+        .spawn()
+        .expect("agent");
+    let held = wait_until(Duration::from_secs(30), || {
+        (broker.held_hosts().len() == 3).then_some(())
+    });
+    assert!(
+        held.is_some(),
+        "a second pilot's node is held\n{}",
+        broker.log()
+    );
+    assert_eq!(
+        cluster.job_ids().expect("squeue").len(),
+        1,
+        "one pilot at a time"
+    );
+
+    // The broker stops while the pilot's node is in use (so idle exit cannot be what
+    // ends it): it cancels the pilot.
+    drop(broker);
+    let cancelled = wait_until(Duration::from_secs(20), || {
+        cluster.job_ids().ok()?.is_empty().then_some(())
+    });
+    assert!(
+        cancelled.is_some(),
+        "the broker's shutdown cancelled its pilot"
+    );
+    // With their broker gone for good, agents would try to get it back for a minute
+    // (agent/src/core/end.rs): the test ends them; the lab's teardown takes their hosts.
+    for mut a in [holder, filler] {
+        let _ = a.kill();
+        let _ = a.wait();
+    }
+}
+
+/// A broker killed outright (no shutdown, so nothing cancelled) leaves its pilot in Slurm;
+/// the restarted broker finds it by job name and, as nobody wants it (its daemon cannot
+/// reach the new port), cancels it.
+#[test]
+fn a_restarted_broker_finds_its_pilots_by_job_name() {
+    if skip_unless_root("a_restarted_broker_finds_its_pilots_by_job_name") {
+        return;
+    }
+    let lab = lab::Lab::up(&lab::LabSpec {
+        hosts: 2,
+        ..lab::LabSpec::default()
+    })
+    .expect("lab up");
+    let cluster = lab::SlurmCluster::start(&lab, &["node03"]).expect("slurm up");
+    let mut opts = LabOptions::new(&[], TEST_TIMING);
+    opts.unmanaged = vec!["node03".into()];
+    let env = format!("\"env\", \"SLURM_CONF={}\"", cluster.conf().display());
+    let lab_text = format!(
+        "{}\n[overflow.slurm]\nlease_s = 300\nidle_exit_s = 3600\n\
+         sbatch = [{env}, \"sbatch\"]\nsqueue = [{env}, \"squeue\"]\nscancel = [{env}, \"scancel\"]\n",
+        lab_file_with(&lab, &opts),
+    );
+    let mut broker = tests::Broker::start(&lab_text);
+    broker.wait_all_up(Duration::from_secs(20));
+    let mut filler = agent(&broker, "rsh anyLinux 'sleep 300'")
+        .spawn()
+        .expect("agent");
+    let full = wait_until(Duration::from_secs(20), || {
+        (broker.held_hosts().len() == 1).then_some(())
+    });
+    assert!(full.is_some(), "the filler holds node02\n{}", broker.log());
+    let out = agent(&broker, "rsh anyLinux hostname")
+        .output()
+        .expect("agent");
+    assert_eq!(
+        text(&out),
+        "node03",
+        "ran on the pilot's node\n{}",
+        broker.log()
+    );
+    let pilots = cluster.job_ids().expect("squeue");
+    assert_eq!(pilots.len(), 1, "the pilot runs on (idle exit is an hour)");
+
+    let _ = filler.kill();
+    let _ = filler.wait();
+    broker.kill_and_restart();
+    let found = wait_until(Duration::from_secs(10), || {
+        broker
+            .log()
+            .contains(&format!(
+                "Slurm pilots of an earlier run found jobs={}",
+                pilots[0]
+            ))
+            .then_some(())
+    });
+    assert!(found.is_some(), "{}", broker.log());
+    let cancelled = wait_until(Duration::from_secs(30), || {
+        cluster.job_ids().ok()?.is_empty().then_some(())
+    });
+    assert!(
+        cancelled.is_some(),
+        "the unwanted pilot was cancelled\n{}",
+        broker.log()
+    );
+}
