@@ -12,7 +12,8 @@
 //!    "A host's /etc"),
 //! 3. bind-mounts `DIR/tmp` over /tmp, `DIR/run` over /run and `DIR/log` over /var/log
 //!    (private per host; /run/utmp is the host's own utmp), mounts a tmpfs on /dev/shm
-//!    (private tty files for fake logins), creates /run/sshd,
+//!    (private tty files for fake logins), creates /run/sshd, and binds /dev/null over
+//!    root's `.bashrc` (the build machine's start-up is not a lab host's),
 //! 4. starts `sshd -D` and, with `--inetd-config`, `inetd -i` (for in.rshd),
 //! 5. reaps every process of the host (`waitpid(-1)`), restarting nothing,
 //! 6. on SIGTERM sends SIGTERM to every process of the host, waits up to 3 s, sends
@@ -118,7 +119,25 @@ fn setup(a: &InitArgs) -> Result<(), String> {
     )
     .map_err(|e| format!("mount tmpfs on /dev/shm: {e}"))?;
     std::fs::create_dir_all("/run/sshd").map_err(|e| format!("mkdir /run/sshd: {e}"))?;
+    hide_roots_bashrc()?;
     Ok(())
+}
+
+/// Root's logins in a host (the broker's ssh and rsh transports) start a bash that reads
+/// root's `~/.bashrc`, which is the build machine's: this machine's runs `pyenv init`, whose
+/// rehash waits 60 s on a lock file that a host crashed during a login leaves behind, after
+/// which every root login on every lab host (and every later lab) stalls. A host is its own
+/// machine: root's `.bashrc` there reads as empty (`/dev/null` bound over it), as the lab
+/// user's is.
+fn hide_roots_bashrc() -> Result<(), String> {
+    let Ok(Some(root)) = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(0)) else {
+        return Ok(());
+    };
+    let bashrc = root.dir.join(".bashrc");
+    if !bashrc.is_file() {
+        return Ok(());
+    }
+    bind(Path::new("/dev/null"), &bashrc)
 }
 
 /// Mounts the overlay on /etc: `state/etc` over the machine's /etc, writable (writes go

@@ -241,3 +241,40 @@ fn wrong_secret_and_garbage_from_a_lab_host_are_rejected() {
     });
     assert!(logged.is_some(), "bad peers must be logged");
 }
+
+/// Root's logins in a host never run the build machine's `~/.bashrc` (this machine's runs
+/// `pyenv init`, whose rehash waits 60 s on a lock left by a host crashed during a login,
+/// stalling every later root login of every lab); the machine's own file is untouched.
+#[test]
+fn a_root_login_in_a_host_reads_an_empty_bashrc() {
+    if skip_unless_root("a_root_login_in_a_host_reads_an_empty_bashrc") {
+        return;
+    }
+    let machines = std::fs::read("/root/.bashrc").ok();
+    let env = LabWithBroker::start(1, &[]);
+    let out = env
+        .lab
+        .ssh("node02", false)
+        .expect("node02")
+        .args(["wc", "-c", "<", "~/.bashrc;", "echo", "PATH=$PATH"])
+        .output()
+        .expect("ssh");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if machines.is_some() {
+        assert!(text.starts_with("0\n"), "root's .bashrc in node02: {text}");
+    }
+    assert!(
+        !text.contains(".pyenv"),
+        "no start-up of the machine ran: {text}"
+    );
+    assert_eq!(
+        std::fs::read("/root/.bashrc").ok(),
+        machines,
+        "the machine's file is kept"
+    );
+}
