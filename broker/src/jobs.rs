@@ -21,8 +21,8 @@ use allocation::trace::{host_delta, Input};
 
 use crate::{
     alloc::{
-        AllocId, Allocator, Effect, HostInputs, HostView, JobId, JobInfo, PilotId,
-        PreparedPolicy, RequestId, Retired,
+        AllocId, Allocator, Effect, HostInputs, HostView, JobId, JobInfo, PilotId, PreparedPolicy,
+        RequestId, Retired,
     },
     authz::{authorize, Actor, AdminError},
     trace::TraceSink,
