@@ -2,13 +2,14 @@
 //! (the run's wall time, and the work handed on at the vacate): parts `speedup` (rb-bnb),
 //! `speedup-mw` (rb-mw) and `speedup-jacobi` (jacobi.py).
 
-use std::{
-    process::Stdio,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use bench::stats::{summarize, Summary};
-use tests::{labtier::LabWithBroker, wait_until};
+use tests::{
+    apps::{AppLog, JACOBI, RB_BNB, RB_MW},
+    labtier::LabWithBroker,
+    wait_until,
+};
 
 use super::{down, new_lab, Options, LAB_HOSTS};
 use crate::policy::FRONT_END;
@@ -62,6 +63,15 @@ impl App {
         }
     }
 
+    /// How its log names the hosts its workers are handed work on.
+    fn log(self) -> AppLog {
+        match self {
+            App::Bnb => RB_BNB,
+            App::Mw => RB_MW,
+            App::Jacobi => JACOBI,
+        }
+    }
+
     /// What the vacate hands on, as the table names it.
     fn work(self) -> &'static str {
         match self {
@@ -108,6 +118,7 @@ impl App {
                     format!("{JACOBI_TOL:e}"),
                     "--local-workers".into(),
                     "0".into(),
+                    "--verbose".into(), // the blocks handed out, for the vacate runs
                 ]
                 .into()
             }
@@ -146,7 +157,8 @@ pub(super) fn speedup(app: App, opts: &Options) -> anyhow::Result<()> {
          worker waits on I/O or a slower machine; the speed-up shows what the broker, the \
          agent and JEL let the job reach). Wall time of the whole job (agent start to exit), \
          median of {} (min–max); every answer checked. Vacate: the same latency-bound run on \
-         {LAB_HOSTS} hosts with one host released (`rb release HOST --grace-s 2`) after 1 s: \
+         {LAB_HOSTS} hosts with one host released (`rb release HOST --grace-s 2`) as soon as \
+         the log shows a worker there handed work: \
          the work handed on at the `vacate` (redone), and the time lost.\n",
         app.problem(),
         std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -179,7 +191,7 @@ pub(super) fn speedup(app: App, opts: &Options) -> anyhow::Result<()> {
     println!("|---|---|---|");
     println!("| no vacate (baseline) | {} | - |", show_s(plain));
     println!(
-        "| one host released after 1 s | {} | {again} |",
+        "| one working host released | {} | {again} |",
         show_s(vacated)
     );
     println!();
@@ -197,8 +209,8 @@ fn show_s(s: Option<Summary>) -> String {
     })
 }
 
-/// Times `reps` runs of `app` on `n` hosts; with `release`, one held host is released 1 s
-/// in. Returns the wall times (ms) and the median of the work handed on at a vacate.
+/// Times `reps` runs of `app` on `n` hosts; with `release`, one held host is released once
+/// the job holds all `n`. Returns the wall times (ms) and the median of the work handed on at a vacate.
 fn time_app(
     env: &LabWithBroker,
     app: App,
@@ -212,23 +224,24 @@ fn time_app(
     let mut times = Vec::new();
     let mut again = Vec::new();
     for _ in 0..reps {
+        let dir = tempfile::tempdir()?;
+        let (out_file, err_file) = (dir.path().join("stdout"), dir.path().join("stderr"));
         let t0 = Instant::now();
-        let child = env
+        let mut child = env
             .agent_as_user(FRONT_END, &["--rsl", "(adaptive=yes)"], &words)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stdout(std::fs::File::create(&out_file)?)
+            .stderr(std::fs::File::create(&err_file)?)
             .spawn()?;
         if release {
-            std::thread::sleep(Duration::from_secs(1));
-            let held = wait_until(Duration::from_secs(10), || {
-                env.broker.held_hosts().into_iter().next()
-            });
-            if let Some(host) = held {
-                let _ = env.broker.rb(&["release", &host, "--grace-s", "2"]);
-            }
+            release_a_working_host(env, &mut child, app, &err_file);
         }
-        let out = child.wait_with_output()?;
+        let status = child.wait()?;
         let ms = t0.elapsed().as_secs_f64() * 1000.0;
+        let out = std::process::Output {
+            status,
+            stdout: std::fs::read(&out_file)?,
+            stderr: std::fs::read(&err_file)?,
+        };
         let err = String::from_utf8_lossy(&out.stderr);
         anyhow::ensure!(out.status.success(), "{} failed: {err}", app.name());
         app.check(&String::from_utf8_lossy(&out.stdout))?;
@@ -239,6 +252,27 @@ fn time_app(
     }
     let again = summarize(&again).map_or("-".into(), |s| format!("{:.0}", s.median));
     Ok((summarize(&times), again))
+}
+
+/// Releases (`rb release HOST --grace-s 2`) the first lab host whose worker the
+/// application's log (`log`, its stderr so far) shows handed work: mid-run, while that
+/// worker holds work. Nothing if the job ends first.
+fn release_a_working_host(
+    env: &LabWithBroker,
+    child: &mut std::process::Child,
+    app: App,
+    log: &std::path::Path,
+) {
+    let host = wait_until(Duration::from_secs(30), || {
+        if child.try_wait().ok().flatten().is_some() {
+            return Some(None);
+        }
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        app.log().work_hosts(&text).into_iter().next().map(Some)
+    });
+    if let Some(Some(host)) = host {
+        let _ = env.broker.rb(&["release", &host, "--grace-s", "2"]);
+    }
 }
 
 /// The number just before `what` in the application's summary line.
