@@ -480,7 +480,8 @@ impl Session<'_> {
 
     /// The agent ends the command (reclaim or job end): the JEL lines sent before (the
     /// `vacate`) are written first; while the group is given its grace, its members' lines
-    /// (a `leave`) still reach the pool.
+    /// (a `leave`) still reach the pool and the pool's answers reach them (a member waiting
+    /// for its `leave` to be answered would otherwise wait for the SIGKILL).
     async fn terminate(&mut self, grace_ms: u64, exit_status: Option<i32>) {
         let pgid = self.watch.pgid;
         tracing::debug!(
@@ -498,6 +499,15 @@ impl Session<'_> {
                 Some(ev) = self.relay.next() => {
                     if self.relay_local(ev).await.is_err() { break; }
                 }
+                msg = self.conn.recv::<FromBroker>() => match msg {
+                    Ok(msg @ (FromBroker::JelSend { .. } | FromBroker::JelDisconnect { .. })) => {
+                        if let Some(back) = self.relay.from_agent(msg) {
+                            if self.conn.send(&back).await.is_err() { break; }
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(_) => break,
+                },
             }
         }
         self.relay_ready().await;

@@ -159,6 +159,7 @@ class Master:
         self.remote = 0
         self.freed_at_vacate = 0
         self.freed_at_death = 0
+        self.freed_at_loss = 0  # its worker's connection dropped first (a crashed host)
         self.residual = residual(self.x, args.diag)
 
     def serve(self):
@@ -177,7 +178,8 @@ class Master:
         elif kind == "msg":
             self.worker_said(item[1], item[2])
         elif kind == "gone":
-            self.retire(item[1])
+            if self.retire(item[1]):
+                self.freed_at_loss += 1
             self.workers.pop(item[1], None)
         elif kind == "event":
             self.pool_event(item[1])
@@ -367,7 +369,8 @@ def master_main(args):
         with open(args.out, "w") as f:
             f.write("".join(f"{v!r}\n" for v in m.x))
     print(f"jacobi.py: {m.updates} block updates, {m.remote} workers on granted hosts, "
-          f"{m.freed_at_vacate} blocks freed at a vacate, {m.freed_at_death} at a death",
+          f"blocks freed: {m.freed_at_vacate} at a vacate, {m.freed_at_death} at a death, "
+          f"{m.freed_at_loss} at a lost connection",
           file=sys.stderr)
     print(f"residual={m.residual:.3e} iterations={m.updates}", flush=True)
     me.leave()

@@ -13,6 +13,7 @@ use std::{
 
 use proto::report::{HostState, HostStatus};
 
+pub mod apps;
 pub mod faults;
 pub mod labtier;
 pub mod mw;
@@ -44,8 +45,8 @@ fn build_binaries(dir: &Path) {
     let mut cmd = Command::new(cargo);
     cmd.args([
         "build", "--quiet", "-p", "broker", "-p", "hostd", "-p", "rb", "-p", "lab", "-p", "bench",
-        "-p", "agent", "-p", "rsh-shim", "-p", "pvm-add", "-p", "lam-add", "-p", "jel-cli",
-        "--bins",
+        "-p", "agent", "-p", "rsh-shim", "-p", "pvm-add", "-p", "lam-add", "-p", "jel-cli", "-p",
+        "rb-bnb", "--bins",
     ]);
     if release {
         cmd.arg("--release");

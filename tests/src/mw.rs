@@ -109,7 +109,7 @@ fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
 
-/// The master's `task K [LO,HI) to worker pid P (member M)` lines: (K, P).
+/// The master's `task K [LO,HI) to worker pid P (member M) on HOST` lines: (K, P).
 pub fn assignments(log: &str) -> Vec<(u32, i32)> {
     log.lines()
         .filter_map(|l| {
@@ -151,7 +151,7 @@ mod tests {
 
     #[test]
     fn the_masters_log_is_read() {
-        let log = "rb-mw: task 3 [10,20) to worker pid 77 (member 2)\n\
+        let log = "rb-mw: task 3 [10,20) to worker pid 77 (member 2) on node03\n\
                    rb-mw: task 3 re-queued: worker pid 77 (member 2) died\n";
         assert_eq!(assignments(log), [(3, 77)]);
         assert_eq!(requeued(log), [3]);

@@ -3,32 +3,16 @@
 //! tried) while the job grows onto granted hosts, loses one to `rb release` (its `vacate`
 //! hands the task on), and loses a worker to SIGKILL (`died`).
 
-use std::{process::Command, time::Duration};
+use std::time::Duration;
 
-use tests::{bin, local_lab, mw::MwJob, wait_until, Broker};
+use tests::{
+    apps::{bnb_brute_force as brute_force, last_line, RB_BNB},
+    bin, local_lab,
+    mw::MwJob,
+    wait_until, Broker,
+};
 
 const END: Duration = Duration::from_secs(120);
-
-/// The exact optimum, by `rb-bnb --brute-force`.
-fn brute_force(cities: u32, seed: u32) -> String {
-    let out = Command::new(bin("rb-bnb"))
-        .args([
-            "--cities",
-            &cities.to_string(),
-            "--seed",
-            &seed.to_string(),
-            "--brute-force",
-        ])
-        .output()
-        .expect("rb-bnb --brute-force");
-    assert!(out.status.success(), "{out:?}");
-    last_line(&out.stdout)
-}
-
-fn last_line(bytes: &[u8]) -> String {
-    let text = String::from_utf8_lossy(bytes);
-    text.lines().last().unwrap_or_default().to_string()
-}
 
 /// `agent rb-bnb --cities C --seed S --task-ms MS -- '(adaptive=yes)'`, its output in files.
 fn start_job(broker: &Broker, cities: u32, seed: u32, task_ms: u32) -> MwJob {
@@ -54,7 +38,7 @@ fn finish(mut job: MwJob) -> (String, String) {
     let (status, stdout) = job.wait(END);
     let err = job.stderr();
     assert_eq!(status.code(), Some(0), "the job failed: {err}");
-    (last_line(stdout.as_bytes()), err)
+    (last_line(&stdout), err)
 }
 
 /// The pid of a worker on `host` (any granted host when `None`) the master has handed a
@@ -71,19 +55,6 @@ fn worker_with_a_task(job: &MwJob, host: Option<&str>) -> i32 {
     .unwrap_or_else(|| panic!("no task went to a worker on {host:?}:\n{}", job.stderr()))
 }
 
-/// The number before `what` in rb-bnb's summary on stderr (`… 3 handed out again …`).
-fn summary_count(stderr: &str, what: &str) -> usize {
-    let line = stderr
-        .lines()
-        .find(|l| l.starts_with("rb-bnb:") && l.contains(what))
-        .unwrap_or_else(|| panic!("no summary with {what:?} in {stderr}"));
-    let before = &line[..line.find(what).expect("what")];
-    let word = before.split_whitespace().last().expect("a number");
-    word.trim_start_matches(['(', ','])
-        .parse()
-        .expect("a count")
-}
-
 #[test]
 fn it_grows_onto_granted_hosts_and_finds_the_optimum() {
     let broker = Broker::start(&local_lab(3));
@@ -92,7 +63,7 @@ fn it_grows_onto_granted_hosts_and_finds_the_optimum() {
     let (last, err) = finish(job);
     assert_eq!(last, brute_force(10, 7), "{err}");
     assert!(
-        summary_count(&err, "workers on granted hosts") >= 2,
+        RB_BNB.count(&err, "workers on granted hosts") >= 2,
         "it grew onto the free hosts: {err}"
     );
 }
@@ -115,7 +86,7 @@ fn a_released_host_hands_its_task_on_and_the_answer_stays_right() {
     let (last, err) = finish(job);
     assert_eq!(last, brute_force(10, 11), "{err}");
     assert!(
-        summary_count(&err, "at a vacate") >= 1,
+        RB_BNB.count(&err, "at a vacate") >= 1,
         "the vacated worker's task was handed on at the vacate: {err}"
     );
 }
@@ -135,7 +106,7 @@ fn a_worker_killed_mid_task_is_seen_dead_and_its_task_is_redone() {
     let (last, err) = finish(job);
     assert_eq!(last, brute_force(10, seed), "{err}");
     assert!(
-        summary_count(&err, "handed out again") >= 1,
+        RB_BNB.count(&err, "handed out again") >= 1,
         "the dead worker's task was handed out again: {err}"
     );
 }

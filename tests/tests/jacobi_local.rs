@@ -2,32 +2,14 @@
 //! real agent with virtual hosts. The solution it writes is checked here, independently of
 //! the program's own residual, while workers join and leave mid-run and a host is released.
 
-use std::{
-    path::{Path, PathBuf},
-    time::Duration,
+use std::{path::Path, time::Duration};
+
+use tests::{
+    apps::{jacobi_py, jacobi_residual, last_line, JACOBI},
+    local_lab,
+    mw::MwJob,
+    wait_until, Broker,
 };
-
-use tests::{local_lab, mw::MwJob, wait_until, Broker};
-
-fn jacobi_py() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/jacobi/jacobi.py")
-}
-
-/// max |1 - (diag x_i - x_{i-1} - x_{i+1})|, from the values in `file`.
-fn residual_of(file: &Path, diag: f64) -> f64 {
-    let text = std::fs::read_to_string(file).expect("jacobi.py --out");
-    let x: Vec<f64> = text.lines().map(|l| l.parse().expect("a number")).collect();
-    let at = |i: isize| {
-        if i < 0 || i as usize >= x.len() {
-            0.0
-        } else {
-            x[i as usize]
-        }
-    };
-    (0..x.len() as isize)
-        .map(|i| (1.0 - (diag * at(i) - at(i - 1) - at(i + 1))).abs())
-        .fold(0.0, f64::max)
-}
 
 fn start(broker: &Broker, out: &Path, extra: &[&str]) -> MwJob {
     let script = jacobi_py().display().to_string();
@@ -47,22 +29,7 @@ fn finish(mut job: MwJob) -> (String, String) {
     let (status, stdout) = job.wait(Duration::from_secs(120));
     let err = job.stderr();
     assert_eq!(status.code(), Some(0), "the job failed: {err}");
-    (stdout.lines().last().unwrap_or_default().to_string(), err)
-}
-
-/// The number before `what` in jacobi.py's summary on stderr.
-fn count(stderr: &str, what: &str) -> usize {
-    let line = stderr
-        .lines()
-        .find(|l| l.starts_with("jacobi.py:") && l.contains(what))
-        .unwrap_or_else(|| panic!("no summary with {what:?} in {stderr}"));
-    let before = &line[..line.find(what).expect("what")];
-    before
-        .split_whitespace()
-        .last()
-        .expect("n")
-        .parse()
-        .expect("a count")
+    (last_line(&stdout), err)
 }
 
 #[test]
@@ -83,9 +50,9 @@ fn workers_join_and_leave_mid_run_and_it_converges() {
         last.starts_with("residual=") && last.contains(" iterations="),
         "{last}"
     );
-    assert!(residual_of(&x, 2.2) < 1e-9, "x solves A x = b: {last}");
+    assert!(jacobi_residual(&x, 2.2) < 1e-9, "x solves A x = b: {last}");
     assert!(
-        count(&err, "workers on granted hosts") > 3,
+        JACOBI.count(&err, "workers on granted hosts") > 3,
         "more workers came than there are hosts, so some left and others joined: {err}"
     );
 }
@@ -116,9 +83,9 @@ fn a_released_host_frees_its_block_at_the_vacate_and_it_converges() {
         String::from_utf8_lossy(&out.stderr)
     );
     let (last, err) = finish(job);
-    assert!(residual_of(&x, 4.0) < 1e-11, "x solves A x = b: {last}");
+    assert!(jacobi_residual(&x, 4.0) < 1e-11, "x solves A x = b: {last}");
     assert!(
-        count(&err, "blocks freed at a vacate") >= 1,
+        JACOBI.count(&err, "at a vacate") >= 1,
         "the vacated worker's block was freed at the vacate: {err}"
     );
 }

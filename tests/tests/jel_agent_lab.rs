@@ -342,6 +342,55 @@ fn a_release_is_vacate_on_the_host_before_sigterm_then_left_or_died_vacated() {
     job.stop();
 }
 
+/// A member that leaves only at its SIGTERM (an adaptive program's worker, once its master
+/// has handed its work on) sends its `leave` while the reclaim's grace runs: the pool's
+/// answer must reach it then, or it waits in `leave` until the SIGKILL at the grace's end
+/// (and the host is freed only then). Regression: the subagent relayed the members' lines
+/// during the grace but not the agent's answers.
+#[test]
+fn a_member_leaving_at_sigterm_gets_its_leave_answered_within_the_grace() {
+    let name = "a_member_leaving_at_sigterm_gets_its_leave_answered_within_the_grace";
+    if skip_unless_root(name) {
+        return;
+    }
+    let env = LabWithBroker::start(2, &[]);
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let program = repo.join("tests/programs/leave_at_sigterm.py");
+    let job = JelJob::start(
+        &env,
+        &format!(
+            "\"$J\" watch --from 1 --json > \"$D/fe\" &\n\
+             rsh anyLinux-1 'python3 {} {}' > \"$D/late\" </dev/null &",
+            program.display(),
+            repo.join("jel").display()
+        ),
+    );
+    let within = Duration::from_secs(30);
+    let host = host_of(&job.wait_event("fe", within, |e| joined(e, "late")));
+    // A grace far longer than the leave needs: a member stuck in `leave` would show.
+    let out = env.broker.rb(&["release", &host, "--grace-s", "20"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    job.wait_event("fe", Duration::from_secs(60), |e| {
+        e["event"] == "host_released"
+    });
+    let said = std::fs::read_to_string(job.file("late")).unwrap_or_default();
+    let fe = job.events("fe");
+    let left = fe
+        .iter()
+        .find(|e| e["event"] == "left" && e["member"]["name"] == "late")
+        .unwrap_or_else(|| panic!("the member's leave reached the pool: {fe:?}"));
+    assert_eq!(
+        said.lines().last(),
+        Some(format!("left {}", left["seq"]).as_str()),
+        "the member got its leave's answer (it was not killed waiting for it): {said:?}"
+    );
+    job.stop();
+}
+
 #[test]
 fn the_remote_winner_killed_is_replaced_everywhere_with_a_higher_epoch() {
     let name = "the_remote_winner_killed_is_replaced_everywhere_with_a_higher_epoch";

@@ -127,11 +127,12 @@ fn run_master(args: &Args) -> Result<(), rb_bnb::BnbError> {
         exe,
     })?;
     eprintln!(
-        "rb-bnb: {} tasks, {} handed out again ({} at a vacate, {} at a death), {} workers on granted hosts",
+        "rb-bnb: {} tasks, {} handed out again ({} at a vacate, {} at a death, {} at a lost connection), {} workers on granted hosts",
         outcome.tasks,
         outcome.handed_out_again,
         outcome.at_vacate,
         outcome.at_death,
+        outcome.at_lost_connection,
         outcome.remote_workers
     );
     print_tour(&outcome.best.cities, outcome.best.cost);

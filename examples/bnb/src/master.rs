@@ -51,6 +51,8 @@ pub struct Outcome {
     pub at_vacate: usize,
     /// Of those, handed on at a `died` or `left` of the worker's pool member.
     pub at_death: usize,
+    /// Of those, handed on when the worker's connection dropped first (a crashed host).
+    pub at_lost_connection: usize,
     pub remote_workers: usize,
 }
 
@@ -183,6 +185,7 @@ struct Master<'a> {
     remote_workers: usize,
     at_vacate: usize,
     at_death: usize,
+    at_lost_connection: usize,
 }
 
 impl<'a> Master<'a> {
@@ -208,6 +211,7 @@ impl<'a> Master<'a> {
             remote_workers: 0,
             at_vacate: 0,
             at_death: 0,
+            at_lost_connection: 0,
         }
     }
 
@@ -231,6 +235,7 @@ impl<'a> Master<'a> {
             handed_out_again: self.board.handed_out_again(),
             at_vacate: self.at_vacate,
             at_death: self.at_death,
+            at_lost_connection: self.at_lost_connection,
             remote_workers: self.remote_workers,
         })
     }
@@ -249,7 +254,9 @@ impl<'a> Master<'a> {
             }
             Input::From(id, msg) => self.worker_said(id, msg),
             Input::Gone(id) => {
-                self.board.give_back(id);
+                if self.board.give_back(id).is_some() {
+                    self.at_lost_connection += 1;
+                }
                 self.workers.remove(&id);
             }
             Input::Pool(event) => self.pool_event(event),

@@ -25,6 +25,10 @@
 
 enum { T_PENDING, T_RUNNING, T_DONE };
 
+/* Why a task went back to the queue (counted apart in the summary): its worker's host was
+ * vacated; its worker's pool member died or left; its worker's connection was lost. */
+enum { BY_VACATE, BY_DEATH, BY_CONNECTION, CAUSES };
+
 typedef struct {
     uint64_t lo, hi;
     int state;
@@ -50,7 +54,7 @@ typedef struct {
 typedef struct {
     const master_opts *o;
     task_t *tasks;
-    uint32_t done, runs, redone;
+    uint32_t done, runs, redone, redone_by[CAUSES];
     long total;
     worker_t w[MAX_WORKERS];
     launcher launch;
@@ -78,8 +82,8 @@ static void assign(master *m, int slot) {
         task_t *t = &m->tasks[i];
         if (t->state != T_PENDING) continue;
         t->state = T_RUNNING, t->worker = slot, w->task = (int)i, m->runs++;
-        say("task %u [%" PRIu64 ",%" PRIu64 ") to worker pid %d (member %" PRIu64 ")", i, t->lo,
-            t->hi, w->pid, w->member);
+        say("task %u [%" PRIu64 ",%" PRIu64 ") to worker pid %d (member %" PRIu64 ") on %s", i,
+            t->lo, t->hi, w->pid, w->member, w->host);
         if (line_send(w->conn.fd, "task %u %" PRIu64 " %" PRIu64 " %u", i, t->lo, t->hi,
                       m->o->task_ms) == 0)
             return;
@@ -92,20 +96,20 @@ static void assign(master *m, int slot) {
 }
 
 /* The worker in `slot` no longer holds its task: back to the queue, unless it is done. */
-static void requeue(master *m, int slot, const char *why) {
+static void requeue(master *m, int slot, int cause, const char *why) {
     worker_t *w = &m->w[slot];
     if (w->task < 0) return;
     task_t *t = &m->tasks[w->task];
     if (t->state == T_RUNNING && t->worker == slot) {
-        t->state = T_PENDING, m->redone++;
+        t->state = T_PENDING, m->redone++, m->redone_by[cause]++;
         say("task %d re-queued: worker pid %d (member %" PRIu64 ") %s", w->task, w->pid,
             w->member, why);
     }
     w->task = -1;
 }
 
-static void drop(master *m, int slot, const char *why) {
-    requeue(m, slot, why);
+static void drop(master *m, int slot, int cause, const char *why) {
+    requeue(m, slot, cause, why);
     close(m->w[slot].conn.fd);
     m->w[slot].used = 0;
 }
@@ -132,7 +136,7 @@ static void on_hello(master *m, int slot, const char *line) {
                &w->pid) != 5 ||
         strcmp(token, m->launch.token) || launch_joined(&m->launch, launch)) {
         say("a connection that is not one of our workers: dropped");
-        drop(m, slot, "refused");
+        drop(m, slot, BY_CONNECTION, "refused");
         return;
     }
     w->hello = 1, m->ever_joined = 1;
@@ -148,7 +152,7 @@ static void on_worker_line(master *m, int slot, const char *line) {
     else if (sscanf(line, "result %u %ld", &id, &count) == 2)
         on_result(m, slot, id, count);
     else
-        drop(m, slot, "sent a bad line");
+        drop(m, slot, BY_CONNECTION, "sent a bad line");
 }
 
 static void read_worker(master *m, int slot) {
@@ -157,7 +161,7 @@ static void read_worker(master *m, int slot) {
     while (m->w[slot].used && (took = line_take(&m->w[slot].conn, line, sizeof line)) > 0)
         on_worker_line(m, slot, line);
     if (m->w[slot].used && (got <= 0 || took < 0))
-        drop(m, slot, got == 0 ? "disconnected" : "broke the protocol");
+        drop(m, slot, BY_CONNECTION, got == 0 ? "disconnected" : "broke the protocol");
 }
 
 static void accept_worker(master *m) {
@@ -177,14 +181,14 @@ static void drop_silent(master *m) {
     for (int i = 0; i < MAX_WORKERS; i++)
         if (m->w[i].used && !m->w[i].hello && now - m->w[i].since > HELLO_MS) {
             say("a connection that said no hello in %d ms: dropped", HELLO_MS);
-            drop(m, i, "said no hello");
+            drop(m, i, BY_CONNECTION, "said no hello");
         }
 }
 
 /* ---- the pool's events (watch.c) ---- */
 
 static void give_up(master *m, int slot, const char *why) {
-    requeue(m, slot, why);
+    requeue(m, slot, BY_VACATE, why);
     if (!m->w[slot].given_up) line_send(m->w[slot].conn.fd, "quit");
     m->w[slot].given_up = 1;
 }
@@ -205,7 +209,8 @@ static void on_event(master *m, const char *line) {
         for (int i = 0; i < MAX_WORKERS; i++) {
             if (!m->w[i].used || !m->w[i].hello || m->w[i].member != id) continue;
             read_worker(m, i); /* a result it sent before it left still counts */
-            if (m->w[i].used) drop(m, i, !strcmp(kind, "left") ? "left the pool" : "died");
+            if (m->w[i].used)
+                drop(m, i, BY_DEATH, !strcmp(kind, "left") ? "left the pool" : "died");
         }
     }
 }
@@ -282,7 +287,7 @@ static void finish(master *m) {
     uint64_t deadline = now_ms() + FINISH_MS;
     for (int i = 0; i < MAX_WORKERS; i++)
         if (m->w[i].used && !m->w[i].hello)
-            drop(m, i, "said no hello");
+            drop(m, i, BY_CONNECTION, "said no hello");
         else if (m->w[i].used && !m->w[i].given_up)
             line_send(m->w[i].conn.fd, "quit");
     for (uint64_t now = now_ms(); now < deadline; now = now_ms()) {
@@ -295,7 +300,9 @@ static void finish(master *m) {
             if (fds[i].revents && m->w[slot_of[i]].used) read_worker(m, slot_of[i]);
     }
     launches_end(&m->launch, (int)(deadline > now_ms() ? deadline - now_ms() : 0) + 1000);
-    say("%u tasks done in %u runs (%u re-queued)", m->o->tasks, m->runs, m->redone);
+    say("%u tasks done in %u runs (%u re-queued): %u at a vacate, %u at a death, %u at a lost "
+        "connection", m->o->tasks, m->runs, m->redone, m->redone_by[BY_VACATE],
+        m->redone_by[BY_DEATH], m->redone_by[BY_CONNECTION]);
 }
 
 /* Joins and wins the election; -1 (message said) otherwise. */

@@ -2,9 +2,13 @@
  * with `rsh anyLinux` on a granted host. It joins the job's pool as `worker` (through
  * $RB_JEL, wherever the job puts it), connects to the master, says who it is, and runs
  * the tasks it is given one at a time. SIGTERM (the host is taken back) breaks off the
- * task at hand: it finishes nothing more, leaves the pool and exits 0; the master has
- * already re-queued the task on `vacate`, or does on `left`/`died`. Never writes stdout
- * (through rsh that is the master's stdout, whose last line is the answer). */
+ * task at hand, but the worker keeps its connection until the master says `quit` (or
+ * goes), then leaves the pool and exits 0. The job's stream has the host's `vacate` before
+ * the subagent sends SIGTERM, and the master, having re-queued the task at that vacate,
+ * says quit: a worker that closed its connection at SIGTERM would race the vacate to the
+ * master (which then re-queued the task for a lost connection instead). Without a master
+ * to say quit, the SIGKILL at the grace's end ends it. Never writes stdout (through rsh
+ * that is the master's stdout, whose last line is the answer). */
 #define _GNU_SOURCE
 #include "mw.h"
 #include "jel.h"
@@ -40,6 +44,18 @@ static int next_line(line_conn *c, char *line, size_t size) {
     }
 }
 
+/* After SIGTERM: waits for the master's `quit` (or its loss), running no task it is sent
+ * meanwhile (one given before the master saw the vacate; the vacate re-queues it). */
+static void await_quit(line_conn *c) {
+    char line[256];
+    for (;;) {
+        int took = line_take(c, line, sizeof line);
+        if (took < 0) return;
+        if (took && !strcmp(line, "quit")) return;
+        if (!took && line_fill(c) <= 0) return; /* EINTR reads as 1: read again */
+    }
+}
+
 /* Runs one task line ("task ID LO HI MS"); 1 done (result sent), 0 broken off, -1 error. */
 static int run_task(int fd, const char *line) {
     unsigned id, ms;
@@ -67,6 +83,11 @@ int run_worker(const worker_opts *o) {
         fprintf(stderr, "rb-mw worker: %s\n", jel_error());
         return jel_exit_code();
     }
+    if (terminated) { /* taken back before it had any work: nothing to hand on */
+        jel_leave(me);
+        jel_close(me);
+        return 0;
+    }
     char err[256];
     int fd = tcp_connect_any(o->master, 2000, err, sizeof err);
     if (fd < 0 || line_send(fd, "hello %s %u %" PRIu64 " %s %d", o->token, o->launch, self.id,
@@ -77,9 +98,9 @@ int run_worker(const worker_opts *o) {
     }
     line_conn conn = {.fd = fd};
     char line[256];
-    int status = 0, got;
+    int status = 0, got, told_quit = 0;
     while ((got = next_line(&conn, line, sizeof line)) > 0) {
-        if (!strcmp(line, "quit")) break;
+        if ((told_quit = !strcmp(line, "quit"))) break;
         int ran = run_task(fd, line);
         if (ran <= 0) {
             status = ran < 0 ? MW_EXIT_FAIL : 0;
@@ -87,6 +108,7 @@ int run_worker(const worker_opts *o) {
         }
     }
     if (got < 0) status = MW_EXIT_FAIL;
+    if (terminated && !told_quit && status == 0) await_quit(&conn);
     close(fd);
     jel_leave(me);
     jel_close(me);

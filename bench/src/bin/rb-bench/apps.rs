@@ -4,7 +4,13 @@
 //!   T uniform in [1, 10] min / scale (seeded); host usage read from the broker's decision
 //!   trace with `rb policy replay … --policy paper` (the policy in force, so the replay is the
 //!   run). Beside it, the same stream of sequential jobs alone.
-//! - rb-bnb's speed-up from 1 to 8 lab hosts, and what a `vacate` costs it.
+//! - each application's speed-up from 1 to 8 lab hosts, and what a `vacate` costs it
+//!   ([`speedup`]);
+//! - the paper's Figure 7 with a real application: rb-mw holds 13 hosts, a PVM job adds N
+//!   ([`figure7`]).
+
+mod figure7;
+mod speedup;
 
 use std::{
     path::{Path, PathBuf},
@@ -12,18 +18,27 @@ use std::{
     time::{Duration, Instant},
 };
 
-use bench::stats::{summarize, Summary};
-use tests::{labtier::LabWithBroker, wait_until};
+use tests::labtier::LabWithBroker;
 
 use crate::policy::{lab_broker, FRONT_END};
+use speedup::App;
+
+/// The parts of the section, in the order they run (`--apps-parts`).
+pub const PARTS: [&str; 5] = [
+    "utilization",
+    "speedup",
+    "speedup-mw",
+    "speedup-jacobi",
+    "figure7",
+];
 
 /// Options of the section.
 pub struct Options {
     /// Time compressions of the utilization experiment (60 = 5 h in 5 min).
     pub scales: Vec<u32>,
-    /// `utilization`, `speedup`; empty = all.
+    /// Some of [`PARTS`] (`speedup` is rb-bnb's); empty = all.
     pub parts: Vec<String>,
-    /// Repetitions of the speed-up runs.
+    /// Repetitions of the speed-up and Figure 7 runs.
     pub reps: usize,
 }
 
@@ -42,6 +57,12 @@ const SHORTEST_S: f64 = 60.0;
 const LONGEST_S: f64 = 600.0;
 
 pub fn run(opts: &Options) -> anyhow::Result<()> {
+    if let Some(bad) = opts.parts.iter().find(|p| !PARTS.contains(&p.as_str())) {
+        anyhow::bail!(
+            "--apps-parts: unknown part {bad:?} (one of {})",
+            PARTS.join(", ")
+        );
+    }
     println!("## Example applications (issue 18)\n");
     if !tests::is_root() {
         println!("skipped: needs root (network namespaces)\n");
@@ -50,8 +71,13 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     if opts.wants("utilization") {
         utilization(opts)?;
     }
-    if opts.wants("speedup") {
-        speedup(opts)?;
+    for app in App::ALL {
+        if opts.wants(app.part()) {
+            speedup::speedup(app, opts)?;
+        }
+    }
+    if opts.wants("figure7") {
+        figure7::figure7(opts)?;
     }
     Ok(())
 }
@@ -214,128 +240,4 @@ fn replay_usage(dir: &Path) -> anyhow::Result<(f64, f64)> {
     let held = pct(" held (").ok_or_else(|| anyhow::anyhow!("{line}"))?;
     let idle = pct("(idle ").ok_or_else(|| anyhow::anyhow!("{line}"))?;
     Ok((held, idle))
-}
-
-fn speedup(opts: &Options) -> anyhow::Result<()> {
-    println!("### rb-bnb: speed-up from 1 to {LAB_HOSTS} lab hosts, and what a vacate costs\n");
-    println!(
-        "`rb-bnb --cities 12 --seed 1` as an adaptive job on the front end, workers only on \
-         granted lab hosts (`--local-workers 0 --max-workers N`), jobs over rsh. Two kinds of \
-         task: CPU-bound (the search alone: this machine has {} cores, so the lab's hosts share \
-         them and the speed-up stops there) and latency-bound (`--task-ms 50`: each task lasts \
-         at least 50 ms, as when a worker waits on I/O or a slower machine; the speed-up shows \
-         what the broker, the agent and JEL let the job reach). Wall time of the whole job \
-         (agent start to exit), median of {} (min–max). Vacate: the same latency-bound run on 8 \
-         hosts with one host released (`rb release HOST --grace-s 2`) after 1 s: tasks handed \
-         out again at the `vacate`, and the time lost.\n",
-        std::thread::available_parallelism().map_or(1, |n| n.get()),
-        opts.reps
-    );
-    let env = new_lab()?;
-    println!("| tasks | N = 1 | N = 2 | N = 4 | N = 8 | speed-up at 8 |");
-    println!("|---|---|---|---|---|---:|");
-    for (label, task_ms) in [("CPU-bound", 0), ("latency-bound (≥ 50 ms)", 50)] {
-        let mut row = Vec::new();
-        for n in [1, 2, 4, LAB_HOSTS] {
-            row.push(time_bnb(&env, n, task_ms, opts.reps, false)?.0);
-        }
-        let speedup = match (row.first(), row.last()) {
-            (Some(Some(a)), Some(Some(b))) if b.median > 0.0 => {
-                format!("{:.1}×", a.median / b.median)
-            }
-            _ => "-".into(),
-        };
-        let cells: Vec<String> = row.iter().map(|s| show_s(*s)).collect();
-        println!("| {label} | {} | {speedup} |", cells.join(" | "));
-    }
-    println!();
-    let (plain, _) = time_bnb(&env, LAB_HOSTS, 50, opts.reps, false)?;
-    let (vacated, again) = time_bnb(&env, LAB_HOSTS, 50, opts.reps, true)?;
-    println!("| run on {LAB_HOSTS} hosts, latency-bound | wall time | tasks handed out again at a vacate |");
-    println!("|---|---|---|");
-    println!("| no vacate (baseline) | {} | - |", show_s(plain));
-    println!(
-        "| one host released after 1 s | {} | {again} |",
-        show_s(vacated)
-    );
-    println!();
-    down(env)
-}
-
-fn show_s(s: Option<Summary>) -> String {
-    s.map_or("-".into(), |s| {
-        format!(
-            "{:.2} s ({:.2}–{:.2})",
-            s.median / 1000.0,
-            s.min / 1000.0,
-            s.max / 1000.0
-        )
-    })
-}
-
-/// Times `reps` runs of rb-bnb on `n` hosts; with `release`, one held host is released 1 s
-/// in. Returns the wall times (ms) and the median of the tasks handed on at a vacate.
-fn time_bnb(
-    env: &LabWithBroker,
-    n: usize,
-    task_ms: u32,
-    reps: usize,
-    release: bool,
-) -> anyhow::Result<(Option<Summary>, String)> {
-    let bnb = tests::bin("rb-bnb").display().to_string();
-    let (n_s, ms) = (n.to_string(), task_ms.to_string());
-    let app = [
-        bnb.as_str(),
-        "--cities",
-        "12",
-        "--seed",
-        "1",
-        "--local-workers",
-        "0",
-        "--max-workers",
-        &n_s,
-        "--task-ms",
-        &ms,
-    ];
-    let mut times = Vec::new();
-    let mut again = Vec::new();
-    for _ in 0..reps {
-        let t0 = Instant::now();
-        let child = env
-            .agent_as_user(FRONT_END, &["--rsl", "(adaptive=yes)"], &app)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()?;
-        if release {
-            std::thread::sleep(Duration::from_secs(1));
-            let held = wait_until(Duration::from_secs(10), || {
-                env.broker.held_hosts().into_iter().next()
-            });
-            if let Some(host) = held {
-                let _ = env.broker.rb(&["release", &host, "--grace-s", "2"]);
-            }
-        }
-        let out = child.wait_with_output()?;
-        let ms = t0.elapsed().as_secs_f64() * 1000.0;
-        let err = String::from_utf8_lossy(&out.stderr);
-        anyhow::ensure!(out.status.success(), "rb-bnb failed: {err}");
-        times.push(ms);
-        if let Some(k) = count_before(&err, " at a vacate") {
-            again.push(k as f64);
-        }
-    }
-    let again = summarize(&again).map_or("-".into(), |s| format!("{:.0}", s.median));
-    Ok((summarize(&times), again))
-}
-
-/// The number just before `what` in rb-bnb's summary line.
-fn count_before(stderr: &str, what: &str) -> Option<usize> {
-    let line = stderr.lines().find(|l| l.contains(what))?;
-    let before = &line[..line.find(what)?];
-    before
-        .split_whitespace()
-        .last()?
-        .trim_start_matches('(')
-        .parse()
-        .ok()
 }

@@ -74,7 +74,8 @@ struct Args {
     /// Time compressions of the utilization experiment (apps section).
     #[arg(long, value_delimiter = ',', default_values_t = vec![60, 10])]
     utilization_scales: Vec<u32>,
-    /// Apps-section parts to run (utilization, speedup); default all.
+    /// Apps-section parts to run (utilization, speedup, speedup-mw, speedup-jacobi,
+    /// figure7; speedup is rb-bnb's); default all.
     #[arg(long, value_delimiter = ',')]
     apps_parts: Vec<String>,
     /// Run only these sections (resource, agent, modules, policy, jel, apps); default all.

@@ -357,7 +357,7 @@ const PRIVATE: &str = "node03";
 /// Its owner.
 const OWNER: &str = "alice";
 /// The broker's reclaim grace in the lab rows (`reclaim_grace_s`).
-const GRACE_S: f64 = 1.0;
+pub(crate) const GRACE_S: f64 = 1.0;
 /// A holder's process, by its command line.
 const HOLDER_MARK: &str = "sleep 1000";
 
@@ -619,7 +619,7 @@ fn figure_seven(opts: &Options) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn show_ms(s: Option<Summary>) -> String {
+pub(crate) fn show_ms(s: Option<Summary>) -> String {
     match s {
         Some(s) if s.median >= 1000.0 => format!(
             "{:.3} s ({:.3}–{:.3})",
