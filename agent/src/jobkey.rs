@@ -2,7 +2,10 @@
 //! secret, which users other than the broker's owner cannot and must not read.
 //!
 //! The agent makes 32 random bytes per job and writes them to a file only the job's user can
-//! read: `~/.config/rb/jobs/job-JOB-HOST-PID.key` (directory 0700, file 0600, `O_EXCL`),
+//! read: `~/.config/rb/jobs/job-JOB-HOST-PID-NONCE.key` (directory 0700, file 0600,
+//! `O_EXCL`; NONCE, 8 random hex digits, because job, host and pid alone repeat: every
+//! embedded broker numbers its jobs from 1, pids are reused, and agents in the PID
+//! namespaces of two test labs' `node02` share root's home),
 //! since a lab's hosts share home directories the way they shared `~/.config/rb/secret`
 //! before; without a home, the job's private directory. Subagents are started with
 //! `--secret-file PATH`: the path is on their command line, the key never is. The file is
@@ -29,9 +32,14 @@ pub struct JobKey {
 impl JobKey {
     /// Makes the key of `job` in `~/.config/rb/jobs`, else in `job_dir`.
     pub fn create(job: u64, job_dir: &Path) -> anyhow::Result<Self> {
+        Self::create_in(job, key_dir(), job_dir)
+    }
+
+    /// Makes the key of `job` in `keys` (created private), else in `job_dir`.
+    fn create_in(job: u64, keys: Option<PathBuf>, job_dir: &Path) -> anyhow::Result<Self> {
         let host = this_host();
-        let name = format!("job-{job}-{host}-{}.key", std::process::id());
-        let dir = key_dir().filter(|d| privdir::create_private(d).is_ok());
+        let name = format!("job-{job}-{host}-{}-{}.key", std::process::id(), nonce());
+        let dir = keys.filter(|d| privdir::create_private(d).is_ok());
         if let Some(dir) = &dir {
             sweep(dir, &host, STALE_AFTER, pid_alive);
         }
@@ -85,10 +93,29 @@ fn pid_alive(pid: i32) -> bool {
     )
 }
 
-/// The host and pid a key file's name carries (`job-JOB-HOST-PID.key`).
+/// 8 hex digits that tell apart two key files of the same job, host and pid: from std's
+/// randomly keyed hasher (uniqueness, not secrecy: the key is in the file).
+fn nonce() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    format!("{:08x}", h.finish() as u32)
+}
+
+/// The host and pid a key file's name carries (`job-JOB-HOST-PID-NONCE.key`, or
+/// `job-JOB-HOST-PID.key` as agents wrote it before the nonce).
 fn owner_of(file_name: &str) -> Option<(&str, i32)> {
     let rest = file_name.strip_prefix("job-")?.strip_suffix(".key")?;
     let (_job, rest) = rest.split_once('-')?;
+    let is_nonce = |s: &str| s.len() == 8 && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let rest = match rest.rsplit_once('-') {
+        Some((head, last)) if is_nonce(last) => head,
+        _ => rest,
+    };
     let (host, pid) = rest.rsplit_once('-')?;
     Some((host, pid.parse().ok()?))
 }
@@ -146,9 +173,31 @@ mod tests {
         assert!(!path.exists(), "removed when the job ends");
     }
 
+    /// Two keys of the same job number, host and pid (two embedded brokers' job 1, a reused
+    /// pid, or two labs' `node02` sharing root's home) are two files: the second agent
+    /// failed with `File exists` before the nonce.
+    #[test]
+    fn the_same_job_host_and_pid_twice_get_two_keys() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let keys = home.path().join("jobs");
+        let a = JobKey::create_in(1, Some(keys.clone()), home.path()).expect("a");
+        let b = JobKey::create_in(1, Some(keys.clone()), home.path()).expect("b");
+        assert_ne!(a.path(), b.path());
+        assert_eq!(a.path().parent(), Some(keys.as_path()));
+        let name = a.path().file_name().expect("name").to_string_lossy();
+        assert_eq!(
+            owner_of(&name),
+            Some((this_host().as_str(), std::process::id() as i32))
+        );
+    }
+
     #[test]
     fn key_names_say_their_host_and_pid() {
         assert_eq!(owner_of("job-7-node-02-4242.key"), Some(("node-02", 4242)));
+        assert_eq!(
+            owner_of("job-7-node-02-4242-0a1b2c3d.key"),
+            Some(("node-02", 4242))
+        );
         assert_eq!(owner_of("job-7-4242.key"), None);
         assert_eq!(owner_of("notes.txt"), None);
     }
