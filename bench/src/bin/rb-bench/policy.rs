@@ -632,6 +632,46 @@ pub(crate) fn show_ms(s: Option<Summary>) -> String {
     }
 }
 
+/// The ports rsh binds on its side (`rresvport`: 512–1023), and a margin for the calls of
+/// other processes meanwhile.
+const RESERVED_PORTS: std::ops::RangeInclusive<u16> = 512..=1023;
+const RESERVED_MARGIN: usize = 32;
+
+/// Waits until the front end has `needed` reserved ports free (not counted in the
+/// figures). Each rsh call keeps one for 60 s after it ends (netkit rsh closes first: its
+/// connection sits in TIME-WAIT on the caller's side), so one host can make only about
+/// 500 rsh calls a minute; this section makes more, and then rsh fails with `rcmd: socket:
+/// All ports in use`.
+fn wait_for_reserved_ports(env: &LabWithBroker, needed: usize) -> anyhow::Result<()> {
+    let total = RESERVED_PORTS.len();
+    let in_use = || -> Option<usize> {
+        let out = env.lab.exec(FRONT_END, &["ss", "-Htan"]).ok()?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        Some(
+            text.lines()
+                .filter_map(|l| {
+                    l.split_whitespace()
+                        .nth(3)?
+                        .rsplit_once(':')?
+                        .1
+                        .parse()
+                        .ok()
+                })
+                .filter(|port: &u16| RESERVED_PORTS.contains(port))
+                .count(),
+        )
+    };
+    let free = wait_until(Duration::from_secs(90), || {
+        let used = in_use()?;
+        (total.saturating_sub(used) >= needed + RESERVED_MARGIN).then_some(())
+    });
+    anyhow::ensure!(
+        free.is_some(),
+        "{FRONT_END} never had {needed} reserved ports free for rsh within 90 s"
+    );
+    Ok(())
+}
+
 /// Times a new non-adaptive job asking for `n` hosts at once (`anyLinux-1..n`), `reps`
 /// times; with `held`, each run first waits until the holder runs on every host of it.
 fn ask_n(
@@ -647,6 +687,8 @@ fn ask_n(
     let timeit = tests::bin("rb-timeit").display().to_string();
     let mut times = Vec::new();
     for _ in 0..reps {
+        // The rep's n calls, and the holder's n calls taking its hosts back afterwards.
+        wait_for_reserved_ports(env, 2 * n)?;
         if let Some(hosts) = held {
             anyhow::ensure!(
                 wait_held(env, hosts),
