@@ -79,7 +79,11 @@ impl SlurmOverflow {
     /// The `sbatch` options of one pilot job named `job_name`, warned with SIGUSR1 to the
     /// batch shell `warning` before its time limit (Slurm rounds that up to whole seconds
     /// and may send it up to a minute early): `-N1 --exclusive --time --signal --job-name`,
-    /// the partition, then `sbatch_args`. `--parsable` and the script are the caller's.
+    /// the partition, `--output=/dev/null`, then `sbatch_args`. `--parsable` and the script
+    /// are the caller's. Without `--output`, Slurm writes `slurm-JOBID.out` in the broker's
+    /// working directory (a checkout's `tests/` in the test suite), and a compute node
+    /// without that directory cannot write it; `sbatch_args` may name another `--output`
+    /// (sbatch's last option wins).
     pub fn pilot_options(&self, job_name: &str, warning: Duration) -> Vec<String> {
         let warning_s = warning.as_secs_f64().ceil().max(1.0) as u64;
         let mut args = vec![
@@ -92,6 +96,7 @@ impl SlurmOverflow {
         if let Some(p) = &self.partition {
             args.push(format!("--partition={p}"));
         }
+        args.push("--output=/dev/null".to_string());
         args.extend(self.sbatch_args.iter().cloned());
         args
     }
@@ -351,6 +356,7 @@ mod tests {
                 "--signal=B:USR1@5",
                 "--job-name=rb-pilot-x",
                 "--partition=short",
+                "--output=/dev/null",
                 "--qos=low"
             ]
         );
