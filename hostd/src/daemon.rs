@@ -301,7 +301,15 @@ pub fn take_over(dir: &Path, host: &str) -> std::io::Result<std::fs::File> {
         let mut text = String::new();
         file.seek(std::io::SeekFrom::Start(0))?;
         file.read_to_string(&mut text)?;
-        if let Ok(pid) = text.trim().parse::<i32>() {
+        // Our own pid: the holder is this process's own earlier lock, still held by a copy of
+        // its descriptor in a child forked by another thread that has not exec'd yet (seen in
+        // the test binary, which then SIGTERMed itself). Wait for it; never signal ourselves.
+        let holder = text
+            .trim()
+            .parse::<i32>()
+            .ok()
+            .filter(|&pid| pid != std::process::id() as i32);
+        if let Some(pid) = holder {
             let sig = if std::time::Instant::now() > deadline {
                 nix::sys::signal::Signal::SIGKILL
             } else {
@@ -367,5 +375,26 @@ mod tests {
         drop(lock);
         // Free again: a second take-over succeeds at once.
         take_over(dir.path(), "node/02").expect("relock");
+    }
+
+    /// A lock still held under this process's own pid (a copy of its descriptor in a forked
+    /// child that has not exec'd yet) is waited for, never signalled: the hostd test binary
+    /// once got SIGTERM from itself so. Without the check this test's process dies.
+    #[test]
+    fn a_lock_held_under_our_own_pid_is_waited_for_not_signalled() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("hostd-node03.lock");
+        let mut held = std::fs::File::create(&path).expect("create");
+        assert!(try_lock(&held).expect("lock"));
+        write!(held, "{}", std::process::id()).expect("write pid");
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            drop(held);
+        });
+        let started = std::time::Instant::now();
+        take_over(dir.path(), "node03").expect("taken once released");
+        assert!(started.elapsed() >= Duration::from_millis(250), "it waited");
+        release.join().expect("release");
     }
 }
