@@ -147,6 +147,7 @@ pub async fn run(
                 max_nodes: o.max_nodes as usize,
                 owner: owner_name(),
                 idle_exit: o.idle_exit,
+                warning: lab.broker.reclaim_grace,
             };
             desk.with_pilots(p, settings)
         }
