@@ -4,6 +4,11 @@ use std::{io::IsTerminal, path::PathBuf, process::ExitCode};
 
 use clap::Parser;
 
+/// See the note on `tikv-jemallocator` in Cargo.toml: the broker allocates and frees a
+/// report's strings for every report of every host.
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// ResourceBroker manager: starts and watches a host daemon on every lab machine.
 #[derive(Debug, Parser)]
 #[command(name = "rb-broker", version)]

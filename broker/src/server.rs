@@ -297,7 +297,7 @@ async fn hostd_session<S>(
                     break "connection closed".into();
                 }
             }
-            msg = conn.recv::<ToBroker>() => match msg {
+            msg = conn.recv_line() => match msg.and_then(|line| proto::msg::decode_from_hostd(&line)) {
                 Ok(ToBroker::Report(report)) => {
                     if ctx.events.send(Event::Report { host: host.clone(), conn: id, report }).await.is_err() {
                         break "broker stopping".into();
