@@ -36,6 +36,9 @@ pub const PARTS: [&str; 5] = [
 pub struct Options {
     /// Time compressions of the utilization experiment (60 = 5 h in 5 min).
     pub scales: Vec<u32>,
+    /// Runs of the utilization experiment at each scale: `adaptive` (rb-mw beside the
+    /// sequential jobs), `baseline` (the sequential jobs alone); empty = both.
+    pub arms: Vec<String>,
     /// Some of [`PARTS`] (`speedup` is rb-bnb's); empty = all.
     pub parts: Vec<String>,
     /// Repetitions of the speed-up and Figure 7 runs.
@@ -118,6 +121,10 @@ fn utilization(opts: &Options) -> anyhow::Result<()> {
     println!("|---|---:|---:|---:|---:|---:|");
     for &scale in &opts.scales {
         for adaptive in [true, false] {
+            let arm = if adaptive { "adaptive" } else { "baseline" };
+            if !opts.arms.is_empty() && !opts.arms.iter().any(|a| a == arm) {
+                continue;
+            }
             let row = one_utilization_run(scale, adaptive)?;
             let label = if adaptive {
                 "rb-mw beside the sequential jobs"
@@ -157,24 +164,36 @@ impl Lengths {
     }
 }
 
+/// The most tasks `rb-mw --tasks` takes.
+const MW_MAX_TASKS: f64 = 100_000.0;
+
+/// `--tasks` and `--task-ms` for rb-mw to have twice the work a run of `length_s` on the
+/// lab's hosts can do: 200 ms tasks, longer when that many would pass rb-mw's limit.
+fn mw_work(length_s: f64) -> (u64, u64) {
+    let wanted = |task_ms: f64| 2.0 * length_s * LAB_HOSTS as f64 * 1000.0 / task_ms;
+    let task_ms = (200.0 * (wanted(200.0) / MW_MAX_TASKS).ceil()).max(200.0);
+    (wanted(task_ms).ceil() as u64, task_ms as u64)
+}
+
 fn one_utilization_run(scale: u32, adaptive: bool) -> anyhow::Result<UsageRow> {
     let env = new_lab()?;
     let scale_f = f64::from(scale);
+    let log = tempfile::NamedTempFile::new()?;
     let mut adaptive_job = if adaptive {
         let mw = tests::bin("rb-mw").display().to_string();
-        // More work than the run lasts: 8 hosts × the run's length in 200 ms tasks.
-        let tasks = ((RUN_S / scale_f) * 5.0 * LAB_HOSTS as f64 * 2.0) as u64;
+        let (tasks, task_ms) = mw_work(RUN_S / scale_f);
+        let (tasks, task_ms) = (tasks.to_string(), task_ms.to_string());
         let app = [
             mw.as_str(),
             "--primes-below",
             "100000000",
             "--tasks",
-            &tasks.to_string(),
+            &tasks,
             "--task-ms",
-            "200",
+            &task_ms,
         ];
         let mut cmd = env.agent_as_user(FRONT_END, &["--rsl", "(adaptive=yes)"], &app);
-        Some(cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn()?)
+        Some(cmd.stdout(Stdio::null()).stderr(log.reopen()?).spawn()?)
     } else {
         None
     };
@@ -199,6 +218,18 @@ fn one_utilization_run(scale: u32, adaptive: bool) -> anyhow::Result<UsageRow> {
         jobs.retain_mut(|j| !matches!(j.try_wait(), Ok(Some(_))));
     }
     let count = (RUN_S / EVERY_S).ceil() as usize;
+    // The adaptive job must have lasted the run: one that ended early (a bad flag, a
+    // crash) would make the row a second baseline.
+    if let Some(job) = adaptive_job.as_mut() {
+        if let Some(status) = job.try_wait()? {
+            let said = std::fs::read_to_string(log.path()).unwrap_or_default();
+            let tail: Vec<&str> = said.lines().rev().take(10).collect();
+            anyhow::bail!(
+                "rb-mw ended before the run did ({status}); its last lines:\n{}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+    }
     let usage = replay_usage(&env.broker.state_dir().join("trace"));
     for mut job in jobs.into_iter().chain(adaptive_job.take()) {
         let _ = nix::sys::signal::kill(
@@ -214,6 +245,25 @@ fn one_utilization_run(scale: u32, adaptive: bool) -> anyhow::Result<UsageRow> {
         held_pct,
         idle_pct,
     })
+}
+
+#[cfg(test)]
+mod work_tests {
+    use super::*;
+
+    /// rb-mw refuses more than 100 000 tasks: every scale's run stays within it, with
+    /// twice the work the run can do.
+    #[test]
+    fn rb_mw_gets_enough_work_within_its_task_limit() {
+        for scale in [1.0, 10.0, 60.0] {
+            let length_s = RUN_S / scale;
+            let (tasks, task_ms) = mw_work(length_s);
+            assert!(tasks as f64 <= MW_MAX_TASKS, "scale {scale}: {tasks}");
+            let can_do = length_s * LAB_HOSTS as f64 * 1000.0 / task_ms as f64;
+            assert!(tasks as f64 >= 2.0 * can_do - 1.0, "scale {scale}: {tasks} < 2 × {can_do}");
+        }
+        assert_eq!(mw_work(300.0), (24_000, 200), "60×: as before");
+    }
 }
 
 fn paper_policy() -> PathBuf {

@@ -74,6 +74,10 @@ struct Args {
     /// Time compressions of the utilization experiment (apps section).
     #[arg(long, value_delimiter = ',', default_values_t = vec![60, 10])]
     utilization_scales: Vec<u32>,
+    /// Utilization runs at each scale: adaptive (rb-mw beside the sequential jobs),
+    /// baseline (the sequential jobs alone); default both.
+    #[arg(long, value_delimiter = ',')]
+    utilization_arms: Vec<String>,
     /// Apps-section parts to run (utilization, speedup, speedup-mw, speedup-jacobi,
     /// figure7; speedup is rb-bnb's); default all.
     #[arg(long, value_delimiter = ',')]
@@ -138,6 +142,7 @@ fn main() -> anyhow::Result<()> {
     if wanted("apps") {
         apps::run(&apps::Options {
             scales: args.utilization_scales.clone(),
+            arms: args.utilization_arms.clone(),
             parts: args.apps_parts.clone(),
             reps: args.reps.min(5),
         })?;
