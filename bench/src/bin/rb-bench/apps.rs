@@ -247,25 +247,6 @@ fn one_utilization_run(scale: u32, adaptive: bool) -> anyhow::Result<UsageRow> {
     })
 }
 
-#[cfg(test)]
-mod work_tests {
-    use super::*;
-
-    /// rb-mw refuses more than 100 000 tasks: every scale's run stays within it, with
-    /// twice the work the run can do.
-    #[test]
-    fn rb_mw_gets_enough_work_within_its_task_limit() {
-        for scale in [1.0, 10.0, 60.0] {
-            let length_s = RUN_S / scale;
-            let (tasks, task_ms) = mw_work(length_s);
-            assert!(tasks as f64 <= MW_MAX_TASKS, "scale {scale}: {tasks}");
-            let can_do = length_s * LAB_HOSTS as f64 * 1000.0 / task_ms as f64;
-            assert!(tasks as f64 >= 2.0 * can_do - 1.0, "scale {scale}: {tasks} < 2 × {can_do}");
-        }
-        assert_eq!(mw_work(300.0), (24_000, 200), "60×: as before");
-    }
-}
-
 fn paper_policy() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies/paper.toml")
 }
@@ -290,4 +271,26 @@ fn replay_usage(dir: &Path) -> anyhow::Result<(f64, f64)> {
     let held = pct(" held (").ok_or_else(|| anyhow::anyhow!("{line}"))?;
     let idle = pct("(idle ").ok_or_else(|| anyhow::anyhow!("{line}"))?;
     Ok((held, idle))
+}
+
+#[cfg(test)]
+mod work_tests {
+    use super::*;
+
+    /// rb-mw refuses more than 100 000 tasks: every scale's run stays within it, with
+    /// twice the work the run can do.
+    #[test]
+    fn rb_mw_gets_enough_work_within_its_task_limit() {
+        for scale in [1.0, 10.0, 60.0] {
+            let length_s = RUN_S / scale;
+            let (tasks, task_ms) = mw_work(length_s);
+            assert!(tasks as f64 <= MW_MAX_TASKS, "scale {scale}: {tasks}");
+            let can_do = length_s * LAB_HOSTS as f64 * 1000.0 / task_ms as f64;
+            assert!(
+                tasks as f64 >= 2.0 * can_do - 1.0,
+                "scale {scale}: {tasks} < 2 × {can_do}"
+            );
+        }
+        assert_eq!(mw_work(300.0), (24_000, 200), "60×: as before");
+    }
 }
