@@ -83,7 +83,7 @@ impl Allocator {
     /// is held, drained or down (its state says so already).
     pub fn policy_note(&self, host: &str) -> Option<String> {
         let view = self.hosts.get(host)?;
-        if !view.up || self.by_host.contains_key(host) || self.drained.contains(host) {
+        if !view.up || self.by_host.contains_key(host) || self.closed(host) {
             return None;
         }
         let entry = self.inputs.hosts.get(host)?;

@@ -170,9 +170,7 @@ impl Allocator {
     fn grantable_labels(&self, host: &str) -> Option<usize> {
         self.hosts
             .get(host)
-            .filter(|view| {
-                view.up && !self.drained.contains(host) && !self.by_host.contains_key(host)
-            })
+            .filter(|view| view.up && !self.closed(host) && !self.by_host.contains_key(host))
             .map(HostView::label_count)
     }
 
@@ -207,7 +205,7 @@ impl Allocator {
             labels: v.labels.clone(),
             owner: v.owner.clone(),
             up: v.up,
-            drained: self.drained.contains(&v.name),
+            drained: self.closed(&v.name),
             load1: v.load1,
             load5: v.load5,
             load15: v.load15,

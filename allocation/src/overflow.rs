@@ -12,7 +12,11 @@
 //! for. When no job wants one, outstanding pilots whose Slurm id is known are cancelled
 //! ([`Effect::CancelPilot`]): a pilot still in Slurm's queue holds nothing anyone uses.
 //! A joined pilot whose host no allocation has held for `idle_exit` is cancelled too, and
-//! a joined pilot is forgotten when its host goes down (lease end, `scancel`). After a
+//! a joined pilot is forgotten when its host goes down (lease end, `scancel`). A pilot's
+//! daemon names its Slurm job ([`Allocator::pilot_lease`]): the host is joined to that
+//! pilot, with the lease's end as Slurm tells it; when Slurm warns that the lease ends,
+//! the host's holder is reclaimed with the time left as its grace and the host closes
+//! ([`Allocator::lease_ends`]). After a
 //! restart the shell finds the previous run's pilots by job name
 //! ([`Allocator::pilots_found`]): they are adopted, and cancelled when unwanted.
 //!
@@ -22,9 +26,9 @@
 //!   `slurm` starts no other user's job (checked with `start`, so neither a grant nor a
 //!   reclaim gives one to them).
 //! - A failed `sbatch` backs off: 1 s, doubling to 60 s, reset by the next success.
-//! - Which pilot a host belongs to is not known from the host alone; the oldest
-//!   outstanding pilot takes the first new `slurm` host. Counts, not identities, drive the
-//!   decisions, so this does not change what is asked for.
+//! - Until its daemon names its Slurm job, a new `slurm` host is taken to be the oldest
+//!   outstanding pilot's; the name then corrects it. Counts, not identities, drive the
+//!   decisions, so the guess does not change what is asked for.
 
 use std::{
     collections::BTreeMap,
@@ -52,6 +56,20 @@ pub struct OverflowSettings {
     pub owner: String,
     /// A pilot whose host nobody holds for this long is cancelled (`idle_exit_s`).
     pub idle_exit: Duration,
+    /// How long before its lease ends Slurm warns a pilot (`reclaim_grace_s`): the time
+    /// its holder gets when Slurm could not tell the lease's end.
+    pub warning: Duration,
+}
+
+/// What `rb status` shows of a pilot's host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PilotLease {
+    /// Its Slurm job, once known.
+    pub slurm_job: Option<String>,
+    /// When Slurm takes the node back, as Slurm last said.
+    pub ends: Option<Instant>,
+    /// Slurm warned that the lease ends: the host takes no new grant.
+    pub ending: bool,
 }
 
 /// The overflow state: pilots and the submission backoff.
@@ -60,6 +78,7 @@ pub(crate) struct Overflow {
     max_nodes: usize,
     owner: String,
     idle_exit: Duration,
+    warning: Duration,
     next: PilotId,
     pilots: BTreeMap<PilotId, Pilot>,
     failures: u32,
@@ -80,6 +99,10 @@ enum Pilot {
         slurm_id: Option<String>,
         /// Since when no allocation holds its host.
         idle_since: Option<Instant>,
+        /// When Slurm takes the node back ([`Allocator::pilot_lease`]), once known.
+        lease_end: Option<Instant>,
+        /// Slurm warned that the lease ends.
+        ending: bool,
     },
 }
 
@@ -90,6 +113,43 @@ impl Overflow {
             .filter(|p| matches!(p, Pilot::Outstanding { .. }))
             .count()
     }
+
+    /// The pilot that Slurm job `slurm_id` is, taken out of the table to be joined to
+    /// `host`: the one with that id, else a fresh number (a pilot this broker did not know
+    /// of). A pilot that was guessed to be `host`'s goes back to waiting for its own node.
+    fn take_pilot_of(&mut self, host: &str, slurm_id: &str) -> PilotId {
+        let guessed = self.pilots.iter().find_map(|(id, p)| match p {
+            Pilot::Joined {
+                host: h,
+                slurm_id: s,
+                ..
+            } if h == host && s.as_deref() != Some(slurm_id) => Some((*id, s.clone())),
+            _ => None,
+        });
+        if let Some((id, other)) = guessed {
+            self.pilots.insert(
+                id,
+                Pilot::Outstanding {
+                    slurm_id: other,
+                    found: None,
+                },
+            );
+        }
+        let own = self.pilots.iter().find_map(|(id, p)| match p {
+            Pilot::Outstanding {
+                slurm_id: Some(s), ..
+            }
+            | Pilot::Joined {
+                slurm_id: Some(s), ..
+            } if s == slurm_id => Some(*id),
+            _ => None,
+        });
+        own.unwrap_or_else(|| {
+            let id = self.next;
+            self.next += 1;
+            id
+        })
+    }
 }
 
 impl Allocator {
@@ -99,6 +159,7 @@ impl Allocator {
             max_nodes: s.max_nodes,
             owner: s.owner,
             idle_exit: s.idle_exit,
+            warning: s.warning,
             next: 1,
             pilots: BTreeMap::new(),
             failures: 0,
@@ -146,6 +207,61 @@ impl Allocator {
             let wait = Duration::from_secs(1 << o.failures.min(6).saturating_sub(1));
             o.retry_at = Some(now + wait.min(BACKOFF_MAX));
         }
+    }
+
+    /// A pilot's daemon on `host` says it runs in Slurm job `slurm_id`, whose lease Slurm
+    /// says has `left` to run (`None`: Slurm did not say); `ending` once Slurm warned that
+    /// the lease ends. The host is joined to the pilot with that id (found by id, not
+    /// guessed; one this broker does not know of is adopted). Returns the grace its holder
+    /// gets when the lease ends: the time left by Slurm's clock, else the warning's.
+    pub fn pilot_lease(
+        &mut self,
+        host: &str,
+        slurm_id: &str,
+        left: Option<Duration>,
+        ending: bool,
+        now: Instant,
+    ) -> Option<Duration> {
+        let is_pilot_host = self
+            .hosts
+            .get(host)
+            .is_some_and(|h| h.labels.iter().any(|l| l == "slurm"));
+        let o = self.overflow.as_mut()?;
+        if !is_pilot_host {
+            return None;
+        }
+        let lease_end = left.and_then(|l| now.checked_add(l));
+        let pilot = o.take_pilot_of(host, slurm_id);
+        o.pilots.insert(
+            pilot,
+            Pilot::Joined {
+                host: host.to_string(),
+                slurm_id: Some(slurm_id.to_string()),
+                idle_since: None,
+                lease_end,
+                ending,
+            },
+        );
+        ending.then(|| left.unwrap_or(o.warning))
+    }
+
+    /// What `rb status` shows of `host` when it is a pilot's node.
+    pub fn pilot_lease_of(&self, host: &str) -> Option<PilotLease> {
+        let o = self.overflow.as_ref()?;
+        o.pilots.values().find_map(|p| match p {
+            Pilot::Joined {
+                host: h,
+                slurm_id,
+                lease_end,
+                ending,
+                ..
+            } if h == host => Some(PilotLease {
+                slurm_job: slurm_id.clone(),
+                ends: *lease_end,
+                ending: *ending,
+            }),
+            _ => None,
+        })
     }
 
     /// The Slurm ids of every pilot, queued or running (for cancelling them at shutdown).
@@ -222,6 +338,7 @@ impl Allocator {
                 host,
                 slurm_id,
                 idle_since,
+                ..
             } = p
             {
                 if self.by_host.contains_key(host.as_str()) {
@@ -281,6 +398,8 @@ impl Allocator {
                     host,
                     slurm_id,
                     idle_since: None,
+                    lease_end: None,
+                    ending: false,
                 };
             }
         }
@@ -322,6 +441,28 @@ impl Allocator {
             .into_iter()
             .filter(|(job, since)| self.overflow_for(*job, now.saturating_duration_since(*since)))
             .count()
+    }
+
+    /// What overflow does for `job`'s request that waited `waited`, for `rb jobs`; `None`
+    /// when overflow is off, the job is not the owner's, or the policy's `overflow` says no.
+    pub(crate) fn slurm_note(&self, job: JobId, waited: Duration, now: Instant) -> Option<String> {
+        let o = self.overflow.as_ref()?;
+        if !self.is_owners(job, &o.owner) || !self.overflow_for(job, waited) {
+            return None;
+        }
+        let queued = o.outstanding();
+        Some(match o.retry_at {
+            _ if queued > 0 => format!("waits for Slurm: {queued} pilot(s) queued"),
+            Some(t) if now < t => format!(
+                "waits for Slurm: sbatch failed, trying again in {:.0} s",
+                t.saturating_duration_since(now).as_secs_f64().ceil()
+            ),
+            _ if o.pilots.len() >= o.max_nodes => format!(
+                "waits for Slurm: max_nodes ({}) pilots already run",
+                o.max_nodes
+            ),
+            _ => "waits for Slurm: a pilot is asked for".to_string(),
+        })
     }
 
     /// The policy's `overflow` for `job`, whose oldest request waited `waited`.

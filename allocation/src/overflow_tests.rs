@@ -28,6 +28,7 @@ fn full_lab(max_nodes: usize) -> (Lab, JobId) {
         max_nodes,
         owner: "alice".into(),
         idle_exit: std::time::Duration::from_secs(10),
+        warning: std::time::Duration::from_secs(20),
     }));
     let holder = lab.job(false);
     lab.take(holder, "anyHost");
@@ -104,6 +105,7 @@ fn without_overflow_nothing_is_asked_and_a_policy_can_say_never() {
         max_nodes: 2,
         owner: "alice".into(),
         idle_exit: std::time::Duration::from_secs(10),
+        warning: std::time::Duration::from_secs(20),
     }));
     let never =
         policies::Policy::from_text(std::path::Path::new("never.toml"), "overflow = 'false'\n")
@@ -190,4 +192,101 @@ fn pilots_found_after_a_restart_are_adopted_or_cancelled() {
     assert!(cancelled(&lab.tick(1)).is_empty(), "within the grace");
     assert_eq!(cancelled(&lab.tick(10)), ["101"]);
     assert_eq!(lab.a.pilot_ids(), ["100"], "the adopted one stays");
+}
+
+/// The Slurm job a pilot's daemon names is the pilot its host joins, whatever the guess
+/// made when the host came up (the oldest outstanding one).
+#[test]
+fn a_pilots_host_is_joined_by_its_slurm_job_not_guessed() {
+    let (mut lab, _) = full_lab(2);
+    lab.a
+        .pilots_found(vec!["100".into(), "101".into()], lab.now);
+    let fx = pilot_joins(&mut lab);
+    assert!(super::tests::granted(&fx).is_some(), "{fx:?}");
+    let grace = lab
+        .a
+        .pilot_lease("slurm-node09", "101", None, false, lab.now);
+    assert_eq!(grace, None, "no lease ending yet");
+    let lease = lab
+        .a
+        .pilot_lease_of("slurm-node09")
+        .expect("a pilot's host");
+    assert_eq!(lease.slurm_job.as_deref(), Some("101"));
+    assert!(cancelled(&lab.tick(1)).is_empty(), "within the grace");
+    assert_eq!(cancelled(&lab.tick(10)), ["100"], "not the one on the node");
+    assert_eq!(lab.a.pilot_ids(), ["101"]);
+}
+
+/// Slurm warns that a pilot's lease ends: the holder gets the time Slurm says is left
+/// (the warning's when Slurm did not say), the host takes no new grant, and once it goes
+/// down a later pilot on the same node is open again.
+#[test]
+fn a_lease_that_ends_reclaims_the_host_with_slurms_deadline_and_closes_it() {
+    let (mut lab, waiter) = full_lab(4);
+    assert_eq!(submitted(&lab.tick(2)), [1]);
+    lab.a.pilot_submitted(1, "4242".into());
+    let fx = pilot_joins(&mut lab);
+    let (alloc, host) = super::tests::granted(&fx).expect("the waiter gets the node");
+    let left = Duration::from_secs(290);
+    assert_eq!(
+        lab.a.pilot_lease(&host, "4242", Some(left), false, lab.now),
+        None
+    );
+    let lease = lab.a.pilot_lease_of(&host).expect("lease");
+    assert_eq!(lease.ends, Some(lab.now + left));
+    assert!(!lease.ending);
+
+    lab.now += Duration::from_secs(260);
+    let grace = lab
+        .a
+        .pilot_lease(&host, "4242", Some(Duration::from_secs(30)), true, lab.now)
+        .expect("ending: a grace");
+    assert_eq!(grace, Duration::from_secs(30), "Slurm's deadline");
+    let fx = lab.a.lease_ends(&host, grace, lab.now).expect("known host");
+    lab.check();
+    let reclaim = fx.iter().find_map(|e| match e {
+        Effect::Reclaim {
+            job,
+            alloc: a,
+            grace,
+            ..
+        } => Some((*job, *a, *grace)),
+        _ => None,
+    });
+    assert_eq!(reclaim, Some((waiter, alloc, grace)), "{fx:?}");
+    assert!(lab.a.pilot_lease_of(&host).expect("lease").ending);
+    lab.confirm(alloc);
+    let other = lab.job(false);
+    let (_, fx) = lab.req(other, "anyHost");
+    assert!(
+        super::tests::granted(&fx).is_none(),
+        "closed to grants: {fx:?}"
+    );
+
+    // Slurm did not say: the warning's time.
+    assert_eq!(
+        lab.a.pilot_lease(&host, "4242", None, true, lab.now),
+        Some(Duration::from_secs(20))
+    );
+    // The node leaves, and a later pilot on it is a new, open lease.
+    lab.set(&host, |v| v.up = false);
+    lab.set(&host, |v| v.up = true);
+    assert!(lab
+        .a
+        .pilot_lease(&host, "5000", None, false, lab.now)
+        .is_none());
+    assert!(!lab.a.closed(&host));
+}
+
+/// Only a host labelled `slurm` is a pilot's; a lab host's daemon that names a Slurm job
+/// changes nothing.
+#[test]
+fn a_lab_host_naming_a_slurm_job_is_not_a_pilot() {
+    let (mut lab, _) = full_lab(4);
+    assert_eq!(
+        lab.a
+            .pilot_lease("node02", "9", Some(Duration::from_secs(1)), true, lab.now),
+        None
+    );
+    assert!(lab.a.pilot_lease_of("node02").is_none());
 }

@@ -255,7 +255,7 @@ impl Allocator {
             .get(host)
             .is_some_and(|v| v.up && v.matches(&w.want))
             && !self.uses(w.job, host)
-            && !self.drained.contains(host)
+            && !self.closed(host)
             && !self.by_host.contains_key(host)
             && !reserved.contains(host)
             && self.starts(w.job, host)
@@ -330,7 +330,7 @@ impl Allocator {
             && a.job != requester
             && !self.uses(requester, &a.host)
             && holder_running
-            && !self.drained.contains(&a.host)
+            && !self.closed(&a.host)
             && self
                 .hosts
                 .get(&a.host)

@@ -334,6 +334,11 @@ impl Replay {
                 a.release_host(&host, grace, now)
                     .unwrap_or_else(|_| self.skip())
             }
+            Input::LeaseEnds { host, grace_us } => {
+                let grace = Duration::from_micros(grace_us);
+                a.lease_ends(&host, grace, now)
+                    .unwrap_or_else(|_| self.skip())
+            }
             Input::Drain { host } => a.drain(&host).unwrap_or_default(),
             Input::Resume { host } => a.resume(&host, now).unwrap_or_default(),
             Input::Tick => a.tick(now),

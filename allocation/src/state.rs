@@ -107,6 +107,10 @@ pub struct Allocator {
     /// Latest host views (soft state, not persisted).
     pub(crate) hosts: BTreeMap<String, HostView>,
     pub(crate) drained: BTreeSet<String>,
+    /// Hosts whose Slurm lease ends ([`Allocator::lease_ends`]): closed to grants like a
+    /// drained host until they go down (soft state: a pilot's daemon says so again after
+    /// every reconnection).
+    pub(crate) leaving: BTreeSet<String>,
     /// Hosts each running job uses without holding them (the machine its agent runs on,
     /// hosts it added by name): never granted to it. Soft state, like `hosts`: agents tell
     /// them again when they re-register after a restart.
@@ -143,6 +147,7 @@ impl Allocator {
             queue: Vec::new(),
             hosts: BTreeMap::new(),
             drained: BTreeSet::new(),
+            leaving: BTreeSet::new(),
             in_use: BTreeMap::new(),
             policy: paper(),
             inputs: Inputs::default(),
@@ -290,6 +295,30 @@ impl Allocator {
         Ok(self.finish(fx))
     }
 
+    /// Slurm takes `host` (a pilot's node) back: no new grants on it, and whatever holds it
+    /// is reclaimed within `grace` (the time left on the lease, or less if the policy's
+    /// `grace_s` says so). It stays closed until it goes down.
+    pub fn lease_ends(
+        &mut self,
+        host: &str,
+        grace: Duration,
+        now: Instant,
+    ) -> Result<Vec<Effect>, AllocError> {
+        self.known(host)?;
+        let mut fx = Fx::default();
+        if self.leaving.insert(host.to_string()) {
+            self.rebuild_host(host);
+        }
+        if let Some(&alloc) = self.by_host.get(host) {
+            self.refresh(now);
+            let job = self.allocs.get(&alloc).map_or(0, |a| a.job);
+            let grace = self.grace_for(job, host, grace);
+            // An allocation already being released keeps the earlier of the two deadlines.
+            self.reclaim(alloc, None, grace, now, &mut fx);
+        }
+        Ok(self.finish(fx))
+    }
+
     /// No new grants on `host`; its current allocation (if any) stays.
     pub fn drain(&mut self, host: &str) -> Result<Vec<Effect>, AllocError> {
         self.known(host)?;
@@ -323,6 +352,10 @@ impl Allocator {
     /// new could happen.
     pub fn host_changed(&mut self, view: HostView, now: Instant) -> Vec<Effect> {
         let host = view.name.clone();
+        if !view.up {
+            // A pilot's node that left: a later pilot on it is a new lease.
+            self.leaving.remove(&host);
+        }
         let old = self.hosts.insert(host.clone(), view);
         let old_entry = self.inputs.hosts.get(&host).cloned();
         // `now` first: the rebuilt value's `held_for_s` is as of this report.
@@ -455,6 +488,11 @@ impl Allocator {
 
     pub fn is_drained(&self, host: &str) -> bool {
         self.drained.contains(host)
+    }
+
+    /// Whether `host` takes no new grant: drained, or its Slurm lease ends.
+    pub(crate) fn closed(&self, host: &str) -> bool {
+        self.drained.contains(host) || self.leaving.contains(host)
     }
 
     pub(crate) fn allocs_of(&self, job: JobId) -> impl Iterator<Item = AllocId> + '_ {

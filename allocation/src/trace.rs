@@ -143,6 +143,8 @@ pub enum Input {
     UsesHosts { job: JobId, hosts: Vec<String> },
     /// [`Allocator::release_host`] (`rb release`).
     ReleaseHost { host: String, grace_us: u64 },
+    /// [`Allocator::lease_ends`]: Slurm takes a pilot's node back.
+    LeaseEnds { host: String, grace_us: u64 },
     /// [`Allocator::drain`].
     Drain { host: String },
     /// [`Allocator::resume`].

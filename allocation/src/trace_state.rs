@@ -35,6 +35,9 @@ pub struct TraceState {
     pub queue: Vec<TraceWaiting>,
     pub hosts: Vec<HostView>,
     pub drained: Vec<String>,
+    /// Hosts whose Slurm lease ends (absent from traces that predate it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub leaving: Vec<String>,
     /// Hosts each job uses without holding them.
     pub in_use: Vec<(JobId, Vec<String>)>,
     pub wall: Option<TraceWall>,
@@ -115,6 +118,7 @@ impl Allocator {
             queue: self.queue.iter().map(|w| trace_waiting(w, clock)).collect(),
             hosts: self.hosts.values().cloned().collect(),
             drained: self.drained.iter().cloned().collect(),
+            leaving: self.leaving.iter().cloned().collect(),
             in_use: self
                 .in_use
                 .iter()
@@ -162,6 +166,7 @@ impl Allocator {
             .map(|w| restore_waiting(w, clock))
             .collect();
         a.drained = s.drained.into_iter().collect();
+        a.leaving = s.leaving.into_iter().collect();
         a.in_use = s
             .in_use
             .into_iter()

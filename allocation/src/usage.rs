@@ -80,14 +80,12 @@ impl UsageMeter {
     }
 }
 
-/// Hosts up, not drained, held by no job.
+/// Hosts up, open to grants (not drained, no lease ending), held by no job.
 fn free_hosts(alloc: &Allocator) -> usize {
     alloc
         .hosts
         .values()
-        .filter(|h| {
-            h.up && !alloc.drained.contains(&h.name) && !alloc.by_host.contains_key(&h.name)
-        })
+        .filter(|h| h.up && !alloc.closed(&h.name) && !alloc.by_host.contains_key(&h.name))
         .count()
 }
 

@@ -125,13 +125,18 @@ pub struct WaitingRow {
     pub reason: String,
     /// [`WaitReason::code`].
     pub reason_code: &'static str,
+    /// What overflow onto Slurm does for it (`waits for Slurm: 1 pilot queued`), when the
+    /// policy's `overflow` says a pilot is for it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<String>,
 }
 
 /// What the allocator does with one host, for `rb status`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct HostAlloc {
     /// `free`, `held`, `releasing` (being taken back), `reserved` (being taken back for a
-    /// waiting request), `draining` (drained, still held) or `drained`.
+    /// waiting request), `draining` (drained, still held), `drained`, or `leaving` (a Slurm
+    /// pilot's node whose lease ends, no longer held).
     pub alloc_state: &'static str,
     /// The job holding the host (granted or being released).
     pub held_by: Option<JobId>,
@@ -163,7 +168,7 @@ impl Allocator {
             matching += 1;
             let count = match () {
                 _ if !v.up => &mut b.down,
-                _ if self.drained.contains(&v.name) => &mut b.drained,
+                _ if self.closed(&v.name) => &mut b.drained,
                 _ if others.contains(v.name.as_str()) => &mut b.reserved,
                 _ if self.by_host.contains_key(&v.name) => &mut b.held,
                 _ if v.is_private() && !v.owner_away() => &mut b.owner_active,
@@ -184,6 +189,7 @@ impl Allocator {
         let alloc = self.by_host.get(host).and_then(|id| self.allocs.get(id));
         let alloc_state = match alloc.map(|a| &a.state) {
             None if drained => "drained",
+            None if self.leaving.contains(host) => "leaving",
             None => "free",
             Some(_) if drained => "draining",
             Some(AllocState::Granted) => "held",
@@ -236,7 +242,9 @@ impl Allocator {
     fn waiting_row(&self, i: usize, now: Instant) -> WaitingRow {
         let w = &self.queue[i];
         let reason = self.wait_reason(i);
+        let waited = now.saturating_duration_since(w.since);
         WaitingRow {
+            slurm: self.slurm_note(w.job, waited, now),
             req: w.id,
             symbolic: w.symbolic.clone(),
             position: i + 1,

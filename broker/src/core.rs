@@ -45,6 +45,21 @@ pub enum Event {
     PilotsFound {
         ids: Vec<String>,
     },
+    /// A host daemon says it runs in Slurm job `slurm_job` (a pilot), `ending` once Slurm
+    /// warned that the lease ends.
+    PilotLease {
+        host: String,
+        slurm_job: String,
+        ending: bool,
+    },
+    /// What Slurm says is left of `slurm_job`'s lease (`None`: it did not say), asked
+    /// after [`Event::PilotLease`].
+    PilotLeaseLeft {
+        host: String,
+        slurm_job: String,
+        ending: bool,
+        left: Option<Duration>,
+    },
     /// A Slurm pilot's daemon (`slurm-<node>`, not in the lab file) authenticated from
     /// `address`; its `HostdConnected` follows.
     PilotJoined {
@@ -153,8 +168,9 @@ pub async fn run(
     }
     supervisors.shutdown().await;
     desk.cancel_pilots().await;
-    let mut rows = table.status(now());
-    desk.annotate(&mut rows);
+    let now = now();
+    let mut rows = table.status(now);
+    desk.annotate(&mut rows, now);
     rows
 }
 
@@ -243,12 +259,26 @@ async fn apply(
             desk.pilot_submitted(pilot, result, now);
         }
         Event::PilotsFound { ids } => desk.pilots_found(ids, now),
+        Event::PilotLease {
+            host,
+            slurm_job,
+            ending,
+        } => desk.ask_lease(host, slurm_job, ending),
+        Event::PilotLeaseLeft {
+            host,
+            slurm_job,
+            ending,
+            left,
+        } => {
+            let effects = desk.pilot_lease(&host, &slurm_job, left, ending, now);
+            desk.perform(effects).await;
+        }
         Event::Explain { host, job, reply } => {
             let _ = reply.send(desk.explain(&host, job, now));
         }
         Event::Status { reply } => {
             let mut rows = table.status(now);
-            desk.annotate(&mut rows);
+            desk.annotate(&mut rows, now);
             let _ = reply.send(rows);
         }
         event => return apply_host(table, closers, event, now),
@@ -292,6 +322,8 @@ fn apply_host(
         | Event::Explain { .. }
         | Event::PilotSubmitted { .. }
         | Event::PilotsFound { .. }
+        | Event::PilotLease { .. }
+        | Event::PilotLeaseLeft { .. }
         | Event::Admin { .. } => {}
     }
     Vec::new()

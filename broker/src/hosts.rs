@@ -307,6 +307,9 @@ fn status_row(rec: &HostRecord, now: Instant, down_after: Duration) -> HostStatu
         held_by: None,
         drained: false,
         policy_note: None,
+        slurm_job: None,
+        lease_left_s: None,
+        lease_ending: false,
     }
 }
 

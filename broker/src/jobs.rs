@@ -144,6 +144,42 @@ impl JobDesk {
         self.alloc.pilots_found(ids, now);
     }
 
+    /// `host`'s daemon says it runs in Slurm job `slurm_job`: asks Slurm how long the
+    /// lease has left (answered as [`crate::core::Event::PilotLeaseLeft`]). A job id that
+    /// is not a number is not passed to Slurm.
+    pub fn ask_lease(&self, host: String, slurm_job: String, ending: bool) {
+        let Some(pilots) = &self.pilots else {
+            return warn!(%host, %slurm_job, "a daemon names a Slurm job, but overflow is off");
+        };
+        if slurm_job.is_empty() || !slurm_job.chars().all(|c| c.is_ascii_digit()) {
+            return warn!(%host, %slurm_job, "a daemon names a Slurm job that is not a job id");
+        }
+        pilots.lease_left(host, slurm_job, ending);
+    }
+
+    /// What Slurm says is `left` of `host`'s lease ([`Allocator::pilot_lease`]); when the
+    /// lease ends, whatever holds the host is reclaimed by Slurm's deadline
+    /// ([`Allocator::lease_ends`]).
+    pub fn pilot_lease(
+        &mut self,
+        host: &str,
+        slurm_job: &str,
+        left: Option<Duration>,
+        ending: bool,
+        now: Instant,
+    ) -> Vec<Effect> {
+        let Some(grace) = self.alloc.pilot_lease(host, slurm_job, left, ending, now) else {
+            return Vec::new();
+        };
+        info!(%host, %slurm_job, grace_s = grace.as_secs_f64(), "Slurm takes a pilot's node back");
+        let input = Input::LeaseEnds {
+            host: host.to_string(),
+            grace_us: grace.as_micros() as u64,
+        };
+        self.traced_admin(now, |a| a.lease_ends(host, grace, now), input)
+            .unwrap_or_default()
+    }
+
     /// Cancels every pilot Slurm knows of (at shutdown).
     pub async fn cancel_pilots(&mut self) {
         if let Some(p) = &self.pilots {
@@ -228,13 +264,20 @@ impl JobDesk {
 
     /// Adds what the allocator does with each host (`alloc_state`, `held_by`, `drained`,
     /// `policy_note`).
-    pub fn annotate(&self, rows: &mut [HostStatus]) {
+    pub fn annotate(&self, rows: &mut [HostStatus], now: Instant) {
         for row in rows {
             let a = self.alloc.host_alloc(&row.name);
             row.alloc_state = a.alloc_state.to_string();
             row.held_by = a.held_by;
             row.drained = a.drained;
             row.policy_note = self.alloc.policy_note(&row.name);
+            if let Some(lease) = self.alloc.pilot_lease_of(&row.name) {
+                row.slurm_job = lease.slurm_job;
+                row.lease_left_s = lease
+                    .ends
+                    .map(|end| end.saturating_duration_since(now).as_secs_f64().round());
+                row.lease_ending = lease.ending;
+            }
         }
     }
 
@@ -843,6 +886,9 @@ mod tests {
             held_by: None,
             drained: false,
             policy_note: None,
+            slurm_job: None,
+            lease_left_s: None,
+            lease_ending: false,
         }
     }
 

@@ -147,6 +147,7 @@ pub async fn run(
                 max_nodes: o.max_nodes as usize,
                 owner: owner_name(),
                 idle_exit: o.idle_exit,
+                warning: lab.broker.reclaim_grace,
             };
             desk.with_pilots(p, settings)
         }
@@ -316,6 +317,11 @@ fn prepare_state_dir(dir: &Path) -> anyhow::Result<()> {
 }
 
 /// Binds the control socket, refusing to steal one a live broker still answers on.
+///
+/// The socket is bound and listening under a temporary name, made 0600, and only then
+/// renamed to `path`: whoever sees `path` can connect. (Bound in place, the file exists
+/// between `bind` and `listen`, and a client that saw it then was refused: an agent
+/// started right after the broker failed so under load.)
 async fn bind_control_socket(path: &Path) -> anyhow::Result<UnixListener> {
     if path.exists() {
         if tokio::net::UnixStream::connect(path).await.is_ok() {
@@ -324,9 +330,15 @@ async fn bind_control_socket(path: &Path) -> anyhow::Result<UnixListener> {
         std::fs::remove_file(path)
             .with_context(|| format!("cannot remove stale socket {}", path.display()))?;
     }
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".binding");
+    let tmp = PathBuf::from(tmp);
+    let _ = std::fs::remove_file(&tmp);
     let listener =
-        UnixListener::bind(path).with_context(|| format!("cannot bind {}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+        UnixListener::bind(&tmp).with_context(|| format!("cannot bind {}", tmp.display()))?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))?;
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("cannot move {} to {}", tmp.display(), path.display()))?;
     Ok(listener)
 }
 
@@ -361,6 +373,39 @@ mod tests {
             labels: Vec::new(),
             owner: None,
         }
+    }
+
+    /// Whoever sees the control socket's path can connect: a client polling for the file
+    /// (as tests and scripts do after starting the broker) is never refused. Bound in
+    /// place, the file existed before `listen`, and such a client was refused under load.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_control_socket_appears_only_once_it_accepts() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for round in 0..500 {
+            let path = dir.path().join(format!("broker-{round}.sock"));
+            let watched = path.clone();
+            let client = std::thread::spawn(move || {
+                while !watched.exists() {
+                    std::hint::spin_loop();
+                }
+                std::os::unix::net::UnixStream::connect(&watched)
+            });
+            let listener = bind_control_socket(&path).await.expect("bind");
+            let connected = client.join().expect("client thread");
+            assert!(connected.is_ok(), "round {round}: {connected:?}");
+            let mode = std::fs::metadata(&path)
+                .expect("socket")
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600, "round {round}");
+            drop(listener);
+        }
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("dir")
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".binding"))
+            .collect();
+        assert!(left.is_empty(), "no temporary name left: {left:?}");
     }
 
     #[test]

@@ -104,6 +104,31 @@ impl Pilots {
         });
     }
 
+    /// Asks Slurm how long `slurm_job`'s lease has left (`squeue --format=%L`: Slurm's
+    /// clock and its time limit, which an admin may have changed) in the background; the
+    /// answer comes back as [`Event::PilotLeaseLeft`] (`left: None` when Slurm did not say).
+    pub fn lease_left(&self, host: String, slurm_job: String, ending: bool) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let job = format!("--jobs={slurm_job}");
+            let args = ["--noheader", job.as_str(), "--format=%L"];
+            let left = match this.run(&this.slurm.squeue, &args).await {
+                Ok(out) => parse_time_left(&out),
+                Err(why) => {
+                    warn!(%host, %slurm_job, %why, "cannot ask Slurm for a pilot's lease");
+                    None
+                }
+            };
+            let said = Event::PilotLeaseLeft {
+                host,
+                slurm_job,
+                ending,
+                left,
+            };
+            let _ = this.events.send(said).await;
+        });
+    }
+
     /// Cancels Slurm job `slurm_id` in the background.
     pub fn cancel(&self, pilot: PilotId, slurm_id: String) {
         let this = self.clone();
@@ -187,6 +212,26 @@ impl Pilots {
     }
 }
 
+/// Slurm's time left (`squeue --format=%L`): `[days-][hours:]minutes:seconds`; `None` for
+/// `UNLIMITED`, `NOT_SET`, `INVALID` or anything else.
+fn parse_time_left(stdout: &str) -> Option<Duration> {
+    let text = stdout.split_whitespace().next()?;
+    let (days, clock) = match text.split_once('-') {
+        Some((d, rest)) => (d.parse::<u64>().ok()?, rest),
+        None => (0, text),
+    };
+    let parts: Vec<u64> = clock
+        .split(':')
+        .map(|p| p.parse::<u64>().ok())
+        .collect::<Option<_>>()?;
+    let (h, m, s) = match parts[..] {
+        [m, s] => (0, m, s),
+        [h, m, s] => (h, m, s),
+        _ => return None,
+    };
+    Some(Duration::from_secs(((days * 24 + h) * 60 + m) * 60 + s))
+}
+
 /// `sbatch --parsable` prints `ID` or `ID;CLUSTER`.
 fn parse_job_id(stdout: &str) -> Result<String, String> {
     let id = stdout.trim().split(';').next().unwrap_or_default();
@@ -203,6 +248,26 @@ fn parse_job_id(stdout: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_slurms_time_left() {
+        let secs = |s: &str| parse_time_left(s).map(|d| d.as_secs());
+        assert_eq!(secs("4:52\n"), Some(292));
+        assert_eq!(secs("1:00:05"), Some(3605));
+        assert_eq!(secs("2-03:04:05"), Some(((2 * 24 + 3) * 60 + 4) * 60 + 5));
+        assert_eq!(secs("0:00"), Some(0));
+        for none in [
+            "UNLIMITED",
+            "NOT_SET",
+            "INVALID",
+            "",
+            "1:2:3:4",
+            "-1:00",
+            "a:b",
+        ] {
+            assert_eq!(secs(none), None, "{none}");
+        }
+    }
 
     #[test]
     fn parses_what_sbatch_parsable_prints() {

@@ -303,6 +303,12 @@ async fn hostd_session<S>(
                         break "broker stopping".into();
                     }
                 }
+                Ok(ToBroker::PilotLease { slurm_job, ending }) => {
+                    let said = Event::PilotLease { host: host.clone(), slurm_job, ending };
+                    if ctx.events.send(said).await.is_err() {
+                        break "broker stopping".into();
+                    }
+                }
                 Ok(other) => {
                     let why = format!("unexpected message from a host daemon: {}", short(&other));
                     refuse(&mut conn, ErrorCode::BadMessage, &why).await;

@@ -3,10 +3,13 @@
 //!
 //! The script is plain POSIX sh, so any node runs it. It starts `rb-hostd` with the lab
 //! secret (a file the compute node reads from a shared file system, as the lab's hosts do)
-//! and waits for it. Slurm's warning (`--signal=B:USR1@…`, sent to the batch shell before
-//! the time limit), `scancel` (SIGTERM) and the time limit itself end the daemon, so the
-//! host leaves the lab before Slurm takes the node back. The node's name comes from
-//! `SLURMD_NODENAME`, which Slurm sets in every batch job.
+//! and waits for it. The daemon names its Slurm job (`--slurm-job $SLURM_JOB_ID`), so the
+//! broker knows which pilot the node is and reads the lease's end from Slurm. Slurm's
+//! warning (`--signal=B:USR1@…`, sent to the batch shell before the time limit) is
+//! forwarded to the daemon as SIGUSR1: the broker then vacates the node's job by Slurm's
+//! deadline and grants the host no more; the time limit ends the daemon and the host
+//! leaves. `scancel` and preemption (SIGTERM) end the daemon at once. The node's name comes
+//! from `SLURMD_NODENAME`, which Slurm sets in every batch job.
 
 use std::{net::SocketAddr, path::Path};
 
@@ -47,10 +50,14 @@ impl PilotScript<'_> {
             "#!/bin/sh\n\
              # ResourceBroker pilot (issue 19): rb-hostd on this node for the job's lease.\n\
              node=\"${{SLURMD_NODENAME:-$(hostname -s)}}\"\n\
-             {hostd} --broker {broker} --host \"{PILOT_HOST_PREFIX}$node\" --secret-file {secret} &\n\
+             {hostd} --broker {broker} --host \"{PILOT_HOST_PREFIX}$node\" --secret-file {secret} \\\n\
+             \x20   --slurm-job \"$SLURM_JOB_ID\" &\n\
              hostd=$!\n\
-             # Lease warning (USR1) or scancel (TERM): the host leaves before Slurm takes the node.\n\
-             trap 'kill -TERM \"$hostd\" 2>/dev/null' USR1 TERM\n\
+             # Lease warning (--signal=B:USR1@…): the daemon tells the broker, which vacates the\n\
+             # node's job by Slurm's deadline; the time limit then ends the daemon.\n\
+             trap 'kill -USR1 \"$hostd\" 2>/dev/null' USR1\n\
+             # scancel or preemption (TERM): the host leaves at once.\n\
+             trap 'kill -TERM \"$hostd\" 2>/dev/null' TERM\n\
              # wait returns early when a trapped signal arrives: wait until the daemon is gone.\n\
              while kill -0 \"$hostd\" 2>/dev/null; do wait \"$hostd\"; done\n",
             hostd = quote(&self.hostd.display().to_string()),
@@ -81,11 +88,12 @@ mod tests {
         assert!(
             text.contains(
                 "'/opt/rb it'\\''s/rb-hostd' --broker '10.1.0.5:7700' --host \"slurm-$node\" \
-                 --secret-file '/home/alice/.config/rb/secret' &\n"
+                 --secret-file '/home/alice/.config/rb/secret' \\\n    --slurm-job \"$SLURM_JOB_ID\" &\n"
             ),
             "{text}"
         );
-        assert!(text.contains("trap 'kill -TERM \"$hostd\" 2>/dev/null' USR1 TERM"));
+        assert!(text.contains("trap 'kill -USR1 \"$hostd\" 2>/dev/null' USR1\n"));
+        assert!(text.contains("trap 'kill -TERM \"$hostd\" 2>/dev/null' TERM\n"));
     }
 
     #[test]

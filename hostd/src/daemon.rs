@@ -48,6 +48,17 @@ pub struct DaemonConfig {
     pub interval: Option<Duration>,
     /// Exit when stdin reaches end-of-file (the transport that started us is gone).
     pub lifeline_stdin: bool,
+    /// Set when the daemon runs in a Slurm pilot job (`--slurm-job`).
+    pub pilot: Option<PilotJob>,
+}
+
+/// A Slurm pilot's daemon: its job, told to the broker after every welcome, and whether
+/// Slurm warned that the lease ends (the pilot script forwards Slurm's `--signal` as
+/// SIGUSR1), told again at once when that turns true.
+#[derive(Debug, Clone)]
+pub struct PilotJob {
+    pub slurm_job: String,
+    pub lease_ending: watch::Receiver<bool>,
 }
 
 /// Why the daemon stopped.
@@ -139,7 +150,14 @@ async fn session(
         job_load,
         lab_mark: &lab_mark,
     };
-    match report_loop(&mut conn, sensors, seq, interval, jobs).await {
+    let mut lease = cfg.pilot.clone();
+    if let Some(pilot) = lease.as_mut() {
+        if let Err(e) = tell_lease(&mut conn, pilot).await {
+            warn!(error = %e, "connection to broker lost");
+            return SessionEnd::Lost { was_welcomed: true };
+        }
+    }
+    match report_loop(&mut conn, sensors, seq, interval, jobs, lease.as_mut()).await {
         Ok(exit) => SessionEnd::Exit(exit),
         Err(e) => {
             warn!(error = %e, "connection to broker lost");
@@ -184,6 +202,33 @@ async fn connect(
     Ok((conn, interval))
 }
 
+/// Tells the broker which Slurm job this pilot's daemon runs in, and whether its lease ends.
+async fn tell_lease(
+    conn: &mut FramedConn<TcpStream>,
+    pilot: &mut PilotJob,
+) -> Result<(), FrameError> {
+    let ending = *pilot.lease_ending.borrow_and_update();
+    if ending {
+        info!(slurm_job = %pilot.slurm_job, "Slurm warned that the lease ends: telling the broker");
+    }
+    let said = ToBroker::PilotLease {
+        slurm_job: pilot.slurm_job.clone(),
+        ending,
+    };
+    conn.send(&said).await
+}
+
+/// Resolves when a pilot's lease-ending flag changes; never without a pilot, or once
+/// nothing can change it any more.
+async fn lease_changed(pilot: &mut Option<&mut PilotJob>) {
+    if let Some(p) = pilot {
+        if p.lease_ending.changed().await.is_ok() {
+            return;
+        }
+    }
+    std::future::pending().await
+}
+
 async fn report_loop(
     conn: &mut FramedConn<TcpStream>,
     sensors: &mut Sensors,
@@ -194,6 +239,7 @@ async fn report_loop(
         job_load,
         lab_mark,
     }: Jobs<'_>,
+    mut pilot: Option<&mut PilotJob>,
 ) -> Result<Exit, FrameError> {
     // The tag this daemon runs under, when a job's remote command started it: never swept.
     let own_tag = std::env::var(proto::tag::SUBAGENT_TAG_VAR).ok();
@@ -229,6 +275,11 @@ async fn report_loop(
                 activity = now;
                 if sweeper.due(std::time::Instant::now()) {
                     sweep::sweep(sweeper, &scope, std::time::Instant::now());
+                }
+            }
+            () = lease_changed(&mut pilot) => {
+                if let Some(p) = pilot.as_deref_mut() {
+                    tell_lease(conn, p).await?;
                 }
             }
             msg = conn.recv::<FromBroker>() => match msg? {

@@ -7,7 +7,7 @@ use std::{io::IsTerminal, path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::Parser;
 use hostd::{
-    daemon::{self, DaemonConfig, Exit},
+    daemon::{self, DaemonConfig, Exit, PilotJob},
     sensors::{SensorConfig, Sensors},
 };
 use tokio::sync::watch;
@@ -48,6 +48,11 @@ struct Args {
     /// Print one report as JSON on stdout and exit.
     #[arg(long)]
     once: bool,
+    /// Run as a Slurm pilot's daemon in this Slurm job (the pilot script passes
+    /// `$SLURM_JOB_ID`): the broker reads the lease's end from Slurm, and SIGUSR1 (Slurm's
+    /// lease warning, forwarded by the script) tells it that the lease ends.
+    #[arg(long, value_name = "JOB_ID")]
+    slurm_job: Option<String>,
 }
 
 /// Bad flags.
@@ -70,6 +75,10 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     if let Some(Err(e)) = args.broker.as_deref().map(check_broker) {
+        eprintln!("rb-hostd: error: {e}");
+        return ExitCode::from(EXIT_USAGE);
+    }
+    if let Some(Err(e)) = args.slurm_job.as_deref().map(check_slurm_job) {
         eprintln!("rb-hostd: error: {e}");
         return ExitCode::from(EXIT_USAGE);
     }
@@ -103,6 +112,17 @@ fn check_broker(value: &str) -> Result<(), String> {
     } else {
         Err(format!(
             "--broker `{value}` is not HOST:PORT\nhelp: e.g. --broker 10.77.0.1:7700 (the broker's listen address)"
+        ))
+    }
+}
+
+/// `--slurm-job` is a Slurm job id (digits), as `$SLURM_JOB_ID` is in a batch job.
+fn check_slurm_job(value: &str) -> Result<(), String> {
+    if !value.is_empty() && value.len() <= 20 && value.chars().all(|c| c.is_ascii_digit()) {
+        Ok(())
+    } else {
+        Err(format!(
+            "--slurm-job `{value}` is not a Slurm job id\nhelp: pass $SLURM_JOB_ID from the pilot's batch script (digits only)"
         ))
     }
 }
@@ -142,12 +162,17 @@ fn run(args: Args, sensors: Sensors) -> anyhow::Result<()> {
     let lock_dir = args.lock_dir.clone().unwrap_or_else(privdir::runtime_root);
     let _lock = daemon::take_over(&lock_dir, &host)
         .map_err(|e| anyhow::anyhow!("cannot take the host lock in {}: {e}", lock_dir.display()))?;
+    let (lease_tx, lease_ending) = watch::channel(false);
     let cfg = DaemonConfig {
         broker,
         host,
         secret_file: config::expand_home(&args.secret_file),
         interval: args.interval_ms.map(Duration::from_millis),
         lifeline_stdin: args.lifeline_stdin,
+        pilot: args.slurm_job.clone().map(|slurm_job| PilotJob {
+            slurm_job,
+            lease_ending,
+        }),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -155,13 +180,34 @@ fn run(args: Args, sensors: Sensors) -> anyhow::Result<()> {
     let exit = runtime.block_on(async move {
         let (stop_tx, stop_rx) = watch::channel(None);
         spawn_stop_sources(&cfg, stop_tx);
-        daemon::run(cfg, sensors, stop_rx).await
-    });
+        if cfg.pilot.is_some() {
+            spawn_lease_warning(lease_tx)?;
+        } else {
+            drop(lease_tx);
+        }
+        anyhow::Ok(daemon::run(cfg, sensors, stop_rx).await)
+    })?;
     match exit {
         Exit::Requested(reason) => tracing::info!(%reason, "stopping"),
         Exit::LifelineClosed => tracing::info!("lifeline closed; stopping"),
         Exit::Refused(reason) => anyhow::bail!("{reason}"),
     }
+    Ok(())
+}
+
+/// A pilot's daemon: SIGUSR1 (Slurm's lease warning, forwarded by the pilot script) turns
+/// `lease_ending` true. Installed before the daemon connects, so an early warning is not
+/// the signal's default action (the end of the process).
+fn spawn_lease_warning(lease_ending: watch::Sender<bool>) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut usr1 = signal(SignalKind::user_defined1())
+        .map_err(|e| anyhow::anyhow!("cannot handle SIGUSR1: {e}"))?;
+    tokio::spawn(async move {
+        while usr1.recv().await.is_some() {
+            tracing::info!("SIGUSR1: Slurm's lease warning");
+            lease_ending.send_replace(true);
+        }
+    });
     Ok(())
 }
 

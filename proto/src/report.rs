@@ -133,6 +133,15 @@ pub struct HostStatus {
     /// ago`); `None` when it would, or when the host is held, drained or down.
     #[serde(default)]
     pub policy_note: Option<String>,
+    /// A Slurm pilot's node: its Slurm job id (issue 19).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_job: Option<String>,
+    /// A Slurm pilot's node: seconds until Slurm takes it back, as Slurm last said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_left_s: Option<f64>,
+    /// A Slurm pilot's node whose lease Slurm warned ends: it takes no new grant.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lease_ending: bool,
 }
 
 #[cfg(test)]

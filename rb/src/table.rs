@@ -72,9 +72,27 @@ fn row(h: &HostStatus) -> Vec<String> {
         h.owner.clone().unwrap_or_else(|| "-".into()),
         h.last_report_age_s
             .map_or("-".into(), |a| format!("{a:.1}s")),
-        // Why the policy starts no job on this free host now (empty otherwise).
-        h.policy_note.clone().unwrap_or_default(),
+        note(h),
     ]
+}
+
+/// Why the policy starts no job on this free host now, and a Slurm pilot's lease (empty
+/// otherwise).
+fn note(h: &HostStatus) -> String {
+    let lease = h.slurm_job.as_ref().map(|job| {
+        let left = h
+            .lease_left_s
+            .map_or("?".into(), |s| duration(s.max(0.0) as u64));
+        match h.lease_ending {
+            true => format!("slurm job {job}, lease ending: {left} left"),
+            false => format!("slurm job {job}, lease {left} left"),
+        }
+    });
+    [h.policy_note.clone(), lease]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// `free`, `drained`, or the state with the holding job: `held(3)`, `reserved(3)`…
@@ -155,8 +173,11 @@ pub fn render_jobs(jobs: &[serde_json::Value], utc_offset_s: i64) -> String {
             list(&j["argv"], " "),
         ]);
         for w in j["waiting"].as_array().into_iter().flatten() {
+            let slurm = w["slurm"]
+                .as_str()
+                .map_or(String::new(), |s| format!("; {s}"));
             rows.push(sub_row(format!(
-                "waits: {} #{} for {}: {}",
+                "waits: {} #{} for {}: {}{slurm}",
                 w["symbolic"].as_str().unwrap_or("?"),
                 w["position"],
                 w["age_s"]
@@ -274,7 +295,33 @@ mod tests {
             held_by: None,
             drained: false,
             policy_note: None,
+            slurm_job: None,
+            lease_left_s: None,
+            lease_ending: false,
         }
+    }
+
+    /// A Slurm pilot's node shows its Slurm job and the lease left in NOTE (issue 19).
+    #[test]
+    fn a_pilots_node_shows_its_slurm_job_and_lease() {
+        let mut pilot = host("slurm-node04", HostState::Up);
+        pilot.slurm_job = Some("4242".into());
+        pilot.lease_left_s = Some(292.0);
+        let mut ending = pilot.clone();
+        (ending.name, ending.lease_ending, ending.lease_left_s) =
+            ("slurm-node05".into(), true, Some(25.0));
+        ending.alloc_state = "leaving".into();
+        let text = render(&[pilot, ending]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[1].ends_with("slurm job 4242, lease 4m left"),
+            "{text}"
+        );
+        assert!(
+            lines[2].contains("leaving")
+                && lines[2].ends_with("slurm job 4242, lease ending: 25s left"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -330,7 +377,14 @@ mod tests {
                           "reason_code": "all_held"}]},
             {"id": 12, "user": "bob", "state": "ended", "started_at": 1_764_000_000,
              "ended_at": 1_764_003_661, "hosts": [], "queued": [], "argv": ["sim"],
-             "notes": ["grow failed"], "waiting": []}
+             "notes": ["grow failed"], "waiting": []},
+            {"id": 13, "user": "root", "state": "running", "started_at": 1_764_000_000,
+             "ended_at": null, "hosts": [], "queued": ["anyLinux"], "argv": ["sh"],
+             "notes": [],
+             "waiting": [{"req": 10, "symbolic": "anyLinux", "position": 2, "age_s": 3.0,
+                          "reason": "1 matching host(s): 1 held by jobs",
+                          "reason_code": "all_held",
+                          "slurm": "waits for Slurm: 1 pilot(s) queued"}]}
         ]);
         let text = render_jobs(jobs.as_array().expect("array"), 3600);
         let lines: Vec<&str> = text.lines().collect();
@@ -342,6 +396,8 @@ mod tests {
                 "     waits: anyLinux #1 for 75s: 1 matching host(s): 1 held by jobs",
                 "12   bob    ended    11-24 17:00:00  11-24 18:01:01  -       -         sim",
                 "     note: grow failed",
+                "13   root   running  11-24 17:00:00  -               -       anyLinux  sh",
+                "     waits: anyLinux #2 for 3s: 1 matching host(s): 1 held by jobs; waits for Slurm: 1 pilot(s) queued",
             ],
             "{text}"
         );

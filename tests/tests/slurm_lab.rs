@@ -502,3 +502,161 @@ fn a_restarted_broker_finds_its_pilots_by_job_name() {
         broker.log()
     );
 }
+
+/// The events of a `rb-jel watch --json` output file, as JSON values.
+fn jel_events(file: &std::path::Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect()
+}
+
+fn unix_ms() -> u64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    since.map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A pilot's lease ends: with the lab full, a job's `rsh anyLinux` waits, `rb jobs` says it
+/// waits for Slurm, and it runs on the pilot's node. `rb status` shows the node's Slurm job
+/// and the lease left as Slurm says. Slurm's warning (`--signal=B:USR1@20`, a one-minute
+/// lease) reaches the job as `vacate` with Slurm's deadline (the lease's end, not the
+/// broker's grace), the job lets go, and when Slurm's time limit ends the pilot the host
+/// leaves the lab.
+#[test]
+fn a_pilots_lease_end_is_vacate_by_slurms_deadline_then_the_host_leaves() {
+    let name = "a_pilots_lease_end_is_vacate_by_slurms_deadline_then_the_host_leaves";
+    if skip_unless_root(name) {
+        return;
+    }
+    let lab = lab::Lab::up(&lab::LabSpec {
+        hosts: 3,
+        ..lab::LabSpec::default()
+    })
+    .expect("lab up");
+    let cluster = lab::SlurmCluster::start(&lab, &["node04"]).expect("slurm up");
+    let mut opts = LabOptions::new(&[], TEST_TIMING);
+    opts.unmanaged = vec!["node04".into()];
+    let env = format!("\"env\", \"SLURM_CONF={}\"", cluster.conf().display());
+    let lab_text = format!(
+        "{}\n[overflow.slurm]\npartition = \"{}\"\nlease_s = 60\nmax_nodes = 1\nidle_exit_s = 300\n\
+         sbatch = [{env}, \"sbatch\"]\nsqueue = [{env}, \"squeue\"]\nscancel = [{env}, \"scancel\"]\n",
+        lab_file_with(&lab, &opts).replacen("[broker]\n", "[broker]\nreclaim_grace_s = 20\n", 1),
+        lab::slurm::PARTITION
+    );
+    let broker = tests::Broker::start(&lab_text);
+    broker.wait_all_up(Duration::from_secs(20));
+    let mut filler = agent(
+        &broker,
+        "rsh anyLinux 'sleep 300' & rsh anyLinux 'sleep 300' & wait",
+    )
+    .spawn()
+    .expect("agent");
+    let full = wait_until(Duration::from_secs(20), || {
+        (broker.held_hosts().len() == 2).then_some(())
+    });
+    assert!(
+        full.is_some(),
+        "the filler holds both lab hosts\n{}",
+        broker.log()
+    );
+
+    // The job watches its JEL stream, runs a command on whatever host it gets, and ends
+    // once the pool says that host is released.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("events");
+    let script = format!(
+        "'{jel}' watch --json > '{file}' & rsh anyLinux sleep 300 </dev/null & wait $!; \
+         for _ in $(seq 600); do grep -q host_released '{file}' && exit 0; sleep 0.1; done; \
+         exit 1",
+        jel = tests::bin("rb-jel").display(),
+        file = file.display()
+    );
+    let mut job = agent(&broker, &script).spawn().expect("agent");
+    let slurm_note = wait_until(Duration::from_secs(30), || {
+        broker.jobs().iter().find_map(|j| {
+            j["waiting"]
+                .as_array()?
+                .iter()
+                .find_map(|w| w["slurm"].as_str().map(String::from))
+        })
+    });
+    assert!(
+        slurm_note.is_some_and(|n| n.starts_with("waits for Slurm")),
+        "rb jobs says the request waits for Slurm\n{}",
+        broker.log()
+    );
+    let granted = wait_until(Duration::from_secs(60), || {
+        let seen = jel_events(&file);
+        let e = seen.iter().find(|e| e["event"] == "host_granted")?;
+        e["host"].as_str().map(String::from)
+    });
+    assert_eq!(
+        granted.as_deref(),
+        Some("slurm-node04"),
+        "the job got the pilot's node\n{}",
+        broker.log()
+    );
+    let ids = cluster.job_ids().expect("squeue");
+    assert_eq!(ids.len(), 1, "one pilot: {ids:?}");
+
+    // rb status: the node's Slurm job, and the lease left by Slurm's clock.
+    let (row, seen_at) = wait_until(Duration::from_secs(20), || {
+        let row = broker.host("slurm-node04")?;
+        row.lease_left_s.is_some().then(|| (row, unix_ms()))
+    })
+    .expect("rb status shows the pilot's lease");
+    assert_eq!(row.slurm_job.as_deref(), Some(ids[0].as_str()), "{row:?}");
+    let left_s = row.lease_left_s.expect("lease left");
+    assert!((1.0..=60.0).contains(&left_s), "{row:?}");
+    let lease_end_ms = seen_at + (left_s * 1000.0) as u64;
+    let shown = text(&broker.rb(&["status"]));
+    assert!(
+        shown.contains(&format!("slurm job {}, lease", ids[0])),
+        "{shown}"
+    );
+
+    // Slurm's warning: vacate, with the lease's end as the deadline.
+    let vacate = wait_until(Duration::from_secs(90), || {
+        jel_events(&file)
+            .into_iter()
+            .find(|e| e["event"] == "vacate" && e["host"] == "slurm-node04")
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "the job gets vacate before the lease ends\n{}",
+            broker.log()
+        )
+    });
+    let deadline = vacate["deadline"].as_u64().expect("a deadline in Unix ms");
+    assert!(
+        deadline.abs_diff(lease_end_ms) <= 3_000,
+        "the deadline {deadline} is Slurm's lease end ({lease_end_ms}, ±3 s)\n{}",
+        broker.log()
+    );
+    assert!(
+        broker.log().contains("Slurm takes a pilot's node back"),
+        "{}",
+        broker.log()
+    );
+    let status = wait_until(Duration::from_secs(60), || job.try_wait().ok().flatten())
+        .expect("the job ends once its host is released");
+    assert_eq!(status.code(), Some(0), "the job saw host_released");
+    let closed = broker.host("slurm-node04").expect("row");
+    assert!(closed.lease_ending, "{closed:?}");
+
+    // Slurm's time limit ends the pilot: the host leaves, the broker carries on.
+    broker.wait_host(
+        "slurm-node04",
+        Duration::from_secs(120),
+        "lease over",
+        |h| h.state != HostState::Up,
+    );
+    let gone = wait_until(Duration::from_secs(60), || {
+        cluster.job_ids().ok()?.is_empty().then_some(())
+    });
+    assert!(gone.is_some(), "Slurm ended the pilot");
+    assert_eq!(broker.held_hosts().len(), 2, "the filler kept its hosts");
+    let pid = nix::unistd::Pid::from_raw(filler.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("stop the filler");
+    let _ = filler.wait();
+}
