@@ -423,8 +423,10 @@ fn calls_table(cold: &Cold, warm: &Warm, idle: Duration) {
     println!("### Slurm calls\n");
     println!(
         "Counted by the recorder. Per pilot: over the cold part's {} pilots (each from its \
-         submission to its idle exit), divided by their number. The fewest a pilot can need is \
-         one `sbatch` and one `scancel` (baseline).\n",
+         submission to its idle exit), divided by their number; a pilot's `squeue` is the \
+         broker asking Slurm for its lease left (`--jobs=ID --format=%L`) when its daemon \
+         says which Slurm job it runs in. The fewest a pilot can need is one `sbatch` and one \
+         `scancel` (baseline).\n",
         cold.pilots()
     );
     println!("| when | sbatch | squeue | scancel |");
