@@ -17,6 +17,7 @@ pub mod apps;
 pub mod faults;
 pub mod labtier;
 pub mod mw;
+pub mod slurm;
 
 /// Directory holding the workspace's binaries (`target/<profile>`), built on first use.
 pub fn bin_dir() -> &'static Path {

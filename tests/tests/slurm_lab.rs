@@ -7,6 +7,7 @@ use std::time::Duration;
 use proto::report::HostState;
 use tests::{
     labtier::{lab_file_with, skip_unless_root, LabOptions, TEST_TIMING},
+    slurm::{owner_agent as agent, OverflowOptions, SlurmLab},
     wait_until,
 };
 
@@ -217,19 +218,6 @@ fn submit_pilot(cluster: &lab::SlurmCluster, broker: &tests::Broker) -> String {
     text(&cluster.run("sbatch", &args).expect("sbatch the pilot"))
 }
 
-/// An agent running `script` (sh) against `broker`, outside any job.
-fn agent(broker: &tests::Broker, script: &str) -> std::process::Command {
-    let mut c = std::process::Command::new(tests::bin("agent"));
-    c.arg("--broker")
-        .arg(broker.tcp_addr().to_string())
-        .arg("--secret-file")
-        .arg(broker.secret())
-        .args(["--grace-s", "1", "--", "sh", "-c", script])
-        .env_remove("RB_AGENT")
-        .env_remove("RB_LAB");
-    c
-}
-
 /// Overflow with the pilot submitted by hand: the lab's two hosts are held by a job; a
 /// pilot job (the broker's options and script) runs `rb-hostd` on its Slurm node, which
 /// joins the lab by itself as `slurm-node04` (public, labelled `slurm`, not in the lab
@@ -339,24 +327,14 @@ fn the_broker_overflows_onto_slurm_when_the_lab_is_full() {
     if skip_unless_root("the_broker_overflows_onto_slurm_when_the_lab_is_full") {
         return;
     }
-    let lab = lab::Lab::up(&lab::LabSpec {
-        hosts: 3,
-        ..lab::LabSpec::default()
-    })
-    .expect("lab up");
-    let cluster = lab::SlurmCluster::start(&lab, &["node04"]).expect("slurm up");
-    let mut opts = LabOptions::new(&[], TEST_TIMING);
-    opts.unmanaged = vec!["node04".into()];
-    // The cluster's slurm.conf is not /etc/slurm's: the commands say where it is.
-    let env = format!("\"env\", \"SLURM_CONF={}\"", cluster.conf().display());
-    let lab_text = format!(
-        "{}\n[overflow.slurm]\npartition = \"{}\"\nlease_s = 300\nmax_nodes = 1\nidle_exit_s = 3\n\
-         sbatch = [{env}, \"sbatch\"]\nsqueue = [{env}, \"squeue\"]\nscancel = [{env}, \"scancel\"]\n",
-        lab_file_with(&lab, &opts),
-        lab::slurm::PARTITION
-    );
-    let broker = tests::Broker::start(&lab_text);
-    broker.wait_all_up(Duration::from_secs(20));
+    // node02 and node03 in the lab, node04 the Slurm cluster; one pilot at most, idle 3 s.
+    let env = SlurmLab::start(3, &OverflowOptions::new(3, TEST_TIMING)).expect("slurm lab");
+    // Bound in this order, they drop as a SlurmLab does: broker, cluster, lab.
+    let SlurmLab {
+        lab: _lab,
+        cluster,
+        broker,
+    } = env;
 
     let filler = agent(
         &broker,
@@ -472,22 +450,17 @@ fn a_restarted_broker_finds_its_pilots_by_job_name() {
     if skip_unless_root("a_restarted_broker_finds_its_pilots_by_job_name") {
         return;
     }
-    let lab = lab::Lab::up(&lab::LabSpec {
-        hosts: 2,
-        ..lab::LabSpec::default()
-    })
-    .expect("lab up");
-    let cluster = lab::SlurmCluster::start(&lab, &["node03"]).expect("slurm up");
-    let mut opts = LabOptions::new(&[], TEST_TIMING);
-    opts.unmanaged = vec!["node03".into()];
-    let env = format!("\"env\", \"SLURM_CONF={}\"", cluster.conf().display());
-    let lab_text = format!(
-        "{}\n[overflow.slurm]\nlease_s = 300\nidle_exit_s = 3600\n\
-         sbatch = [{env}, \"sbatch\"]\nsqueue = [{env}, \"squeue\"]\nscancel = [{env}, \"scancel\"]\n",
-        lab_file_with(&lab, &opts),
-    );
-    let mut broker = tests::Broker::start(&lab_text);
-    broker.wait_all_up(Duration::from_secs(20));
+    // node02 in the lab, node03 the Slurm cluster; Slurm's default partition and max_nodes.
+    let mut opts = OverflowOptions::new(3600, TEST_TIMING);
+    opts.partition = None;
+    opts.max_nodes = None;
+    let env = SlurmLab::start(2, &opts).expect("slurm lab");
+    // Bound in this order, they drop as a SlurmLab does: broker, cluster, lab.
+    let SlurmLab {
+        lab: _lab,
+        cluster,
+        mut broker,
+    } = env;
     let mut filler = agent(&broker, "rsh anyLinux 'sleep 300'")
         .spawn()
         .expect("agent");

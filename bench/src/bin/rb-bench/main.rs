@@ -6,6 +6,7 @@ mod apps;
 mod jel;
 mod jel_lab;
 mod modules;
+mod overflow;
 mod policy;
 
 use std::{
@@ -82,7 +83,14 @@ struct Args {
     /// figure7; speedup is rb-bnb's); default all.
     #[arg(long, value_delimiter = ',')]
     apps_parts: Vec<String>,
-    /// Run only these sections (resource, agent, modules, policy, jel, apps); default all.
+    /// Repetitions of each latency of the overflow section (cold, warm, and the baseline).
+    #[arg(long, default_value_t = 5)]
+    overflow_reps: usize,
+    /// Seconds an idle pilot is watched for its cost in the overflow section.
+    #[arg(long, default_value_t = 60)]
+    overflow_idle_s: u64,
+    /// Run only these sections (resource, agent, modules, policy, jel, apps, overflow);
+    /// default all.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -145,6 +153,12 @@ fn main() -> anyhow::Result<()> {
             arms: args.utilization_arms.clone(),
             parts: args.apps_parts.clone(),
             reps: args.reps.min(5),
+        })?;
+    }
+    if wanted("overflow") {
+        overflow::run(&overflow::Options {
+            reps: args.overflow_reps,
+            idle: Duration::from_secs(args.overflow_idle_s),
         })?;
     }
     Ok(())

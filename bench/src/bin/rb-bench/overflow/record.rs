@@ -1,0 +1,261 @@
+//! What the overflow section reads its timings and counts from: a recorder script put before
+//! the lab file's `sbatch`/`squeue`/`scancel` (each call's start and end, in ns since the
+//! epoch), the broker log's timestamps, and the pilot's processes in `/proc`.
+
+use std::{
+    os::unix::fs::PermissionsExt,
+    path::{Path, PathBuf},
+};
+
+/// The Slurm commands the broker runs.
+pub const COMMANDS: [&str; 3] = ["sbatch", "squeue", "scancel"];
+
+/// Writes the recorder script into `dir` and returns its path. Called as
+/// `recorder NAME COMMAND…`, it appends `NS PID start NAME` to `dir/calls.log`, runs the
+/// command (stdin, stdout and stderr are the broker's) and appends `NS PID end NAME STATUS`.
+pub fn write_recorder(dir: &Path) -> anyhow::Result<PathBuf> {
+    let log = dir.join("calls.log");
+    let path = dir.join("slurm-call");
+    let text = format!(
+        "#!/bin/sh\n\
+         # rb-bench: records a Slurm call's start and end (ns since the epoch), then runs it.\n\
+         name=$1\n\
+         shift\n\
+         echo \"$(date +%s%N) $$ start $name\" >> '{log}'\n\
+         \"$@\"\n\
+         status=$?\n\
+         echo \"$(date +%s%N) $$ end $name $status\" >> '{log}'\n\
+         exit $status\n",
+        log = log.display()
+    );
+    std::fs::write(&path, text)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
+    Ok(path)
+}
+
+/// One recorded Slurm call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    pub name: String,
+    pub start_ns: i128,
+    /// `None` while it runs.
+    pub end_ns: Option<i128>,
+}
+
+/// The calls recorded in `dir/calls.log` so far, in order of their start.
+pub fn calls(dir: &Path) -> Vec<Call> {
+    let text = std::fs::read_to_string(dir.join("calls.log")).unwrap_or_default();
+    parse_calls(&text)
+}
+
+fn parse_calls(text: &str) -> Vec<Call> {
+    let mut out: Vec<(String, Call)> = Vec::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (Some(ns), Some(pid), Some(what), Some(name)) = (
+            f.first().and_then(|s| s.parse::<i128>().ok()),
+            f.get(1),
+            f.get(2),
+            f.get(3),
+        ) else {
+            continue;
+        };
+        match *what {
+            "start" => out.push((
+                pid.to_string(),
+                Call {
+                    name: name.to_string(),
+                    start_ns: ns,
+                    end_ns: None,
+                },
+            )),
+            "end" => {
+                let open = out
+                    .iter_mut()
+                    .rev()
+                    .find(|(p, c)| p == pid && c.name == *name && c.end_ns.is_none());
+                if let Some((_, call)) = open {
+                    call.end_ns = Some(ns);
+                }
+            }
+            _ => {}
+        }
+    }
+    out.into_iter().map(|(_, c)| c).collect()
+}
+
+/// How many of `calls` are of each of [`COMMANDS`].
+pub fn count(calls: &[Call]) -> [usize; 3] {
+    COMMANDS.map(|name| calls.iter().filter(|c| c.name == name).count())
+}
+
+/// Nanoseconds since the epoch of a broker log line's timestamp (tracing's default format,
+/// UTC: `2026-11-27T16:40:01.123456Z  INFO …`).
+pub fn log_time_ns(line: &str) -> Option<i128> {
+    let stamp = line.split_whitespace().next()?.strip_suffix('Z')?;
+    civil_ns(stamp)
+}
+
+/// Nanoseconds since the epoch of a Slurm daemon's log line (`LogTimeFormat`'s default,
+/// local time to the millisecond: `[2026-11-27T16:40:01.123] Launching batch job …`).
+pub fn slurm_log_time_ns(line: &str) -> Option<i128> {
+    let stamp = line.strip_prefix('[')?.split_once(']')?.0;
+    let as_utc = civil_ns(stamp)?;
+    let offset_s = utc_offset_s(i64::try_from(as_utc / 1_000_000_000).ok()?)?;
+    Some(as_utc - i128::from(offset_s) * 1_000_000_000)
+}
+
+/// `YYYY-MM-DDTHH:MM:SS[.fraction]` read as UTC, in nanoseconds since the epoch.
+fn civil_ns(stamp: &str) -> Option<i128> {
+    let (date, time) = stamp.split_once('T')?;
+    let mut d = date.splitn(3, '-').map(|s| s.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
+    let mut t = hms.splitn(3, ':').map(|s| s.parse::<i64>().ok());
+    let (h, min, s) = (t.next()??, t.next()??, t.next()??);
+    let digits = frac.len().min(9);
+    let frac_ns: i128 = frac.get(..digits)?.parse::<i128>().ok()? * 10i128.pow(9 - digits as u32);
+    let secs = days_from_civil(y, m, day) * 86_400 + h * 3600 + min * 60 + s;
+    Some(i128::from(secs) * 1_000_000_000 + frac_ns)
+}
+
+/// The local time zone's offset from UTC at `t` (seconds since the epoch), in seconds.
+// time_t and tm_gmtoff are i64 here, narrower on some 32-bit targets.
+#[allow(clippy::useless_conversion)]
+fn utc_offset_s(t: i64) -> Option<i64> {
+    let t: nix::libc::time_t = t.try_into().ok()?;
+    // SAFETY: an all-zero `tm` is a valid value of this plain C struct.
+    let mut tm: nix::libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are to live locals; localtime_r is the thread-safe variant.
+    let done = unsafe { nix::libc::localtime_r(&t, &mut tm) };
+    (!done.is_null()).then_some(i64::from(tm.tm_gmtoff))
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's `days_from_civil`).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The first line of `log` containing `what` stamped after `after_ns` (read by `time`):
+/// its time.
+pub fn first_after(
+    log: &str,
+    what: &str,
+    after_ns: i128,
+    time: fn(&str) -> Option<i128>,
+) -> Option<i128> {
+    log.lines()
+        .filter(|l| l.contains(what))
+        .filter_map(time)
+        .find(|&t| t > after_ns)
+}
+
+/// Root-namespace pids of the processes whose argv contains `words` in a row.
+pub fn pids_with_args(words: &[&str]) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+                return false;
+            };
+            let argv: Vec<&[u8]> = raw.split(|&b| b == 0).collect();
+            argv.windows(words.len())
+                .any(|w| w.iter().zip(words).all(|(a, b)| *a == b.as_bytes()))
+        })
+        .collect()
+}
+
+/// The parent (root-namespace pid) of `pid`.
+pub fn parent(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// The command name (`/proc/PID/comm`) of `pid`.
+pub fn comm(pid: u32) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    Some(text.trim().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_pair_by_pid_and_name() {
+        let log = "10 7 start sbatch\n11 8 start squeue\n15 8 end squeue 0\n20 7 end sbatch 0\n\
+                   30 9 start scancel\nnot a line\n";
+        let calls = parse_calls(log);
+        assert_eq!(calls.len(), 3);
+        assert_eq!(
+            (calls[0].name.as_str(), calls[0].end_ns),
+            ("sbatch", Some(20))
+        );
+        assert_eq!(calls[1].end_ns, Some(15));
+        assert_eq!(calls[2].end_ns, None, "scancel still runs");
+        assert_eq!(count(&calls), [1, 1, 1]);
+    }
+
+    #[test]
+    fn log_timestamps_are_utc_nanoseconds() {
+        let line = "2026-11-27T16:40:01.123456Z  INFO broker::core: a Slurm pilot's host joins";
+        // 2026-11-27 is day 20_784 since the epoch.
+        let want = (20_784i128 * 86_400 + 16 * 3600 + 40 * 60 + 1) * 1_000_000_000 + 123_456_000;
+        assert_eq!(log_time_ns(line), Some(want));
+        assert_eq!(log_time_ns("1970-01-01T00:00:00Z x"), Some(0));
+        assert_eq!(log_time_ns("  INFO no stamp"), None);
+        let log = format!("{line}\n");
+        assert_eq!(
+            first_after(&log, "joins", want - 1, log_time_ns),
+            Some(want)
+        );
+        assert_eq!(first_after(&log, "joins", want, log_time_ns), None);
+    }
+
+    #[test]
+    fn slurm_log_timestamps_are_local_time() {
+        let line = "[2026-11-27T16:40:01.123] Launching batch job 5 for UID 0";
+        let as_utc = (20_784i128 * 86_400 + 16 * 3600 + 40 * 60 + 1) * 1_000_000_000 + 123_000_000;
+        let offset = utc_offset_s(1_795_000_000).expect("local offset");
+        assert_eq!(
+            slurm_log_time_ns(line),
+            Some(as_utc - i128::from(offset) * 1_000_000_000)
+        );
+        assert_eq!(slurm_log_time_ns("Launching batch job 5"), None);
+    }
+
+    #[test]
+    fn the_recorder_runs_the_command_and_records_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rec = write_recorder(dir.path()).expect("recorder");
+        let out = std::process::Command::new(&rec)
+            .args(["squeue", "echo", "hello"])
+            .output()
+            .expect("run");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "hello\n");
+        let status = std::process::Command::new(&rec)
+            .args(["scancel", "false"])
+            .status()
+            .expect("run");
+        assert_eq!(status.code(), Some(1), "the command's status is kept");
+        let calls = calls(dir.path());
+        assert_eq!(count(&calls), [0, 1, 1]);
+        assert!(calls
+            .iter()
+            .all(|c| c.end_ns.is_some_and(|e| e >= c.start_ns)));
+    }
+}
