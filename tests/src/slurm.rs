@@ -26,6 +26,9 @@ pub struct OverflowOptions {
     /// command's name and then the command (e.g. a script that records the call).
     pub wrapper: Option<PathBuf>,
     pub timing: Timing,
+    /// `[broker] reclaim_grace_s` (Slurm warns a pilot this long before its lease ends);
+    /// `None` leaves the key out.
+    pub reclaim_grace_s: Option<u64>,
 }
 
 impl OverflowOptions {
@@ -39,6 +42,7 @@ impl OverflowOptions {
             idle_exit_s,
             wrapper: None,
             timing,
+            reclaim_grace_s: None,
         }
     }
 }
@@ -73,11 +77,14 @@ pub fn overflow_lab_file(
         ]);
         format!("{name} = {argv:?}\n")
     };
+    let mut broker_part = lab_file_with(lab, &lab_opts);
+    if let Some(grace) = opts.reclaim_grace_s {
+        let with = format!("[broker]\nreclaim_grace_s = {grace}\n");
+        broker_part = broker_part.replacen("[broker]\n", &with, 1);
+    }
     let mut text = format!(
-        "{}\n[overflow.slurm]\nlease_s = {}\nidle_exit_s = {}\n",
-        lab_file_with(lab, &lab_opts),
-        opts.lease_s,
-        opts.idle_exit_s
+        "{broker_part}\n[overflow.slurm]\nlease_s = {}\nidle_exit_s = {}\n",
+        opts.lease_s, opts.idle_exit_s
     );
     if let Some(p) = &opts.partition {
         text.push_str(&format!("partition = {p:?}\n"));

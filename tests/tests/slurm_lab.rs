@@ -528,25 +528,12 @@ fn a_pilots_lease_end_is_vacate_by_slurms_deadline_then_the_host_leaves() {
     if skip_unless_root(name) {
         return;
     }
-    let lab = lab::Lab::up(&lab::LabSpec {
-        hosts: 3,
-        ..lab::LabSpec::default()
-    })
-    .expect("lab up");
-    let cluster = lab::SlurmCluster::start(&lab, &["node04"]).expect("slurm up");
-    let mut opts = LabOptions::new(&[], TEST_TIMING);
-    opts.unmanaged = vec!["node04".into()];
-    let env = format!("\"env\", \"SLURM_CONF={}\"", cluster.conf().display());
-    let lab_text = format!(
-        "{}\n[overflow.slurm]\npartition = \"{}\"\nlease_s = 60\nmax_nodes = 1\nidle_exit_s = 300\n\
-         sbatch = [{env}, \"sbatch\"]\nsqueue = [{env}, \"squeue\"]\nscancel = [{env}, \"scancel\"]\n",
-        lab_file_with(&lab, &opts).replacen("[broker]\n", "[broker]\nreclaim_grace_s = 20\n", 1),
-        lab::slurm::PARTITION
-    );
-    let broker = tests::Broker::start(&lab_text);
-    broker.wait_all_up(Duration::from_secs(20));
+    let mut opts = OverflowOptions::new(300, TEST_TIMING);
+    (opts.lease_s, opts.reclaim_grace_s) = (60, Some(20));
+    let env = SlurmLab::start(3, &opts).expect("lab, cluster and broker");
+    let (broker, cluster) = (&env.broker, &env.cluster);
     let mut filler = agent(
-        &broker,
+        broker,
         "rsh anyLinux 'sleep 300' & rsh anyLinux 'sleep 300' & wait",
     )
     .spawn()
@@ -571,7 +558,7 @@ fn a_pilots_lease_end_is_vacate_by_slurms_deadline_then_the_host_leaves() {
         jel = tests::bin("rb-jel").display(),
         file = file.display()
     );
-    let mut job = agent(&broker, &script).spawn().expect("agent");
+    let mut job = agent(broker, &script).spawn().expect("agent");
     let slurm_note = wait_until(Duration::from_secs(30), || {
         broker.jobs().iter().find_map(|j| {
             j["waiting"]
