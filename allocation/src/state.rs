@@ -288,11 +288,24 @@ impl Allocator {
             return Err(AllocError::NotHeld { host: host.into() });
         };
         let mut fx = Fx::default();
+        self.reclaim_within(alloc, host, grace, now, &mut fx);
+        Ok(self.finish(fx))
+    }
+
+    /// Reclaims `alloc` (on `host`) within `grace`, or less if the policy's `grace_s` says
+    /// so; an allocation already being released keeps the earlier of the two deadlines.
+    fn reclaim_within(
+        &mut self,
+        alloc: AllocId,
+        host: &str,
+        grace: Duration,
+        now: Instant,
+        fx: &mut Fx,
+    ) {
         self.refresh(now);
         let job = self.allocs.get(&alloc).map_or(0, |a| a.job);
         let grace = self.grace_for(job, host, grace);
-        self.reclaim(alloc, None, grace, now, &mut fx);
-        Ok(self.finish(fx))
+        self.reclaim(alloc, None, grace, now, fx);
     }
 
     /// Slurm takes `host` (a pilot's node) back: no new grants on it, and whatever holds it
@@ -310,11 +323,7 @@ impl Allocator {
             self.rebuild_host(host);
         }
         if let Some(&alloc) = self.by_host.get(host) {
-            self.refresh(now);
-            let job = self.allocs.get(&alloc).map_or(0, |a| a.job);
-            let grace = self.grace_for(job, host, grace);
-            // An allocation already being released keeps the earlier of the two deadlines.
-            self.reclaim(alloc, None, grace, now, &mut fx);
+            self.reclaim_within(alloc, host, grace, now, &mut fx);
         }
         Ok(self.finish(fx))
     }

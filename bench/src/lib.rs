@@ -3,10 +3,12 @@
 //! # Layout
 //! - [`procstat`]: CPU time and resident memory of a process, sampled from /proc.
 //! - [`stats`]: medians with min/max.
+//! - [`civil`]: log timestamps as Unix time.
 //! - `bin/rb-loadgen`: N simulated host daemons that handshake and report for real.
 //! - `bin/rb-bench`: runs every benchmark and prints the BENCHMARKS.md sections.
 //! - `bin/rb-jel-probe`: a JEL member that records when it read each event (the JEL
 //!   section's lab part runs it on the job's hosts).
 
+pub mod civil;
 pub mod procstat;
 pub mod stats;

@@ -15,6 +15,24 @@ fn text(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// A job that holds both managed lab hosts (`sleep 300` on each), once it does.
+fn fill_lab(broker: &tests::Broker) -> std::process::Child {
+    let mut filler = agent(
+        broker,
+        "rsh anyLinux 'sleep 300' & rsh anyLinux 'sleep 300' & wait",
+    )
+    .spawn()
+    .expect("agent");
+    let full = wait_until(Duration::from_secs(20), || {
+        (broker.held_hosts().len() == 2).then_some(())
+    });
+    if full.is_none() {
+        let _ = filler.kill();
+        panic!("the filler holds both lab hosts\n{}", broker.log());
+    }
+    filler
+}
+
 /// The harness's cluster works as Slurm does: `sbatch --parsable` runs a batch script on a
 /// node (it writes that node's hostname), `squeue` sees a running job, `scancel` ends it,
 /// and teardown leaves no Slurm daemon of this cluster behind.
@@ -247,20 +265,7 @@ fn with_the_lab_full_a_job_runs_on_a_slurm_pilots_node() {
     let cluster = lab::SlurmCluster::start(&lab, &["node04"]).expect("slurm up");
 
     // The lab is full: one job holds node02 and node03.
-    let mut filler = agent(
-        &broker,
-        "rsh anyLinux 'sleep 300' & rsh anyLinux 'sleep 300' & wait",
-    )
-    .spawn()
-    .expect("agent");
-    let full = wait_until(Duration::from_secs(20), || {
-        (broker.held_hosts().len() == 2).then_some(())
-    });
-    assert!(
-        full.is_some(),
-        "the filler holds both lab hosts\n{}",
-        broker.log()
-    );
+    let mut filler = fill_lab(&broker);
 
     let id = submit_pilot(&cluster, &broker);
     let up = broker.wait_host("slurm-node04", Duration::from_secs(30), "pilot up", |h| {
@@ -336,20 +341,7 @@ fn the_broker_overflows_onto_slurm_when_the_lab_is_full() {
         broker,
     } = env;
 
-    let filler = agent(
-        &broker,
-        "rsh anyLinux 'sleep 300' & rsh anyLinux 'sleep 300' & wait",
-    )
-    .spawn()
-    .expect("agent");
-    let full = wait_until(Duration::from_secs(20), || {
-        (broker.held_hosts().len() == 2).then_some(())
-    });
-    assert!(
-        full.is_some(),
-        "the filler holds both lab hosts\n{}",
-        broker.log()
-    );
+    let filler = fill_lab(&broker);
     assert!(
         cluster.job_ids().expect("squeue").is_empty(),
         "no pilot while nobody waits"
@@ -532,20 +524,7 @@ fn a_pilots_lease_end_is_vacate_by_slurms_deadline_then_the_host_leaves() {
     (opts.lease_s, opts.reclaim_grace_s) = (60, Some(20));
     let env = SlurmLab::start(3, &opts).expect("lab, cluster and broker");
     let (broker, cluster) = (&env.broker, &env.cluster);
-    let mut filler = agent(
-        broker,
-        "rsh anyLinux 'sleep 300' & rsh anyLinux 'sleep 300' & wait",
-    )
-    .spawn()
-    .expect("agent");
-    let full = wait_until(Duration::from_secs(20), || {
-        (broker.held_hosts().len() == 2).then_some(())
-    });
-    assert!(
-        full.is_some(),
-        "the filler holds both lab hosts\n{}",
-        broker.log()
-    );
+    let mut filler = fill_lab(broker);
 
     // The job watches its JEL stream, runs a command on whatever host it gets, and ends
     // once the pool says that host is released.

@@ -198,28 +198,7 @@ fn reclaim_logged(log: &str, host: &str) -> Option<u128> {
 
 /// `2026-11-27T13:19:35.123456Z` (tracing's timestamps: UTC) as Unix ns.
 fn rfc3339_ns(s: &str) -> Option<u128> {
-    let s = s.strip_suffix('Z')?;
-    let (date, time) = s.split_once('T')?;
-    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
-    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
-    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
-    let mut t = hms.split(':').map(|p| p.parse::<i64>().ok());
-    let (h, min, sec) = (t.next()??, t.next()??, t.next()??);
-    let digits = frac.len().min(9);
-    let frac_ns = frac.get(..digits)?.parse::<u128>().ok()? * 10u128.pow(9 - digits as u32);
-    let secs = days_from_civil(y, m, day) * 86_400 + h * 3600 + min * 60 + sec;
-    Some(u128::try_from(secs).ok()? * 1_000_000_000 + frac_ns)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    u128::try_from(bench::civil::civil_ns(s.strip_suffix('Z')?)?).ok()
 }
 
 fn unix_ns() -> u128 {

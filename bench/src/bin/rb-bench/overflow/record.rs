@@ -93,30 +93,16 @@ pub fn count(calls: &[Call]) -> [usize; 3] {
 /// UTC: `2026-11-27T16:40:01.123456Z  INFO …`).
 pub fn log_time_ns(line: &str) -> Option<i128> {
     let stamp = line.split_whitespace().next()?.strip_suffix('Z')?;
-    civil_ns(stamp)
+    bench::civil::civil_ns(stamp)
 }
 
 /// Nanoseconds since the epoch of a Slurm daemon's log line (`LogTimeFormat`'s default,
 /// local time to the millisecond: `[2026-11-27T16:40:01.123] Launching batch job …`).
 pub fn slurm_log_time_ns(line: &str) -> Option<i128> {
     let stamp = line.strip_prefix('[')?.split_once(']')?.0;
-    let as_utc = civil_ns(stamp)?;
+    let as_utc = bench::civil::civil_ns(stamp)?;
     let offset_s = utc_offset_s(i64::try_from(as_utc / 1_000_000_000).ok()?)?;
     Some(as_utc - i128::from(offset_s) * 1_000_000_000)
-}
-
-/// `YYYY-MM-DDTHH:MM:SS[.fraction]` read as UTC, in nanoseconds since the epoch.
-fn civil_ns(stamp: &str) -> Option<i128> {
-    let (date, time) = stamp.split_once('T')?;
-    let mut d = date.splitn(3, '-').map(|s| s.parse::<i64>().ok());
-    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
-    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
-    let mut t = hms.splitn(3, ':').map(|s| s.parse::<i64>().ok());
-    let (h, min, s) = (t.next()??, t.next()??, t.next()??);
-    let digits = frac.len().min(9);
-    let frac_ns: i128 = frac.get(..digits)?.parse::<i128>().ok()? * 10i128.pow(9 - digits as u32);
-    let secs = days_from_civil(y, m, day) * 86_400 + h * 3600 + min * 60 + s;
-    Some(i128::from(secs) * 1_000_000_000 + frac_ns)
 }
 
 /// The local time zone's offset from UTC at `t` (seconds since the epoch), in seconds.
@@ -129,17 +115,6 @@ fn utc_offset_s(t: i64) -> Option<i64> {
     // SAFETY: both pointers are to live locals; localtime_r is the thread-safe variant.
     let done = unsafe { nix::libc::localtime_r(&t, &mut tm) };
     (!done.is_null()).then_some(i64::from(tm.tm_gmtoff))
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's `days_from_civil`).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 /// The first line of `log` containing `what` stamped after `after_ns` (read by `time`):
