@@ -11,7 +11,7 @@ use proto::{
     auth::Secret,
     frame::{self, FramedConn},
     handshake::{server_handshake, ServerAuth, UserKeys},
-    msg::ToBroker,
+    msg::{decode_from_hostd, ToBroker},
 };
 
 /// The broker's credential book, with one user, `bob` (key: the lab secret's text, so a
@@ -80,14 +80,26 @@ fn run(session: impl std::future::Future<Output = ()>) {
     RUNTIME.with(|runtime| runtime.block_on(session));
 }
 
-/// Every line of `data` decoded as the broker decodes a frame.
+/// Every line of `data` decoded as the broker decodes a frame, and as it decodes a host
+/// daemon's frame ([`decode_from_hostd`]: a report straight into `HostReport`), which must
+/// agree with the tagged enum whenever both decode it.
 fn decode_each_line(data: &[u8]) {
     for line in data.split(|&b| b == b'\n') {
         let Ok(text) = std::str::from_utf8(line) else {
             continue;
         };
-        if let Ok(msg) = frame::decode::<ToBroker>(text) {
+        let generic = frame::decode::<ToBroker>(text);
+        if let Ok(msg) = &generic {
+            round_trip(msg);
+        }
+        if let Ok(msg) = decode_from_hostd(text) {
             round_trip(&msg);
+            if let Ok(generic) = generic {
+                assert_eq!(
+                    msg, generic,
+                    "the two decodings of a host daemon's frame differ"
+                );
+            }
         }
     }
 }
