@@ -15,8 +15,9 @@
 #
 # No sanitizer by default: the fuzzed code is safe Rust (no `unsafe` on any fuzzed path), so
 # what this run hunts is panics (overflow checks and debug assertions are on) and inputs
-# over 1 s, which need no sanitizer; AddressSanitizer made every target several times
-# slower and kept the slowest one far from 1 M inputs. SANITIZER=address still runs it.
+# over 1 s, which need no sanitizer; under AddressSanitizer (the earlier default)
+# policy_file ran tens of inputs per second. SANITIZER=address still runs it. The time
+# column includes cargo's up-to-date check (and a rebuild, if a source changed meanwhile).
 #
 # Each target starts from its committed seeds (*/fuzz/seeds/TARGET) in a fresh corpus, so
 # runs compare. A panic or an input over 1 s stops that target's run (libFuzzer stops at
