@@ -115,7 +115,13 @@ run_target() {
     elif [[ -s $slowest ]]; then
         slowest_ms=$(awk '{printf "%.1f ms", $1 / 1000}' "$slowest")
     fi
-    count=$(thousands "${inputs:-?}")
+    local note=""
+    if [[ -z $inputs ]]; then
+        # Killed before its final statistics: the last progress line says how far it got.
+        inputs=$(grep -o '^#[0-9]*' "$log" | tail -n 1 | tr -d '#')
+        note=" (at least: the fuzzer died without its statistics)"
+    fi
+    count="$(thousands "${inputs:-?}")$note"
     if [[ $status -eq 0 && ${inputs:-0} -lt $RUNS ]]; then
         echo "$target" >"$work/$target.short"
         count="$count (**short of $(thousands "$RUNS")**: stopped at $MAX_SECONDS s)"
@@ -125,6 +131,13 @@ run_target() {
         mkdir -p "$kept/$target"
         cp "$work/artifacts/$target/"* "$kept/$target/" 2>/dev/null || true
         cp "$log" "$kept/$target/libfuzzer.log"
+        # The corpus too: a fuzzer killed by a signal its handler could not catch (a stack
+        # overflow on libFuzzer's main thread, which has no alternate signal stack) writes
+        # no input, and the corpus is what can find it again.
+        cp -r "$work/corpus/$target" "$kept/$target/corpus"
+        if grep -q 'exited with signal' "$log"; then
+            count="$count ($(grep -o 'exited with signal: [0-9]* ([A-Z]*)' "$log" | head -n 1), no input kept)"
+        fi
         grep -q 'libFuzzer: out-of-memory' "$log" && count="$count (out of memory)"
         echo "run.sh: $target FAILED (exit $status): see $kept/$target/" >&2
     fi
