@@ -5,7 +5,7 @@
 //!
 //! Seeds named `ok-*` are real frames and lab files: they must also be accepted (every
 //! frame decodes, the lab file validates), so the corpus keeps reaching past the decoder
-//! as the protocol changes. `./bench.sh` runs the long version (`bench/fuzz.sh`: ≥ 1 M
+//! as the protocol changes. `./bench.sh` runs the long version (`bench/fuzz/run.sh`: ≥ 1 M
 //! inputs per target under libFuzzer).
 
 #[path = "../../agent/fuzz/src/lib.rs"]

@@ -91,6 +91,24 @@ impl Pool {
                 help: "watch from a seq you saw, or without `from`; a pool restarted with its job has a new stream".into(),
             });
         }
+        // The replies to this connection's earlier requests of this batch are not written
+        // yet either: they are the first lines of its buffer, and a connection that asked
+        // more than its buffer holds is a slow consumer from the start. (Found by the
+        // `jel_lines` fuzz target: a hello, 25 bad lines and `watch` in one batch made a
+        // watcher holding 27 lines over a buffer of 16, and the events of that batch went
+        // on top.)
+        let queued = self.outbox.remove(&conn).unwrap_or_default();
+        if queued.len() >= self.config.max_buffer {
+            self.cut_off(conn, DisconnectReason::SlowConsumer);
+            return Ok(());
+        }
+        let w = Watcher {
+            unflushed: 0,
+            progress: now,
+            dropped: 0,
+            pending: queued,
+        };
+        self.watchers.insert(conn, w);
         let reply = Reply::Watch {
             from,
             head: self.head,
@@ -106,18 +124,13 @@ impl Pool {
                 .cloned()
                 .map(Line::Event)
                 .collect();
-            self.outbox.entry(conn).or_default().extend(replay);
+            for line in replay {
+                self.send(conn, line);
+            }
         } else {
             let snapshot = self.snapshot();
             self.send(conn, Line::Text(to_line(&snapshot)));
         }
-        let w = Watcher {
-            unflushed: 0,
-            progress: now,
-            dropped: 0,
-            pending: Vec::new(),
-        };
-        self.watchers.insert(conn, w);
         Ok(())
     }
 

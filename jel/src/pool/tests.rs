@@ -814,3 +814,53 @@ fn a_request_on_a_watch_connection_cuts_it_off() {
         .any(|e| matches!(e.kind, EventKind::Joined { .. })));
     lab.pool.check_invariants().expect("invariants");
 }
+
+/// Replies to requests a connection sent before `watch` in the same batch are not written
+/// yet: they are the first lines of the watcher's buffer (fuzz target `jel_lines`, seed
+/// `bad-replies-then-watch`: a hello, 25 bad lines and `watch` in one batch made a watcher
+/// holding 27 lines, over the bound of a 16-line buffer; `Lab::run` checks that invariant).
+/// More replies than the buffer holds: cut off as a slow consumer. Fewer: they come first,
+/// and count toward the buffer.
+#[test]
+fn replies_queued_before_watch_count_toward_the_watchers_buffer() {
+    let config = PoolConfig {
+        max_log: 8,
+        max_buffer: 16,
+        ..PoolConfig::default()
+    };
+    // One batch: `requests` bad lines, `watch`, then `events` events.
+    let requests_then_watch = |lab: &mut Lab, requests: usize, events: usize| {
+        let conn = lab.open("front");
+        lab.slow.insert(conn);
+        let line = |line: String| Input::Line { conn, line };
+        let mut batch: Vec<Input> = (0..requests).map(|_| line(String::new())).collect();
+        batch.push(line(json!({"op": "watch"}).to_string()));
+        batch.extend((0..events).map(|i| Input::HostGranted {
+            host: format!("h{i}"),
+        }));
+        lab.run(batch);
+        conn
+    };
+
+    // Before the fix: a watcher holding 31 lines, over 16 + 8 + 2 (the invariant).
+    let mut lab = Lab::new(config.clone());
+    let cut = requests_then_watch(&mut lab, 30, 0);
+    assert_eq!(lab.gone.get(&cut), Some(&DisconnectReason::SlowConsumer));
+    // Before the fix: 5 + 1 + 11 lines buffered, over 16, and not cut off.
+    let mut lab = Lab::new(config.clone());
+    let over = requests_then_watch(&mut lab, 5, 11);
+    assert_eq!(lab.gone.get(&over), Some(&DisconnectReason::SlowConsumer));
+
+    let mut lab = Lab::new(config);
+    let kept = requests_then_watch(&mut lab, 5, 10);
+    let got = lab.got[&kept].clone();
+    // The hello, the 5 error replies, the watch reply, 10 events: the buffer's 16 lines.
+    assert_eq!(got.len(), 1 + 16, "{got:?}");
+    assert!(got[1..6].iter().all(|l| l.contains("\"error\"")), "{got:?}");
+    assert!(got[6].contains("\"reply\":\"watch\""), "{got:?}");
+    assert_eq!(lab.events(kept).len(), 10);
+    assert!(!lab.gone.contains_key(&kept));
+    // It never flushes, so the next event finds its buffer full.
+    lab.input(Input::HostGranted { host: "h".into() });
+    assert_eq!(lab.gone.get(&kept), Some(&DisconnectReason::SlowConsumer));
+}
