@@ -151,7 +151,7 @@ impl JobDesk {
         let Some(pilots) = &self.pilots else {
             return warn!(%host, %slurm_job, "a daemon names a Slurm job, but overflow is off");
         };
-        if slurm_job.is_empty() || !slurm_job.chars().all(|c| c.is_ascii_digit()) {
+        if !config::pilot::is_slurm_job_id(&slurm_job) {
             return warn!(%host, %slurm_job, "a daemon names a Slurm job that is not a job id");
         }
         pilots.lease_left(host, slurm_job, ending);

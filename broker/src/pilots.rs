@@ -235,7 +235,7 @@ fn parse_time_left(stdout: &str) -> Option<Duration> {
 /// `sbatch --parsable` prints `ID` or `ID;CLUSTER`.
 fn parse_job_id(stdout: &str) -> Result<String, String> {
     let id = stdout.trim().split(';').next().unwrap_or_default();
-    if !id.is_empty() && id.chars().all(|c| c.is_ascii_digit()) {
+    if config::pilot::is_slurm_job_id(id) {
         Ok(id.to_string())
     } else {
         Err(format!(

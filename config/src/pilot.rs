@@ -29,6 +29,14 @@ pub fn is_pilot_host(name: &str) -> bool {
     })
 }
 
+/// Whether `id` is a Slurm job id as `sbatch --parsable` prints it and `$SLURM_JOB_ID`
+/// holds it: digits only (at most 20). Every place that takes one from outside (the
+/// daemon's `--slurm-job`, a daemon's word over the network, `sbatch`'s answer) checks it
+/// with this before passing it on to a Slurm command.
+pub fn is_slurm_job_id(id: &str) -> bool {
+    (1..=20).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_digit())
+}
+
 /// The labels of a pilot's host besides what its daemon reports.
 pub const PILOT_LABELS: &[&str] = &["public", "slurm"];
 
@@ -94,6 +102,14 @@ mod tests {
         );
         assert!(text.contains("trap 'kill -USR1 \"$hostd\" 2>/dev/null' USR1\n"));
         assert!(text.contains("trap 'kill -TERM \"$hostd\" 2>/dev/null' TERM\n"));
+    }
+
+    #[test]
+    fn slurm_job_ids_are_digits() {
+        assert!(is_slurm_job_id("4242") && is_slurm_job_id(&"9".repeat(20)));
+        for bad in ["", "42a", "-1", "4 2", "--help", &"9".repeat(21)] {
+            assert!(!is_slurm_job_id(bad), "{bad}");
+        }
     }
 
     #[test]

@@ -118,7 +118,7 @@ fn check_broker(value: &str) -> Result<(), String> {
 
 /// `--slurm-job` is a Slurm job id (digits), as `$SLURM_JOB_ID` is in a batch job.
 fn check_slurm_job(value: &str) -> Result<(), String> {
-    if !value.is_empty() && value.len() <= 20 && value.chars().all(|c| c.is_ascii_digit()) {
+    if config::pilot::is_slurm_job_id(value) {
         Ok(())
     } else {
         Err(format!(
