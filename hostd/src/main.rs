@@ -162,17 +162,25 @@ fn run(args: Args, sensors: Sensors) -> anyhow::Result<()> {
     let lock_dir = args.lock_dir.clone().unwrap_or_else(privdir::runtime_root);
     let _lock = daemon::take_over(&lock_dir, &host)
         .map_err(|e| anyhow::anyhow!("cannot take the host lock in {}: {e}", lock_dir.display()))?;
-    let (lease_tx, lease_ending) = watch::channel(false);
+    // A pilot's daemon: Slurm's lease warning (SIGUSR1) reaches the daemon through `warned`.
+    let (pilot, warned) = match args.slurm_job.clone() {
+        Some(slurm_job) => {
+            let (warned, lease_ending) = watch::channel(false);
+            let pilot = PilotJob {
+                slurm_job,
+                lease_ending,
+            };
+            (Some(pilot), Some(warned))
+        }
+        None => (None, None),
+    };
     let cfg = DaemonConfig {
         broker,
         host,
         secret_file: config::expand_home(&args.secret_file),
         interval: args.interval_ms.map(Duration::from_millis),
         lifeline_stdin: args.lifeline_stdin,
-        pilot: args.slurm_job.clone().map(|slurm_job| PilotJob {
-            slurm_job,
-            lease_ending,
-        }),
+        pilot,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -180,10 +188,8 @@ fn run(args: Args, sensors: Sensors) -> anyhow::Result<()> {
     let exit = runtime.block_on(async move {
         let (stop_tx, stop_rx) = watch::channel(None);
         spawn_stop_sources(&cfg, stop_tx);
-        if cfg.pilot.is_some() {
-            spawn_lease_warning(lease_tx)?;
-        } else {
-            drop(lease_tx);
+        if let Some(warned) = warned {
+            spawn_lease_warning(warned)?;
         }
         anyhow::Ok(daemon::run(cfg, sensors, stop_rx).await)
     })?;
