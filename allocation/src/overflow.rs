@@ -106,6 +106,12 @@ enum Pilot {
     },
 }
 
+/// Whether `view` is a Slurm pilot's node: the label every pilot's host has
+/// (`config::pilot::PILOT_LABELS`).
+fn is_pilot_node(view: &crate::HostView) -> bool {
+    view.labels.iter().any(|l| l == "slurm")
+}
+
 impl Overflow {
     fn outstanding(&self) -> usize {
         self.pilots
@@ -222,10 +228,7 @@ impl Allocator {
         ending: bool,
         now: Instant,
     ) -> Option<Duration> {
-        let is_pilot_host = self
-            .hosts
-            .get(host)
-            .is_some_and(|h| h.labels.iter().any(|l| l == "slurm"));
+        let is_pilot_host = self.hosts.get(host).is_some_and(is_pilot_node);
         let o = self.overflow.as_mut()?;
         if !is_pilot_host {
             return None;
@@ -367,7 +370,7 @@ impl Allocator {
         let up_slurm: Vec<String> = self
             .hosts
             .values()
-            .filter(|h| h.up && h.labels.iter().any(|l| l == "slurm"))
+            .filter(|h| h.up && is_pilot_node(h))
             .map(|h| h.name.clone())
             .collect();
         let Some(o) = &mut self.overflow else {
@@ -411,10 +414,7 @@ impl Allocator {
         let Some(o) = &self.overflow else {
             return true;
         };
-        let pilot = self
-            .hosts
-            .get(host)
-            .is_some_and(|h| h.labels.iter().any(|l| l == "slurm"));
+        let pilot = self.hosts.get(host).is_some_and(is_pilot_node);
         !pilot || self.is_owners(job, &o.owner)
     }
 
