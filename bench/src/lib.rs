@@ -1,7 +1,7 @@
 //! Benchmark support: process measurements from /proc, statistics, markdown tables.
 //!
 //! # Layout
-//! - [`procstat`]: CPU time and resident memory of a process, sampled from /proc.
+//! - [`procstat`]: a process from /proc: CPU time, resident memory, parent, name, argv search.
 //! - [`stats`]: medians with min/max.
 //! - [`civil`]: log timestamps as Unix time.
 //! - `bin/rb-loadgen`: N simulated host daemons that handshake and report for real.

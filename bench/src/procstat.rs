@@ -1,4 +1,5 @@
-//! CPU time and resident memory of a process, from `/proc/PID/stat` and `/proc/PID/status`.
+//! A process as /proc shows it: CPU time and resident memory (`/proc/PID/stat`, `/proc/PID/status`),
+//! its parent and command name, and the processes whose argv holds some words.
 
 use std::time::{Duration, Instant};
 
@@ -40,6 +41,41 @@ pub fn measure(pid: u32, window: Duration) -> Option<(f64, u64)> {
     let c1 = cpu_seconds(pid)?;
     let share = (c1 - c0) / t0.elapsed().as_secs_f64();
     Some((share, rss_kb(pid)?))
+}
+
+/// Root-namespace pids of the processes whose argv contains `words` in a row.
+pub fn pids_with_args(words: &[&str]) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+                return false;
+            };
+            let argv: Vec<&[u8]> = raw.split(|&b| b == 0).collect();
+            argv.windows(words.len())
+                .any(|w| w.iter().zip(words).all(|(a, b)| *a == b.as_bytes()))
+        })
+        .collect()
+}
+
+/// The parent (root-namespace pid) of `pid`.
+pub fn parent(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// The command name (`/proc/PID/comm`) of `pid`.
+pub fn comm(pid: u32) -> Option<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    Some(text.trim().to_string())
 }
 
 #[cfg(test)]

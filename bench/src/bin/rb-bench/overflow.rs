@@ -268,22 +268,22 @@ struct CostRow {
 fn cost_processes(env: &SlurmLab) -> anyhow::Result<Vec<(String, u32)>> {
     let addr = env.broker.tcp_addr().to_string();
     let hostd_of = |host: &str| {
-        record::pids_with_args(&["--broker", &addr, "--host", host])
+        procstat::pids_with_args(&["--broker", &addr, "--host", host])
             .into_iter()
-            .find(|&p| record::comm(p).as_deref() == Some("rb-hostd"))
+            .find(|&p| procstat::comm(p).as_deref() == Some("rb-hostd"))
             .ok_or_else(|| anyhow::anyhow!("no rb-hostd for {host} reporting to {addr}"))
     };
     let hostd = hostd_of(PILOT_HOST)?;
-    let shell = record::parent(hostd).ok_or_else(|| anyhow::anyhow!("no batch shell"))?;
-    let stepd = record::parent(shell).ok_or_else(|| anyhow::anyhow!("no slurmstepd"))?;
+    let shell = procstat::parent(hostd).ok_or_else(|| anyhow::anyhow!("no batch shell"))?;
+    let stepd = procstat::parent(shell).ok_or_else(|| anyhow::anyhow!("no slurmstepd"))?;
     let slurmd = env
         .cluster
         .daemons()
         .into_iter()
         .map(|d| d.pid)
-        .find(|&p| record::comm(p).as_deref() == Some("slurmd"))
+        .find(|&p| procstat::comm(p).as_deref() == Some("slurmd"))
         .ok_or_else(|| anyhow::anyhow!("no slurmd of this cluster"))?;
-    let name = |p: u32| record::comm(p).unwrap_or_else(|| "?".into());
+    let name = |p: u32| procstat::comm(p).unwrap_or_else(|| "?".into());
     Ok(vec![
         (format!("pilot: `rb-hostd` on {NODE}"), hostd),
         (format!("pilot: batch shell (`{}`)", name(shell)), shell),

@@ -131,41 +131,6 @@ pub fn first_after(
         .find(|&t| t > after_ns)
 }
 
-/// Root-namespace pids of the processes whose argv contains `words` in a row.
-pub fn pids_with_args(words: &[&str]) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-                return false;
-            };
-            let argv: Vec<&[u8]> = raw.split(|&b| b == 0).collect();
-            argv.windows(words.len())
-                .any(|w| w.iter().zip(words).all(|(a, b)| *a == b.as_bytes()))
-        })
-        .collect()
-}
-
-/// The parent (root-namespace pid) of `pid`.
-pub fn parent(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
-/// The command name (`/proc/PID/comm`) of `pid`.
-pub fn comm(pid: u32) -> Option<String> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
-    Some(text.trim().to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
