@@ -145,12 +145,16 @@ impl JobDesk {
     }
 
     /// `host`'s daemon says it runs in Slurm job `slurm_job`: asks Slurm how long the
-    /// lease has left (answered as [`crate::core::Event::PilotLeaseLeft`]). A job id that
-    /// is not a number is not passed to Slurm.
+    /// lease has left (answered as [`crate::core::Event::PilotLeaseLeft`]). Only a pilot's
+    /// host (`slurm-<node>`) is asked for, and a job id that is not a number is not passed
+    /// to Slurm.
     pub fn ask_lease(&self, host: String, slurm_job: String, ending: bool) {
         let Some(pilots) = &self.pilots else {
             return warn!(%host, %slurm_job, "a daemon names a Slurm job, but overflow is off");
         };
+        if !config::pilot::is_pilot_host(&host) {
+            return warn!(%host, %slurm_job, "a lab host's daemon names a Slurm job; ignored");
+        }
         if !config::pilot::is_slurm_job_id(&slurm_job) {
             return warn!(%host, %slurm_job, "a daemon names a Slurm job that is not a job id");
         }
