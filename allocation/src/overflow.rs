@@ -14,8 +14,9 @@
 //! A joined pilot whose host no allocation has held for `idle_exit` is cancelled too, and
 //! a joined pilot is forgotten when its host goes down (lease end, `scancel`). A pilot's
 //! daemon names its Slurm job ([`Allocator::pilot_lease`]): the host is joined to that
-//! pilot, with the lease's end as Slurm tells it; when Slurm warns that the lease ends,
-//! the host's holder is reclaimed with the time left as its grace and the host closes
+//! pilot, with the lease's end as Slurm tells it; when Slurm says it takes the node back
+//! (the lease warning, preemption, `scancel`: the shell asks Slurm how long the node has
+//! left), the host's holder is reclaimed with that time as its grace and the host closes
 //! ([`Allocator::lease_ends`]). After a
 //! restart the shell finds the previous run's pilots by job name
 //! ([`Allocator::pilots_found`]): they are adopted, and cancelled when unwanted.
@@ -68,7 +69,7 @@ pub struct PilotLease {
     pub slurm_job: Option<String>,
     /// When Slurm takes the node back, as Slurm last said.
     pub ends: Option<Instant>,
-    /// Slurm warned that the lease ends: the host takes no new grant.
+    /// Slurm said it takes the node back: the host takes no new grant.
     pub ending: bool,
 }
 
@@ -101,7 +102,7 @@ enum Pilot {
         idle_since: Option<Instant>,
         /// When Slurm takes the node back ([`Allocator::pilot_lease`]), once known.
         lease_end: Option<Instant>,
-        /// Slurm warned that the lease ends.
+        /// Slurm said it takes the node back.
         ending: bool,
     },
 }
@@ -216,8 +217,8 @@ impl Allocator {
     }
 
     /// A pilot's daemon on `host` says it runs in Slurm job `slurm_id`, whose lease Slurm
-    /// says has `left` to run (`None`: Slurm did not say); `ending` once Slurm warned that
-    /// the lease ends. The host is joined to the pilot with that id (found by id, not
+    /// says has `left` to run (`None`: Slurm did not say); `ending` once Slurm said that
+    /// it takes the node back. The host is joined to the pilot with that id (found by id, not
     /// guessed; one this broker does not know of is adopted). Returns the grace its holder
     /// gets when the lease ends: the time left by Slurm's clock, else the warning's.
     pub fn pilot_lease(

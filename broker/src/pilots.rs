@@ -8,12 +8,23 @@
 //!
 //! A pilot is `sbatch --parsable` with [`SlurmOverflow::pilot_options`] and the
 //! [`PilotScript`] on stdin, named `rb-pilot-<owner>` so that `squeue` shows whose it is.
+//!
+//! How long a pilot's node has left is Slurm's word: the job's end time (`squeue %e`), which
+//! Slurm moves when it preempts the job (to now + the partition's `GraceTime`) or an
+//! administrator changes its limit. A job Slurm is already ending (`scancel`, or past its
+//! end) has `KillWait` left (`scontrol show config`, read once).
 
-use std::{net::SocketAddr, path::Path, process::Stdio, time::Duration};
+use std::{
+    net::SocketAddr,
+    path::Path,
+    process::Stdio,
+    sync::Arc,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
 
 use allocation::PilotId;
 use config::{pilot::PilotScript, SlurmOverflow, PILOT_JOB_PREFIX};
-use tokio::{io::AsyncWriteExt, process::Command};
+use tokio::{io::AsyncWriteExt, process::Command, sync::OnceCell};
 use tracing::{info, warn};
 
 use crate::core::{Event, EventSender};
@@ -29,6 +40,8 @@ pub struct Pilots {
     job_name: String,
     options: Vec<String>,
     events: EventSender,
+    /// Slurm's `KillWait`, once read.
+    kill_wait: Arc<OnceCell<Duration>>,
 }
 
 impl Pilots {
@@ -62,6 +75,7 @@ impl Pilots {
             job_name,
             options,
             events,
+            kill_wait: Arc::default(),
         }
     }
 
@@ -104,16 +118,19 @@ impl Pilots {
         });
     }
 
-    /// Asks Slurm how long `slurm_job`'s lease has left (`squeue --format=%L`: Slurm's
-    /// clock and its time limit, which an admin may have changed) in the background; the
-    /// answer comes back as [`Event::PilotLeaseLeft`] (`left: None` when Slurm did not say).
+    /// Asks Slurm how long `slurm_job`'s node has left in the background (see the module
+    /// docs; `ending`: the daemon got Slurm's notice, so a job Slurm is ending has its
+    /// `KillWait` left); the answer comes back as [`Event::PilotLeaseLeft`] (`left: None`
+    /// when Slurm did not say).
     pub fn lease_left(&self, host: String, slurm_job: String, ending: bool) {
         let this = self.clone();
         tokio::spawn(async move {
-            let job = format!("--jobs={slurm_job}");
-            let args = ["--noheader", job.as_str(), "--format=%L"];
-            let left = match this.run(&this.slurm.squeue, &args).await {
-                Ok(out) => parse_time_left(&out),
+            let left = match this.job_end(&slurm_job).await {
+                Ok(end) => match end.left(SystemTime::now()) {
+                    Some(left) => Some(left),
+                    None if ending => this.kill_wait().await,
+                    None => None,
+                },
                 Err(why) => {
                     warn!(%host, %slurm_job, %why, "cannot ask Slurm for a pilot's lease");
                     None
@@ -127,6 +144,30 @@ impl Pilots {
             };
             let _ = this.events.send(said).await;
         });
+    }
+
+    /// `squeue` on `slurm_job`: its state and end time (Unix seconds: `SLURM_TIME_FORMAT=%s`,
+    /// so no time zone is involved).
+    async fn job_end(&self, slurm_job: &str) -> Result<JobEnd, String> {
+        let job = format!("--jobs={slurm_job}");
+        let args = ["--noheader", job.as_str(), "--format=%T %e"];
+        let out = self
+            .run_env(&self.slurm.squeue, &args, &[("SLURM_TIME_FORMAT", "%s")])
+            .await?;
+        Ok(JobEnd::parse(&out))
+    }
+
+    /// Slurm's `KillWait` (`scontrol show config`), read at the first need and kept; `None`
+    /// (asked again next time) when Slurm did not say.
+    async fn kill_wait(&self) -> Option<Duration> {
+        let read = self.kill_wait.get_or_try_init(|| async {
+            let out = self.run(&self.slurm.scontrol, &["show", "config"]).await?;
+            parse_kill_wait(&out).ok_or_else(|| "no KillWait in `scontrol show config`".into())
+        });
+        read.await
+            .map_err(|why: String| warn!(%why, "cannot read Slurm's KillWait"))
+            .ok()
+            .copied()
     }
 
     /// Cancels Slurm job `slurm_id` in the background.
@@ -194,9 +235,20 @@ impl Pilots {
 
     /// Runs `command args` (stdin null) with a time limit: its stdout, or why not.
     async fn run(&self, command: &[String], args: &[&str]) -> Result<String, String> {
+        self.run_env(command, args, &[]).await
+    }
+
+    /// [`Pilots::run`] with `env` added to the command's environment.
+    async fn run_env(
+        &self,
+        command: &[String],
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<String, String> {
         let mut cmd = Command::new(&command[0]);
         cmd.args(&command[1..])
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .kill_on_drop(true);
         let shown = command.join(" ");
@@ -212,24 +264,42 @@ impl Pilots {
     }
 }
 
-/// Slurm's time left (`squeue --format=%L`): `[days-][hours:]minutes:seconds`; `None` for
-/// `UNLIMITED`, `NOT_SET`, `INVALID` or anything else.
-fn parse_time_left(stdout: &str) -> Option<Duration> {
-    let text = stdout.split_whitespace().next()?;
-    let (days, clock) = match text.split_once('-') {
-        Some((d, rest)) => (d.parse::<u64>().ok()?, rest),
-        None => (0, text),
-    };
-    let parts: Vec<u64> = clock
-        .split(':')
-        .map(|p| p.parse::<u64>().ok())
-        .collect::<Option<_>>()?;
-    let (h, m, s) = match parts[..] {
-        [m, s] => (0, m, s),
-        [h, m, s] => (h, m, s),
-        _ => return None,
-    };
-    Some(Duration::from_secs(((days * 24 + h) * 60 + m) * 60 + s))
+/// A job's state and end as `squeue --format="%T %e"` prints them with
+/// `SLURM_TIME_FORMAT=%s`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct JobEnd {
+    running: bool,
+    /// Unix seconds; `None` for no limit (`Unknown`, `NONE`) or no such job (empty output).
+    end: Option<u64>,
+}
+
+impl JobEnd {
+    fn parse(stdout: &str) -> JobEnd {
+        let mut words = stdout.split_whitespace();
+        let running = words.next() == Some("RUNNING");
+        let end = words.next().and_then(|e| e.parse().ok());
+        JobEnd { running, end }
+    }
+
+    /// How long the running job has until its end at `now`; `None` when it is not running,
+    /// has no end, or is past it (Slurm is ending it).
+    fn left(self, now: SystemTime) -> Option<Duration> {
+        let end = UNIX_EPOCH + Duration::from_secs(self.end?);
+        let left = end.duration_since(now).ok()?;
+        (self.running && !left.is_zero()).then_some(left)
+    }
+}
+
+/// `KillWait` from `scontrol show config` (`KillWait                = 30 sec`).
+fn parse_kill_wait(stdout: &str) -> Option<Duration> {
+    stdout.lines().find_map(|line| {
+        let (key, value) = line.split_once('=')?;
+        if key.trim() != "KillWait" {
+            return None;
+        }
+        let secs = value.split_whitespace().next()?.parse().ok()?;
+        Some(Duration::from_secs(secs))
+    })
 }
 
 /// `sbatch --parsable` prints `ID` or `ID;CLUSTER`.
@@ -250,23 +320,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_slurms_time_left() {
-        let secs = |s: &str| parse_time_left(s).map(|d| d.as_secs());
-        assert_eq!(secs("4:52\n"), Some(292));
-        assert_eq!(secs("1:00:05"), Some(3605));
-        assert_eq!(secs("2-03:04:05"), Some(((2 * 24 + 3) * 60 + 4) * 60 + 5));
-        assert_eq!(secs("0:00"), Some(0));
-        for none in [
-            "UNLIMITED",
-            "NOT_SET",
-            "INVALID",
-            "",
-            "1:2:3:4",
-            "-1:00",
-            "a:b",
-        ] {
-            assert_eq!(secs(none), None, "{none}");
+    fn a_running_jobs_end_is_its_time_left() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let left = |s: &str| JobEnd::parse(s).left(now).map(|d| d.as_secs());
+        assert_eq!(left("RUNNING 1000292\n"), Some(292));
+        // Preempted: Slurm moved the end to now + GraceTime; the job still runs.
+        assert_eq!(left("RUNNING 1000015"), Some(15));
+        // Past its end (Slurm's periodic check not yet run), or being ended.
+        assert_eq!(left("RUNNING 999990"), None);
+        assert_eq!(left("RUNNING 1000000"), None);
+        assert_eq!(left("COMPLETING 1000300"), None);
+        assert_eq!(left("PENDING 1000300"), None);
+        // No limit, no such job, or not what squeue prints.
+        for none in ["RUNNING Unknown", "RUNNING NONE", "", "RUNNING", "1000300"] {
+            assert_eq!(left(none), None, "{none:?}");
         }
+    }
+
+    #[test]
+    fn reads_kill_wait_from_scontrol_show_config() {
+        let config = "JobCompType             = jobcomp/none\n\
+                      KillOnBadExit           = 0\n\
+                      KillWait                = 30 sec\n\
+                      LaunchParameters        = (null)\n";
+        assert_eq!(parse_kill_wait(config), Some(Duration::from_secs(30)));
+        assert_eq!(
+            parse_kill_wait("KillWait = 2 sec"),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(parse_kill_wait("KillOnBadExit = 0\n"), None);
+        assert_eq!(parse_kill_wait("KillWait = soon\n"), None);
+        assert_eq!(parse_kill_wait(""), None);
     }
 
     #[test]

@@ -25,6 +25,7 @@ pub const SLURM_KEYS: &[&str] = &[
     "sbatch",
     "squeue",
     "scancel",
+    "scontrol",
     "sbatch_args",
 ];
 /// Keys of `[broker]`.

@@ -10,6 +10,7 @@
 //! sbatch = ["sbatch"]            # the commands (default: found on PATH)
 //! squeue = ["squeue"]
 //! scancel = ["scancel"]
+//! scontrol = ["scontrol"]        # read once: KillWait, a cancelled pilot's last seconds
 //! sbatch_args = ["--account=lab", "--qos=short"]   # more sbatch options
 //! ```
 //!
@@ -39,6 +40,8 @@ pub struct SlurmOverflow {
     pub squeue: Vec<String>,
     /// The `scancel` command.
     pub scancel: Vec<String>,
+    /// The `scontrol` command (`scontrol show config`: Slurm's `KillWait`).
+    pub scontrol: Vec<String>,
     /// More `sbatch` options (`--account=…`, `--qos=…`, `--constraint=…`).
     pub sbatch_args: Vec<String>,
 }
@@ -76,8 +79,8 @@ impl SlurmOverflow {
         self.lease.as_secs().div_ceil(60)
     }
 
-    /// The `sbatch` options of one pilot job named `job_name`, warned with SIGUSR1 to the
-    /// batch shell `warning` before its time limit (Slurm rounds that up to whole seconds
+    /// The `sbatch` options of one pilot job named `job_name`, warned with SIGUSR1 to its
+    /// job step (the pilot's `rb-hostd`, not the batch shell) `warning` before its time limit (Slurm rounds that up to whole seconds
     /// and may send it up to a minute early): `-N1 --exclusive --time --signal --job-name`,
     /// the partition, `--output=/dev/null`, then `sbatch_args`. `--parsable` and the script
     /// are the caller's. Without `--output`, Slurm writes `slurm-JOBID.out` in the broker's
@@ -90,7 +93,7 @@ impl SlurmOverflow {
             "-N1".to_string(),
             "--exclusive".to_string(),
             format!("--time={}", self.lease_minutes()),
-            format!("--signal=B:USR1@{warning_s}"),
+            format!("--signal=USR1@{warning_s}"),
             format!("--job-name={job_name}"),
         ];
         if let Some(p) = &self.partition {
@@ -183,6 +186,7 @@ pub(crate) fn validate(ctx: &Ctx, raw: &Spanned<RawSlurm>) -> Result<SlurmOverfl
         sbatch: command(ctx, &r.sbatch, "overflow.slurm.sbatch", "sbatch")?,
         squeue: command(ctx, &r.squeue, "overflow.slurm.squeue", "squeue")?,
         scancel: command(ctx, &r.scancel, "overflow.slurm.scancel", "scancel")?,
+        scontrol: command(ctx, &r.scontrol, "overflow.slurm.scontrol", "scontrol")?,
         sbatch_args: sbatch_args(ctx, &r.sbatch_args)?,
     })
 }
@@ -316,6 +320,7 @@ mod tests {
         assert_eq!(s.sbatch, ["sbatch"]);
         assert_eq!(s.squeue, ["squeue"]);
         assert_eq!(s.scancel, ["scancel"]);
+        assert_eq!(s.scontrol, ["scontrol"]);
         assert!(s.sbatch_args.is_empty());
     }
 
@@ -324,7 +329,7 @@ mod tests {
         let s = parse(
             "partition = \"short\"\nmax_nodes = 3\nlease_s = 130\nidle_exit_s = 5\n\
              sbatch = [\"/opt/slurm/bin/sbatch\", \"-v\"]\nsqueue = [\"/opt/q\"]\n\
-             scancel = [\"/opt/c\"]\nsbatch_args = [\"--account=lab\", \"--qos=short\"]\n",
+             scancel = [\"/opt/c\"]\nscontrol = [\"/opt/s\"]\nsbatch_args = [\"--account=lab\", \"--qos=short\"]\n",
         )
         .expect("valid")
         .overflow
@@ -337,6 +342,7 @@ mod tests {
         assert_eq!(s.sbatch, ["/opt/slurm/bin/sbatch", "-v"]);
         assert_eq!(s.squeue, ["/opt/q"]);
         assert_eq!(s.scancel, ["/opt/c"]);
+        assert_eq!(s.scontrol, ["/opt/s"]);
         assert_eq!(s.sbatch_args, ["--account=lab", "--qos=short"]);
     }
 
@@ -353,7 +359,7 @@ mod tests {
                 "-N1",
                 "--exclusive",
                 "--time=3",
-                "--signal=B:USR1@5",
+                "--signal=USR1@5",
                 "--job-name=rb-pilot-x",
                 "--partition=short",
                 "--output=/dev/null",

@@ -1,15 +1,18 @@
 //! A Slurm pilot job's batch script: `rb-hostd` on the node for the job's lease, reporting
 //! to the broker as host `slurm-<node>` (issue 19).
 //!
-//! The script is plain POSIX sh, so any node runs it. It starts `rb-hostd` with the lab
+//! The script is plain POSIX sh, so any node runs it. It runs `rb-hostd` with the lab
 //! secret (a file the compute node reads from a shared file system, as the lab's hosts do)
-//! and waits for it. The daemon names its Slurm job (`--slurm-job $SLURM_JOB_ID`), so the
-//! broker knows which pilot the node is and reads the lease's end from Slurm. Slurm's
-//! warning (`--signal=B:USR1@…`, sent to the batch shell before the time limit) is
-//! forwarded to the daemon as SIGUSR1: the broker then vacates the node's job by Slurm's
-//! deadline and grants the host no more; the time limit ends the daemon and the host
-//! leaves. `scancel` and preemption (SIGTERM) end the daemon at once. The node's name comes
-//! from `SLURMD_NODENAME`, which Slurm sets in every batch job.
+//! as the job's one step (`exec srun`): Slurm signals a job's steps, not its batch shell,
+//! when it takes the node back. The daemon names its Slurm job (`--slurm-job
+//! $SLURM_JOB_ID`), so the broker knows which pilot the node is and reads the lease's end
+//! from Slurm. Slurm's notices reach the daemon directly: the lease warning
+//! (`--signal=USR1@…`, before the time limit) as SIGUSR1, and preemption (at once, with the
+//! job's end moved to now + the partition's `GraceTime`) and `scancel` as SIGTERM. Either
+//! way the daemon tells the broker, which asks Slurm for the job's end and vacates the
+//! node's job by that deadline; the host takes no new grant, and Slurm's SIGKILL (`KillWait`
+//! after its last SIGTERM) ends the daemon, so the host leaves. The node's name comes from
+//! `SLURMD_NODENAME`, which Slurm sets in every batch job.
 
 use std::{net::SocketAddr, path::Path};
 
@@ -58,16 +61,12 @@ impl PilotScript<'_> {
             "#!/bin/sh\n\
              # ResourceBroker pilot (issue 19): rb-hostd on this node for the job's lease.\n\
              node=\"${{SLURMD_NODENAME:-$(hostname -s)}}\"\n\
-             {hostd} --broker {broker} --host \"{PILOT_HOST_PREFIX}$node\" --secret-file {secret} \\\n\
-             \x20   --slurm-job \"$SLURM_JOB_ID\" &\n\
-             hostd=$!\n\
-             # Lease warning (--signal=B:USR1@…): the daemon tells the broker, which vacates the\n\
-             # node's job by Slurm's deadline; the time limit then ends the daemon.\n\
-             trap 'kill -USR1 \"$hostd\" 2>/dev/null' USR1\n\
-             # scancel or preemption (TERM): the host leaves at once.\n\
-             trap 'kill -TERM \"$hostd\" 2>/dev/null' TERM\n\
-             # wait returns early when a trapped signal arrives: wait until the daemon is gone.\n\
-             while kill -0 \"$hostd\" 2>/dev/null; do wait \"$hostd\"; done\n",
+             # The daemon is the job's step: Slurm's lease warning (USR1) and its notice of\n\
+             # preemption or scancel (TERM) reach it, not this shell. It tells the broker, which\n\
+             # vacates the node's job by Slurm's deadline; Slurm's SIGKILL then ends it.\n\
+             exec srun --quiet --nodes=1 --ntasks=1 \\\n\
+             \x20   {hostd} --broker {broker} --host \"{PILOT_HOST_PREFIX}$node\" --secret-file {secret} \\\n\
+             \x20   --slurm-job \"$SLURM_JOB_ID\"\n",
             hostd = quote(&self.hostd.display().to_string()),
             broker = quote(&self.broker.to_string()),
             secret = quote(&self.secret_file.display().to_string()),
@@ -95,13 +94,12 @@ mod tests {
         assert!(text.starts_with("#!/bin/sh\n"));
         assert!(
             text.contains(
-                "'/opt/rb it'\\''s/rb-hostd' --broker '10.1.0.5:7700' --host \"slurm-$node\" \
-                 --secret-file '/home/alice/.config/rb/secret' \\\n    --slurm-job \"$SLURM_JOB_ID\" &\n"
+                "exec srun --quiet --nodes=1 --ntasks=1 \\\n    \
+                 '/opt/rb it'\\''s/rb-hostd' --broker '10.1.0.5:7700' --host \"slurm-$node\" \
+                 --secret-file '/home/alice/.config/rb/secret' \\\n    --slurm-job \"$SLURM_JOB_ID\"\n"
             ),
             "{text}"
         );
-        assert!(text.contains("trap 'kill -USR1 \"$hostd\" 2>/dev/null' USR1\n"));
-        assert!(text.contains("trap 'kill -TERM \"$hostd\" 2>/dev/null' TERM\n"));
     }
 
     #[test]

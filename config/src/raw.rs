@@ -40,6 +40,8 @@ pub struct RawSlurm {
     #[serde(default)]
     pub scancel: Option<Spanned<Vec<String>>>,
     #[serde(default)]
+    pub scontrol: Option<Spanned<Vec<String>>>,
+    #[serde(default)]
     pub sbatch_args: Option<Spanned<Vec<String>>>,
 }
 

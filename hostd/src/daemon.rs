@@ -53,8 +53,8 @@ pub struct DaemonConfig {
 }
 
 /// A Slurm pilot's daemon: its job, told to the broker after every welcome, and whether
-/// Slurm warned that the lease ends (the pilot script forwards Slurm's `--signal` as
-/// SIGUSR1), told again at once when that turns true.
+/// Slurm said that it takes the node back (the lease warning, SIGUSR1; preemption or
+/// `scancel`, SIGTERM), told again at once when that turns true.
 #[derive(Debug, Clone)]
 pub struct PilotJob {
     pub slurm_job: String,

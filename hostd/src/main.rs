@@ -49,8 +49,9 @@ struct Args {
     #[arg(long)]
     once: bool,
     /// Run as a Slurm pilot's daemon in this Slurm job (the pilot script passes
-    /// `$SLURM_JOB_ID`): the broker reads the lease's end from Slurm, and SIGUSR1 (Slurm's
-    /// lease warning, forwarded by the script) tells it that the lease ends.
+    /// `$SLURM_JOB_ID`): the broker reads the lease's end from Slurm. SIGUSR1 (Slurm's lease
+    /// warning) and SIGTERM (Slurm's notice of preemption or scancel) tell the broker that
+    /// the lease ends; the daemon then runs on until Slurm's SIGKILL (SIGINT stops it).
     #[arg(long, value_name = "JOB_ID")]
     slurm_job: Option<String>,
 }
@@ -162,7 +163,7 @@ fn run(args: Args, sensors: Sensors) -> anyhow::Result<()> {
     let lock_dir = args.lock_dir.clone().unwrap_or_else(privdir::runtime_root);
     let _lock = daemon::take_over(&lock_dir, &host)
         .map_err(|e| anyhow::anyhow!("cannot take the host lock in {}: {e}", lock_dir.display()))?;
-    // A pilot's daemon: Slurm's lease warning (SIGUSR1) reaches the daemon through `warned`.
+    // A pilot's daemon: Slurm's notices (SIGUSR1, SIGTERM) reach the daemon through `warned`.
     let (pilot, warned) = match args.slurm_job.clone() {
         Some(slurm_job) => {
             let (warned, lease_ending) = watch::channel(false);
@@ -187,9 +188,10 @@ fn run(args: Args, sensors: Sensors) -> anyhow::Result<()> {
         .build()?;
     let exit = runtime.block_on(async move {
         let (stop_tx, stop_rx) = watch::channel(None);
-        spawn_stop_sources(&cfg, stop_tx);
+        let stop_on_term = warned.is_none();
+        spawn_stop_sources(&cfg, stop_tx, stop_on_term);
         if let Some(warned) = warned {
-            spawn_lease_warning(warned)?;
+            spawn_lease_notices(warned)?;
         }
         anyhow::Ok(daemon::run(cfg, sensors, stop_rx).await)
     })?;
@@ -201,24 +203,36 @@ fn run(args: Args, sensors: Sensors) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A pilot's daemon: SIGUSR1 (Slurm's lease warning, forwarded by the pilot script) turns
-/// `lease_ending` true. Installed before the daemon connects, so an early warning is not
+/// A pilot's daemon (the pilot job's step, so Slurm signals it): SIGUSR1 (the lease
+/// warning before the time limit) and SIGTERM (preemption, at once, or `scancel`) turn
+/// `lease_ending` true, once; the broker asks Slurm how long the node has left. Slurm's
+/// SIGKILL ends the daemon. Installed before the daemon connects, so an early notice is not
 /// the signal's default action (the end of the process).
-fn spawn_lease_warning(lease_ending: watch::Sender<bool>) -> anyhow::Result<()> {
+fn spawn_lease_notices(lease_ending: watch::Sender<bool>) -> anyhow::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
-    let mut usr1 = signal(SignalKind::user_defined1())
-        .map_err(|e| anyhow::anyhow!("cannot handle SIGUSR1: {e}"))?;
+    let listen = |kind: SignalKind, name: &str| {
+        signal(kind).map_err(|e| anyhow::anyhow!("cannot handle {name}: {e}"))
+    };
+    let mut usr1 = listen(SignalKind::user_defined1(), "SIGUSR1")?;
+    let mut term = listen(SignalKind::terminate(), "SIGTERM")?;
     tokio::spawn(async move {
-        while usr1.recv().await.is_some() {
-            tracing::info!("SIGUSR1: Slurm's lease warning");
-            lease_ending.send_replace(true);
+        loop {
+            let notice = tokio::select! {
+                Some(()) = usr1.recv() => "SIGUSR1: Slurm's lease warning",
+                Some(()) = term.recv() => "SIGTERM: Slurm takes the node (preemption or scancel)",
+                else => return,
+            };
+            tracing::info!("{notice}; running on until Slurm's SIGKILL");
+            // Told once: a second notice (the time limit's SIGTERM after the warning) is no news.
+            lease_ending.send_if_modified(|ending| !std::mem::replace(ending, true));
         }
     });
     Ok(())
 }
 
-/// Signals and the stdin lifeline both end the daemon through one watch channel.
-fn spawn_stop_sources(cfg: &DaemonConfig, stop: watch::Sender<Option<Exit>>) {
+/// Signals and the stdin lifeline both end the daemon through one watch channel. SIGTERM
+/// ends it only when `stop_on_term` (not for a pilot's daemon: there it is Slurm's notice).
+fn spawn_stop_sources(cfg: &DaemonConfig, stop: watch::Sender<Option<Exit>>, stop_on_term: bool) {
     let stop = std::sync::Arc::new(stop);
     let on_signal = stop.clone();
     tokio::spawn(async move {
@@ -229,7 +243,10 @@ fn spawn_stop_sources(cfg: &DaemonConfig, stop: watch::Sender<Option<Exit>>) {
         ) else {
             return;
         };
-        let name = tokio::select! { _ = term.recv() => "SIGTERM", _ = int.recv() => "SIGINT" };
+        let name = tokio::select! {
+            Some(()) = term.recv(), if stop_on_term => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
         let _ = on_signal.send(Some(Exit::Requested(name.into())));
     });
     if cfg.lifeline_stdin {

@@ -21,6 +21,9 @@
 //! - `LABDIR/slurm/slurm.conf` (clients take it from `SLURM_CONF`, see
 //!   [`SlurmCluster::conf`] and [`SlurmCluster::client`]), spool, state, pid and log paths
 //!   per node with `%n`;
+//! - two partitions over every node: `rbtest` (the default, where pilots run) and
+//!   `rburgent`, whose jobs preempt `rbtest`'s (`PreemptMode=CANCEL` after `GraceTime`), as
+//!   a site's high-priority queue does;
 //! - `slurmctld -D` on the first node and `slurmd -D` on every node, started with
 //!   [`Lab::spawn`]; [`SlurmCluster::start`] returns once `sinfo` shows every node idle.
 //!
@@ -45,8 +48,17 @@ use crate::{provision, Lab, LabError};
 pub const CTLD_PORT: u16 = 6817;
 /// Each node's `slurmd` port (inside its own network namespace).
 pub const SLURMD_PORT: u16 = 6818;
-/// The partition every node is in.
+/// The partition every node is in (the default one); its jobs can be preempted by
+/// [`URGENT_PARTITION`]'s, and get [`PREEMPT_GRACE_S`] of grace when they are.
 pub const PARTITION: &str = "rbtest";
+/// A partition over the same nodes whose jobs preempt [`PARTITION`]'s (cancel, after the
+/// preempted job's grace time), as a site's high-priority queue does.
+pub const URGENT_PARTITION: &str = "rburgent";
+/// `GraceTime` of [`PARTITION`]: how long a preempted job has from its SIGTERM until Slurm
+/// ends it (its end time becomes now + this).
+pub const PREEMPT_GRACE_S: u64 = 15;
+/// `KillWait`: how long Slurm waits between a job's SIGTERM and its SIGKILL.
+pub const KILL_WAIT_S: u64 = 2;
 /// How long the cluster may take to come up (every node idle).
 const UP_LIMIT: Duration = Duration::from_secs(30);
 /// How long a daemon gets between SIGTERM and SIGKILL at teardown.
@@ -240,7 +252,9 @@ impl SlurmCluster {
         let mut last = String::new();
         let result = poll(UP_LIMIT, &what, HELP, || {
             self.check_daemons()?;
-            let out = cmd::output(self.client("sinfo").args(["-h", "-N", "-o", "%N %t"]), HELP)?;
+            // One line per node and partition: ask for the default partition's.
+            let sinfo = ["-h", "-N", "-p", PARTITION, "-o", "%N %t"];
+            let out = cmd::output(self.client("sinfo").args(sinfo), HELP)?;
             last = String::from_utf8_lossy(&out.stdout).into_owned();
             let idle = last.lines().filter(|l| l.ends_with(" idle")).count();
             Ok(out.status.success() && idle == want)
@@ -395,7 +409,9 @@ pub(crate) fn slurm_conf(dir: &Path, nodes: &[(String, String)]) -> String {
          JobCompType=jobcomp/none\n\
          MpiDefault=none\n\
          ReturnToService=2\n\
-         KillWait=2\n\
+         KillWait={KILL_WAIT_S}\n\
+         PreemptType=preempt/partition_prio\n\
+         PreemptMode=CANCEL\n\
          InactiveLimit=0\n\
          MinJobAge=10\n\
          SlurmctldDebug=info\n\
@@ -406,8 +422,10 @@ pub(crate) fn slurm_conf(dir: &Path, nodes: &[(String, String)]) -> String {
     }
     let _ = writeln!(
         s,
-        "PartitionName={PARTITION} Nodes={} Default=YES MaxTime=INFINITE State=UP",
-        names.join(",")
+        "PartitionName={PARTITION} Nodes={nodes} Default=YES MaxTime=INFINITE State=UP \
+         PriorityTier=1 GraceTime={PREEMPT_GRACE_S}\n\
+         PartitionName={URGENT_PARTITION} Nodes={nodes} MaxTime=INFINITE State=UP PriorityTier=2",
+        nodes = names.join(",")
     );
     s
 }
@@ -488,6 +506,9 @@ mod tests {
         assert!(conf.contains("SlurmctldHost=node04(10.77.9.4)\n"));
         assert!(conf.contains("NodeName=node05 NodeAddr=10.77.9.5 CPUs=1"));
         assert!(conf.contains("PartitionName=rbtest Nodes=node04,node05 Default=YES"));
+        assert!(conf.contains("PreemptType=preempt/partition_prio\nPreemptMode=CANCEL\n"));
+        assert!(conf.contains("PriorityTier=1 GraceTime=15\n"), "{conf}");
+        assert!(conf.contains("PartitionName=rburgent Nodes=node04,node05 MaxTime"));
         assert!(conf.contains("AuthInfo=socket=/var/tmp/rb-lab-9/slurm/run/munge.socket\n"));
         assert!(conf.contains("SlurmdSpoolDir=/var/tmp/rb-lab-9/slurm/spool/%n\n"));
     }

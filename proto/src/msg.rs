@@ -187,8 +187,9 @@ pub enum ToBroker {
     /// A host daemon's report.
     Report(Box<HostReport>),
     /// A Slurm pilot's host daemon (`rb-hostd --slurm-job`): it runs in Slurm job
-    /// `slurm_job`, sent after every welcome; `ending` once Slurm warned that the lease ends
-    /// (the pilot's `--signal`). The broker reads the lease's end from Slurm itself.
+    /// `slurm_job`, sent after every welcome; `ending` once Slurm said that it takes the
+    /// node back (the lease warning, preemption, `scancel`). The broker reads the job's end
+    /// from Slurm itself.
     PilotLease {
         slurm_job: String,
         ending: bool,

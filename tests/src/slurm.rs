@@ -22,7 +22,7 @@ pub struct OverflowOptions {
     /// `max_nodes`; `None` leaves the key out (default 1).
     pub max_nodes: Option<usize>,
     pub idle_exit_s: u64,
-    /// A program put before each of the `sbatch`/`squeue`/`scancel` commands, given the
+    /// A program put before each of the `sbatch`/`squeue`/`scancel`/`scontrol` commands, given the
     /// command's name and then the command (e.g. a script that records the call).
     pub wrapper: Option<PathBuf>,
     pub timing: Timing,
@@ -92,7 +92,7 @@ pub fn overflow_lab_file(
     if let Some(n) = opts.max_nodes {
         text.push_str(&format!("max_nodes = {n}\n"));
     }
-    for name in ["sbatch", "squeue", "scancel"] {
+    for name in ["sbatch", "squeue", "scancel", "scontrol"] {
         text.push_str(&command(name));
     }
     text

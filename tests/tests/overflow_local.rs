@@ -77,3 +77,57 @@ fn only_slurm_names_join_and_only_with_overflow_configured() {
         assert_eq!(names, ["vhost01"], "{name} did not join");
     }
 }
+
+/// A pilot's daemon (`--slurm-job`) is the pilot job's step: Slurm's SIGTERM (preemption,
+/// `scancel`) is a notice, not the end. The daemon stays up, tells the broker, and the
+/// host closes (`lease_ending`) while still up; SIGINT stops it. Slurm cannot be asked
+/// here, so the broker falls back to its own grace.
+#[test]
+fn a_pilots_daemon_tells_the_broker_at_sigterm_and_runs_on() {
+    let lab = format!("{LAB}\n[overflow.slurm]\nsqueue = [\"/nonexistent/rb-squeue\"]\n");
+    let broker = Broker::start(&lab);
+    let lock = broker.dir.path().join("lock-pilot");
+    let mut pilot = Command::new(bin("rb-hostd"))
+        .arg("--broker")
+        .arg(broker.tcp_addr().to_string())
+        .args([
+            "--host",
+            "slurm-cn17",
+            "--slurm-job",
+            "4242",
+            "--secret-file",
+        ])
+        .arg(broker.secret())
+        .arg("--lock-dir")
+        .arg(lock)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("rb-hostd");
+    let up = broker.wait_host("slurm-cn17", Duration::from_secs(15), "pilot up", |h| {
+        h.state == HostState::Up && h.slurm_job.is_some()
+    });
+    assert_eq!(up.slurm_job.as_deref(), Some("4242"), "{up:?}");
+    assert!(!up.lease_ending, "{up:?}");
+
+    let pid = nix::unistd::Pid::from_raw(pilot.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    let closed = broker.wait_host("slurm-cn17", Duration::from_secs(15), "told", |h| {
+        h.lease_ending
+    });
+    assert_eq!(
+        closed.state,
+        HostState::Up,
+        "still up after SIGTERM: {closed:?}"
+    );
+    assert!(
+        pilot.try_wait().expect("try_wait").is_none(),
+        "the daemon runs on after SIGTERM"
+    );
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).expect("SIGINT");
+    let ended = wait_until(Duration::from_secs(10), || pilot.try_wait().ok().flatten());
+    let err = stop(pilot);
+    assert!(ended.is_some(), "SIGINT stops it\n{err}");
+    assert!(err.contains("SIGTERM: Slurm takes the node"), "{err}");
+}

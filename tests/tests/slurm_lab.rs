@@ -626,3 +626,167 @@ fn a_pilots_lease_end_is_vacate_by_slurms_deadline_then_the_host_leaves() {
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("stop the filler");
     let _ = filler.wait();
 }
+
+/// How a test makes Slurm take a pilot's node back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TakeBack {
+    /// A job in the cluster's urgent partition needs the node.
+    Preemption,
+    /// `scancel` of the pilot.
+    Scancel,
+}
+
+/// Slurm preempts a pilot: a job in the cluster's urgent partition needs the pilot's node.
+/// Slurm moves the pilot's end to now + the partition's `GraceTime` and sends its step (the
+/// pilot's `rb-hostd`) SIGTERM at once; the daemon stays and tells the broker, which asks
+/// Slurm for the new end and vacates the job holding the node by that deadline (not by its
+/// own `reclaim_grace_s`, a minute here). The job lets go; at the end Slurm kills the
+/// pilot, the host leaves and the urgent job runs on the node.
+#[test]
+fn a_preempted_pilots_job_gets_vacate_by_slurms_grace_time_then_the_host_leaves() {
+    let name = "a_preempted_pilots_job_gets_vacate_by_slurms_grace_time_then_the_host_leaves";
+    if !skip_unless_root(name) {
+        slurm_takes_the_node_back(TakeBack::Preemption);
+    }
+}
+
+/// `scancel` of a pilot whose node a job holds: Slurm sends the daemon SIGTERM and kills it
+/// `KillWait` later; the broker reads `KillWait` from Slurm (`scontrol show config`) and
+/// the job gets its `vacate` with that deadline; the host leaves and the broker carries on.
+#[test]
+fn a_cancelled_pilots_job_gets_vacate_by_slurms_kill_wait_then_the_host_leaves() {
+    let name = "a_cancelled_pilots_job_gets_vacate_by_slurms_kill_wait_then_the_host_leaves";
+    if !skip_unless_root(name) {
+        slurm_takes_the_node_back(TakeBack::Scancel);
+    }
+}
+
+/// The two tests above: a job holds a pilot's node (the lab full), Slurm takes it back
+/// `how`, the job's `vacate` has Slurm's deadline, the job lets go, the host leaves.
+fn slurm_takes_the_node_back(how: TakeBack) {
+    let mut opts = OverflowOptions::new(300, TEST_TIMING);
+    (opts.lease_s, opts.reclaim_grace_s) = (600, Some(60));
+    let env = SlurmLab::start(3, &opts).expect("lab, cluster and broker");
+    let (broker, cluster) = (&env.broker, &env.cluster);
+    let mut filler = fill_lab(broker);
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("events");
+    let script = format!(
+        "'{jel}' watch --json > '{file}' & rsh anyLinux sleep 300 </dev/null & wait $!; \
+         for _ in $(seq 600); do grep -q host_released '{file}' && exit 0; sleep 0.1; done; \
+         exit 1",
+        jel = tests::bin("rb-jel").display(),
+        file = file.display()
+    );
+    let mut job = agent(broker, &script).spawn().expect("agent");
+    let granted = wait_until(Duration::from_secs(60), || {
+        let seen = jel_events(&file);
+        let e = seen.iter().find(|e| e["event"] == "host_granted")?;
+        e["host"].as_str().map(String::from)
+    });
+    assert_eq!(
+        granted.as_deref(),
+        Some("slurm-node04"),
+        "the job got the pilot's node\n{}",
+        broker.log()
+    );
+    let pilot = cluster.job_ids().expect("squeue");
+    assert_eq!(pilot.len(), 1, "one pilot: {pilot:?}");
+    let pilot = pilot[0].clone();
+    wait_until(Duration::from_secs(20), || {
+        broker.host("slurm-node04")?.lease_left_s.map(drop)
+    })
+    .expect("the broker knows the pilot's lease");
+
+    let taken_ms = unix_ms();
+    let urgent = match how {
+        TakeBack::Preemption => Some(submit_urgent(cluster)),
+        TakeBack::Scancel => {
+            cluster.run("scancel", &[&pilot]).expect("scancel");
+            None
+        }
+    };
+    let vacate = wait_until(Duration::from_secs(30), || {
+        jel_events(&file)
+            .into_iter()
+            .find(|e| e["event"] == "vacate" && e["host"] == "slurm-node04")
+    })
+    .unwrap_or_else(|| panic!("the job gets vacate ({how:?})\n{}", broker.log()));
+    let deadline = vacate["deadline"].as_u64().expect("a deadline in Unix ms");
+    let (slurms, within_ms) = match how {
+        // Slurm's end for the pilot, as squeue shows it while the pilot runs.
+        TakeBack::Preemption => (slurm_end_ms(cluster, &pilot), 2_000),
+        // The test cluster's KillWait after the scancel.
+        TakeBack::Scancel => (taken_ms + lab::slurm::KILL_WAIT_S * 1000, 1_500),
+    };
+    assert!(
+        deadline.abs_diff(slurms) <= within_ms,
+        "{how:?}: the deadline {deadline} is Slurm's ({slurms} ± {within_ms} ms), \
+         {} ms after the take-back\n{}",
+        deadline.saturating_sub(taken_ms),
+        broker.log()
+    );
+    let soon_ms = (lab::slurm::PREEMPT_GRACE_S + 5) * 1000;
+    assert!(
+        deadline <= taken_ms + soon_ms,
+        "not the broker's reclaim_grace_s (60 s)\n{}",
+        broker.log()
+    );
+    assert!(
+        broker.log().contains("Slurm takes a pilot's node back"),
+        "{}",
+        broker.log()
+    );
+    let status = wait_until(Duration::from_secs(60), || job.try_wait().ok().flatten())
+        .expect("the job ends once its host is released");
+    assert_eq!(status.code(), Some(0), "the job saw host_released");
+
+    // Slurm ends the pilot (after its end, then KillWait): the host leaves; an urgent job
+    // runs on the node.
+    broker.wait_host(
+        "slurm-node04",
+        Duration::from_secs(90),
+        "pilot taken back",
+        |h| h.state != HostState::Up,
+    );
+    let left = wait_until(Duration::from_secs(60), || {
+        let out = cluster.run("squeue", &["-h", "-o", "%i %T"]).ok()?;
+        let want = urgent.as_ref().map(|u| format!("{u} RUNNING"));
+        (text(&out) == want.unwrap_or_default()).then_some(())
+    });
+    assert!(left.is_some(), "the pilot is gone, an urgent job runs");
+    assert_eq!(broker.held_hosts().len(), 2, "the filler kept its hosts");
+    let pid = nix::unistd::Pid::from_raw(filler.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("stop the filler");
+    let _ = filler.wait();
+}
+
+/// Submits a job to the cluster's urgent partition (it preempts a pilot); its Slurm id.
+fn submit_urgent(cluster: &lab::SlurmCluster) -> String {
+    let jobs = cluster.dir().join("jobs");
+    let args = [
+        "--parsable".to_string(),
+        "-N1".to_string(),
+        format!("--partition={}", lab::slurm::URGENT_PARTITION),
+        format!("--chdir={}", jobs.display()),
+        format!("--output={}", jobs.join("urgent-%j.out").display()),
+        "--wrap".to_string(),
+        "sleep 300".to_string(),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    text(&cluster.run("sbatch", &args).expect("sbatch urgent"))
+}
+
+/// Slurm's end time of job `id` (Unix ms), as `squeue` shows it.
+fn slurm_end_ms(cluster: &lab::SlurmCluster, id: &str) -> u64 {
+    cluster
+        .client("squeue")
+        .env("SLURM_TIME_FORMAT", "%s")
+        .args(["-h", "-j", id, "-o", "%e"])
+        .output()
+        .ok()
+        .and_then(|o| text(&o).parse::<u64>().ok())
+        .map(|s| s * 1000)
+        .expect("squeue shows the pilot's end")
+}

@@ -196,7 +196,10 @@ fn wait_no_pilot(env: &SlurmLab) -> anyhow::Result<()> {
         let queue_empty = env.cluster.job_ids().ok()?.is_empty();
         let out = env
             .cluster
-            .run("sinfo", &["-h", "-n", NODE, "-o", "%t"])
+            .run(
+                "sinfo",
+                &["-h", "-n", NODE, "-p", lab::slurm::PARTITION, "-o", "%t"],
+            )
             .ok()?;
         let idle = String::from_utf8_lossy(&out.stdout).trim() == "idle";
         let host_gone = env
