@@ -36,7 +36,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::{state::Allocator, Effect, JobId};
+use crate::{
+    state::{Allocator, Waiting},
+    Effect, JobId,
+};
 
 /// A pilot's number, given by the core.
 pub type PilotId = u64;
@@ -430,11 +433,11 @@ impl Allocator {
             return 0;
         };
         let mut oldest: BTreeMap<JobId, Instant> = BTreeMap::new();
-        let waiting = self
+        for w in self
             .queue
             .iter()
-            .filter(|w| !w.restored && w.reserved.is_none() && self.is_owners(w.job, &o.owner));
-        for w in waiting {
+            .filter(|w| self.may_want_pilot(w, &o.owner))
+        {
             let t = oldest.entry(w.job).or_insert(w.since);
             *t = (*t).min(w.since);
         }
@@ -444,11 +447,29 @@ impl Allocator {
             .count()
     }
 
-    /// What overflow does for `job`'s request that waited `waited`, for `rb jobs`; `None`
-    /// when overflow is off, the job is not the owner's, or the policy's `overflow` says no.
-    pub(crate) fn slurm_note(&self, job: JobId, waited: Duration, now: Instant) -> Option<String> {
+    /// Whether waiting request `w` counts toward its job's want of a pilot: the owner's,
+    /// not restored, and no reclaim already bringing it a host.
+    fn may_want_pilot(&self, w: &Waiting, owner: &str) -> bool {
+        !w.restored && w.reserved.is_none() && self.is_owners(w.job, owner)
+    }
+
+    /// What overflow does for waiting request `w`, for `rb jobs`; `None` when overflow is
+    /// off, the request does not count ([`Self::may_want_pilot`]), or the policy's
+    /// `overflow` says no for its job (asked with the job's oldest counted wait, as the
+    /// decision is).
+    pub(crate) fn slurm_note(&self, w: &Waiting, now: Instant) -> Option<String> {
         let o = self.overflow.as_ref()?;
-        if !self.is_owners(job, &o.owner) || !self.overflow_for(job, waited) {
+        if !self.may_want_pilot(w, &o.owner) {
+            return None;
+        }
+        let since = self
+            .queue
+            .iter()
+            .filter(|v| v.job == w.job && self.may_want_pilot(v, &o.owner))
+            .map(|v| v.since)
+            .min()
+            .unwrap_or(w.since);
+        if !self.overflow_for(w.job, now.saturating_duration_since(since)) {
             return None;
         }
         let queued = o.outstanding();

@@ -290,3 +290,23 @@ fn a_lab_host_naming_a_slurm_job_is_not_a_pilot() {
     );
     assert!(lab.a.pilot_lease_of("node02").is_none());
 }
+
+/// `rb jobs`'s note on a waiting request agrees with the decision, which asks the policy
+/// with the job's oldest wait: a request the job made just now has the note too.
+#[test]
+fn every_waiting_request_of_a_job_asking_for_a_pilot_has_the_note() {
+    let (mut lab, waiter) = full_lab(4);
+    let notes = |lab: &Lab| -> Vec<Option<String>> {
+        let rows = lab.a.jobs(lab.now);
+        let row = rows
+            .iter()
+            .find(|r| r.id == waiter)
+            .expect("the waiter's row");
+        row.waiting.iter().map(|w| w.slurm.clone()).collect()
+    };
+    assert_eq!(notes(&lab), [None], "the default waits about a second");
+    assert_eq!(submitted(&lab.tick(2)), [1]);
+    lab.req(waiter, "anyHost");
+    let queued = Some("waits for Slurm: 1 pilot(s) queued".to_string());
+    assert_eq!(notes(&lab), [queued.clone(), queued], "the new request too");
+}

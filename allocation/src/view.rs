@@ -242,9 +242,8 @@ impl Allocator {
     fn waiting_row(&self, i: usize, now: Instant) -> WaitingRow {
         let w = &self.queue[i];
         let reason = self.wait_reason(i);
-        let waited = now.saturating_duration_since(w.since);
         WaitingRow {
-            slurm: self.slurm_note(w.job, waited, now),
+            slurm: self.slurm_note(w, now),
             req: w.id,
             symbolic: w.symbolic.clone(),
             position: i + 1,
