@@ -124,6 +124,15 @@ impl Overflow {
             .count()
     }
 
+    /// Whether a pilot in the table is Slurm job `slurm_id`.
+    fn knows(&self, slurm_id: &str) -> bool {
+        self.pilots.values().any(|p| match p {
+            Pilot::Outstanding { slurm_id: s, .. } | Pilot::Joined { slurm_id: s, .. } => {
+                s.as_deref() == Some(slurm_id)
+            }
+        })
+    }
+
     /// The pilot that Slurm job `slurm_id` is, taken out of the table to be joined to
     /// `host`: the one with that id, else a fresh number (a pilot this broker did not know
     /// of). A pilot that was guessed to be `host`'s goes back to waiting for its own node.
@@ -222,8 +231,9 @@ impl Allocator {
     /// A pilot's daemon on `host` says it runs in Slurm job `slurm_id`, whose lease Slurm
     /// says has `left` to run (`None`: Slurm did not say); `ending` once Slurm said that
     /// it takes the node back. The host is joined to the pilot with that id (found by id, not
-    /// guessed; one this broker does not know of is adopted). Returns the grace its holder
-    /// gets when the lease ends: the time left by Slurm's clock, else the warning's.
+    /// guessed; one this broker does not know of is adopted, unless it is ending: a pilot
+    /// this broker cancelled says so when Slurm's SIGTERM reaches it). Returns the grace its
+    /// holder gets when the lease ends: the time left by Slurm's clock, else the warning's.
     pub fn pilot_lease(
         &mut self,
         host: &str,
@@ -238,6 +248,10 @@ impl Allocator {
             return None;
         }
         let lease_end = left.and_then(|l| now.checked_add(l));
+        let grace = ending.then(|| left.unwrap_or(o.warning));
+        if ending && !o.knows(slurm_id) {
+            return grace;
+        }
         let pilot = o.take_pilot_of(host, slurm_id);
         o.pilots.insert(
             pilot,
@@ -249,7 +263,30 @@ impl Allocator {
                 ending,
             },
         );
-        ending.then(|| left.unwrap_or(o.warning))
+        grace
+    }
+
+    /// Whether the next tick may ask Slurm for a pilot: overflow on, fewer pilots than
+    /// `max_nodes`, not backing off, and more of the owner's jobs waiting than pilots
+    /// outstanding. The shell ticks more often while this holds, so that a pilot is asked
+    /// for close to when the policy's `overflow` turns true (a tick's 250 ms would add up to
+    /// that to every cold start).
+    pub fn pilot_may_be_due(&self, now: Instant) -> bool {
+        let Some(o) = &self.overflow else {
+            return false;
+        };
+        if o.pilots.len() >= o.max_nodes || o.retry_at.is_some_and(|t| now < t) {
+            return false;
+        }
+        let mut jobs: Vec<JobId> = self
+            .queue
+            .iter()
+            .filter(|w| self.may_want_pilot(w, &o.owner))
+            .map(|w| w.job)
+            .collect();
+        jobs.sort_unstable();
+        jobs.dedup();
+        jobs.len() > o.outstanding()
     }
 
     /// What `rb status` shows of `host` when it is a pilot's node.

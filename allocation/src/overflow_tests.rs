@@ -310,3 +310,74 @@ fn every_waiting_request_of_a_job_asking_for_a_pilot_has_the_note() {
     let queued = Some("waits for Slurm: 1 pilot(s) queued".to_string());
     assert_eq!(notes(&lab), [queued.clone(), queued], "the new request too");
 }
+
+/// A pilot cancelled for idleness hears Slurm's SIGTERM and says its lease ends: the host
+/// closes, but the pilot is not adopted again (it would count toward `max_nodes` and be
+/// cancelled a second time).
+#[test]
+fn a_cancelled_pilots_ending_notice_does_not_bring_it_back() {
+    let (mut lab, waiter) = full_lab(1);
+    assert_eq!(submitted(&lab.tick(2)), [1]);
+    lab.a.pilot_submitted(1, "4242".into());
+    let fx = pilot_joins(&mut lab);
+    let (_, host) = super::tests::granted(&fx).expect("the waiter gets the node");
+    lab.a.pilot_lease(&host, "4242", None, false, lab.now);
+    lab.end(waiter);
+    lab.tick(0);
+    assert_eq!(cancelled(&lab.tick(10)), ["4242"], "idle");
+    assert!(lab.a.pilot_ids().is_empty());
+
+    let grace = lab
+        .a
+        .pilot_lease(&host, "4242", None, true, lab.now)
+        .expect("ending: a grace");
+    assert_eq!(
+        grace,
+        Duration::from_secs(20),
+        "the warning's, Slurm did not say"
+    );
+    lab.a.lease_ends(&host, grace, lab.now).expect("known host");
+    assert!(lab.a.pilot_ids().is_empty(), "not adopted again");
+    assert!(cancelled(&lab.tick(20)).is_empty(), "cancelled once");
+    let other = lab.job(false);
+    let (_, fx) = lab.req(other, "anyHost");
+    assert!(
+        super::tests::granted(&fx).is_none(),
+        "the host is closed: {fx:?}"
+    );
+    assert_eq!(
+        submitted(&lab.tick(2)),
+        [2],
+        "max_nodes (1) is free for a new pilot"
+    );
+}
+
+/// The shell ticks fast while a pilot may be due: from the first waiting request of the
+/// owner until its pilot is asked for, and not while `max_nodes` pilots exist.
+#[test]
+fn a_pilot_may_be_due_while_a_job_waits_without_one() {
+    let mut lab = Lab::new(hosts(&["node02"]));
+    lab.a.set_overflow(Some(OverflowSettings {
+        max_nodes: 1,
+        owner: "alice".into(),
+        idle_exit: Duration::from_secs(10),
+        warning: Duration::from_secs(20),
+    }));
+    let holder = lab.job(false);
+    lab.take(holder, "anyHost");
+    assert!(!lab.a.pilot_may_be_due(lab.now), "nobody waits");
+    let waiter = lab.job(false);
+    lab.req(waiter, "anyHost");
+    assert!(
+        lab.a.pilot_may_be_due(lab.now),
+        "a request waits, no pilot yet"
+    );
+    assert_eq!(submitted(&lab.tick(1)), [1]);
+    assert!(!lab.a.pilot_may_be_due(lab.now), "its pilot is asked for");
+    let other = lab.job(false);
+    lab.req(other, "anyHost");
+    assert!(
+        !lab.a.pilot_may_be_due(lab.now),
+        "max_nodes (1) pilots exist"
+    );
+}

@@ -26,6 +26,10 @@ use crate::{
 
 /// How often silence is checked.
 pub const TICK: Duration = Duration::from_millis(250);
+/// How often the allocation core ticks while it may ask Slurm for a pilot
+/// ([`JobDesk::pilot_may_be_due`]): the policy's `overflow` is then seen to turn true within
+/// this, not within [`TICK`].
+pub const PILOT_TICK: Duration = Duration::from_millis(50);
 
 /// Events the core consumes.
 #[derive(Debug)]
@@ -144,6 +148,8 @@ pub async fn run(
     let mut closers: HashMap<ConnId, oneshot::Sender<String>> = HashMap::new();
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut pilot_tick = tokio::time::interval(PILOT_TICK);
+    pilot_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     hosts_to_desk(&mut table, &mut desk).await;
     let mut live_stamp = None;
     publish_live(&desk, &live, &mut live_stamp);
@@ -156,6 +162,11 @@ pub async fn run(
                 let job_effects = desk.tick(now);
                 desk.perform(job_effects).await;
                 effects
+            }
+            _ = pilot_tick.tick(), if desk.pilot_may_be_due(now()) => {
+                let job_effects = desk.tick(now());
+                desk.perform(job_effects).await;
+                Vec::new()
             }
             event = events.recv() => match event {
                 Some(event) => apply(&mut table, &mut desk, &mut closers, event).await,

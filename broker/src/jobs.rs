@@ -576,6 +576,12 @@ impl JobDesk {
         Vec::new()
     }
 
+    /// Whether the core should tick faster: it may ask Slurm for a pilot soon
+    /// ([`Allocator::pilot_may_be_due`](crate::alloc::Allocator::pilot_may_be_due)).
+    pub fn pilot_may_be_due(&self, now: Instant) -> bool {
+        self.alloc.pilot_may_be_due(now)
+    }
+
     pub fn tick(&mut self, now: Instant) -> Vec<Effect> {
         let mut effects = self.tick_alloc(now);
         let expired: Vec<JobId> = self

@@ -83,7 +83,7 @@ fn intro(opts: &Options) {
          `agent sh -c 'date +%s%N; rsh anyLinux \"date +%s%N; hostname\"'` run as root on \
          the gateway: times are from the job's `rsh` call (the `date` just before it) to the \
          command running on the host it was given (the `date` there; the lab's hosts share \
-         the machine's clock). Each of `sbatch`, `squeue` and `scancel` in the lab file is \
+         the machine's clock). Each of `sbatch`, `squeue`, `scancel` and `scontrol` in the lab file is \
          run through a recorder script that appends its start and end time to a file (a \
          `sh` and two `date`s, a few ms added to each call). {} repetitions of each cold \
          latency, {} of the warm one and its baseline. The machine is shared with other work: \
@@ -225,7 +225,7 @@ struct Warm {
     warm: Vec<f64>,
     cost: Vec<CostRow>,
     /// Slurm calls while the pilot was up and idle over the cost window.
-    idle_calls: [usize; 3],
+    idle_calls: [usize; 4],
 }
 
 fn warm(opts: &Options) -> anyhow::Result<Warm> {
@@ -266,19 +266,22 @@ struct CostRow {
     rss_kb: u64,
 }
 
-/// The processes measured: the pilot's `rb-hostd`, its batch shell and Slurm's
-/// `slurmstepd` above it; baselines: the lab host's `rb-hostd` and the node's `slurmd`.
+/// The processes measured: the pilot's `rb-hostd` and Slurm's `slurmstepd` of its step,
+/// the batch step's `srun` (the pilot script exec'd it) and its `slurmstepd`; baselines:
+/// the lab host's `rb-hostd` and the node's `slurmd`.
 fn cost_processes(env: &SlurmLab) -> anyhow::Result<Vec<(String, u32)>> {
     let addr = env.broker.tcp_addr().to_string();
-    let hostd_of = |host: &str| {
+    let named = |host: &str, comm: &str| {
         procstat::pids_with_args(&["--broker", &addr, "--host", host])
             .into_iter()
-            .find(|&p| procstat::comm(p).as_deref() == Some("rb-hostd"))
-            .ok_or_else(|| anyhow::anyhow!("no rb-hostd for {host} reporting to {addr}"))
+            .find(|&p| procstat::comm(p).as_deref() == Some(comm))
+            .ok_or_else(|| anyhow::anyhow!("no {comm} for {host} reporting to {addr}"))
     };
+    let hostd_of = |host: &str| named(host, "rb-hostd");
     let hostd = hostd_of(PILOT_HOST)?;
-    let shell = procstat::parent(hostd).ok_or_else(|| anyhow::anyhow!("no batch shell"))?;
-    let stepd = procstat::parent(shell).ok_or_else(|| anyhow::anyhow!("no slurmstepd"))?;
+    let step = procstat::parent(hostd).ok_or_else(|| anyhow::anyhow!("no step slurmstepd"))?;
+    let srun = named(PILOT_HOST, "srun")?;
+    let stepd = procstat::parent(srun).ok_or_else(|| anyhow::anyhow!("no batch slurmstepd"))?;
     let slurmd = env
         .cluster
         .daemons()
@@ -289,8 +292,15 @@ fn cost_processes(env: &SlurmLab) -> anyhow::Result<Vec<(String, u32)>> {
     let name = |p: u32| procstat::comm(p).unwrap_or_else(|| "?".into());
     Ok(vec![
         (format!("pilot: `rb-hostd` on {NODE}"), hostd),
-        (format!("pilot: batch shell (`{}`)", name(shell)), shell),
-        (format!("Slurm's `{}` of the pilot job", name(stepd)), stepd),
+        (
+            format!("Slurm's `{}` of the daemon's step", name(step)),
+            step,
+        ),
+        (format!("pilot: the batch step's `{}`", name(srun)), srun),
+        (
+            format!("Slurm's `{}` of the batch step", name(stepd)),
+            stepd,
+        ),
         (
             format!("baseline: `rb-hostd` of lab host {LAB_HOST}"),
             hostd_of(LAB_HOST)?,
@@ -426,24 +436,26 @@ fn calls_table(cold: &Cold, warm: &Warm, idle: Duration) {
     println!("### Slurm calls\n");
     println!(
         "Counted by the recorder. Per pilot: over the cold part's {} pilots (each from its \
-         submission to its idle exit), divided by their number; a pilot's `squeue` is the \
-         broker asking Slurm for its lease left (`--jobs=ID --format=%L`) when its daemon \
-         says which Slurm job it runs in. The fewest a pilot can need is one `sbatch` and one \
-         `scancel` (baseline).\n",
+         submission to its idle exit), divided by their number. A pilot's `squeue` is the \
+         broker asking Slurm for the job's end (`--jobs=ID --format=\"%T %e\"`) when its \
+         daemon says which Slurm job it runs in, and again when Slurm's SIGTERM (here: the \
+         idle exit's `scancel`) reaches the daemon; `scontrol` is read once per broker, for \
+         `KillWait`, at the first pilot Slurm is already ending. The fewest a pilot can need \
+         is one `sbatch` and one `scancel` (baseline).\n",
         cold.pilots()
     );
-    println!("| when | sbatch | squeue | scancel |");
-    println!("|---|---:|---:|---:|");
-    let [b, q, c] = cold.at_start;
-    println!("| broker start (finding an earlier run's pilots) | {b} | {q} | {c} |");
+    println!("| when | sbatch | squeue | scancel | scontrol |");
+    println!("|---|---:|---:|---:|---:|");
+    let [b, q, c, s] = cold.at_start;
+    println!("| broker start (finding an earlier run's pilots) | {b} | {q} | {c} | {s} |");
     let n = cold.pilots().max(1) as f64;
-    let [b, q, c] = cold.per_reps.map(|x| x as f64 / n);
-    println!("| per pilot (cold part) | {b:.1} | {q:.1} | {c:.1} |");
-    let [b, q, c] = warm.idle_calls;
+    let [b, q, c, s] = cold.per_reps.map(|x| x as f64 / n);
+    println!("| per pilot (cold part) | {b:.1} | {q:.1} | {c:.1} | {s:.1} |");
+    let [b, q, c, s] = warm.idle_calls;
     println!(
-        "| a pilot up and idle for {} s | {b} | {q} | {c} |",
+        "| a pilot up and idle for {} s | {b} | {q} | {c} | {s} |",
         idle.as_secs()
     );
-    println!("| fewest possible per pilot (baseline) | 1 | 0 | 1 |");
+    println!("| fewest possible per pilot (baseline) | 1 | 0 | 1 | 0 |");
     println!();
 }

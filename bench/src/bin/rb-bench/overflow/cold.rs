@@ -51,9 +51,9 @@ pub struct Cold {
     /// Right after the previous pilot left.
     pub back_to_back: Vec<ColdRep>,
     /// Slurm calls at the broker's start (before any job).
-    pub at_start: [usize; 3],
+    pub at_start: [usize; 4],
     /// Slurm calls over the repetitions (one pilot each, from submission to idle exit).
-    pub per_reps: [usize; 3],
+    pub per_reps: [usize; 4],
 }
 
 impl Cold {
@@ -93,7 +93,7 @@ pub fn run(opts: &Options) -> anyhow::Result<Cold> {
         quiet,
         back_to_back,
         at_start,
-        per_reps: [0, 1, 2].map(|i| all[i] - at_start[i]),
+        per_reps: [0, 1, 2, 3].map(|i| all[i] - at_start[i]),
     })
 }
 

@@ -1,5 +1,5 @@
 //! What the overflow section reads its timings and counts from: a recorder script put before
-//! the lab file's `sbatch`/`squeue`/`scancel` (each call's start and end, in ns since the
+//! the lab file's `sbatch`/`squeue`/`scancel`/`scontrol` (each call's start and end, in ns since the
 //! epoch), the broker log's timestamps, and the pilot's processes in `/proc`.
 
 use std::{
@@ -8,7 +8,7 @@ use std::{
 };
 
 /// The Slurm commands the broker runs.
-pub const COMMANDS: [&str; 3] = ["sbatch", "squeue", "scancel"];
+pub const COMMANDS: [&str; 4] = ["sbatch", "squeue", "scancel", "scontrol"];
 
 /// Writes the recorder script into `dir` and returns its path. Called as
 /// `recorder NAME COMMAND…`, it appends `NS PID start NAME` to `dir/calls.log`, runs the
@@ -85,7 +85,7 @@ fn parse_calls(text: &str) -> Vec<Call> {
 }
 
 /// How many of `calls` are of each of [`COMMANDS`].
-pub fn count(calls: &[Call]) -> [usize; 3] {
+pub fn count(calls: &[Call]) -> [usize; 4] {
     COMMANDS.map(|name| calls.iter().filter(|c| c.name == name).count())
 }
 
@@ -147,7 +147,7 @@ mod tests {
         );
         assert_eq!(calls[1].end_ns, Some(15));
         assert_eq!(calls[2].end_ns, None, "scancel still runs");
-        assert_eq!(count(&calls), [1, 1, 1]);
+        assert_eq!(count(&calls), [1, 1, 1, 0]);
     }
 
     #[test]
@@ -193,7 +193,7 @@ mod tests {
             .expect("run");
         assert_eq!(status.code(), Some(1), "the command's status is kept");
         let calls = calls(dir.path());
-        assert_eq!(count(&calls), [0, 1, 1]);
+        assert_eq!(count(&calls), [0, 1, 1, 0]);
         assert!(calls
             .iter()
             .all(|c| c.end_ns.is_some_and(|e| e >= c.start_ns)));
