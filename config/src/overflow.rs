@@ -14,8 +14,8 @@
 //! sbatch_args = ["--account=lab", "--qos=short"]   # more sbatch options
 //! ```
 //!
-//! The broker sets `--parsable`, `-N1`, `--exclusive`, `--time`, `--signal`, `--job-name`
-//! and `--partition` itself: `sbatch_args` naming one of them is an error.
+//! The broker sets `--parsable`, `-N1`, `--exclusive`, `--no-requeue`, `--time`,
+//! `--signal`, `--job-name` and `--partition` itself: `sbatch_args` naming one of them is an error.
 
 use std::time::Duration;
 
@@ -59,6 +59,8 @@ const OWN_OPTIONS: &[&str] = &[
     "-N",
     "--nodes",
     "--exclusive",
+    "--no-requeue",
+    "--requeue",
     "-t",
     "--time",
     "--signal",
@@ -80,9 +82,10 @@ impl SlurmOverflow {
     }
 
     /// The `sbatch` options of one pilot job named `job_name`, warned with SIGUSR1 to its
-    /// job step (the pilot's `rb-hostd`, not the batch shell) `warning` before its time limit (Slurm rounds that up to whole seconds
-    /// and may send it up to a minute early): `-N1 --exclusive --time --signal --job-name`,
-    /// the partition, `--output=/dev/null`, then `sbatch_args`. `--parsable` and the script
+    /// job step (the pilot's `rb-hostd`, not the batch shell) `warning` before its time
+    /// limit (Slurm rounds that up to whole seconds and may send it up to a minute early):
+    /// `-N1 --exclusive --no-requeue --time --signal --job-name`, the partition,
+    /// `--output=/dev/null`, then `sbatch_args`. `--parsable` and the script
     /// are the caller's. Without `--output`, Slurm writes `slurm-JOBID.out` in the broker's
     /// working directory (a checkout's `tests/` in the test suite), and a compute node
     /// without that directory cannot write it; `sbatch_args` may name another `--output`
@@ -92,6 +95,9 @@ impl SlurmOverflow {
         let mut args = vec![
             "-N1".to_string(),
             "--exclusive".to_string(),
+            // A pilot Slurm requeues (after a preemption or a node failure) would start
+            // again later, unasked for: the broker asks for nodes when it needs them.
+            "--no-requeue".to_string(),
             format!("--time={}", self.lease_minutes()),
             format!("--signal=USR1@{warning_s}"),
             format!("--job-name={job_name}"),
@@ -358,6 +364,7 @@ mod tests {
             [
                 "-N1",
                 "--exclusive",
+                "--no-requeue",
                 "--time=3",
                 "--signal=USR1@5",
                 "--job-name=rb-pilot-x",
