@@ -308,7 +308,7 @@ impl Allocator {
 
     /// Whether the policy's `start` reads `now` (its value may change with the clock alone).
     pub(crate) fn start_reads_now(&self) -> bool {
-        self.policy.reads(Hook::Start).contains(&Var::Now)
+        self.policy.reads_var(Hook::Start, Var::Now)
     }
 
     /// Refreshes one job's value after its holdings changed (a grant, a reclaim, a release).

@@ -110,11 +110,18 @@ impl Policy {
             .unwrap_or_default()
     }
 
+    /// Whether the expression in force for `hook` reads `var` (as [`reads`](Self::reads)
+    /// says, without building the set: asked once per report).
+    pub fn reads_var(&self, hook: Hook, var: Var) -> bool {
+        self.active(hook).is_some_and(|c| c.reads.contains(&var))
+    }
+
     /// True when the expression in force for `hook` reads only `host`: its value for a host
     /// can be computed once per report and cached until the next one. Do not cache a
     /// [`Decision`] that carries an error: its value is the default's, which may read more.
     pub fn host_only(&self, hook: Hook) -> bool {
-        self.reads(hook).iter().all(|v| *v == Var::Host)
+        self.active(hook)
+            .is_none_or(|c| c.reads.iter().all(|v| *v == Var::Host))
     }
 
     /// The value of `hook` on `host` (at `now`, if given) when it is the same for every
