@@ -511,9 +511,14 @@ mod tests {
         assert!(!p.host_only(Hook::Start), "start reads job.adaptive");
         assert!(p.host_only(Hook::Rank));
         assert_eq!(p.reads(Hook::Start), [Var::Host, Var::Job].into());
+        assert!(p.reads_var(Hook::Start, Var::Job));
+        assert!(!p.reads_var(Hook::Start, Var::Now));
         let d = Policy::shipped("desktop").expect("desktop");
         assert!(d.host_only(Hook::Start));
         assert!(d.host_only(Hook::Vacate));
+        let n = Policy::shipped("nights-and-weekends").expect("nights-and-weekends");
+        assert!(n.reads_var(Hook::Start, Var::Now), "{:?}", n.reads(Hook::Start));
+        assert!(!n.host_only(Hook::Start));
     }
 
     #[test]
