@@ -517,7 +517,11 @@ mod tests {
         assert!(d.host_only(Hook::Start));
         assert!(d.host_only(Hook::Vacate));
         let n = Policy::shipped("nights-and-weekends").expect("nights-and-weekends");
-        assert!(n.reads_var(Hook::Start, Var::Now), "{:?}", n.reads(Hook::Start));
+        assert!(
+            n.reads_var(Hook::Start, Var::Now),
+            "{:?}",
+            n.reads(Hook::Start)
+        );
         assert!(!n.host_only(Hook::Start));
     }
 
