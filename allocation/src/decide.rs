@@ -173,6 +173,15 @@ impl Allocator {
         }
     }
 
+    /// No policy error waits for [`drain_errors`](Self::drain_errors).
+    pub(crate) fn no_pending_errors(&self) -> bool {
+        self.inputs
+            .errors
+            .pending
+            .lock()
+            .is_ok_and(|p| p.is_empty())
+    }
+
     /// Moves the errors noted since the last call into `fx`.
     pub(crate) fn drain_errors(&self, fx: &mut Fx) {
         let Ok(mut pending) = self.inputs.errors.pending.lock() else {

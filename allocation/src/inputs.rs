@@ -287,7 +287,7 @@ impl Allocator {
         };
         match (old.start, new.start) {
             (Some(a), Some(b)) => a == b,
-            (None, None) if self.policy.reads(Hook::Start).contains(&Var::Now) => false,
+            (None, None) if self.start_reads_now() => false,
             (None, None) => {
                 let (Ok(a), Ok(b)) = (
                     serde_json::to_value(&old.facts),
@@ -304,6 +304,11 @@ impl Allocator {
             }
             _ => false,
         }
+    }
+
+    /// Whether the policy's `start` reads `now` (its value may change with the clock alone).
+    pub(crate) fn start_reads_now(&self) -> bool {
+        self.policy.reads_var(Hook::Start, Var::Now)
     }
 
     /// Refreshes one job's value after its holdings changed (a grant, a reclaim, a release).

@@ -181,3 +181,12 @@ fn priority_orders_the_queue_and_the_first_gets_the_freed_host() {
         "{fx:?}"
     );
 }
+
+#[test]
+fn a_repeated_view_is_not_skipped_when_start_reads_the_clock() {
+    let mut lab = Lab::new(hosts(&["node01"]));
+    assert!(lab.a.same_view_decides_nothing("node01"));
+    lab.a.set_policy(policy("start = 'now.hour >= 0'"), lab.now);
+    assert!(!lab.a.same_view_decides_nothing("node01"));
+    assert!(!lab.a.host_repeated("node01", lab.now));
+}

@@ -385,6 +385,35 @@ impl Allocator {
         self.finish(fx)
     }
 
+    /// Whether [`host_changed`](Self::host_changed) with the view the allocator already
+    /// holds for `host` would decide nothing and change nothing a decision reads, so that
+    /// the shell may skip it for a report that repeats the last one (at 10k hosts, most
+    /// reports). True only for a known, up host nobody holds (no `vacate` to ask, no
+    /// `held_for_s` that grows), under a `start` that does not read `now` (whose value may
+    /// change with the clock alone), with no policy error waiting to be reported: then its
+    /// policy value is unchanged, `start` gives what it gave, and the queue, served after
+    /// the last change, is served again for nothing.
+    pub fn same_view_decides_nothing(&self, host: &str) -> bool {
+        self.hosts.get(host).is_some_and(|v| v.up)
+            && self.inputs.hosts.contains_key(host)
+            && !self.by_host.contains_key(host)
+            && !self.start_reads_now()
+            && self.no_pending_errors()
+    }
+
+    /// A report repeated `host`'s last one. When the view the allocator holds decides
+    /// nothing ([`same_view_decides_nothing`](Self::same_view_decides_nothing)), takes it
+    /// as [`host_changed`](Self::host_changed) with that view would (only the clock of the
+    /// policy's inputs moves on) and returns true; else changes nothing and returns false:
+    /// the shell must pass the host's view to `host_changed`.
+    pub fn host_repeated(&mut self, host: &str, now: Instant) -> bool {
+        if !self.same_view_decides_nothing(host) {
+            return false;
+        }
+        self.inputs_now(now);
+        true
+    }
+
     /// Forces the release of every allocation whose reclaim deadline has passed.
     pub fn tick(&mut self, now: Instant) -> Vec<Effect> {
         let expired: Vec<AllocId> = self

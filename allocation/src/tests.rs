@@ -967,3 +967,48 @@ fn random_operations_keep_the_invariants() {
         "every path exercised: {seen:?}"
     );
 }
+
+/// The allocator's whole soft state, to tell that a call changed nothing.
+fn state_of(a: &Allocator, now: Instant) -> crate::trace_state::TraceState {
+    a.trace_state(&crate::trace::TraceClock::new(now, 0))
+}
+
+#[test]
+fn a_repeated_view_of_a_free_host_decides_nothing_and_may_be_skipped() {
+    let mut lab = Lab::new(hosts(&["node01", "node02", "node03"]));
+    let j = lab.job(false);
+    let (_, held) = lab.take(j, "anyHost");
+    // A request of another job that waits for the held host, so that serving the queue
+    // has work to redo.
+    let other = lab.job(false);
+    let _ = lab.req(other, &held);
+    let free: Vec<HostView> = lab
+        .views
+        .iter()
+        .filter(|v| v.name != held)
+        .cloned()
+        .collect();
+    for v in free {
+        assert!(lab.a.same_view_decides_nothing(&v.name), "{}", v.name);
+        let before = state_of(&lab.a, lab.now);
+        let fx = lab.a.host_changed(v.clone(), lab.now);
+        assert!(fx.is_empty(), "{}: {fx:?}", v.name);
+        assert_eq!(state_of(&lab.a, lab.now), before, "{}", v.name);
+        assert!(lab.a.host_repeated(&v.name, lab.now));
+        assert_eq!(state_of(&lab.a, lab.now), before, "{}", v.name);
+    }
+}
+
+#[test]
+fn a_repeated_view_is_not_skipped_for_a_held_down_or_unknown_host() {
+    let mut lab = Lab::new(hosts(&["node01", "node02"]));
+    let j = lab.job(false);
+    let (_, held) = lab.take(j, "anyHost");
+    // Held: its `vacate` is asked on every report, and `held_for_s` grows.
+    assert!(!lab.a.same_view_decides_nothing(&held));
+    assert!(!lab.a.host_repeated(&held, lab.now));
+    let other = if held == "node01" { "node02" } else { "node01" };
+    lab.set(other, |v| v.up = false);
+    assert!(!lab.a.same_view_decides_nothing(other), "down");
+    assert!(!lab.a.same_view_decides_nothing("node99"), "unknown");
+}

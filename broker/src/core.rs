@@ -212,12 +212,23 @@ fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
 
-/// Passes every host row that changed to the allocator and performs what it decides.
+/// Passes every host row that changed to the allocator and performs what it decides. A
+/// report that repeated the host's last one builds no row when the allocator says the
+/// same view decides nothing ([`JobDesk::host_repeated`]); else its row goes as any other.
 async fn hosts_to_desk(table: &mut HostTable, desk: &mut JobDesk) {
     let now = now();
     for row in table.take_changes(now) {
         let effects = desk.host_changed(&row, now);
         desk.perform(effects).await;
+    }
+    for host in table.take_repeated() {
+        if desk.host_repeated(&host, now) {
+            continue;
+        }
+        if let Some(row) = table.row(&host, now) {
+            let effects = desk.host_changed(&row, now);
+            desk.perform(effects).await;
+        }
     }
 }
 

@@ -85,8 +85,8 @@ impl Core {
         self.events.send(event).await.expect("core runs");
     }
 
-    /// A daemon for `host` connects and sends `report`.
-    async fn report(&mut self, host: &str, report: HostReport) {
+    /// A daemon for `host` connects and sends `report`; returns its connection.
+    async fn report(&mut self, host: &str, report: HostReport) -> u64 {
         let conn = self.next_conn;
         self.next_conn += 1;
         let (close, _closed) = oneshot::channel();
@@ -97,7 +97,14 @@ impl Core {
             close,
         };
         self.send(connected).await;
+        self.report_on(&host, conn, report).await;
+        conn
+    }
+
+    /// The daemon of `host` on connection `conn` sends `report`.
+    async fn report_on(&self, host: &str, conn: u64, report: HostReport) {
         let report = Box::new(report);
+        let host = host.to_string();
         self.send(Event::Report { host, conn, report }).await;
     }
 
@@ -459,5 +466,50 @@ async fn explain_and_status_say_why_a_host_is_not_startable() {
     assert!(unknown.is_err_and(|e| e.contains("no host named")));
     let no_job = core.explain("ws1", Some(42)).await;
     assert!(no_job.is_err_and(|e| e.contains("job 42 is not running")));
+    core.stop().await;
+}
+
+/// Reports that repeat the last one skip the allocator (`HostTable::take_repeated`); the
+/// first that differs must still reach it and `rb status`: an owner who was active on her
+/// private host goes away, and the adaptive job waiting for it gets it.
+#[tokio::test(start_paused = true)]
+async fn a_changed_report_after_repeated_ones_reaches_the_allocator_and_the_status() {
+    let mut core = Core::start(&[entry("ws", Some("bob"))]);
+    let active = HostReport {
+        console_idle_s: Some(10),
+        ..idle_report("ws")
+    };
+    let conn = core.report("ws", active.clone()).await;
+    let mut agent = core.register(true).await;
+    core.allocate(&agent, 1, "anyHost").await;
+    assert!(matches!(
+        next(&mut agent.rx).await,
+        FromBroker::Queued { req: 1, .. }
+    ));
+    for seq in 2..5 {
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let again = HostReport {
+            seq,
+            ..active.clone()
+        };
+        core.report_on("ws", conn, again).await;
+        let row = core.status().await.remove(0);
+        assert_eq!(row.last_report_age_s, Some(0.0), "the repeat is heard");
+        assert_eq!(row.console_idle_s, Some(10));
+        assert_eq!(row.alloc_state, "free");
+    }
+    let away = HostReport {
+        seq: 5,
+        console_idle_s: Some(600),
+        ..active
+    };
+    core.report_on("ws", conn, away).await;
+    match next_decision(&mut agent.rx).await {
+        FromBroker::Granted { req, host, .. } => assert_eq!((req, host.as_str()), (1, "ws")),
+        other => panic!("expected the grant, got {other:?}"),
+    }
+    let row = core.status().await.remove(0);
+    assert_eq!(row.console_idle_s, Some(600));
+    assert_eq!(row.held_by, Some(agent.job));
     core.stop().await;
 }

@@ -7,6 +7,10 @@
 //! The table remembers which hosts changed (a report, a connection, up/down, and every host
 //! of the lab file at start); [`HostTable::take_changes`] hands their fresh rows to the core,
 //! which passes each to the allocator as it happens, so no decision rebuilds every row.
+//! A report that repeats the host's last one (only its `seq` and `trigger` differ: at 10k
+//! hosts, most reports) changes no row but its age; the table lists such hosts apart
+//! ([`HostTable::take_repeated`]), so that the core builds no row for them unless the
+//! allocator needs one.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -67,6 +71,9 @@ pub struct HostTable {
     down_after: Duration,
     /// Hosts whose row changed since the last [`take_changes`](Self::take_changes).
     changed: BTreeSet<String>,
+    /// Hosts that sent a report repeating their last one since the last
+    /// [`take_repeated`](Self::take_repeated), once per such report.
+    repeated: Vec<String>,
 }
 
 impl HostTable {
@@ -80,6 +87,7 @@ impl HostTable {
             hosts,
             down_after,
             changed,
+            repeated: Vec::new(),
         }
     }
 
@@ -91,6 +99,20 @@ impl HostTable {
             .filter_map(|name| self.hosts.get(name))
             .map(|rec| status_row(rec, now, self.down_after))
             .collect()
+    }
+
+    /// The hosts whose reports since the last call repeated their previous one (a host once
+    /// per such report, in arrival order). Their rows changed only in age: a host up before
+    /// such a report is up after it, with the same figures.
+    pub fn take_repeated(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.repeated)
+    }
+
+    /// One host's fresh row.
+    pub fn row(&self, host: &str, now: Instant) -> Option<HostStatus> {
+        self.hosts
+            .get(host)
+            .map(|rec| status_row(rec, now, self.down_after))
     }
 
     pub fn contains(&self, host: &str) -> bool {
@@ -152,7 +174,9 @@ impl HostTable {
             .collect()
     }
 
-    /// A report arrived on `conn`. Reports on stale connections are ignored.
+    /// A report arrived on `conn`. Reports on stale connections are ignored. A report that
+    /// repeats the last one of a host that is up goes to [`take_repeated`](Self::take_repeated),
+    /// any other to [`take_changes`](Self::take_changes).
     pub fn report(&mut self, host: &str, conn: ConnId, report: HostReport, now: Instant) -> bool {
         let Some(rec) = self.hosts.get_mut(host) else {
             return false;
@@ -160,9 +184,18 @@ impl HostTable {
         if rec.conn != Some(conn) {
             return false;
         }
+        let repeats = rec.down_reason.is_none()
+            && rec
+                .last_report
+                .as_ref()
+                .is_some_and(|(_, last)| repeats(last, &report));
         rec.last_report = Some((now, report));
         rec.down_reason = None;
-        self.changed.insert(host.to_string());
+        if repeats {
+            self.repeated.push(host.to_string());
+        } else {
+            self.changed.insert(host.to_string());
+        }
         true
     }
 
@@ -232,6 +265,47 @@ impl HostTable {
             .map(|rec| status_row(rec, now, self.down_after))
             .collect()
     }
+}
+
+/// Whether `new` says what `last` said: every field but the daemon's counter and what
+/// triggered it. Compared field by field, so that a field added to [`HostReport`] does not
+/// compile until it is here (a field left out would hide its changes from the allocator).
+fn repeats(last: &HostReport, new: &HostReport) -> bool {
+    let HostReport {
+        hostname,
+        seq: _,
+        trigger: _,
+        cpus,
+        load,
+        cpu_util,
+        mem_total_kb,
+        mem_available_kb,
+        os,
+        arch,
+        kernel,
+        users,
+        console_idle_s,
+        managed_procs,
+        job_load,
+        labels,
+        overlaid,
+    } = new;
+    // `==` on floats: a NaN never repeats, so it always reaches the allocator.
+    last.hostname == *hostname
+        && last.cpus == *cpus
+        && last.load == *load
+        && last.cpu_util == *cpu_util
+        && last.mem_total_kb == *mem_total_kb
+        && last.mem_available_kb == *mem_available_kb
+        && last.os == *os
+        && last.arch == *arch
+        && last.kernel == *kernel
+        && last.users == *users
+        && last.console_idle_s == *console_idle_s
+        && last.managed_procs == *managed_procs
+        && last.job_load == *job_load
+        && last.labels == *labels
+        && last.overlaid == *overlaid
 }
 
 /// Why a host counts as silent now, if it does.
@@ -501,6 +575,79 @@ mod tests {
             (rows[0].name.as_str(), rows[0].state),
             ("node03", HostState::Down)
         );
+    }
+
+    #[test]
+    fn a_repeated_report_is_listed_apart_and_a_changed_field_is_a_change() {
+        let mut t = table();
+        let now = Instant::now();
+        t.connected("node02", 1);
+        t.report("node02", 1, report("node02"), now);
+        let _ = t.take_changes(now);
+        // Only the counter and the trigger differ: the row changes only in age.
+        let again = HostReport {
+            seq: 2,
+            trigger: Some(proto::report::ReportTrigger::Interval),
+            ..report("node02")
+        };
+        let later = now + Duration::from_secs(1);
+        assert!(t.report("node02", 1, again.clone(), later));
+        assert!(t.take_changes(later).is_empty());
+        assert_eq!(t.take_repeated(), ["node02"]);
+        assert!(t.take_repeated().is_empty());
+        let row = t.row("node02", later).expect("a row");
+        assert_eq!(row.state, HostState::Up);
+        assert_eq!(
+            row.last_report_age_s,
+            Some(0.0),
+            "the age is the repeated report's"
+        );
+        // Any other field that differs is a change, with its new value in the row.
+        let changes: [fn(&mut HostReport); 5] = [
+            |r| r.load = Some([0.9, 0.4, 0.3]),
+            |r| r.users = Some(vec![]),
+            |r| r.console_idle_s = Some(7),
+            |r| r.job_load = Some(1.0),
+            |r| r.labels.push("gpu".into()),
+        ];
+        let mut last = again;
+        for (i, change) in changes.into_iter().enumerate() {
+            let mut next = last.clone();
+            change(&mut next);
+            let at = later + Duration::from_secs(i as u64 + 1);
+            t.report("node02", 1, next.clone(), at);
+            assert!(t.take_repeated().is_empty(), "change {i}");
+            let rows = t.take_changes(at);
+            assert_eq!(rows.len(), 1, "change {i}");
+            assert_eq!(Some(&rows[0]), t.status(at).first(), "change {i}");
+            last = next;
+        }
+        assert_eq!(t.status(later)[0].load1, Some(0.9));
+        assert_eq!(t.status(later)[0].console_idle_s, Some(7));
+    }
+
+    #[test]
+    fn a_report_repeating_one_from_before_a_disconnect_is_a_change() {
+        let mut t = table();
+        let now = Instant::now();
+        t.connected("node02", 1);
+        t.report("node02", 1, report("node02"), now);
+        t.disconnected("node02", 1, "eof");
+        t.connected("node02", 2);
+        let _ = t.take_changes(now);
+        t.report("node02", 2, report("node02"), now);
+        assert!(t.take_repeated().is_empty());
+        assert_eq!(t.take_changes(now)[0].state, HostState::Up);
+        // A NaN is never equal to itself: such a report always reaches the allocator.
+        let nan = HostReport {
+            cpu_util: Some(f64::NAN),
+            ..report("node02")
+        };
+        t.report("node02", 2, nan.clone(), now);
+        let _ = t.take_changes(now);
+        t.report("node02", 2, nan, now);
+        assert!(t.take_repeated().is_empty());
+        assert_eq!(t.take_changes(now).len(), 1);
     }
 
     #[test]

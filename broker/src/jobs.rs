@@ -266,6 +266,32 @@ impl JobDesk {
         )
     }
 
+    /// A report repeated `host`'s last one (its row changed only in age). True when the
+    /// allocator took it without a row ([`Allocator::host_repeated`]: it decides nothing);
+    /// the trace records it as the host input it stands for, with no field changed, so
+    /// that a replay under another policy (which may hold the host, or read the clock)
+    /// feeds it again. False: the caller passes the host's row to
+    /// [`host_changed`](Self::host_changed).
+    pub fn host_repeated(&mut self, host: &str, now: Instant) -> bool {
+        if !self.alloc.same_view_decides_nothing(host) {
+            return false;
+        }
+        let input = || Input::Host {
+            host: host.to_string(),
+            changed: Default::default(),
+        };
+        let mut taken = false;
+        self.traced_fx(
+            now,
+            |a| {
+                taken = a.host_repeated(host, now);
+                Vec::new()
+            },
+            input,
+        );
+        taken
+    }
+
     /// Adds what the allocator does with each host (`alloc_state`, `held_by`, `drained`,
     /// `policy_note`).
     pub fn annotate(&self, rows: &mut [HostStatus], now: Instant) {

@@ -110,11 +110,18 @@ impl Policy {
             .unwrap_or_default()
     }
 
+    /// Whether the expression in force for `hook` reads `var` (as [`reads`](Self::reads)
+    /// says, without building the set: asked once per report).
+    pub fn reads_var(&self, hook: Hook, var: Var) -> bool {
+        self.active(hook).is_some_and(|c| c.reads.contains(&var))
+    }
+
     /// True when the expression in force for `hook` reads only `host`: its value for a host
     /// can be computed once per report and cached until the next one. Do not cache a
     /// [`Decision`] that carries an error: its value is the default's, which may read more.
     pub fn host_only(&self, hook: Hook) -> bool {
-        self.reads(hook).iter().all(|v| *v == Var::Host)
+        self.active(hook)
+            .is_none_or(|c| c.reads.iter().all(|v| *v == Var::Host))
     }
 
     /// The value of `hook` on `host` (at `now`, if given) when it is the same for every
@@ -504,9 +511,18 @@ mod tests {
         assert!(!p.host_only(Hook::Start), "start reads job.adaptive");
         assert!(p.host_only(Hook::Rank));
         assert_eq!(p.reads(Hook::Start), [Var::Host, Var::Job].into());
+        assert!(p.reads_var(Hook::Start, Var::Job));
+        assert!(!p.reads_var(Hook::Start, Var::Now));
         let d = Policy::shipped("desktop").expect("desktop");
         assert!(d.host_only(Hook::Start));
         assert!(d.host_only(Hook::Vacate));
+        let n = Policy::shipped("nights-and-weekends").expect("nights-and-weekends");
+        assert!(
+            n.reads_var(Hook::Start, Var::Now),
+            "{:?}",
+            n.reads(Hook::Start)
+        );
+        assert!(!n.host_only(Hook::Start));
     }
 
     #[test]

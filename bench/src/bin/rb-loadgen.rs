@@ -1,6 +1,8 @@
 //! `rb-loadgen`: N simulated host daemons against a real broker. Each connects over TCP,
 //! completes the real HMAC handshake as role `hostd`, and sends a realistic report every
-//! interval (start times spread over the first interval). Stops after `--seconds`.
+//! interval (start times spread over the first interval). Stops after `--seconds`. The
+//! reports repeat each other but for their counter, unless `--changing`: then each one's
+//! idle times grow by the interval and its load moves, as a real daemon's do.
 
 use std::{
     path::PathBuf,
@@ -38,6 +40,10 @@ struct Args {
     /// How long to keep reporting once connected.
     #[arg(long, default_value_t = 30)]
     seconds: u64,
+    /// Every report differs from the one before, as a real daemon's do (idle times grow
+    /// by the interval, the load moves); without it they differ only in their counter.
+    #[arg(long)]
+    changing: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -67,7 +73,11 @@ async fn run(args: Args, secret: Arc<Secret>) -> anyhow::Result<()> {
             gate.clone(),
         );
         let offset = interval.mul_f64(i as f64 / args.hosts as f64);
-        tasks.push(tokio::spawn(simulate(name, ctx, interval, offset, stop_at)));
+        let shape = Shape {
+            changing: args.changing,
+            interval,
+        };
+        tasks.push(tokio::spawn(simulate(name, ctx, shape, offset, stop_at)));
     }
     let mut failures = 0;
     for t in tasks {
@@ -93,10 +103,17 @@ type Ctx = (
     Arc<Semaphore>,
 );
 
+/// How the reports of one simulated host look over time.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    changing: bool,
+    interval: Duration,
+}
+
 async fn simulate(
     name: String,
     ctx: Ctx,
-    interval: Duration,
+    shape: Shape,
     offset: Duration,
     stop_at: tokio::time::Instant,
 ) -> anyhow::Result<()> {
@@ -111,11 +128,11 @@ async fn simulate(
     connected.fetch_add(1, Ordering::Relaxed);
     tokio::time::sleep(offset).await;
     let mut seq = 0;
-    let mut tick = tokio::time::interval(interval);
+    let mut tick = tokio::time::interval(shape.interval);
     while tokio::time::Instant::now() < stop_at {
         tick.tick().await;
         seq += 1;
-        conn.send(&ToBroker::Report(Box::new(report(&name, seq))))
+        conn.send(&ToBroker::Report(Box::new(report(&name, seq, shape))))
             .await?;
         sent.fetch_add(1, Ordering::Relaxed);
     }
@@ -123,7 +140,15 @@ async fn simulate(
 }
 
 /// A report the size and shape of a real one (one logged-in user).
-fn report(name: &str, seq: u64) -> HostReport {
+fn report(name: &str, seq: u64, shape: Shape) -> HostReport {
+    // Changing: idle times as they grow between reports, a load that moves in 0.01 steps.
+    let (idle_more, load_step) = match shape.changing {
+        true => (
+            seq * shape.interval.as_secs().max(1),
+            (seq % 10) as f64 / 100.0,
+        ),
+        false => (0, 0.0),
+    };
     HostReport {
         hostname: name.to_string(),
         seq,
@@ -133,7 +158,7 @@ fn report(name: &str, seq: u64) -> HostReport {
             ReportTrigger::Interval
         }),
         cpus: Some(8),
-        load: Some([0.42, 0.37, 0.30]),
+        load: Some([0.42 + load_step, 0.37, 0.30]),
         cpu_util: Some(0.05),
         mem_total_kb: Some(16_000_000),
         mem_available_kb: Some(12_000_000),
@@ -143,10 +168,10 @@ fn report(name: &str, seq: u64) -> HostReport {
         users: Some(vec![UserSession {
             user: "alice".into(),
             tty: "pts/0".into(),
-            idle_s: Some(1200),
+            idle_s: Some(1200 + idle_more),
             from: None,
         }]),
-        console_idle_s: Some(3600),
+        console_idle_s: Some(3600 + idle_more),
         managed_procs: Some(0),
         job_load: Some(0.0),
         labels: vec!["linux".into(), "x86_64".into()],

@@ -206,7 +206,7 @@ fn broker_load(counts: &[usize]) -> anyhow::Result<()> {
     println!("| hosts | broker CPU | broker RSS | all hosts up after | `rb status --json` | load generator CPU |");
     println!("|---:|---|---:|---:|---|---|");
     for &n in std::iter::once(&0).chain(counts) {
-        let row = one_load_run(&manual_lab(n), n)?;
+        let row = one_load_run(&manual_lab(n), n, false)?;
         println!("{row}");
     }
     println!();
@@ -214,7 +214,9 @@ fn broker_load(counts: &[usize]) -> anyhow::Result<()> {
 }
 
 /// One row of the load table: a broker with `lab` (naming `n` hosts) and `n` simulated hosts.
-pub(crate) fn one_load_run(lab: &str, n: usize) -> anyhow::Result<String> {
+/// One row of the load tables: a broker over `lab`, `n` simulated hosts, their reports
+/// repeating each other but for their counter (`changing`: each differs, see `rb-loadgen`).
+pub(crate) fn one_load_run(lab: &str, n: usize, changing: bool) -> anyhow::Result<String> {
     let broker = Broker::start(lab);
     let pid = broker.child.id();
     let started = Instant::now();
@@ -229,6 +231,7 @@ pub(crate) fn one_load_run(lab: &str, n: usize) -> anyhow::Result<String> {
                     "--seconds",
                     "45",
                 ])
+                .args(changing.then_some("--changing"))
                 .arg("--secret-file")
                 .arg(broker.secret())
                 .stdout(Stdio::piped())
