@@ -93,8 +93,10 @@ pub async fn run(
         bail!("broker.listen {listen} is a wildcard address; host daemons need one they can connect to\nhelp: use this machine's lab address, e.g. \"10.77.0.1:7700\"");
     }
     let socket_path = lab.control_socket();
-    let unix = bind_control_socket(&socket_path).await?;
+    refuse_a_live_broker(&socket_path).await?;
+    // Before the socket appears: whoever sees it finds this broker's address in broker.json.
     write_info(&lab.broker.state_dir, listen, &socket_path)?;
+    let unix = bind_control_socket(&socket_path)?;
     info!(%listen, socket = %socket_path.display(), hosts = lab.hosts.len(), transport = lab.broker.transport.name(), "broker listening");
 
     let (events_tx, events_rx) = mpsc::channel(16 * 1024);
@@ -316,13 +318,8 @@ fn prepare_state_dir(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Binds the control socket, refusing to steal one a live broker still answers on.
-///
-/// The socket is bound and listening under a temporary name, made 0600, and only then
-/// renamed to `path`: whoever sees `path` can connect. (Bound in place, the file exists
-/// between `bind` and `listen`, and a client that saw it then was refused: an agent
-/// started right after the broker failed so under load.)
-async fn bind_control_socket(path: &Path) -> anyhow::Result<UnixListener> {
+/// Refuses to steal the control socket a live broker still answers on; removes a stale one.
+async fn refuse_a_live_broker(path: &Path) -> anyhow::Result<()> {
     if path.exists() {
         if tokio::net::UnixStream::connect(path).await.is_ok() {
             bail!("another broker is running with this state dir (it answers on {})\nhelp: stop it with `rb shutdown`, or use another broker.state_dir", path.display());
@@ -330,6 +327,16 @@ async fn bind_control_socket(path: &Path) -> anyhow::Result<UnixListener> {
         std::fs::remove_file(path)
             .with_context(|| format!("cannot remove stale socket {}", path.display()))?;
     }
+    Ok(())
+}
+
+/// Binds the control socket at `path` (see [`refuse_a_live_broker`] first).
+///
+/// The socket is bound and listening under a temporary name, made 0600, and only then
+/// renamed to `path`: whoever sees `path` can connect. (Bound in place, the file exists
+/// between `bind` and `listen`, and a client that saw it then was refused: an agent
+/// started right after the broker failed so under load.)
+fn bind_control_socket(path: &Path) -> anyhow::Result<UnixListener> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".binding");
     let tmp = PathBuf::from(tmp);
@@ -390,7 +397,7 @@ mod tests {
                 }
                 std::os::unix::net::UnixStream::connect(&watched)
             });
-            let listener = bind_control_socket(&path).await.expect("bind");
+            let listener = bind_control_socket(&path).expect("bind");
             let connected = client.join().expect("client thread");
             assert!(connected.is_ok(), "round {round}: {connected:?}");
             let mode = std::fs::metadata(&path)

@@ -147,7 +147,25 @@ impl Broker {
             "broker did not start:\n{}",
             broker.log()
         );
+        broker.assert_info_is_mine();
         broker
+    }
+
+    /// Once the control socket exists, `broker.json` describes this broker (scripts that
+    /// wait for the socket read the TCP address from it at once).
+    fn assert_info_is_mine(&self) {
+        let path = self.state_dir().join("broker.json");
+        let info: Option<serde_json::Value> = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok());
+        let pid = info.as_ref().and_then(|v| v["pid"].as_u64());
+        assert_eq!(
+            pid,
+            Some(u64::from(self.child.id())),
+            "the control socket is up, so {} names this broker: {info:?}\n{}",
+            path.display(),
+            self.log()
+        );
     }
 
     /// SIGKILLs the broker and starts a new one on the same lab file and state dir.
@@ -159,6 +177,7 @@ impl Broker {
         let sock = self.socket();
         let up = wait_until(Duration::from_secs(10), || sock.exists().then_some(()));
         assert!(up.is_some(), "broker did not restart:\n{}", self.log());
+        self.assert_info_is_mine();
     }
 
     /// The broker process's pid (to stop it with SIGSTOP in a test).
