@@ -14,10 +14,16 @@ const LAB: &str = "[broker]\nlisten = \"127.0.0.1:0\"\ntransport = \"manual\"\ns
 
 /// `rb-hostd --host NAME` against `broker`, as a pilot's script starts it.
 fn hostd(broker: &Broker, name: &str) -> Child {
+    hostd_with(broker, name, &[])
+}
+
+/// [`hostd`] with `more` arguments (e.g. `--slurm-job ID`).
+fn hostd_with(broker: &Broker, name: &str, more: &[&str]) -> Child {
     let lock = broker.dir.path().join(format!("lock-{name}"));
     Command::new(bin("rb-hostd"))
         .arg("--broker")
         .arg(broker.tcp_addr().to_string())
+        .args(more)
         .args(["--host", name, "--secret-file"])
         .arg(broker.secret())
         .arg("--lock-dir")
@@ -86,25 +92,7 @@ fn only_slurm_names_join_and_only_with_overflow_configured() {
 fn a_pilots_daemon_tells_the_broker_at_sigterm_and_runs_on() {
     let lab = format!("{LAB}\n[overflow.slurm]\nsqueue = [\"/nonexistent/rb-squeue\"]\n");
     let broker = Broker::start(&lab);
-    let lock = broker.dir.path().join("lock-pilot");
-    let mut pilot = Command::new(bin("rb-hostd"))
-        .arg("--broker")
-        .arg(broker.tcp_addr().to_string())
-        .args([
-            "--host",
-            "slurm-cn17",
-            "--slurm-job",
-            "4242",
-            "--secret-file",
-        ])
-        .arg(broker.secret())
-        .arg("--lock-dir")
-        .arg(lock)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("rb-hostd");
+    let mut pilot = hostd_with(&broker, "slurm-cn17", &["--slurm-job", "4242"]);
     let up = broker.wait_host("slurm-cn17", Duration::from_secs(15), "pilot up", |h| {
         h.state == HostState::Up && h.slurm_job.is_some()
     });

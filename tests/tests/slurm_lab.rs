@@ -495,6 +495,50 @@ fn a_restarted_broker_finds_its_pilots_by_job_name() {
     );
 }
 
+/// A job that watches its JEL stream into `file`, runs `rsh anyLinux sleep 300` on
+/// whatever host it gets, and exits 0 once the pool says that host is released (1 if it is
+/// not within a minute).
+struct WatchingJob {
+    child: std::process::Child,
+    file: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl WatchingJob {
+    fn start(broker: &tests::Broker) -> WatchingJob {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("events");
+        let script = format!(
+            "'{jel}' watch --json > '{file}' & rsh anyLinux sleep 300 </dev/null & wait $!; \
+             for _ in $(seq 600); do grep -q host_released '{file}' && exit 0; sleep 0.1; done; \
+             exit 1",
+            jel = tests::bin("rb-jel").display(),
+            file = file.display()
+        );
+        let child = agent(broker, &script).spawn().expect("agent");
+        WatchingJob {
+            child,
+            file,
+            _dir: dir,
+        }
+    }
+}
+
+/// Waits until the JEL events in `file` show a grant, which must be of the pilot's node.
+fn assert_granted_the_pilots_node(file: &std::path::Path, broker: &tests::Broker) {
+    let granted = wait_until(Duration::from_secs(60), || {
+        let seen = jel_events(file);
+        let e = seen.iter().find(|e| e["event"] == "host_granted")?;
+        e["host"].as_str().map(String::from)
+    });
+    assert_eq!(
+        granted.as_deref(),
+        Some("slurm-node04"),
+        "the job got the pilot's node\n{}",
+        broker.log()
+    );
+}
+
 /// The events of a `rb-jel watch --json` output file, as JSON values.
 fn jel_events(file: &std::path::Path) -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(file).unwrap_or_default();
@@ -526,18 +570,11 @@ fn a_pilots_lease_end_is_vacate_by_slurms_deadline_then_the_host_leaves() {
     let (broker, cluster) = (&env.broker, &env.cluster);
     let mut filler = fill_lab(broker);
 
-    // The job watches its JEL stream, runs a command on whatever host it gets, and ends
-    // once the pool says that host is released.
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("events");
-    let script = format!(
-        "'{jel}' watch --json > '{file}' & rsh anyLinux sleep 300 </dev/null & wait $!; \
-         for _ in $(seq 600); do grep -q host_released '{file}' && exit 0; sleep 0.1; done; \
-         exit 1",
-        jel = tests::bin("rb-jel").display(),
-        file = file.display()
-    );
-    let mut job = agent(broker, &script).spawn().expect("agent");
+    let WatchingJob {
+        child: mut job,
+        file,
+        _dir,
+    } = WatchingJob::start(broker);
     let slurm_note = wait_until(Duration::from_secs(30), || {
         broker.jobs().iter().find_map(|j| {
             j["waiting"]
@@ -551,17 +588,7 @@ fn a_pilots_lease_end_is_vacate_by_slurms_deadline_then_the_host_leaves() {
         "rb jobs says the request waits for Slurm\n{}",
         broker.log()
     );
-    let granted = wait_until(Duration::from_secs(60), || {
-        let seen = jel_events(&file);
-        let e = seen.iter().find(|e| e["event"] == "host_granted")?;
-        e["host"].as_str().map(String::from)
-    });
-    assert_eq!(
-        granted.as_deref(),
-        Some("slurm-node04"),
-        "the job got the pilot's node\n{}",
-        broker.log()
-    );
+    assert_granted_the_pilots_node(&file, broker);
     let ids = cluster.job_ids().expect("squeue");
     assert_eq!(ids.len(), 1, "one pilot: {ids:?}");
 
@@ -670,27 +697,12 @@ fn slurm_takes_the_node_back(how: TakeBack) {
     let (broker, cluster) = (&env.broker, &env.cluster);
     let mut filler = fill_lab(broker);
 
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("events");
-    let script = format!(
-        "'{jel}' watch --json > '{file}' & rsh anyLinux sleep 300 </dev/null & wait $!; \
-         for _ in $(seq 600); do grep -q host_released '{file}' && exit 0; sleep 0.1; done; \
-         exit 1",
-        jel = tests::bin("rb-jel").display(),
-        file = file.display()
-    );
-    let mut job = agent(broker, &script).spawn().expect("agent");
-    let granted = wait_until(Duration::from_secs(60), || {
-        let seen = jel_events(&file);
-        let e = seen.iter().find(|e| e["event"] == "host_granted")?;
-        e["host"].as_str().map(String::from)
-    });
-    assert_eq!(
-        granted.as_deref(),
-        Some("slurm-node04"),
-        "the job got the pilot's node\n{}",
-        broker.log()
-    );
+    let WatchingJob {
+        child: mut job,
+        file,
+        _dir,
+    } = WatchingJob::start(broker);
+    assert_granted_the_pilots_node(&file, broker);
     let pilot = cluster.job_ids().expect("squeue");
     assert_eq!(pilot.len(), 1, "one pilot: {pilot:?}");
     let pilot = pilot[0].clone();
