@@ -2,9 +2,9 @@
 //! `[let]` names each uses (cycles refused) and which variables each reads, directly or
 //! through lets (so the broker can cache host-only results per report).
 //!
-//! The `cel` parser (ANTLR) is recursive and stack-hungry: parsing runs on its own thread
-//! with [`PARSE_STACK`] bytes of stack, never on the caller's (a tokio worker), and nesting
-//! is capped at [`MAX_DEPTH`]. Evaluation recurses over the syntax tree on the caller's
+//! The `cel` parser (ANTLR) is recursive and stack-hungry: parsing (the TOML too) runs on
+//! the parser thread ([`crate::parse_thread`], [`PARSE_STACK`] bytes of stack), never on the
+//! caller's (a tokio worker), and nesting is capped at [`MAX_DEPTH`]. Evaluation recurses over the syntax tree on the caller's
 //! stack, so the tree's depth, counting the lets an expression uses, is capped too
 //! ([`MAX_TREE_DEPTH`]): `1 + 1 + … + 1`, `host.a.b.c…` and a chain of lets nest one level
 //! per term without nesting in the parser.
@@ -20,7 +20,8 @@ use crate::{
     ast,
     error::KeyError,
     hooks::{Hook, Var},
-    source::{Entry, RawPolicy},
+    parse_thread::{self, ThreadError},
+    source::{self, Entry, RawPolicy, SourceError},
 };
 
 /// Deepest nesting of an expression (parentheses, calls, operators) the parser accepts.
@@ -32,7 +33,7 @@ pub const MAX_DEPTH: u16 = 32;
 pub const MAX_TREE_DEPTH: usize = 32;
 
 /// Stack of the parser thread: the ANTLR parser's frames are large in debug builds.
-pub const PARSE_STACK: usize = 64 * 1024 * 1024;
+pub const PARSE_STACK: usize = parse_thread::STACK;
 
 /// One parsed expression and what it reads.
 #[derive(Debug)]
@@ -75,14 +76,26 @@ pub(crate) struct CompiledPolicy {
     pub lets: BTreeMap<String, Compiled>,
 }
 
-/// Parses everything on a large-stack thread. `Err(None)` when the thread cannot run.
-pub(crate) fn compile(raw: RawPolicy) -> Result<CompiledPolicy, Option<KeyError>> {
-    let worker = std::thread::Builder::new()
-        .name("policy-parse".into())
-        .stack_size(PARSE_STACK)
-        .spawn(move || compile_here(raw))
-        .map_err(|_| None)?;
-    worker.join().map_err(|_| None)?.map_err(Some)
+/// Why a file could not be parsed.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// Its TOML.
+    Source(SourceError),
+    /// One of its expressions.
+    Key(KeyError),
+    /// The parser thread (not the file).
+    Thread(ThreadError),
+}
+
+/// Parses a whole file (its TOML, then every expression) on the parser thread: deeply
+/// nested TOML is as much a parser's recursion as nested CEL.
+pub(crate) fn compile(text: &str) -> Result<CompiledPolicy, Failure> {
+    let text = text.to_string();
+    let parse = move || {
+        let raw = source::read(&text).map_err(Failure::Source)?;
+        compile_here(raw).map_err(Failure::Key)
+    };
+    parse_thread::run(parse).map_err(Failure::Thread)?
 }
 
 /// The built-in defaults, parsed by the first load of the process and shared by every
@@ -296,10 +309,13 @@ fn visit(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{error::Pos, source::read};
+    use crate::error::Pos;
 
     fn compiled(text: &str) -> Result<CompiledPolicy, KeyError> {
-        compile(read(text).expect("toml")).map_err(|e| e.expect("thread ran"))
+        compile(text).map_err(|e| match e {
+            Failure::Key(e) => e,
+            other => panic!("expected an expression's error, got {other:?}"),
+        })
     }
 
     #[test]
