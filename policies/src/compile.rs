@@ -32,6 +32,14 @@ pub const MAX_DEPTH: u16 = 32;
 /// build's test thread) takes with room to spare.
 pub const MAX_TREE_DEPTH: usize = 32;
 
+/// Longest expression (bytes) the parser is given. The parser's depth cap counts nested
+/// expressions, not chains: `host.x.x…`, `1 + 1 + …`, `a[0][0]…` nest one parse-tree level
+/// per term, and the tree is walked and dropped recursively on the parser thread before the
+/// tree-depth cap can refuse it. 100 000 selections (200 KB) overflowed its 64 MiB in a
+/// debug build, 200 000 in a release build (SIGSEGV); at this cap, 32 700 of them, or of
+/// `+1`, `<1`, `*1`, `[1]`, load in a debug build and are refused as too deep.
+pub const MAX_EXPRESSION_BYTES: usize = 64 * 1024;
+
 /// Stack of the parser thread: the ANTLR parser's frames are large in debug builds.
 pub const PARSE_STACK: usize = parse_thread::STACK;
 
@@ -206,6 +214,15 @@ fn check_tree_depths(
 
 /// Parses one expression; a syntax error points into the file.
 fn parse(entry: Entry) -> Result<Compiled, KeyError> {
+    if entry.source.len() > MAX_EXPRESSION_BYTES {
+        return Err(entry.error(
+            format!(
+                "the expression is {} bytes long, longer than {MAX_EXPRESSION_BYTES}",
+                entry.source.len()
+            ),
+            "split it into named parts under [let]",
+        ));
+    }
     let parsed = Parser::new()
         .max_recursion_depth(MAX_DEPTH)
         .parse_with_source_info(&entry.source);
@@ -377,6 +394,27 @@ mod tests {
         lets.push_str("l3000 = 'true'\n");
         let e = compiled(&lets).expect_err("too deep");
         assert!(e.message.contains("with the lets it uses"), "{}", e.message);
+    }
+
+    /// Found by replaying fuzz inputs with a smaller parser stack: a chain nests the parse
+    /// tree one level per term, and 100 000 terms overflowed the parser thread's 64 MiB.
+    #[test]
+    fn an_expression_longer_than_the_cap_is_refused_before_parsing() {
+        let select = format!("start = 'host{}'\n", ".x".repeat(100_000));
+        let e = compiled(&select).expect_err("too long");
+        assert_eq!(e.key, "start");
+        assert_eq!(e.at, Pos { line: 1, col: 10 });
+        assert!(
+            e.message.contains("200004 bytes long, longer than 65536"),
+            "{}",
+            e.message
+        );
+        let at_cap = format!(
+            "start = 'host{}'\n",
+            ".x".repeat((MAX_EXPRESSION_BYTES - 4) / 2)
+        );
+        let e = compiled(&at_cap).expect_err("too deep");
+        assert!(e.message.contains("levels deep"), "{}", e.message);
     }
 
     /// At the limit, loading (which evaluates every expression on the samples, on this
