@@ -114,7 +114,7 @@ run_target() {
     mkdir -p "$work/corpus/$target" "$work/artifacts/$target"
     echo "fuzzing $crate/$target: $RUNS inputs or $MAX_SECONDS s ($(date -u +%H:%M:%S))..." >&2
     local status=0 started=$SECONDS
-    (cd "$dir" && RB_FUZZ_SLOWEST="$slowest" cargo +nightly fuzz run "${flags[@]}" "$target" \
+    (cd "$dir" && RB_FUZZ_SLOWEST="$slowest" RB_FUZZ_LAST="$work/$target.last" cargo +nightly fuzz run "${flags[@]}" "$target" \
         "$work/corpus/$target" "seeds/$target" -- \
         -runs="$RUNS" -max_total_time="$MAX_SECONDS" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 \
         "${extra[@]}" -artifact_prefix="$work/artifacts/$target/") >"$log" 2>&1 || status=$?
@@ -150,7 +150,13 @@ run_target() {
         # no input, and the corpus is what can find it again.
         cp -r "$work/corpus/$target" "$kept/$target/corpus"
         if grep -q 'exited with signal' "$log"; then
-            count="$count ($(grep -o 'exited with signal: [0-9]* ([A-Z]*)' "$log" | head -n 1), no input kept)"
+            # A target that calls slowest::keep_last wrote each input before running it.
+            local kept_last="no input kept"
+            if [[ -f $work/$target.last ]]; then
+                cp "$work/$target.last" "$kept/$target/last-input"
+                kept_last="its last input kept as last-input"
+            fi
+            count="$count ($(grep -o 'exited with signal: [0-9]* ([A-Z]*)' "$log" | head -n 1), $kept_last)"
         fi
         grep -q 'libFuzzer: out-of-memory' "$log" && count="$count (out of memory)"
         echo "run.sh: $target FAILED (exit $status): see $kept/$target/" >&2
