@@ -12,6 +12,7 @@
 #     MAX_SECONDS=60 bench/fuzz/run.sh            # each target stops after 60 s (default 1800)
 #     SANITIZER=address bench/fuzz/run.sh         # AddressSanitizer (default: none)
 #     JOBS=1 bench/fuzz/run.sh                    # one target at a time (default: 2 at once)
+#     TRACE_COMPARES=no bench/fuzz/run.sh         # no compare tracing (default: yes)
 #
 # No sanitizer by default: the fuzzed code is safe Rust (no `unsafe` on any fuzzed path), so
 # what this run hunts is panics (overflow checks and debug assertions are on) and inputs
@@ -29,7 +30,12 @@
 # policy_file's inputs are capped at 4 KiB (-max_len): its biggest seeds are 20-75 KiB
 # nesting probes, libFuzzer would otherwise grow inputs to that size, and CEL's parser takes
 # time in proportion; 4 KiB still nests 60 times deeper than the policy parser's cap, and
-# `cargo test -p tests --test fuzz_smoke` replays those seeds whole. Without a nightly toolchain (and none installable) the section says
+# `cargo test -p tests --test fuzz_smoke` replays those seeds whole.
+# TRACE_COMPARES=no builds without libFuzzer's compare tracing (`--no-trace-compares`, into
+# target/fuzz-notrace): every integer comparison of the fuzzed code then stops calling into
+# libFuzzer, which was half of policy_file's CPU time (perf: the ANTLR parser compares a
+# lot); libFuzzer then learns less from comparisons (its table of recent compares and value
+# profile), so the default keeps it, and the section says which it was. Without a nightly toolchain (and none installable) the section says
 # so: nothing is faked. Progress goes to stderr, the report to stdout.
 set -euo pipefail
 
@@ -37,6 +43,7 @@ RUNS=${RUNS:-1000000}
 MAX_SECONDS=${MAX_SECONDS:-1800}
 SANITIZER=${SANITIZER:-none}
 JOBS=${JOBS:-2}
+TRACE_COMPARES=${TRACE_COMPARES:-yes}
 root=$(pwd)
 if [[ ! -f "$root/bench/fuzz/run.sh" ]]; then
     echo "run.sh: run from the repository root (bench/fuzz/run.sh not found)" >&2
@@ -84,7 +91,14 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/rb-fuzz.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 kept="$root/target/fuzz-artifacts"
 # The same flags for build and run, or `cargo fuzz run` rebuilds.
-flags=(-O -a -s "$SANITIZER" --target-dir "$root/target/fuzz")
+case $TRACE_COMPARES in
+    yes) flags=(-O -a -s "$SANITIZER" --target-dir "$root/target/fuzz") ;;
+    no) flags=(-O -a -s "$SANITIZER" --no-trace-compares --target-dir "$root/target/fuzz-notrace") ;;
+    *)
+        echo "run.sh: TRACE_COMPARES must be yes or no, not '$TRACE_COMPARES'" >&2
+        exit 64
+        ;;
+esac
 # "1234567" -> "1 234 567".
 thousands() {
     echo "$1" | sed -e ':a' -e 's/\([0-9]\)\([0-9]\{3\}\)\($\| \)/\1 \2\3/' -e 'ta'
@@ -100,7 +114,7 @@ run_target() {
     mkdir -p "$work/corpus/$target" "$work/artifacts/$target"
     echo "fuzzing $crate/$target: $RUNS inputs or $MAX_SECONDS s ($(date -u +%H:%M:%S))..." >&2
     local status=0 started=$SECONDS
-    (cd "$dir" && RB_FUZZ_SLOWEST="$slowest" cargo +nightly fuzz run "${flags[@]}" "$target" \
+    (cd "$dir" && RB_FUZZ_SLOWEST="$slowest" RB_FUZZ_LAST="$work/$target.last" cargo +nightly fuzz run "${flags[@]}" "$target" \
         "$work/corpus/$target" "seeds/$target" -- \
         -runs="$RUNS" -max_total_time="$MAX_SECONDS" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 \
         "${extra[@]}" -artifact_prefix="$work/artifacts/$target/") >"$log" 2>&1 || status=$?
@@ -136,7 +150,13 @@ run_target() {
         # no input, and the corpus is what can find it again.
         cp -r "$work/corpus/$target" "$kept/$target/corpus"
         if grep -q 'exited with signal' "$log"; then
-            count="$count ($(grep -o 'exited with signal: [0-9]* ([A-Z]*)' "$log" | head -n 1), no input kept)"
+            # A target that calls slowest::keep_last wrote each input before running it.
+            local kept_last="no input kept"
+            if [[ -f $work/$target.last ]]; then
+                cp "$work/$target.last" "$kept/$target/last-input"
+                kept_last="its last input kept as last-input"
+            fi
+            count="$count ($(grep -o 'exited with signal: [0-9]* ([A-Z]*)' "$log" | head -n 1), $kept_last)"
         fi
         grep -q 'libFuzzer: out-of-memory' "$log" && count="$count (out of memory)"
         echo "run.sh: $target FAILED (exit $status): see $kept/$target/" >&2
@@ -191,6 +211,9 @@ if [[ $SANITIZER == none ]]; then
     built="no sanitizer (safe Rust: panics and slow inputs are the hunt), overflow checks and debug assertions on"
 else
     built="sanitizer $SANITIZER, overflow checks and debug assertions on"
+fi
+if [[ $TRACE_COMPARES == no ]]; then
+    built="$built, without compare tracing (TRACE_COMPARES=no)"
 fi
 section
 echo "Every outside input under libFuzzer (\`bench/fuzz/run.sh\`; $(rustc +nightly --version)," \

@@ -10,6 +10,18 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// Writes `data` to the file `RB_FUZZ_LAST` names (when it names one), before the target
+/// runs it: a stack overflow kills a libFuzzer process with a bare SIGSEGV (no Rust
+/// handler, no alternate signal stack: libFuzzer's own handler cannot run and writes no
+/// input), and this file then holds the input that did it.
+pub fn keep_last(data: &[u8]) {
+    static LAST: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    if let Some(path) = LAST.get_or_init(|| std::env::var_os("RB_FUZZ_LAST").map(Into::into)) {
+        // A lost write only loses the clue, never the run.
+        let _ = std::fs::write(path, data);
+    }
+}
+
 /// The most CPU time one input may take (the bound: no input over 1 s).
 pub const LIMIT_US: u64 = 1_000_000;
 

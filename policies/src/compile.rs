@@ -2,9 +2,9 @@
 //! `[let]` names each uses (cycles refused) and which variables each reads, directly or
 //! through lets (so the broker can cache host-only results per report).
 //!
-//! The `cel` parser (ANTLR) is recursive and stack-hungry: parsing runs on its own thread
-//! with [`PARSE_STACK`] bytes of stack, never on the caller's (a tokio worker), and nesting
-//! is capped at [`MAX_DEPTH`]. Evaluation recurses over the syntax tree on the caller's
+//! The `cel` parser (ANTLR) is recursive and stack-hungry: parsing (the TOML too) runs on
+//! the parser thread ([`crate::parse_thread`], [`PARSE_STACK`] bytes of stack), never on the
+//! caller's (a tokio worker), and nesting is capped at [`MAX_DEPTH`]. Evaluation recurses over the syntax tree on the caller's
 //! stack, so the tree's depth, counting the lets an expression uses, is capped too
 //! ([`MAX_TREE_DEPTH`]): `1 + 1 + … + 1`, `host.a.b.c…` and a chain of lets nest one level
 //! per term without nesting in the parser.
@@ -20,7 +20,8 @@ use crate::{
     ast,
     error::KeyError,
     hooks::{Hook, Var},
-    source::{Entry, RawPolicy},
+    parse_thread::{self, ThreadError},
+    source::{self, Entry, RawPolicy, SourceError},
 };
 
 /// Deepest nesting of an expression (parentheses, calls, operators) the parser accepts.
@@ -31,8 +32,16 @@ pub const MAX_DEPTH: u16 = 32;
 /// build's test thread) takes with room to spare.
 pub const MAX_TREE_DEPTH: usize = 32;
 
+/// Longest expression (bytes) the parser is given. The parser's depth cap counts nested
+/// expressions, not chains: `host.x.x…`, `1 + 1 + …`, `a[0][0]…` nest one parse-tree level
+/// per term, and the tree is walked and dropped recursively on the parser thread before the
+/// tree-depth cap can refuse it. 100 000 selections (200 KB) overflowed its 64 MiB in a
+/// debug build, 200 000 in a release build (SIGSEGV); at this cap, 32 700 of them, or of
+/// `+1`, `<1`, `*1`, `[1]`, load in a debug build and are refused as too deep.
+pub const MAX_EXPRESSION_BYTES: usize = 64 * 1024;
+
 /// Stack of the parser thread: the ANTLR parser's frames are large in debug builds.
-pub const PARSE_STACK: usize = 64 * 1024 * 1024;
+pub const PARSE_STACK: usize = parse_thread::STACK;
 
 /// One parsed expression and what it reads.
 #[derive(Debug)]
@@ -75,14 +84,26 @@ pub(crate) struct CompiledPolicy {
     pub lets: BTreeMap<String, Compiled>,
 }
 
-/// Parses everything on a large-stack thread. `Err(None)` when the thread cannot run.
-pub(crate) fn compile(raw: RawPolicy) -> Result<CompiledPolicy, Option<KeyError>> {
-    let worker = std::thread::Builder::new()
-        .name("policy-parse".into())
-        .stack_size(PARSE_STACK)
-        .spawn(move || compile_here(raw))
-        .map_err(|_| None)?;
-    worker.join().map_err(|_| None)?.map_err(Some)
+/// Why a file could not be parsed.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// Its TOML.
+    Source(SourceError),
+    /// One of its expressions.
+    Key(KeyError),
+    /// The parser thread (not the file).
+    Thread(ThreadError),
+}
+
+/// Parses a whole file (its TOML, then every expression) on the parser thread: deeply
+/// nested TOML is as much a parser's recursion as nested CEL.
+pub(crate) fn compile(text: &str) -> Result<CompiledPolicy, Failure> {
+    let text = text.to_string();
+    let parse = move || {
+        let raw = source::read(&text).map_err(Failure::Source)?;
+        compile_here(raw).map_err(Failure::Key)
+    };
+    parse_thread::run(parse).map_err(Failure::Thread)?
 }
 
 /// The built-in defaults, parsed by the first load of the process and shared by every
@@ -193,6 +214,15 @@ fn check_tree_depths(
 
 /// Parses one expression; a syntax error points into the file.
 fn parse(entry: Entry) -> Result<Compiled, KeyError> {
+    if entry.source.len() > MAX_EXPRESSION_BYTES {
+        return Err(entry.error(
+            format!(
+                "the expression is {} bytes long, longer than {MAX_EXPRESSION_BYTES}",
+                entry.source.len()
+            ),
+            "split it into named parts under [let]",
+        ));
+    }
     let parsed = Parser::new()
         .max_recursion_depth(MAX_DEPTH)
         .parse_with_source_info(&entry.source);
@@ -296,10 +326,13 @@ fn visit(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{error::Pos, source::read};
+    use crate::error::Pos;
 
     fn compiled(text: &str) -> Result<CompiledPolicy, KeyError> {
-        compile(read(text).expect("toml")).map_err(|e| e.expect("thread ran"))
+        compile(text).map_err(|e| match e {
+            Failure::Key(e) => e,
+            other => panic!("expected an expression's error, got {other:?}"),
+        })
     }
 
     #[test]
@@ -361,6 +394,27 @@ mod tests {
         lets.push_str("l3000 = 'true'\n");
         let e = compiled(&lets).expect_err("too deep");
         assert!(e.message.contains("with the lets it uses"), "{}", e.message);
+    }
+
+    /// Found by replaying fuzz inputs with a smaller parser stack: a chain nests the parse
+    /// tree one level per term, and 100 000 terms overflowed the parser thread's 64 MiB.
+    #[test]
+    fn an_expression_longer_than_the_cap_is_refused_before_parsing() {
+        let select = format!("start = 'host{}'\n", ".x".repeat(100_000));
+        let e = compiled(&select).expect_err("too long");
+        assert_eq!(e.key, "start");
+        assert_eq!(e.at, Pos { line: 1, col: 10 });
+        assert!(
+            e.message.contains("200004 bytes long, longer than 65536"),
+            "{}",
+            e.message
+        );
+        let at_cap = format!(
+            "start = 'host{}'\n",
+            ".x".repeat((MAX_EXPRESSION_BYTES - 4) / 2)
+        );
+        let e = compiled(&at_cap).expect_err("too deep");
+        assert!(e.message.contains("levels deep"), "{}", e.message);
     }
 
     /// At the limit, loading (which evaluates every expression on the samples, on this

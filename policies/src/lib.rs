@@ -12,7 +12,8 @@
 //! - [`hooks`]: hook names, types, variables and defaults.
 //! - `source`: the TOML, with the file position of every expression.
 //! - `ast`: walking CEL syntax trees (field selections on variables).
-//! - [`compile`]: CEL parsing on a large-stack thread, depth cap, lets and what each reads.
+//! - [`parse_thread`]: the long-lived large-stack thread every parse runs on.
+//! - [`compile`]: TOML and CEL parsing on that thread, depth cap, lets and what each reads.
 //! - `samples` and [`check`]: the load-time check against sample inputs; [`check_file`].
 //! - [`policy`]: [`Policy`], loading and the evaluation entry points.
 //! - [`eval`]: [`Scope`], [`Decision`], the evaluation itself.
@@ -41,6 +42,7 @@ pub mod eval;
 pub mod explain;
 pub mod facts;
 pub mod hooks;
+pub mod parse_thread;
 pub mod policy;
 mod samples;
 mod source;

@@ -1,6 +1,6 @@
 //! [`Policy`]: a loaded, checked policy file, and the evaluation of its hooks.
 //!
-//! Loading is read → parse (TOML with positions, then CEL on a large-stack thread) → check
+//! Loading is read → parse (TOML with positions, then CEL, on the large-stack parser thread) → check
 //! (every expression against the samples of `samples.rs`). A `Policy` is immutable
 //! and `Send + Sync`: the broker swaps the whole value on reload.
 
@@ -15,11 +15,11 @@ use sha2::{Digest, Sha256};
 
 use crate::{
     check,
-    compile::{self, Compiled, CompiledPolicy},
+    compile::{self, Compiled, CompiledPolicy, Failure},
     error::Error,
     eval::{Decision, EvalError, Evaluator, Scope},
     hooks::{Answer, Hook, Var},
-    source::{self, SourceError},
+    source::SourceError,
     value::{HostValue, NowValue},
 };
 
@@ -42,7 +42,7 @@ impl std::fmt::Debug for Policy {
 }
 
 impl Policy {
-    /// Reads, parses and checks the file at `path`. Parsing runs on its own thread; call
+    /// Reads, parses and checks the file at `path`. Parsing runs on the parser thread; call
     /// this from a blocking context (`spawn_blocking`), not from a tokio worker.
     pub fn load(path: &Path) -> Result<Policy, Error> {
         let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
@@ -54,12 +54,12 @@ impl Policy {
 
     /// Parses and checks `text`, naming it `path` in errors and in [`Policy::source_path`].
     pub fn from_text(path: &Path, text: &str) -> Result<Policy, Error> {
-        let raw = source::read(text).map_err(|e| source_error(path, e))?;
-        let compiled = compile::compile(raw).map_err(|e| match e {
-            Some(e) => e.into_error(path.to_path_buf()),
-            None => Error::Thread {
+        let compiled = compile::compile(text).map_err(|e| match e {
+            Failure::Source(e) => source_error(path, e),
+            Failure::Key(e) => e.into_error(path.to_path_buf()),
+            Failure::Thread(e) => Error::Thread {
                 path: path.to_path_buf(),
-                reason: "the parser thread could not start or panicked".into(),
+                reason: e.to_string(),
             },
         })?;
         let policy = Policy {
@@ -598,6 +598,28 @@ mod tests {
             .expect("spawn");
         let d = small.join().expect("no stack overflow");
         assert_eq!((d.value, d.error), (true, None));
+    }
+
+    /// TOML nests too: 79 arrays (toml_edit's limit is 80), or inline tables whose dotted
+    /// keys each add 79 tables more (the limit counts the braces, not the dots). Parsing
+    /// either on the caller's stack took more than this thread's 256 KiB.
+    #[test]
+    fn deep_toml_is_parsed_off_the_callers_stack_too() {
+        let arrays = format!("start = {}1{}\n", "[".repeat(79), "]".repeat(79));
+        let dotted = vec!["a"; 79].join(".");
+        let tables = format!(
+            "start = {}1{}\n",
+            format!("{{{dotted}=").repeat(79),
+            "}".repeat(79)
+        );
+        let small = std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(move || [refused(&arrays), refused(&tables)])
+            .expect("spawn");
+        let [arrays, tables] = small.join().expect("no stack overflow");
+        assert!(arrays.starts_with("t.toml:1:"), "{arrays}");
+        assert!(tables.starts_with("t.toml:1:"), "{tables}");
+        assert!(tables.contains("must be a CEL expression"), "{tables}");
     }
 
     #[test]

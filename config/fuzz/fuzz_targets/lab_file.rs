@@ -6,4 +6,7 @@ use libfuzzer_sys::fuzz_target;
 #[path = "../../../bench/fuzz/slowest.rs"]
 mod slowest;
 
-fuzz_target!(|data: &[u8]| slowest::timed(|| config_fuzz::lab_file(data)));
+fuzz_target!(|data: &[u8]| {
+    slowest::keep_last(data);
+    slowest::timed(|| config_fuzz::lab_file(data))
+});

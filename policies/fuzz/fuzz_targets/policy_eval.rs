@@ -7,4 +7,7 @@ use libfuzzer_sys::fuzz_target;
 #[path = "../../../bench/fuzz/slowest.rs"]
 mod slowest;
 
-fuzz_target!(|data: &[u8]| slowest::timed(|| policies_fuzz::policy_eval(data)));
+fuzz_target!(|data: &[u8]| {
+    slowest::keep_last(data);
+    slowest::timed(|| policies_fuzz::policy_eval(data))
+});

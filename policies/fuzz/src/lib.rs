@@ -1,6 +1,6 @@
 //! Harness of the `policies` fuzz targets: arbitrary bytes as a policy file through the
-//! whole load path ([`Policy::from_text`]: TOML with spans, every CEL expression parsed on
-//! the parser thread, the load-time check against the sample inputs), and the shipped
+//! whole load path ([`Policy::from_text`]: TOML with spans and every CEL expression, both
+//! parsed on the parser thread, the load-time check against the sample inputs), and the shipped
 //! policies evaluated on arbitrary facts.
 //!
 //! Shared by the cargo-fuzz targets (`fuzz_targets/`) and by `tests/tests/fuzz_smoke.rs`

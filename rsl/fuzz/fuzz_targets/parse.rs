@@ -9,7 +9,10 @@ use rsl::{JobSpec, Mode, Rsl, SymbolTable};
 #[path = "../../../bench/fuzz/slowest.rs"]
 mod slowest;
 
-fuzz_target!(|data: &[u8]| slowest::timed(|| check(data)));
+fuzz_target!(|data: &[u8]| {
+    slowest::keep_last(data);
+    slowest::timed(|| check(data))
+});
 
 fn check(data: &[u8]) {
     for mode in [Mode::Compatible, Mode::Strict] {
