@@ -19,7 +19,9 @@
 //! left), the host's holder is reclaimed with that time as its grace and the host closes
 //! ([`Allocator::lease_ends`]). After a
 //! restart the shell finds the previous run's pilots by job name
-//! ([`Allocator::pilots_found`]): they are adopted, and cancelled when unwanted.
+//! ([`Allocator::pilots_found`]): they are adopted, and cancelled when unwanted; an
+//! allocation restored on a pilot's node whose daemon has not reconnected yet keeps one
+//! found pilot from being cancelled, however long the daemon takes (the job runs there).
 //!
 //! # Choices
 //! - **Pilots serve the broker owner's jobs only.** They run as the owner, on the owner's
@@ -331,29 +333,13 @@ impl Allocator {
         self.join_pilot_hosts();
         let mut out = self.cancel_idle_pilots(now);
         let wanted = self.jobs_wanting_pilots(now);
+        if wanted == 0 {
+            out.extend(self.cancel_unwanted_pilots(now));
+            return out;
+        }
         let Some(o) = &mut self.overflow else {
             return out;
         };
-        if wanted == 0 {
-            let idle: Vec<(PilotId, String)> = o
-                .pilots
-                .iter()
-                .filter_map(|(id, p)| match p {
-                    Pilot::Outstanding {
-                        slurm_id: Some(s),
-                        found,
-                    } if found.is_none_or(|t| now.saturating_duration_since(t) >= FOUND_GRACE) => {
-                        Some((*id, s.clone()))
-                    }
-                    _ => None,
-                })
-                .collect();
-            for (pilot, slurm_id) in idle {
-                o.pilots.remove(&pilot);
-                out.push(Effect::CancelPilot { pilot, slurm_id });
-            }
-            return out;
-        }
         let backing_off = o.retry_at.is_some_and(|t| now < t);
         if !backing_off && o.outstanding() < wanted && o.pilots.len() < o.max_nodes {
             let pilot = o.next;
@@ -368,6 +354,55 @@ impl Allocator {
             out.push(Effect::SubmitPilot { pilot });
         }
         out
+    }
+
+    /// Nobody wants a pilot: those still outstanding are cancelled (a pilot still in
+    /// Slurm's queue holds nothing anyone uses), found ones after [`FOUND_GRACE`]. But as
+    /// many found ones as allocations hold hosts not back yet
+    /// ([`Self::held_hosts_not_back`]) are kept, however long their daemons take: a job
+    /// still runs on such a node, only its report is missing.
+    fn cancel_unwanted_pilots(&mut self, now: Instant) -> Vec<Effect> {
+        let mut kept = self.held_hosts_not_back();
+        let Some(o) = &mut self.overflow else {
+            return Vec::new();
+        };
+        let mut unwanted = Vec::new();
+        for (id, p) in &o.pilots {
+            let Pilot::Outstanding {
+                slurm_id: Some(s),
+                found,
+            } = p
+            else {
+                continue;
+            };
+            if let Some(t) = found {
+                if kept > 0 {
+                    kept -= 1;
+                    continue;
+                }
+                if now.saturating_duration_since(*t) < FOUND_GRACE {
+                    continue;
+                }
+            }
+            unwanted.push((*id, s.clone()));
+        }
+        unwanted
+            .into_iter()
+            .map(|(pilot, slurm_id)| {
+                o.pilots.remove(&pilot);
+                Effect::CancelPilot { pilot, slurm_id }
+            })
+            .collect()
+    }
+
+    /// How many hosts allocations hold that the core has no view of: after a restart, the
+    /// nodes of pilots whose daemons have not reconnected yet (every host of the lab file
+    /// is made known at start; a pilot's node only once its daemon connects).
+    fn held_hosts_not_back(&self) -> usize {
+        self.by_host
+            .keys()
+            .filter(|h| !self.hosts.contains_key(h.as_str()))
+            .count()
     }
 
     /// Joined pilots whose host nobody has held for `idle_exit` are cancelled: nothing is
