@@ -558,6 +558,14 @@ fn process_on(lab: &lab::Lab, node: &str, pid: &str) -> String {
     text(&out)
 }
 
+/// Slurm job `pilot`'s state as `squeue` shows it (`RUNNING`; empty once it is gone).
+fn pilot_state(cluster: &lab::SlurmCluster, pilot: &str) -> Result<String, String> {
+    let out = cluster
+        .run("squeue", &["-h", "-j", pilot, "-o", "%T"])
+        .map_err(|e| format!("squeue: {e}"))?;
+    Ok(text(&out))
+}
+
 /// Whether `cond` holds at every check for `window` (checked about every 200 ms); `Err`
 /// says when it first failed and what it saw then.
 fn holds_for(window: Duration, mut cond: impl FnMut() -> Result<(), String>) -> Result<(), String> {
@@ -583,9 +591,27 @@ fn holds_for(window: Duration, mut cond: impl FnMut() -> Result<(), String>) -> 
 #[test]
 fn a_job_keeps_its_pilots_node_across_a_broker_restart() {
     let name = "a_job_keeps_its_pilots_node_across_a_broker_restart";
-    if skip_unless_root(name) {
-        return;
+    if !skip_unless_root(name) {
+        job_on_a_pilots_node_across_a_restart(false);
     }
+}
+
+/// As above, but the pilot's daemon is back only after the 10 s in which the restarted
+/// broker cancels a found pilot whose node did not join (it is stopped with SIGSTOP across
+/// the restart: a loaded node, a broker down long enough for the daemon's backoff to
+/// grow). The allocation restored on its node keeps the pilot: Slurm runs it on, the job
+/// keeps the node and its process; once the daemon is back, all goes on as above.
+#[test]
+fn a_job_keeps_its_pilots_node_when_the_pilots_daemon_is_back_late() {
+    let name = "a_job_keeps_its_pilots_node_when_the_pilots_daemon_is_back_late";
+    if !skip_unless_root(name) {
+        job_on_a_pilots_node_across_a_restart(true);
+    }
+}
+
+/// The two tests above; `late`: the pilot's daemon is stopped across the restart and
+/// continued 13 s after it.
+fn job_on_a_pilots_node_across_a_restart(late: bool) {
     let mut opts = OverflowOptions::new(3, TEST_TIMING);
     opts.fixed_port = true;
     let env = SlurmLab::start(3, &opts).expect("lab, cluster and broker");
@@ -624,9 +650,46 @@ fn a_job_keeps_its_pilots_node_across_a_broker_restart() {
         |h| h.slurm_job.as_deref() == Some(pilot.as_str()),
     );
     let addr = broker.tcp_addr();
+    let hostd = text(
+        &lab.exec("node04", &["pgrep", "-x", "rb-hostd"])
+            .expect("pgrep"),
+    );
+    assert!(hostd.parse::<u32>().is_ok(), "one pilot daemon: {hostd:?}");
+    if late {
+        lab.exec("node04", &["kill", "-STOP", &hostd])
+            .expect("stop the pilot's daemon");
+    }
 
     broker.kill_and_restart();
     let restarted = std::time::Instant::now();
+    if late {
+        // Its daemon away, the node is still the job's: the pilot runs on past the found
+        // pilots' grace (10 s), the job's sleep too.
+        let away = holds_for(Duration::from_secs(13), || {
+            let state = pilot_state(&cluster, &pilot)?;
+            // `rb jobs` answers nothing while the broker starts.
+            let jobs = broker.jobs();
+            let hosts = jobs
+                .iter()
+                .find(|j| j["id"] == job_id)
+                .map(|j| j["hosts"].clone());
+            let ps = process_on(&lab, "node04", &sleep_pid);
+            let alive = ps.ends_with(" sleep") && !ps.starts_with('Z');
+            let held = jobs.is_empty() || hosts == Some(serde_json::json!(["slurm-node04"]));
+            if state == "RUNNING" && alive && held {
+                Ok(())
+            } else {
+                Err(format!(
+                    "pilot {state:?}, job's hosts {hosts:?}, sleep: {ps:?}"
+                ))
+            }
+        });
+        if let Err(why) = away {
+            panic!("{why}\n{}", broker.log());
+        }
+        lab.exec("node04", &["kill", "-CONT", &hostd])
+            .expect("continue the pilot's daemon");
+    }
     let row = broker.wait_host(
         "slurm-node04",
         Duration::from_secs(30),
@@ -666,11 +729,7 @@ fn a_job_keeps_its_pilots_node_across_a_broker_restart() {
     // node stays the job's and the job's sleep is the one it started.
     let window = Duration::from_secs(15).saturating_sub(restarted.elapsed());
     let kept = holds_for(window, || {
-        let state = text(
-            &cluster
-                .run("squeue", &["-h", "-j", &pilot, "-o", "%T"])
-                .map_err(|e| format!("squeue: {e}"))?,
-        );
+        let state = pilot_state(&cluster, &pilot)?;
         let row = broker.host("slurm-node04");
         let held_by = row.as_ref().and_then(|h| h.held_by);
         let ps = process_on(&lab, "node04", &sleep_pid);
