@@ -201,7 +201,8 @@ impl Allocator {
 
     /// Pilots of this broker (by job name) that Slurm still has, found at start: adopted as
     /// outstanding. One whose node joins within [`FOUND_GRACE`] is used like any; the rest
-    /// are cancelled once nobody wants them.
+    /// are cancelled once nobody wants them, except as many as restored allocations hold
+    /// nodes whose daemons are not back yet (`cancel_unwanted_pilots`).
     pub fn pilots_found(&mut self, slurm_ids: Vec<String>, now: Instant) {
         let known = self.pilot_ids();
         let Some(o) = &mut self.overflow else {
