@@ -19,9 +19,9 @@
 //! left), the host's holder is reclaimed with that time as its grace and the host closes
 //! ([`Allocator::lease_ends`]). After a
 //! restart the shell finds the previous run's pilots by job name
-//! ([`Allocator::pilots_found`]): they are adopted, and cancelled when unwanted; an
-//! allocation restored on a pilot's node whose daemon has not reconnected yet keeps one
-//! found pilot from being cancelled, however long the daemon takes (the job runs there).
+//! ([`Allocator::pilots_found`]): they are adopted, and cancelled when unwanted; none is
+//! while an allocation restored on a pilot's node whose daemon has not reconnected yet
+//! holds it, however long the daemon takes (the job runs there).
 //!
 //! # Choices
 //! - **Pilots serve the broker owner's jobs only.** They run as the owner, on the owner's
@@ -201,8 +201,8 @@ impl Allocator {
 
     /// Pilots of this broker (by job name) that Slurm still has, found at start: adopted as
     /// outstanding. One whose node joins within [`FOUND_GRACE`] is used like any; the rest
-    /// are cancelled once nobody wants them, except as many as restored allocations hold
-    /// nodes whose daemons are not back yet (`cancel_unwanted_pilots`).
+    /// are cancelled once nobody wants them, but none while a restored allocation holds a
+    /// node whose daemon is not back yet (`cancel_unwanted_pilots`).
     pub fn pilots_found(&mut self, slurm_ids: Vec<String>, now: Instant) {
         let known = self.pilot_ids();
         let Some(o) = &mut self.overflow else {
@@ -358,35 +358,32 @@ impl Allocator {
     }
 
     /// Nobody wants a pilot: those still outstanding are cancelled (a pilot still in
-    /// Slurm's queue holds nothing anyone uses), found ones after [`FOUND_GRACE`]. But as
-    /// many found ones as allocations hold hosts not back yet
-    /// ([`Self::held_hosts_not_back`]) are kept, however long their daemons take: a job
-    /// still runs on such a node, only its report is missing.
+    /// Slurm's queue holds nothing anyone uses), found ones after [`FOUND_GRACE`]. But no
+    /// found one is while an allocation holds a node not back yet
+    /// ([`Self::a_held_host_is_not_back`]), however long its daemon takes: a job still runs
+    /// there, and which found pilot is that node's is known only once its daemon names its
+    /// Slurm job (cancelling a queued pilot later costs less than a used node now).
     fn cancel_unwanted_pilots(&mut self, now: Instant) -> Vec<Effect> {
-        let mut kept = self.held_hosts_not_back();
+        let keep_found = self.a_held_host_is_not_back();
         let Some(o) = &mut self.overflow else {
             return Vec::new();
         };
-        let mut unwanted = Vec::new();
-        for (id, p) in &o.pilots {
-            let Pilot::Outstanding {
-                slurm_id: Some(s),
-                found,
-            } = p
-            else {
-                continue;
-            };
-            if let Some(t) = found {
-                if kept > 0 {
-                    kept -= 1;
-                    continue;
+        let unwanted: Vec<(PilotId, String)> = o
+            .pilots
+            .iter()
+            .filter_map(|(id, p)| match p {
+                Pilot::Outstanding {
+                    slurm_id: Some(s),
+                    found,
+                } if found.is_none_or(|t| {
+                    !keep_found && now.saturating_duration_since(t) >= FOUND_GRACE
+                }) =>
+                {
+                    Some((*id, s.clone()))
                 }
-                if now.saturating_duration_since(*t) < FOUND_GRACE {
-                    continue;
-                }
-            }
-            unwanted.push((*id, s.clone()));
-        }
+                _ => None,
+            })
+            .collect();
         unwanted
             .into_iter()
             .map(|(pilot, slurm_id)| {
@@ -396,14 +393,13 @@ impl Allocator {
             .collect()
     }
 
-    /// How many hosts allocations hold that the core has no view of: after a restart, the
-    /// nodes of pilots whose daemons have not reconnected yet (every host of the lab file
-    /// is made known at start; a pilot's node only once its daemon connects).
-    fn held_hosts_not_back(&self) -> usize {
+    /// Whether an allocation holds a host the core has no view of: after a restart, the
+    /// node of a pilot whose daemon has not reconnected yet (every host of the lab file is
+    /// made known at start; a pilot's node only once its daemon connects).
+    fn a_held_host_is_not_back(&self) -> bool {
         self.by_host
             .keys()
-            .filter(|h| !self.hosts.contains_key(h.as_str()))
-            .count()
+            .any(|h| !self.hosts.contains_key(h.as_str()))
     }
 
     /// Joined pilots whose host nobody has held for `idle_exit` are cancelled: nothing is

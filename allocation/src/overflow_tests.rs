@@ -200,12 +200,13 @@ fn pilots_found_after_a_restart_are_adopted_or_cancelled() {
 }
 
 /// A broker restart while a job holds a pilot's node: the allocation is restored, and the
-/// pilot found in Slurm's queue is kept however long its daemon takes to come back (the
-/// job still runs there; only the node's report is missing), not cancelled after the
-/// found pilots' grace as an unwanted one is. Once the daemon is back the pilot is the
-/// node's again; when the job lets go, the idle pilot is cancelled.
+/// pilots found in Slurm's queue are kept however long the node's daemon takes to come
+/// back (the job still runs there; only the node's report is missing), not cancelled after
+/// the found pilots' grace as unwanted ones are: which of them is the node's is not known
+/// yet (here the other, still queued, is found first). Once the daemon is back and names
+/// its job, the queued one is cancelled; when the job lets go, the idle pilot is too.
 #[test]
-fn a_found_pilot_whose_node_a_restored_job_holds_is_kept_until_its_daemon_is_back() {
+fn found_pilots_are_kept_while_a_restored_job_holds_a_node_whose_daemon_is_not_back() {
     let (mut lab, waiter) = full_lab(1);
     assert_eq!(submitted(&lab.tick(2)), [1]);
     lab.a.pilot_submitted(1, "4242".into());
@@ -222,7 +223,8 @@ fn a_found_pilot_whose_node_a_restored_job_holds_is_kept_until_its_daemon_is_bac
     lab.a = restored;
     let node = lab.views.pop().expect("the pilot's node");
     lab.sync();
-    lab.a.pilots_found(vec!["4242".into()], lab.now);
+    lab.a
+        .pilots_found(vec!["4240".into(), "4242".into()], lab.now);
     assert_eq!(lab.a.holder(&host), Some((waiter, alloc)), "restored");
     assert!(
         cancelled(&lab.tick(11)).is_empty(),
@@ -236,6 +238,11 @@ fn a_found_pilot_whose_node_a_restored_job_holds_is_kept_until_its_daemon_is_bac
     lab.a.pilot_lease(&host, "4242", None, false, lab.now);
     let lease = lab.a.pilot_lease_of(&host).expect("the node's pilot");
     assert_eq!(lease.slurm_job.as_deref(), Some("4242"));
+    assert_eq!(
+        cancelled(&lab.tick(1)),
+        ["4240"],
+        "the queued one, unwanted"
+    );
     assert!(cancelled(&lab.tick(11)).is_empty(), "still in use");
     lab.end(waiter);
     lab.tick(0);
