@@ -19,7 +19,9 @@
 //! left), the host's holder is reclaimed with that time as its grace and the host closes
 //! ([`Allocator::lease_ends`]). After a
 //! restart the shell finds the previous run's pilots by job name
-//! ([`Allocator::pilots_found`]): they are adopted, and cancelled when unwanted.
+//! ([`Allocator::pilots_found`]): they are adopted, and cancelled when unwanted; none is
+//! while an allocation restored on a pilot's node whose daemon has not reconnected yet
+//! holds it, however long the daemon takes (the job runs there).
 //!
 //! # Choices
 //! - **Pilots serve the broker owner's jobs only.** They run as the owner, on the owner's
@@ -199,7 +201,8 @@ impl Allocator {
 
     /// Pilots of this broker (by job name) that Slurm still has, found at start: adopted as
     /// outstanding. One whose node joins within [`FOUND_GRACE`] is used like any; the rest
-    /// are cancelled once nobody wants them.
+    /// are cancelled once nobody wants them, but none while a restored allocation holds a
+    /// node whose daemon is not back yet (`cancel_unwanted_pilots`).
     pub fn pilots_found(&mut self, slurm_ids: Vec<String>, now: Instant) {
         let known = self.pilot_ids();
         let Some(o) = &mut self.overflow else {
@@ -331,29 +334,13 @@ impl Allocator {
         self.join_pilot_hosts();
         let mut out = self.cancel_idle_pilots(now);
         let wanted = self.jobs_wanting_pilots(now);
+        if wanted == 0 {
+            out.extend(self.cancel_unwanted_pilots(now));
+            return out;
+        }
         let Some(o) = &mut self.overflow else {
             return out;
         };
-        if wanted == 0 {
-            let idle: Vec<(PilotId, String)> = o
-                .pilots
-                .iter()
-                .filter_map(|(id, p)| match p {
-                    Pilot::Outstanding {
-                        slurm_id: Some(s),
-                        found,
-                    } if found.is_none_or(|t| now.saturating_duration_since(t) >= FOUND_GRACE) => {
-                        Some((*id, s.clone()))
-                    }
-                    _ => None,
-                })
-                .collect();
-            for (pilot, slurm_id) in idle {
-                o.pilots.remove(&pilot);
-                out.push(Effect::CancelPilot { pilot, slurm_id });
-            }
-            return out;
-        }
         let backing_off = o.retry_at.is_some_and(|t| now < t);
         if !backing_off && o.outstanding() < wanted && o.pilots.len() < o.max_nodes {
             let pilot = o.next;
@@ -368,6 +355,51 @@ impl Allocator {
             out.push(Effect::SubmitPilot { pilot });
         }
         out
+    }
+
+    /// Nobody wants a pilot: those still outstanding are cancelled (a pilot still in
+    /// Slurm's queue holds nothing anyone uses), found ones after [`FOUND_GRACE`]. But no
+    /// found one is while an allocation holds a node not back yet
+    /// ([`Self::a_held_host_is_not_back`]), however long its daemon takes: a job still runs
+    /// there, and which found pilot is that node's is known only once its daemon names its
+    /// Slurm job (cancelling a queued pilot later costs less than a used node now).
+    fn cancel_unwanted_pilots(&mut self, now: Instant) -> Vec<Effect> {
+        let keep_found = self.a_held_host_is_not_back();
+        let Some(o) = &mut self.overflow else {
+            return Vec::new();
+        };
+        let unwanted: Vec<(PilotId, String)> = o
+            .pilots
+            .iter()
+            .filter_map(|(id, p)| match p {
+                Pilot::Outstanding {
+                    slurm_id: Some(s),
+                    found,
+                } if found.is_none_or(|t| {
+                    !keep_found && now.saturating_duration_since(t) >= FOUND_GRACE
+                }) =>
+                {
+                    Some((*id, s.clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        unwanted
+            .into_iter()
+            .map(|(pilot, slurm_id)| {
+                o.pilots.remove(&pilot);
+                Effect::CancelPilot { pilot, slurm_id }
+            })
+            .collect()
+    }
+
+    /// Whether an allocation holds a host the core has no view of: after a restart, the
+    /// node of a pilot whose daemon has not reconnected yet (every host of the lab file is
+    /// made known at start; a pilot's node only once its daemon connects).
+    fn a_held_host_is_not_back(&self) -> bool {
+        self.by_host
+            .keys()
+            .any(|h| !self.hosts.contains_key(h.as_str()))
     }
 
     /// Joined pilots whose host nobody has held for `idle_exit` are cancelled: nothing is

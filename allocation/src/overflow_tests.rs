@@ -21,15 +21,20 @@ fn cancelled(fx: &[Effect]) -> Vec<String> {
         .collect()
 }
 
-/// A one-host lab, full: job 1 holds node02, job 2 waits for `anyHost`.
-fn full_lab(max_nodes: usize) -> (Lab, JobId) {
-    let mut lab = Lab::new(hosts(&["node02"]));
-    lab.a.set_overflow(Some(OverflowSettings {
+/// Overflow for alice's jobs: `max_nodes`, idle exit 10 s, warning 20 s.
+fn settings(max_nodes: usize) -> OverflowSettings {
+    OverflowSettings {
         max_nodes,
         owner: "alice".into(),
         idle_exit: std::time::Duration::from_secs(10),
         warning: std::time::Duration::from_secs(20),
-    }));
+    }
+}
+
+/// A one-host lab, full: job 1 holds node02, job 2 waits for `anyHost`.
+fn full_lab(max_nodes: usize) -> (Lab, JobId) {
+    let mut lab = Lab::new(hosts(&["node02"]));
+    lab.a.set_overflow(Some(settings(max_nodes)));
     let holder = lab.job(false);
     lab.take(holder, "anyHost");
     let waiter = lab.job(false);
@@ -192,6 +197,56 @@ fn pilots_found_after_a_restart_are_adopted_or_cancelled() {
     assert!(cancelled(&lab.tick(1)).is_empty(), "within the grace");
     assert_eq!(cancelled(&lab.tick(10)), ["101"]);
     assert_eq!(lab.a.pilot_ids(), ["100"], "the adopted one stays");
+}
+
+/// A broker restart while a job holds a pilot's node: the allocation is restored, and the
+/// pilots found in Slurm's queue are kept however long the node's daemon takes to come
+/// back (the job still runs there; only the node's report is missing), not cancelled after
+/// the found pilots' grace as unwanted ones are: which of them is the node's is not known
+/// yet (here the other, still queued, is found first). Once the daemon is back and names
+/// its job, the queued one is cancelled; when the job lets go, the idle pilot is too.
+#[test]
+fn found_pilots_are_kept_while_a_restored_job_holds_a_node_whose_daemon_is_not_back() {
+    let (mut lab, waiter) = full_lab(1);
+    assert_eq!(submitted(&lab.tick(2)), [1]);
+    lab.a.pilot_submitted(1, "4242".into());
+    let fx = pilot_joins(&mut lab);
+    let (alloc, host) = super::tests::granted(&fx).expect("the waiter gets the node");
+    lab.a.pilot_lease(&host, "4242", None, false, lab.now);
+
+    // The restart: the core is rebuilt from its snapshot; the lab file's hosts are made
+    // known at start, the pilot's node only when its daemon reconnects.
+    let (mut restored, dropped) =
+        Allocator::restore(lab.a.snapshot(), AllocConfig::default(), lab.now);
+    assert!(dropped.is_empty(), "{dropped:?}");
+    restored.set_overflow(Some(settings(1)));
+    lab.a = restored;
+    let node = lab.views.pop().expect("the pilot's node");
+    lab.sync();
+    lab.a
+        .pilots_found(vec!["4240".into(), "4242".into()], lab.now);
+    assert_eq!(lab.a.holder(&host), Some((waiter, alloc)), "restored");
+    assert!(
+        cancelled(&lab.tick(11)).is_empty(),
+        "in use: kept past the found pilots' grace"
+    );
+    assert!(cancelled(&lab.tick(60)).is_empty(), "however long it takes");
+
+    // The daemon is back and names its job.
+    lab.views.push(node);
+    lab.set(&host, |_| {});
+    lab.a.pilot_lease(&host, "4242", None, false, lab.now);
+    let lease = lab.a.pilot_lease_of(&host).expect("the node's pilot");
+    assert_eq!(lease.slurm_job.as_deref(), Some("4242"));
+    assert_eq!(
+        cancelled(&lab.tick(1)),
+        ["4240"],
+        "the queued one, unwanted"
+    );
+    assert!(cancelled(&lab.tick(11)).is_empty(), "still in use");
+    lab.end(waiter);
+    lab.tick(0);
+    assert_eq!(cancelled(&lab.tick(10)), ["4242"], "idle exit");
 }
 
 /// The Slurm job a pilot's daemon names is the pilot its host joins, whatever the guess

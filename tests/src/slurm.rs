@@ -29,6 +29,10 @@ pub struct OverflowOptions {
     /// `[broker] reclaim_grace_s` (Slurm warns a pilot this long before its lease ends);
     /// `None` leaves the key out.
     pub reclaim_grace_s: Option<u64>,
+    /// The broker listens on a port chosen once (free when the lab file is written) instead
+    /// of `:0`, as a production broker does on its fixed address: a restarted broker
+    /// (`Broker::kill_and_restart`) listens where pilots started with `--broker` reconnect.
+    pub fixed_port: bool,
 }
 
 impl OverflowOptions {
@@ -43,6 +47,7 @@ impl OverflowOptions {
             wrapper: None,
             timing,
             reclaim_grace_s: None,
+            fixed_port: false,
         }
     }
 }
@@ -82,6 +87,11 @@ pub fn overflow_lab_file(
         let with = format!("[broker]\nreclaim_grace_s = {grace}\n");
         broker_part = broker_part.replacen("[broker]\n", &with, 1);
     }
+    if opts.fixed_port {
+        let gw = lab.gateway();
+        let fixed = format!("listen = \"{gw}:{}\"\n", free_port(gw));
+        broker_part = broker_part.replacen(&format!("listen = \"{gw}:0\"\n"), &fixed, 1);
+    }
     let mut text = format!(
         "{broker_part}\n[overflow.slurm]\nlease_s = {}\nidle_exit_s = {}\n",
         opts.lease_s, opts.idle_exit_s
@@ -96,6 +106,12 @@ pub fn overflow_lab_file(
         text.push_str(&command(name));
     }
     text
+}
+
+/// A TCP port on `ip` that is free now: the kernel's choice for port 0, let go at once.
+fn free_port(ip: std::net::Ipv4Addr) -> u16 {
+    let listener = std::net::TcpListener::bind((ip, 0)).expect("bind a free port on the gateway");
+    listener.local_addr().expect("local address").port()
 }
 
 /// A lab, a Slurm cluster of its last hosts and a broker overflowing onto it, every

@@ -539,6 +539,260 @@ fn assert_granted_the_pilots_node(file: &std::path::Path, broker: &tests::Broker
     );
 }
 
+/// Where the restart test's job writes the pid of its `sleep 300` (the node's own /tmp).
+const SLEEP_PID_FILE: &str = "/tmp/rb-restart-sleep.pid";
+
+/// Pid of the job's `sleep 300` on lab host `node`, from [`SLEEP_PID_FILE`], once there.
+fn job_sleep_pid(lab: &lab::Lab, node: &str) -> Option<String> {
+    let out = lab.exec(node, &["cat", SLEEP_PID_FILE]).ok()?;
+    let pid = text(&out);
+    pid.parse::<u32>().is_ok().then_some(pid)
+}
+
+/// What `ps` on lab host `node` says of process `pid`: its state and command (`S sleep`),
+/// empty when there is no such process.
+fn process_on(lab: &lab::Lab, node: &str, pid: &str) -> String {
+    let out = lab
+        .exec(node, &["ps", "-o", "stat=,comm=", "-p", pid])
+        .expect("ps on the node");
+    text(&out)
+}
+
+/// Slurm job `pilot`'s state as `squeue` shows it (`RUNNING`; empty once it is gone).
+fn pilot_state(cluster: &lab::SlurmCluster, pilot: &str) -> Result<String, String> {
+    let out = cluster
+        .run("squeue", &["-h", "-j", pilot, "-o", "%T"])
+        .map_err(|e| format!("squeue: {e}"))?;
+    Ok(text(&out))
+}
+
+/// Whether `cond` holds at every check for `window` (checked about every 200 ms); `Err`
+/// says when it first failed and what it saw then.
+fn holds_for(window: Duration, mut cond: impl FnMut() -> Result<(), String>) -> Result<(), String> {
+    let start = std::time::Instant::now();
+    loop {
+        cond().map_err(|why| format!("after {:?}: {why}", start.elapsed()))?;
+        if start.elapsed() >= window {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A broker restart while a job holds a pilot's node (issue 19). The lab is full and a
+/// job's `rsh anyLinux sleep 300` runs on the pilot's node `slurm-node04`; the broker is
+/// SIGKILLed (nothing cancelled) and restarted on the same address, as a production broker
+/// on its fixed `listen` is. The pilot's daemon reconnects and the host is up, still the
+/// job's (`rb status` held_by, `rb jobs`), the job's agent resumes, the pilot is adopted
+/// (its Slurm job shown for the node) and not cancelled: Slurm runs it on past the 10 s in
+/// which a found pilot nobody uses would be, and the job's process on the node is the same
+/// one throughout. Then the job ends normally (its remote shell prints the node's name)
+/// and the pilot, idle, exits.
+#[test]
+fn a_job_keeps_its_pilots_node_across_a_broker_restart() {
+    let name = "a_job_keeps_its_pilots_node_across_a_broker_restart";
+    if !skip_unless_root(name) {
+        job_on_a_pilots_node_across_a_restart(false);
+    }
+}
+
+/// As above, but the pilot's daemon is back only after the 10 s in which the restarted
+/// broker cancels a found pilot whose node did not join (it is stopped with SIGSTOP across
+/// the restart: a loaded node, a broker down long enough for the daemon's backoff to
+/// grow). The allocation restored on its node keeps the pilot: Slurm runs it on, the job
+/// keeps the node and its process; once the daemon is back, all goes on as above.
+#[test]
+fn a_job_keeps_its_pilots_node_when_the_pilots_daemon_is_back_late() {
+    let name = "a_job_keeps_its_pilots_node_when_the_pilots_daemon_is_back_late";
+    if !skip_unless_root(name) {
+        job_on_a_pilots_node_across_a_restart(true);
+    }
+}
+
+/// The two tests above; `late`: the pilot's daemon is stopped across the restart and
+/// continued 13 s after it.
+fn job_on_a_pilots_node_across_a_restart(late: bool) {
+    let mut opts = OverflowOptions::new(3, TEST_TIMING);
+    opts.fixed_port = true;
+    let env = SlurmLab::start(3, &opts).expect("lab, cluster and broker");
+    // Bound in this order, they drop as a SlurmLab does: broker, cluster, lab.
+    let SlurmLab {
+        lab,
+        cluster,
+        mut broker,
+    } = env;
+    let mut filler = fill_lab(&broker);
+
+    // The job: `sleep 300` on whatever host it gets (its pid in that host's /tmp); once
+    // the sleep ends, the host's name.
+    let script =
+        format!("rsh anyLinux 'sleep 300 & echo $! > {SLEEP_PID_FILE}; wait; hostname' </dev/null");
+    let mut job = agent(&broker, &script)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("agent");
+    let held = broker.wait_host(
+        "slurm-node04",
+        Duration::from_secs(60),
+        "held by the job",
+        |h| h.state == HostState::Up && h.held_by.is_some(),
+    );
+    let job_id = held.held_by.expect("held");
+    let sleep_pid = wait_until(Duration::from_secs(20), || job_sleep_pid(&lab, "node04"))
+        .unwrap_or_else(|| panic!("the job's sleep runs on node04\n{}", broker.log()));
+    let pilots = cluster.job_ids().expect("squeue");
+    assert_eq!(pilots.len(), 1, "one pilot: {pilots:?}");
+    let pilot = pilots[0].clone();
+    broker.wait_host(
+        "slurm-node04",
+        Duration::from_secs(20),
+        "its pilot known",
+        |h| h.slurm_job.as_deref() == Some(pilot.as_str()),
+    );
+    let addr = broker.tcp_addr();
+    let hostd = text(
+        &lab.exec("node04", &["pgrep", "-x", "rb-hostd"])
+            .expect("pgrep"),
+    );
+    assert!(hostd.parse::<u32>().is_ok(), "one pilot daemon: {hostd:?}");
+    if late {
+        lab.exec("node04", &["kill", "-STOP", &hostd])
+            .expect("stop the pilot's daemon");
+    }
+
+    broker.kill_and_restart();
+    let restarted = std::time::Instant::now();
+    if late {
+        // Its daemon away, the node is still the job's: the pilot runs on past the found
+        // pilots' grace (10 s), the job's sleep too.
+        let away = holds_for(Duration::from_secs(13), || {
+            let state = pilot_state(&cluster, &pilot)?;
+            // `rb jobs` answers nothing while the broker starts.
+            let jobs = broker.jobs();
+            let hosts = jobs
+                .iter()
+                .find(|j| j["id"] == job_id)
+                .map(|j| j["hosts"].clone());
+            let ps = process_on(&lab, "node04", &sleep_pid);
+            let alive = ps.ends_with(" sleep") && !ps.starts_with('Z');
+            let held = jobs.is_empty() || hosts == Some(serde_json::json!(["slurm-node04"]));
+            if state == "RUNNING" && alive && held {
+                Ok(())
+            } else {
+                Err(format!(
+                    "pilot {state:?}, job's hosts {hosts:?}, sleep: {ps:?}"
+                ))
+            }
+        });
+        if let Err(why) = away {
+            panic!("{why}\n{}", broker.log());
+        }
+        lab.exec("node04", &["kill", "-CONT", &hostd])
+            .expect("continue the pilot's daemon");
+    }
+    let row = broker.wait_host(
+        "slurm-node04",
+        Duration::from_secs(30),
+        "the pilot's daemon reconnected, the host up and still the job's",
+        |h| h.state == HostState::Up && h.held_by.is_some(),
+    );
+    assert_eq!(row.held_by, Some(job_id), "{row:?}\n{}", broker.log());
+    assert_eq!(broker.tcp_addr(), addr, "the same listen address");
+    let adopted = broker.wait_host(
+        "slurm-node04",
+        Duration::from_secs(20),
+        "the pilot adopted",
+        |h| h.slurm_job.as_deref() == Some(pilot.as_str()),
+    );
+    assert!(adopted.lease_left_s.is_some(), "{adopted:?}");
+    let resumed = format!("agent reconnected; job resumed job={job_id}");
+    let log_has = |what: &str| broker.log().contains(what).then_some(());
+    assert!(
+        wait_until(Duration::from_secs(30), || log_has(&resumed)).is_some(),
+        "the job's agent resumed\n{}",
+        broker.log()
+    );
+    let job_row = broker
+        .jobs()
+        .into_iter()
+        .find(|j| j["id"] == job_id)
+        .unwrap_or_else(|| panic!("rb jobs lists job {job_id}\n{}", broker.log()));
+    assert_eq!(job_row["state"], "running", "{job_row}");
+    assert_eq!(
+        job_row["hosts"],
+        serde_json::json!(["slurm-node04"]),
+        "{job_row}"
+    );
+
+    // A found pilot nobody uses is cancelled 10 s after the restart
+    // (`allocation::overflow`, FOUND_GRACE): this one is in use, so Slurm runs it on, the
+    // node stays the job's and the job's sleep is the one it started.
+    let window = Duration::from_secs(15).saturating_sub(restarted.elapsed());
+    let kept = holds_for(window, || {
+        let state = pilot_state(&cluster, &pilot)?;
+        let row = broker.host("slurm-node04");
+        let held_by = row.as_ref().and_then(|h| h.held_by);
+        let ps = process_on(&lab, "node04", &sleep_pid);
+        let alive = ps.ends_with(" sleep") && !ps.starts_with('Z');
+        if state == "RUNNING" && held_by == Some(job_id) && alive {
+            Ok(())
+        } else {
+            Err(format!(
+                "pilot {state:?}, held by {held_by:?}, sleep: {ps:?}"
+            ))
+        }
+    });
+    if let Err(why) = kept {
+        panic!("{why}\n{}", broker.log());
+    }
+    assert!(
+        !broker.log().contains("Slurm pilot cancelled"),
+        "{}",
+        broker.log()
+    );
+
+    // The job ends normally: its sleep ends, its remote shell prints the node's name.
+    lab.exec("node04", &["kill", &sleep_pid])
+        .expect("end the sleep");
+    let status = wait_until(Duration::from_secs(30), || job.try_wait().ok().flatten())
+        .unwrap_or_else(|| panic!("the job ends\n{}", broker.log()));
+    let mut out = String::new();
+    if let Some(mut stdout) = job.stdout.take() {
+        std::io::Read::read_to_string(&mut stdout, &mut out).expect("job output");
+    }
+    assert_eq!(
+        (status.code(), out.trim()),
+        (Some(0), "node04"),
+        "{}",
+        broker.log()
+    );
+
+    // Idle now: the pilot exits, the host leaves, the filler keeps its hosts.
+    let gone = wait_until(Duration::from_secs(30), || {
+        cluster.job_ids().ok()?.is_empty().then_some(())
+    });
+    assert!(
+        gone.is_some(),
+        "the idle pilot was cancelled\n{}",
+        broker.log()
+    );
+    broker.wait_host(
+        "slurm-node04",
+        Duration::from_secs(20),
+        "idle pilot gone",
+        |h| h.state != HostState::Up,
+    );
+    assert!(
+        log_has("Slurm pilot cancelled").is_some(),
+        "{}",
+        broker.log()
+    );
+    assert_eq!(broker.held_hosts().len(), 2, "the filler kept its hosts");
+    let pid = nix::unistd::Pid::from_raw(filler.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("stop the filler");
+    let _ = filler.wait();
+}
+
 /// The events of a `rb-jel watch --json` output file, as JSON values.
 fn jel_events(file: &std::path::Path) -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(file).unwrap_or_default();
