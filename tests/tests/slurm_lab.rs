@@ -378,20 +378,7 @@ fn the_broker_overflows_onto_slurm_when_the_lab_is_full() {
     assert_eq!(broker.held_hosts().len(), 2, "the filler kept its hosts");
 
     // Idle exit: nobody holds slurm-node04 any more.
-    let idle = wait_until(Duration::from_secs(20), || {
-        cluster.job_ids().ok()?.is_empty().then_some(())
-    });
-    assert!(
-        idle.is_some(),
-        "the idle pilot was cancelled\n{}",
-        broker.log()
-    );
-    broker.wait_host(
-        "slurm-node04",
-        Duration::from_secs(20),
-        "idle pilot gone",
-        |h| h.state != HostState::Up,
-    );
+    assert_idle_pilot_leaves(&cluster, &broker, Duration::from_secs(20));
     assert!(
         broker.log().contains("Slurm pilot cancelled"),
         "{}",
@@ -522,6 +509,23 @@ impl WatchingJob {
             _dir: dir,
         }
     }
+}
+
+/// Waits until Slurm has no job left (the idle pilot was cancelled) within `within`, and
+/// then until `slurm-node04` is no longer up.
+fn assert_idle_pilot_leaves(cluster: &lab::SlurmCluster, broker: &tests::Broker, within: Duration) {
+    let gone = wait_until(within, || cluster.job_ids().ok()?.is_empty().then_some(()));
+    assert!(
+        gone.is_some(),
+        "the idle pilot was cancelled\n{}",
+        broker.log()
+    );
+    broker.wait_host(
+        "slurm-node04",
+        Duration::from_secs(20),
+        "idle pilot gone",
+        |h| h.state != HostState::Up,
+    );
 }
 
 /// Waits until the JEL events in `file` show a grant, which must be of the pilot's node.
@@ -768,20 +772,7 @@ fn job_on_a_pilots_node_across_a_restart(late: bool) {
     );
 
     // Idle now: the pilot exits, the host leaves, the filler keeps its hosts.
-    let gone = wait_until(Duration::from_secs(30), || {
-        cluster.job_ids().ok()?.is_empty().then_some(())
-    });
-    assert!(
-        gone.is_some(),
-        "the idle pilot was cancelled\n{}",
-        broker.log()
-    );
-    broker.wait_host(
-        "slurm-node04",
-        Duration::from_secs(20),
-        "idle pilot gone",
-        |h| h.state != HostState::Up,
-    );
+    assert_idle_pilot_leaves(&cluster, &broker, Duration::from_secs(30));
     assert!(
         log_has("Slurm pilot cancelled").is_some(),
         "{}",
