@@ -8,6 +8,22 @@ cargo build --release --workspace --lib --bins --examples --quiet
 # The production build (README, "Static build"): the two programs every remote call execs.
 cargo rustc --release --quiet -p rsh-shim --bin rsh -- -C target-feature=+crt-static
 cargo rustc --release --quiet -p agent --bin rb-subagent -- -C target-feature=+crt-static
+# The footprint's baseline: the broker whose footprint issue 15 quotes (rb-bench's
+# policy::BEFORE_POLICY_FILES, policy compiled in), built once from this clone's history.
+before_policy_files=ba708db
+before_dir=target/baseline-$before_policy_files
+baseline_args=()
+if [ ! -x "$before_dir/release/rb-broker" ] && git cat-file -e "$before_policy_files^{commit}" 2>/dev/null; then
+  rm -rf "$before_dir/src" && mkdir -p "$before_dir/src"
+  git archive "$before_policy_files" | tar -x -C "$before_dir/src"
+  cargo build --release --quiet --manifest-path "$before_dir/src/Cargo.toml" \
+    --target-dir "$before_dir" -p broker --bin rb-broker
+fi
+if [ -x "$before_dir/release/rb-broker" ]; then
+  baseline_args=(--broker-before-policy-files "$before_dir/release/rb-broker")
+else
+  echo "bench.sh: no commit $before_policy_files in this clone: the footprint runs without its baseline" >&2
+fi
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 {
@@ -18,7 +34,7 @@ trap 'rm -f "$out"' EXIT
   # shellcheck disable=SC1091  # /etc/os-release is the running system's, not ours to follow
   echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $(free -g | awk '/Mem:/{print $2}') GiB, $(. /etc/os-release; echo "$PRETTY_NAME"), kernel $(uname -r); release build, shim and subagent static (README, \"Static build\")."
   echo
-  ./target/release/rb-bench "$@"
+  ./target/release/rb-bench "${baseline_args[@]}" "$@"
   rsl/bench/run.sh
   # >= 1 M inputs per fuzz target (nightly + cargo-fuzz; says so when absent). Without
   # compare tracing unless asked: it is half of the CPU of the parser targets (policy_file,

@@ -111,6 +111,9 @@ pub struct Broker {
     pub child: Child,
     pub dir: tempfile::TempDir,
     pub lab_file: PathBuf,
+    /// The `rb-broker` executable it runs (this workspace's unless started with
+    /// [`start_program`](Self::start_program)).
+    program: PathBuf,
 }
 
 impl Broker {
@@ -122,6 +125,16 @@ impl Broker {
     /// [`start`](Self::start), calling `prepare` with the state dir (not yet created) before
     /// the broker starts: e.g. to mount a small tmpfs there.
     pub fn start_prepared(lab_text: &str, prepare: impl FnOnce(&Path)) -> Broker {
+        Self::launch(bin("rb-broker"), lab_text, prepare)
+    }
+
+    /// [`start`](Self::start) with another `rb-broker` executable: a benchmark's baseline
+    /// built from an older commit (it must accept `lab_text` and serve `rb status --json`).
+    pub fn start_program(program: &Path, lab_text: &str) -> Broker {
+        Self::launch(program.to_path_buf(), lab_text, |_| {})
+    }
+
+    fn launch(program: PathBuf, lab_text: &str, prepare: impl FnOnce(&Path)) -> Broker {
         let dir = tempfile::Builder::new()
             .prefix("rb-test-")
             .tempdir_in("/var/tmp")
@@ -135,11 +148,12 @@ impl Broker {
             .replace("@SECRET@", &secret.display().to_string());
         let lab_file = dir.path().join("lab.toml");
         std::fs::write(&lab_file, text).expect("write lab");
-        let child = spawn_broker(&lab_file, &dir.path().join("broker.log"));
+        let child = spawn_broker(&program, &lab_file, &dir.path().join("broker.log"));
         let broker = Broker {
             child,
             dir,
             lab_file,
+            program,
         };
         let sock = broker.socket();
         assert!(
@@ -173,7 +187,11 @@ impl Broker {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_file(self.socket());
-        self.child = spawn_broker(&self.lab_file, &self.dir.path().join("broker.log"));
+        self.child = spawn_broker(
+            &self.program,
+            &self.lab_file,
+            &self.dir.path().join("broker.log"),
+        );
         let sock = self.socket();
         let up = wait_until(Duration::from_secs(10), || sock.exists().then_some(()));
         assert!(up.is_some(), "broker did not restart:\n{}", self.log());
@@ -317,13 +335,13 @@ impl Drop for Broker {
     }
 }
 
-fn spawn_broker(lab_file: &Path, log: &Path) -> Child {
+fn spawn_broker(program: &Path, lab_file: &Path, log: &Path) -> Child {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(log)
         .expect("log");
-    Command::new(bin("rb-broker"))
+    Command::new(program)
         .arg("--lab")
         .arg(lab_file)
         .env("RB_LOG", "info")

@@ -56,8 +56,16 @@ struct Args {
     /// Policy-section parts to run (grant, reload, footprint, owner, figure7); default all.
     #[arg(long, value_delimiter = ',')]
     policy_parts: Vec<String>,
+    /// `rb-broker` of `policy::BEFORE_POLICY_FILES` (policy compiled in): the baseline of the
+    /// policy section's footprint rows; `bench.sh` builds it.
+    #[arg(long, value_name = "PATH")]
+    broker_before_policy_files: Option<std::path::PathBuf>,
+    /// Rounds of the policy section's footprint rows (each broker once per round; their
+    /// CPU windows pooled).
+    #[arg(long, default_value_t = 3)]
+    footprint_rounds: usize,
     /// Grants timed per policy and host count in the policy section.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 1000)]
     policy_grants: usize,
     /// Members of the JEL benchmark (each with a member and a watch connection).
     #[arg(long, default_value_t = 2000)]
@@ -137,6 +145,8 @@ fn main() -> anyhow::Result<()> {
             lab_reps: args.reps.min(5),
             transports: args.agent_transports.clone(),
             parts: args.policy_parts.clone(),
+            broker_before: args.broker_before_policy_files.clone(),
+            footprint_rounds: args.footprint_rounds,
         })?;
     }
     if wanted("jel") {
@@ -162,11 +172,6 @@ fn main() -> anyhow::Result<()> {
         })?;
     }
     Ok(())
-}
-
-/// CPU share over five 2-second windows, and the largest RSS seen.
-fn sample(pid: u32) -> (Summary, u64) {
-    sample_windows(pid, 5, Duration::from_secs(2))
 }
 
 /// CPU share (percent of one core) over `n` windows of `window`, and the largest RSS seen.
@@ -206,75 +211,125 @@ fn broker_load(counts: &[usize]) -> anyhow::Result<()> {
     println!("| hosts | broker CPU | broker RSS | all hosts up after | `rb status --json` | load generator CPU |");
     println!("|---:|---|---:|---:|---|---|");
     for &n in std::iter::once(&0).chain(counts) {
-        let row = one_load_run(&manual_lab(n), n, false)?;
+        let row = one_load_run(Broker::start(&manual_lab(n)), n, false)?;
         println!("{row}");
     }
     println!();
     Ok(())
 }
 
-/// One row of the load table: a broker with `lab` (naming `n` hosts) and `n` simulated hosts.
-/// One row of the load tables: a broker over `lab`, `n` simulated hosts, their reports
-/// repeating each other but for their counter (`changing`: each differs, see `rb-loadgen`).
-pub(crate) fn one_load_run(lab: &str, n: usize, changing: bool) -> anyhow::Result<String> {
-    let broker = Broker::start(lab);
-    let pid = broker.child.id();
-    let started = Instant::now();
-    let mut gen = (n > 0)
-        .then(|| {
-            Command::new(tests::bin("rb-loadgen"))
-                .args([
-                    "--broker",
-                    &broker.tcp_addr().to_string(),
-                    "--hosts",
-                    &n.to_string(),
-                    "--seconds",
-                    "45",
-                ])
-                .args(changing.then_some("--changing"))
-                .arg("--secret-file")
-                .arg(broker.secret())
-                .stdout(Stdio::piped())
-                .spawn()
-        })
-        .transpose()?;
-    let up_after = if n > 0 {
-        let all_up = wait_until(Duration::from_secs(40), || {
-            broker
-                .status()
-                .filter(|rows| rows.iter().filter(|h| h.state == HostState::Up).count() == n)
-                .map(|_| ())
-        });
-        match all_up {
-            Some(()) => format!("{:.2} s", started.elapsed().as_secs_f64()),
-            None => "not all up in 40 s".into(),
+/// One row of the load tables: `broker` (its lab file naming `n` hosts), `n` simulated
+/// hosts, their reports repeating each other but for their counter (`changing`: each
+/// differs, see `rb-loadgen`).
+pub(crate) fn one_load_run(broker: Broker, n: usize, changing: bool) -> anyhow::Result<String> {
+    Ok(LoadRun::measure(broker, n, changing)?.row(n))
+}
+
+/// What one broker under `rb-loadgen` measured; runs of the same broker pool into one row.
+#[derive(Debug, Default)]
+pub(crate) struct LoadRun {
+    /// CPU share of each 2 s window, percent of one core.
+    cpu: Vec<f64>,
+    /// Largest RSS seen, KiB.
+    rss_kb: u64,
+    /// Seconds until every simulated host was up (`None`: not within 40 s).
+    up_after_s: Vec<Option<f64>>,
+    /// `rb status --json`, ms.
+    status_ms: Vec<f64>,
+    /// The load generator's CPU share, percent of one core.
+    gen_cpu: Vec<f64>,
+}
+
+impl LoadRun {
+    /// Starts `n` simulated hosts against `broker`, waits until all are up, then samples
+    /// the broker's CPU over five 2 s windows and times `rb status --json` five times.
+    pub(crate) fn measure(broker: Broker, n: usize, changing: bool) -> anyhow::Result<LoadRun> {
+        let pid = broker.child.id();
+        let started = Instant::now();
+        let mut gen = (n > 0)
+            .then(|| {
+                Command::new(tests::bin("rb-loadgen"))
+                    .args([
+                        "--broker",
+                        &broker.tcp_addr().to_string(),
+                        "--hosts",
+                        &n.to_string(),
+                        "--seconds",
+                        "45",
+                    ])
+                    .args(changing.then_some("--changing"))
+                    .arg("--secret-file")
+                    .arg(broker.secret())
+                    .stdout(Stdio::piped())
+                    .spawn()
+            })
+            .transpose()?;
+        let mut run = LoadRun::default();
+        if n > 0 {
+            let all_up = wait_until(Duration::from_secs(40), || {
+                broker
+                    .status()
+                    .filter(|rows| rows.iter().filter(|h| h.state == HostState::Up).count() == n)
+                    .map(|_| ())
+            });
+            run.up_after_s
+                .push(all_up.map(|()| started.elapsed().as_secs_f64()));
         }
-    } else {
-        "-".into()
-    };
-    let gen_pid = gen.as_ref().map(|g| g.id());
-    let gen_cpu = gen_pid
-        .and_then(|p| procstat::measure(p, Duration::from_secs(2)))
-        .map(|(s, _)| s * 100.0);
-    let (cpu, rss) = sample(pid);
-    let status_ms: Vec<f64> = (0..5)
-        .map(|_| {
+        let gen_pid = gen.as_ref().map(|g| g.id());
+        run.gen_cpu.extend(
+            gen_pid
+                .and_then(|p| procstat::measure(p, Duration::from_secs(2)))
+                .map(|(s, _)| s * 100.0),
+        );
+        for _ in 0..5 {
+            if let Some((share, kb)) = procstat::measure(pid, Duration::from_secs(2)) {
+                run.cpu.push(share * 100.0);
+                run.rss_kb = run.rss_kb.max(kb);
+            }
+        }
+        for _ in 0..5 {
             let t = Instant::now();
             let _ = broker.status();
-            t.elapsed().as_secs_f64() * 1000.0
-        })
-        .collect();
-    if let Some(g) = gen.as_mut() {
-        let _ = g.kill();
-        let _ = g.wait();
+            run.status_ms.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+        if let Some(g) = gen.as_mut() {
+            let _ = g.kill();
+            let _ = g.wait();
+        }
+        Ok(run)
     }
-    let status = summarize(&status_ms).map_or("-".into(), |s| s.show("ms", 1));
-    Ok(format!(
-        "| {n} | {} | {:.1} MiB | {up_after} | {status} | {} |",
-        cpu.show("%", 2),
-        rss as f64 / 1024.0,
-        gen_cpu.map_or("-".into(), |c| format!("{c:.0} %"))
-    ))
+
+    /// Adds `other`'s samples (another run of the same broker and load).
+    pub(crate) fn pool(&mut self, other: LoadRun) {
+        self.cpu.extend(other.cpu);
+        self.rss_kb = self.rss_kb.max(other.rss_kb);
+        self.up_after_s.extend(other.up_after_s);
+        self.status_ms.extend(other.status_ms);
+        self.gen_cpu.extend(other.gen_cpu);
+    }
+
+    /// The CPU share's median, percent of one core.
+    pub(crate) fn cpu_median(&self) -> Option<f64> {
+        summarize(&self.cpu).map(|s| s.median)
+    }
+
+    /// `| n | CPU | RSS | all up after | status | load generator |`: medians (min–max, n).
+    pub(crate) fn row(&self, n: usize) -> String {
+        let cpu = summarize(&self.cpu).map_or("-".into(), |s| s.show("%", 2));
+        let up: Vec<f64> = self.up_after_s.iter().flatten().copied().collect();
+        let up_after = match (n, summarize(&up)) {
+            (0, _) => "-".to_string(),
+            (_, None) => "not all up in 40 s".into(),
+            (_, Some(s)) if s.n == 1 => format!("{:.2} s", s.median),
+            (_, Some(s)) => format!("{:.2} s (median of {})", s.median, s.n),
+        };
+        let status = summarize(&self.status_ms).map_or("-".into(), |s| s.show("ms", 1));
+        let gen = summarize(&self.gen_cpu).map_or("-".into(), |s| format!("{:.0} %", s.median));
+        format!(
+            "| {n} | {cpu} | {:.1} MiB | {up_after} | {status} | {gen} |",
+            self.rss_kb as f64 / 1024.0
+        )
+    }
 }
 
 fn hostd_footprint() -> anyhow::Result<()> {
