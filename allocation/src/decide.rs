@@ -61,7 +61,7 @@ impl Allocator {
         if let Some(u) = user.and_then(|u| self.inputs.users.get(u)) {
             scope = scope.user(u);
         }
-        if let Some(lab) = &self.inputs.lab {
+        if let Some((_, lab)) = &self.inputs.lab {
             scope = scope.lab(lab);
         }
         if let Some((_, now)) = &self.inputs.now {
@@ -83,7 +83,7 @@ impl Allocator {
         if let Some(u) = user.and_then(|u| self.inputs.users.get(u)) {
             scope = scope.user(u);
         }
-        if let Some(lab) = &self.inputs.lab {
+        if let Some((_, lab)) = &self.inputs.lab {
             scope = scope.lab(lab);
         }
         if let Some((_, now)) = &self.inputs.now {

@@ -54,7 +54,7 @@ impl Allocator {
             .and_then(|j| self.inputs.users.get(&j.info.user))
             .map_or(&nobody, |u| u.as_ref());
         let mut scope = Scope::new().host(&entry.value).job(job_value).user(user);
-        if let Some(lab) = &self.inputs.lab {
+        if let Some((_, lab)) = &self.inputs.lab {
             scope = scope.lab(lab);
         }
         if let Some((_, n)) = &self.inputs.now {

@@ -61,29 +61,48 @@ pub(crate) struct FreeHosts {
 impl FreeHosts {
     /// Moves `host` to `place`: `None` takes it out; `Some(None)` keeps it apart.
     pub(crate) fn set(&mut self, host: &str, place: Option<Option<FreeKey>>) {
-        if self.place.get(host) == place.as_ref() {
-            // The usual report: nothing that orders the host changed.
+        let Some(place) = place else {
+            if let Some(old) = self.place.remove(host) {
+                self.take_out(host, old);
+            }
             return;
+        };
+        match self.place.get_mut(host) {
+            // The usual report: nothing that orders the host changed.
+            Some(current) if *current == place => {}
+            Some(current) => {
+                let old = std::mem::replace(current, place.clone());
+                self.take_out(host, old);
+                self.put_in(host, place);
+            }
+            None => {
+                self.place.insert(host.to_string(), place.clone());
+                self.put_in(host, place);
+            }
         }
-        match self.place.remove(host) {
-            Some(Some(key)) => {
+    }
+
+    /// Removes `host` from the order or the hosts kept apart (`place` was its place).
+    fn take_out(&mut self, host: &str, place: Option<FreeKey>) {
+        match place {
+            Some(key) => {
                 self.ranked.remove(&key);
             }
-            Some(None) => {
+            None => {
                 self.unranked.remove(host);
             }
-            None => {}
         }
+    }
+
+    /// Adds `host` at `place` to the order, or to the hosts kept apart.
+    fn put_in(&mut self, host: &str, place: Option<FreeKey>) {
         match place {
-            Some(Some(key)) => {
-                self.ranked.insert(key.clone());
-                self.place.insert(host.to_string(), Some(key));
+            Some(key) => {
+                self.ranked.insert(key);
             }
-            Some(None) => {
+            None => {
                 self.unranked.insert(host.to_string());
-                self.place.insert(host.to_string(), None);
             }
-            None => {}
         }
     }
 }

@@ -64,7 +64,8 @@ pub(crate) struct Inputs {
     pub(crate) hosts: BTreeMap<String, Arc<HostEntry>>,
     pub(crate) jobs: BTreeMap<JobId, (JobFacts, Arc<JobValue>)>,
     pub(crate) users: BTreeMap<String, Arc<UserValue>>,
-    pub(crate) lab: Option<Arc<LabValue>>,
+    /// `lab`, with the facts it was built from (rebuilt only when they change).
+    pub(crate) lab: Option<(LabFacts, Arc<LabValue>)>,
     /// `now` of the current decision, with the facts it was built from.
     pub(crate) now: Option<(NowFacts, Arc<NowValue>)>,
     pub(crate) at: Option<Instant>,
@@ -262,7 +263,11 @@ impl Allocator {
             .into_iter()
             .map(|(n, f)| (n.to_string(), Arc::new(UserValue::new(&f))))
             .collect();
-        self.inputs.lab = Some(Arc::new(LabValue::new(&lab)));
+        if self.inputs.lab.as_ref().is_none_or(|(f, _)| *f != lab) {
+            // Most refreshes (a report each) leave the counts as they were.
+            let value = Arc::new(LabValue::new(&lab));
+            self.inputs.lab = Some((lab, value));
+        }
         self.refresh_shares();
     }
 
@@ -288,20 +293,11 @@ impl Allocator {
         match (old.start, new.start) {
             (Some(a), Some(b)) => a == b,
             (None, None) if self.start_reads_now() => false,
-            (None, None) => {
-                let (Ok(a), Ok(b)) = (
-                    serde_json::to_value(&old.facts),
-                    serde_json::to_value(&new.facts),
-                ) else {
-                    return false;
-                };
-                self.policy
-                    .fields_read(Hook::Start)
-                    .iter()
-                    .filter_map(|f| f.strip_prefix("host."))
-                    .map(|f| f.split(|c: char| !(c.is_alphanumeric() || c == '_')).next())
-                    .all(|f| f.is_some_and(|f| a.get(f) == b.get(f)))
-            }
+            (None, None) => self
+                .policy
+                .host_fields_read(Hook::Start)
+                .iter()
+                .all(|f| old.facts.same_field(&new.facts, f)),
             _ => false,
         }
     }

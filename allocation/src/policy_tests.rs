@@ -190,3 +190,27 @@ fn a_repeated_view_is_not_skipped_when_start_reads_the_clock() {
     assert!(!lab.a.same_view_decides_nothing("node01"));
     assert!(!lab.a.host_repeated("node01", lab.now));
 }
+
+/// A `start` that depends on the job everywhere is cached for no host, so a report is
+/// compared on the host fields `start` reads: one that changes only others serves nothing
+/// new, one that changes a field it reads serves the queue.
+#[test]
+fn a_report_changing_a_field_a_job_dependent_start_reads_serves_the_queue() {
+    let mut lab = Lab::new(hosts(&["node01"]));
+    lab.set("node01", |v| v.load1 = Some(3.0));
+    lab.a.set_policy(
+        policy("start = 'job.adaptive ? host.load1 < 1.0 : host.load1 < 2.0'"),
+        lab.now,
+    );
+    let rigid = lab.job(false);
+    let (req, fx) = lab.req(rigid, "anyHost");
+    assert_eq!(position(&fx, req), Some(1), "load 3 starts nothing");
+    let fx = lab.set("node01", |v| v.load5 = Some(0.1));
+    assert_eq!(granted(&fx), None, "start does not read load5");
+    let fx = lab.set("node01", |v| v.load1 = Some(1.5));
+    assert_eq!(
+        granted(&fx).map(|(_, h)| h),
+        Some("node01".to_string()),
+        "load1 fell below the rigid job's limit"
+    );
+}

@@ -73,6 +73,33 @@ impl HostFacts {
         self
     }
 
+    /// Whether `self` and `other` agree on the field a policy names `host.FIELD`; false for
+    /// a name that is no field. Cheaper than comparing serialized values: asked per report.
+    pub fn same_field(&self, other: &HostFacts, field: &str) -> bool {
+        match field {
+            "name" => self.name == other.name,
+            "labels" => self.labels == other.labels,
+            "owner" => self.owner == other.owner,
+            "private" => self.private == other.private,
+            "up" => self.up == other.up,
+            "drained" => self.drained == other.drained,
+            "load1" => self.load1 == other.load1,
+            "load5" => self.load5 == other.load5,
+            "load15" => self.load15 == other.load15,
+            "cpus" => self.cpus == other.cpus,
+            "mem_avail_mb" => self.mem_avail_mb == other.mem_avail_mb,
+            "users" => self.users == other.users,
+            "console_idle_s" => self.console_idle_s == other.console_idle_s,
+            "owner_idle_s" => self.owner_idle_s == other.owner_idle_s,
+            "keyboard_idle_s" => self.keyboard_idle_s == other.keyboard_idle_s,
+            "held_by" => self.held_by == other.held_by,
+            "held_for_s" => self.held_for_s == other.held_for_s,
+            "job_load" => self.job_load == other.job_load,
+            "other_load" => self.other_load == other.other_load,
+            _ => false,
+        }
+    }
+
     /// The least idle time over the sessions `counts` picks and the console; `None` when
     /// the sessions or one of the picked idles is unknown.
     fn idle_of(&self, counts: impl Fn(&Session) -> bool) -> Option<i64> {
@@ -188,6 +215,57 @@ mod tests {
             tty: "pts/0".into(),
             idle_s,
         }
+    }
+
+    /// Every field a policy can read is compared, and only that field: changing one field
+    /// of a full sample makes exactly that name differ.
+    #[test]
+    fn same_field_compares_each_field_and_only_it() {
+        let sample = HostFacts {
+            name: "node01".into(),
+            labels: vec!["linux".into()],
+            owner: Some("ann".into()),
+            load1: Some(0.5),
+            load5: Some(0.5),
+            load15: Some(0.5),
+            cpus: 4,
+            mem_avail_mb: Some(1024),
+            users: Some(vec![session("ann", Some(30))]),
+            console_idle_s: Some(40),
+            held_by: Some(7),
+            held_for_s: 9,
+            job_load: 0.25,
+            ..HostFacts::default()
+        }
+        .derive();
+        let serde_json::Value::Object(fields) = serde_json::to_value(&sample).expect("json") else {
+            panic!("facts serialize to an object");
+        };
+        for (name, value) in &fields {
+            assert!(sample.same_field(&sample, name), "{name} equal to itself");
+            let changed = match value {
+                serde_json::Value::Bool(b) => serde_json::json!(!b),
+                serde_json::Value::Number(n) => match n.as_i64() {
+                    Some(i) => serde_json::json!(i + 1),
+                    None => serde_json::json!(n.as_f64().unwrap_or(0.0) + 1.0),
+                },
+                serde_json::Value::String(s) => serde_json::json!(format!("{s}x")),
+                serde_json::Value::Array(_) => serde_json::json!([]),
+                other => panic!("{name}: sample field {other} is not set"),
+            };
+            let mut json = fields.clone();
+            json.insert(name.clone(), changed);
+            let other: HostFacts =
+                serde_json::from_value(serde_json::Value::Object(json)).expect("facts back");
+            for each in fields.keys() {
+                assert_eq!(
+                    sample.same_field(&other, each),
+                    each != name,
+                    "{name} changed, {each} compared"
+                );
+            }
+        }
+        assert!(!sample.same_field(&sample, "no_such_field"));
     }
 
     #[test]

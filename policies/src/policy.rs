@@ -29,6 +29,9 @@ pub struct Policy {
     sha256: String,
     env: Arc<Env>,
     compiled: CompiledPolicy,
+    /// The `host.FIELD` names each hook in force reads, directly or through lets (worked
+    /// out once at load: asked per report).
+    host_fields: BTreeMap<Hook, Vec<String>>,
 }
 
 impl std::fmt::Debug for Policy {
@@ -62,13 +65,18 @@ impl Policy {
                 reason: e.to_string(),
             },
         })?;
-        let policy = Policy {
+        let mut policy = Policy {
             path: path.to_path_buf(),
             sha256: hex::encode(Sha256::digest(text.as_bytes())),
             env: Arc::new(Env::stdlib()),
             compiled,
+            host_fields: BTreeMap::new(),
         };
         check::check(&policy).map_err(|e| e.into_error(path.to_path_buf()))?;
+        policy.host_fields = Hook::ALL
+            .into_iter()
+            .map(|hook| (hook, host_fields(&policy.fields_read(hook))))
+            .collect();
         Ok(policy)
     }
 
@@ -108,6 +116,13 @@ impl Policy {
         self.active(hook)
             .map(|c| c.reads.clone())
             .unwrap_or_default()
+    }
+
+    /// The fields of `host` (`keyboard_idle_s` for `host.keyboard_idle_s`, `users` for
+    /// `host.users[0].idle_s`) the expression in force for `hook` reads, directly or through
+    /// lets.
+    pub fn host_fields_read(&self, hook: Hook) -> &[String] {
+        self.host_fields.get(&hook).map_or(&[], Vec::as_slice)
     }
 
     /// Whether the expression in force for `hook` reads `var` (as [`reads`](Self::reads)
@@ -293,6 +308,18 @@ impl Policy {
 }
 
 static EMPTY: BTreeMap<String, Compiled> = BTreeMap::new();
+
+/// The top-level `host` fields among `fields` (`host.users[0].idle_s` → `users`).
+fn host_fields(fields: &BTreeSet<String>) -> Vec<String> {
+    let mut out: Vec<String> = fields
+        .iter()
+        .filter_map(|f| f.strip_prefix("host."))
+        .filter_map(|f| f.split(|c: char| !(c.is_alphanumeric() || c == '_')).next())
+        .map(String::from)
+        .collect();
+    out.dedup();
+    out
+}
 
 fn source_error(path: &Path, e: SourceError) -> Error {
     match e {
