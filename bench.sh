@@ -17,12 +17,13 @@ if [ ! -x "$before_dir/release/rb-broker" ] && git cat-file -e "$before_policy_f
   rm -rf "$before_dir/src" && mkdir -p "$before_dir/src"
   git archive "$before_policy_files" | tar -x -C "$before_dir/src"
   cargo build --release --quiet --manifest-path "$before_dir/src/Cargo.toml" \
-    --target-dir "$before_dir" -p broker --bin rb-broker
+    --target-dir "$before_dir" -p broker --bin rb-broker ||
+    echo "bench.sh: building $before_policy_files's rb-broker failed (see above)" >&2
 fi
 if [ -x "$before_dir/release/rb-broker" ]; then
   baseline_args=(--broker-before-policy-files "$before_dir/release/rb-broker")
 else
-  echo "bench.sh: no commit $before_policy_files in this clone: the footprint runs without its baseline" >&2
+  echo "bench.sh: no rb-broker of $before_policy_files (not in this clone, or not built): the footprint runs without its baseline" >&2
 fi
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT

@@ -317,9 +317,16 @@ impl LoadRun {
     pub(crate) fn row(&self, n: usize) -> String {
         let cpu = summarize(&self.cpu).map_or("-".into(), |s| s.show("%", 2));
         let up: Vec<f64> = self.up_after_s.iter().flatten().copied().collect();
+        let late = self.up_after_s.len() - up.len();
         let up_after = match (n, summarize(&up)) {
             (0, _) => "-".to_string(),
             (_, None) => "not all up in 40 s".into(),
+            (_, Some(s)) if late > 0 => format!(
+                "{:.2} s (median of {}; {late} of {} runs not all up in 40 s)",
+                s.median,
+                s.n,
+                self.up_after_s.len()
+            ),
             (_, Some(s)) if s.n == 1 => format!("{:.2} s", s.median),
             (_, Some(s)) => format!("{:.2} s (median of {})", s.median, s.n),
         };
