@@ -10,6 +10,8 @@
 //! free-host order depends on changes: a report, a grant, a release, a drain or resume. So
 //! "changed in between" is exactly "its entry is not the one the preparation started from"
 //! (`Arc::ptr_eq`; the preparation holds the old entry, so its address cannot be reused).
+//! [`PreparedPolicy::catch_up`] shortens that list: given the allocator's values again
+//! after the preparation, it decides off the core the hosts that changed meanwhile.
 //! The result is the state `set_policy` would have built: the same pure function of the same
 //! values.
 
@@ -55,6 +57,41 @@ pub struct PreparedPolicy {
 impl PreparedPolicy {
     pub fn policy(&self) -> &Arc<Policy> {
         &self.policy
+    }
+
+    /// Brings the preparation up to `inputs`, taken from the allocator again once
+    /// [`HostInputs::prepare`] is done: decides here the hosts whose cached values changed
+    /// meanwhile (at 10k hosts reporting every second, about a thousand), so that
+    /// [`Allocator::set_prepared_policy`] decides only those that change after this. Pure;
+    /// the result is what preparing from `inputs` would have given.
+    pub fn catch_up(mut self, inputs: HostInputs) -> PreparedPolicy {
+        for (name, entry) in &inputs.hosts {
+            if self.from.get(name).is_some_and(|e| Arc::ptr_eq(e, entry)) {
+                continue;
+            }
+            let (start, rank) = decisions(&self.policy, &entry.value);
+            let decided = HostEntry {
+                facts: entry.facts.clone(),
+                value: entry.value.clone(),
+                start,
+                rank,
+                labels: entry.labels,
+            };
+            self.free.set(name, decided.place(name));
+            self.hosts.insert(name.clone(), Arc::new(decided));
+        }
+        let gone: Vec<String> = self
+            .hosts
+            .keys()
+            .filter(|h| !inputs.hosts.contains_key(*h))
+            .cloned()
+            .collect();
+        for host in gone {
+            self.hosts.remove(&host);
+            self.free.set(&host, None);
+        }
+        self.from = inputs.hosts;
+        self
     }
 }
 
@@ -266,6 +303,52 @@ mod tests {
             "owner back: decided again"
         );
         assert_eq!(start(&a, "node15"), Some(true), "unchanged: as prepared");
+    }
+
+    /// A preparation caught up with the allocator's values halfway through the changes
+    /// (owners back, a drain, a grant, a new host, a host down) ends where `set_policy` at
+    /// the end does, and the caught-up hosts are not stale any more.
+    #[test]
+    fn a_caught_up_preparation_ends_where_set_policy_does() {
+        let t0 = Instant::now();
+        let mut a = Allocator::new();
+        for i in 0..30 {
+            a.host_changed(host(i, 3600), t0);
+        }
+        let prepared = a.policy_inputs().prepare(shipped("desktop"));
+        let t1 = t0 + Duration::from_secs(1);
+        for i in [0, 3] {
+            a.host_changed(host(i, 1), t1);
+        }
+        a.host_changed(host(31, 3600), t1);
+        a.drain("node07").expect("known");
+        let prepared = prepared.catch_up(a.policy_inputs());
+        assert!(
+            a.stale_since(&prepared.from).is_empty(),
+            "every change so far caught up"
+        );
+        assert_eq!(prepared.hosts["node00"].start, Some(false), "owner back");
+        // After the catch-up: another owner back, a grant, a host down.
+        a.host_changed(host(6, 1), t1);
+        let job = JobInfo {
+            user: "bob".into(),
+            cwd: "/".into(),
+            argv: vec!["x".into()],
+            spec: None,
+            adaptive: false,
+        };
+        let (rigid, _) = a.register_job(job, t1);
+        a.request(rigid, "anyHost", t1);
+        let mut gone = host(12, 3600);
+        gone.up = false;
+        a.host_changed(gone, t1);
+        let mut b = a.clone();
+        let t2 = t1 + Duration::from_secs(1);
+        let (fast, _) = a.set_prepared_policy(prepared, t2);
+        let plain = b.set_policy(shipped("desktop"), t2);
+        assert_eq!(fast, plain);
+        assert_eq!(decided(&a), decided(&b));
+        assert_eq!(a.snapshot(), b.snapshot());
     }
 
     /// A report that changes none of a host's facts keeps its entry (no value built, no

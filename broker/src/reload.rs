@@ -5,8 +5,10 @@
 //! error, and the old policy stays. For a good one the core hands out its cached host
 //! values ([`Event::PolicyInputs`]), the new policy's host-only decisions are worked out
 //! from them in `spawn_blocking` too (two evaluations per host: at 10k hosts, most of a
-//! reload's work), and the core puts the result in force ([`Event::SetPolicy`]), deciding
-//! again only the hosts that reported in between.
+//! reload's work), then brought up to the core's values of that moment (asked again:
+//! the hosts that reported while it was prepared are decided off the core as well), and
+//! the core puts the result in force ([`Event::SetPolicy`]), deciding again only the
+//! hosts that reported during that second, short pass.
 
 use std::{
     path::{Path, PathBuf},
@@ -23,7 +25,10 @@ use tokio::{
 };
 use tracing::{info, warn};
 
-use crate::core::{Event, EventSender};
+use crate::{
+    alloc::HostInputs,
+    core::{Event, EventSender},
+};
 
 /// How often the policy file is looked at.
 pub const POLL: Duration = Duration::from_secs(1);
@@ -81,14 +86,15 @@ impl PolicyHandle {
             Err(e) => return Err(self.refused(cause, e)),
         };
         let stopping = || "broker stopping".to_string();
-        let (reply, inputs) = oneshot::channel();
-        let event = Event::PolicyInputs { reply };
-        if self.events.send(event).await.is_err() {
-            return Err(stopping());
-        }
-        let inputs = inputs.await.map_err(|_| stopping())?;
+        let inputs = self.policy_inputs().await.ok_or_else(stopping)?;
         let new = policy.clone();
         let prepared = tokio::task::spawn_blocking(move || inputs.prepare(new))
+            .await
+            .map_err(|e| format!("preparing the policy failed: {e}"))?;
+        // Hosts reported while it was prepared (at 10k hosts, hundreds): decided here too,
+        // so that the core decides only those that report during this second, short pass.
+        let inputs = self.policy_inputs().await.ok_or_else(stopping)?;
+        let prepared = tokio::task::spawn_blocking(move || prepared.catch_up(inputs))
             .await
             .map_err(|e| format!("preparing the policy failed: {e}"))?;
         let (reply, done) = oneshot::channel();
@@ -105,6 +111,14 @@ impl PolicyHandle {
             *i = info.clone();
         }
         Ok(info)
+    }
+
+    /// The allocator's cached host values, from the core; `None` when it is stopping.
+    async fn policy_inputs(&self) -> Option<HostInputs> {
+        let (reply, inputs) = oneshot::channel();
+        let event = Event::PolicyInputs { reply };
+        self.events.send(event).await.ok()?;
+        inputs.await.ok()
     }
 
     fn refused(&self, cause: &'static str, error: String) -> String {
