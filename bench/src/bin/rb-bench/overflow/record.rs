@@ -182,12 +182,17 @@ mod tests {
     fn the_recorder_runs_the_command_and_records_it() {
         let dir = tempfile::tempdir().expect("tempdir");
         let rec = write_recorder(dir.path()).expect("recorder");
-        let out = std::process::Command::new(&rec)
+        // Through `sh`, which reads the script: exec'ing a file just written fails with
+        // ETXTBSY while a child that another test thread forked meanwhile still holds the
+        // write descriptor (until its own exec closes it).
+        let out = std::process::Command::new("sh")
+            .arg(&rec)
             .args(["squeue", "echo", "hello"])
             .output()
             .expect("run");
         assert_eq!(String::from_utf8_lossy(&out.stdout), "hello\n");
-        let status = std::process::Command::new(&rec)
+        let status = std::process::Command::new("sh")
+            .arg(&rec)
             .args(["scancel", "false"])
             .status()
             .expect("run");
