@@ -253,6 +253,28 @@ mod tests {
         (hosts, a.inputs.free.clone())
     }
 
+    fn job(adaptive: bool) -> JobInfo {
+        JobInfo {
+            user: "bob".into(),
+            cwd: "/".into(),
+            argv: vec!["x".into()],
+            spec: None,
+            adaptive,
+        }
+    }
+
+    /// Puts `prepared` in force in `a` at `now` and checks it ends as `set_policy` of the
+    /// same policy would have: the same effects, decisions and snapshot.
+    fn assert_as_set_policy(a: &mut Allocator, prepared: PreparedPolicy, now: Instant) {
+        let policy = prepared.policy().clone();
+        let mut b = a.clone();
+        let (fast, _) = a.set_prepared_policy(prepared, now);
+        let plain = b.set_policy(policy, now);
+        assert_eq!(fast, plain);
+        assert_eq!(decided(a), decided(&b));
+        assert_eq!(a.snapshot(), b.snapshot());
+    }
+
     /// A policy prepared from the inputs of one moment and put in force after reports,
     /// a drain, a grant and a new host changed them ends in the state, with the effects,
     /// that `set_policy` at that later moment gives.
@@ -263,13 +285,6 @@ mod tests {
         for i in 0..30 {
             a.host_changed(host(i, 3600), t0);
         }
-        let job = |adaptive| JobInfo {
-            user: "bob".into(),
-            cwd: "/".into(),
-            argv: vec!["x".into()],
-            spec: None,
-            adaptive,
-        };
         let (holder, _) = a.register_job(job(true), t0);
         let (_, fx) = a.request(holder, "anyHost", t0);
         assert!(fx.iter().any(|e| matches!(e, Effect::Granted { .. })));
@@ -289,13 +304,7 @@ mod tests {
             Some(true),
             "owner away then"
         );
-        let mut b = a.clone();
-        let t2 = t1 + Duration::from_secs(1);
-        let (fast, _) = a.set_prepared_policy(prepared, t2);
-        let plain = b.set_policy(shipped("desktop"), t2);
-        assert_eq!(fast, plain);
-        assert_eq!(decided(&a), decided(&b));
-        assert_eq!(a.snapshot(), b.snapshot());
+        assert_as_set_policy(&mut a, prepared, t1 + Duration::from_secs(1));
         let start = |a: &Allocator, h: &str| a.inputs.hosts[h].start;
         assert_eq!(
             start(&a, "node00"),
@@ -330,25 +339,12 @@ mod tests {
         assert_eq!(prepared.hosts["node00"].start, Some(false), "owner back");
         // After the catch-up: another owner back, a grant, a host down.
         a.host_changed(host(6, 1), t1);
-        let job = JobInfo {
-            user: "bob".into(),
-            cwd: "/".into(),
-            argv: vec!["x".into()],
-            spec: None,
-            adaptive: false,
-        };
-        let (rigid, _) = a.register_job(job, t1);
+        let (rigid, _) = a.register_job(job(false), t1);
         a.request(rigid, "anyHost", t1);
-        let mut gone = host(12, 3600);
-        gone.up = false;
-        a.host_changed(gone, t1);
-        let mut b = a.clone();
-        let t2 = t1 + Duration::from_secs(1);
-        let (fast, _) = a.set_prepared_policy(prepared, t2);
-        let plain = b.set_policy(shipped("desktop"), t2);
-        assert_eq!(fast, plain);
-        assert_eq!(decided(&a), decided(&b));
-        assert_eq!(a.snapshot(), b.snapshot());
+        let mut down = host(12, 3600);
+        down.up = false;
+        a.host_changed(down, t1);
+        assert_as_set_policy(&mut a, prepared, t1 + Duration::from_secs(1));
     }
 
     /// A report that changes none of a host's facts keeps its entry (no value built, no
