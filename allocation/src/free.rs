@@ -163,7 +163,7 @@ mod tests {
     use proto::report::UserSession;
 
     use super::*;
-    use crate::{Effect, HostView, JobInfo};
+    use crate::{tests::job_info, Effect, HostView};
 
     /// Host `i` of a varied lab: private (owner in, idle 0-20 min) or public, loads, CPUs,
     /// some down, some with the `gpu` label, one with unknown sessions.
@@ -201,16 +201,6 @@ mod tests {
         }
     }
 
-    fn job(adaptive: bool) -> JobInfo {
-        JobInfo {
-            user: "bob".into(),
-            cwd: "/".into(),
-            argv: vec!["x".into()],
-            spec: None,
-            adaptive,
-        }
-    }
-
     /// The shipped policies, and one whose `rank` and `start` read the job everywhere.
     fn policies() -> Vec<(String, Arc<Policy>)> {
         let mut out: Vec<(String, Arc<Policy>)> = policies::SHIPPED
@@ -244,8 +234,8 @@ mod tests {
             }
             a.drain("node008").expect("known host");
             let jobs = [
-                a.register_job(job(true), t0).0,
-                a.register_job(job(false), t0).0,
+                a.register_job(job_info(true), t0).0,
+                a.register_job(job_info(false), t0).0,
             ];
             let mut compared = 0;
             for round in 0..40 {

@@ -221,7 +221,8 @@ mod tests {
     use super::*;
     use crate::{
         host::tests::{session, view},
-        Effect, HostView, JobInfo,
+        tests::job_info,
+        Effect, HostView,
     };
 
     /// Host `i`: every third a private workstation whose owner typed `idle_s` ago.
@@ -253,16 +254,6 @@ mod tests {
         (hosts, a.inputs.free.clone())
     }
 
-    fn job(adaptive: bool) -> JobInfo {
-        JobInfo {
-            user: "bob".into(),
-            cwd: "/".into(),
-            argv: vec!["x".into()],
-            spec: None,
-            adaptive,
-        }
-    }
-
     /// Puts `prepared` in force in `a` at `now` and checks it ends as `set_policy` of the
     /// same policy would have: the same effects, decisions and snapshot.
     fn assert_as_set_policy(a: &mut Allocator, prepared: PreparedPolicy, now: Instant) {
@@ -275,17 +266,24 @@ mod tests {
         assert_eq!(a.snapshot(), b.snapshot());
     }
 
+    /// An allocator (the paper policy) that heard from `node00`–`node29` at `t0`, owners
+    /// away an hour.
+    fn thirty_hosts(t0: Instant) -> Allocator {
+        let mut a = Allocator::new();
+        for i in 0..30 {
+            a.host_changed(host(i, 3600), t0);
+        }
+        a
+    }
+
     /// A policy prepared from the inputs of one moment and put in force after reports,
     /// a drain, a grant and a new host changed them ends in the state, with the effects,
     /// that `set_policy` at that later moment gives.
     #[test]
     fn a_prepared_policy_decides_again_the_hosts_that_changed_meanwhile() {
         let t0 = Instant::now();
-        let mut a = Allocator::new();
-        for i in 0..30 {
-            a.host_changed(host(i, 3600), t0);
-        }
-        let (holder, _) = a.register_job(job(true), t0);
+        let mut a = thirty_hosts(t0);
+        let (holder, _) = a.register_job(job_info(true), t0);
         let (_, fx) = a.request(holder, "anyHost", t0);
         assert!(fx.iter().any(|e| matches!(e, Effect::Granted { .. })));
         let prepared = a.policy_inputs().prepare(shipped("desktop"));
@@ -296,7 +294,7 @@ mod tests {
             a.host_changed(host(i, 1), t1);
         }
         a.drain("node07").expect("known");
-        let (rigid, _) = a.register_job(job(false), t1);
+        let (rigid, _) = a.register_job(job_info(false), t1);
         a.request(rigid, "anyHost", t1);
         a.host_changed(host(31, 3600), t1);
         assert_eq!(
@@ -320,10 +318,7 @@ mod tests {
     #[test]
     fn a_caught_up_preparation_ends_where_set_policy_does() {
         let t0 = Instant::now();
-        let mut a = Allocator::new();
-        for i in 0..30 {
-            a.host_changed(host(i, 3600), t0);
-        }
+        let mut a = thirty_hosts(t0);
         let prepared = a.policy_inputs().prepare(shipped("desktop"));
         let t1 = t0 + Duration::from_secs(1);
         for i in [0, 3] {
@@ -339,7 +334,7 @@ mod tests {
         assert_eq!(prepared.hosts["node00"].start, Some(false), "owner back");
         // After the catch-up: another owner back, a grant, a host down.
         a.host_changed(host(6, 1), t1);
-        let (rigid, _) = a.register_job(job(false), t1);
+        let (rigid, _) = a.register_job(job_info(false), t1);
         a.request(rigid, "anyHost", t1);
         let mut down = host(12, 3600);
         down.up = false;

@@ -106,6 +106,17 @@ impl Lab {
     }
 }
 
+/// A job of user `bob` running `x`: the registration the order and preparation tests use.
+pub(crate) fn job_info(adaptive: bool) -> JobInfo {
+    JobInfo {
+        user: "bob".into(),
+        cwd: "/".into(),
+        argv: vec!["x".into()],
+        spec: None,
+        adaptive,
+    }
+}
+
 pub(super) fn hosts(names: &[&str]) -> Vec<HostView> {
     names.iter().map(|n| view(n)).collect()
 }
