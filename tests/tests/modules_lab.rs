@@ -965,6 +965,18 @@ fn lam_back_to_back_lamgrows_of_two_instances_grow_onto_two_hosts() {
         !grow2.contains("already running"),
         "the second lamgrow was not refused: {grow2}"
     );
+    // Phase 1's output: LAM's own failure report, whose first lines (the remote shell's
+    // stderr, i.e. the shim's refusal) say what happens and that the failure is expected.
+    let first_lines: Vec<&str> = grow2.lines().take(2).collect();
+    assert_eq!(
+        first_lines,
+        [
+            "ERROR: LAM/MPI unexpectedly received the following on stderr:",
+            "rsh: anyLinux-2: request recorded; the lam module adds the host granted for it \
+             in a moment (the failure reported for this name is expected)"
+        ],
+        "{grow2}"
+    );
     std::fs::write(env.lab.user().home.join("lam-stop"), "").expect("stop");
     let out = finish(&env, job.take().expect("job"));
     assert_nothing_left(&env, "lamd", &out);

@@ -122,8 +122,11 @@ impl AgentCore {
         };
         let message = match m.cfg.programs.grow {
             None => m.cfg.programs.missing(Action::Grow),
+            // The caller (lamgrow, PVM's pvmd) prints its own failure around this line;
+            // the line says that failure is expected, and what follows.
             Some(_) => format!(
-                "request recorded; the {} module will add the host when one is granted",
+                "request recorded; the {} module adds the host granted for it in a moment \
+                 (the failure reported for this name is expected)",
                 m.name()
             ),
         };
