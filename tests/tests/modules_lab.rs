@@ -981,3 +981,57 @@ fn lam_back_to_back_lamgrows_of_two_instances_grow_onto_two_hosts() {
     let out = finish(&env, job.take().expect("job"));
     assert_nothing_left(&env, "lamd", &out);
 }
+
+/// What a shrink does to a running PVM program (modules/CONTRACT.md): pvm-shrink deletes
+/// the host, PVM stops the tasks there, and a master that asked for `PvmTaskExit`
+/// notifications hears of it at once, so its run ends instead of waiting for the lost
+/// task.
+#[test]
+fn pvm_release_during_a_run_stops_the_hosts_tasks_and_notifies_the_master() {
+    if skip_unless_root("pvm_release_during_a_run_stops_the_hosts_tasks_and_notifies_the_master") {
+        return;
+    }
+    let env = lab();
+    let program = build_program(&env, "pvm_lost_task", "gcc", "-lpvm3");
+    let driver = format!(
+        "{PVM_ENV} echo quit | pvm >/dev/null 2>&1; \
+         echo 'add anyLinux' | pvm >~/pvm-add.out 2>&1; touch ~/pvm-ready; \
+         while [ ! -s ~/pvm-run ]; do sleep 0.1; done; \
+         {} $(cat ~/pvm-run) >~/pvm-run.out 2>&1; echo $? >~/pvm-run.rc; \
+         while [ ! -e ~/pvm-stop ]; do sleep 0.1; done",
+        program.display()
+    );
+    let home = env.lab.user().home.clone();
+    let mut job = Some(start_job(&env, "pvm", &driver));
+    wait_for(
+        &env,
+        &mut job,
+        "the job's PVM master started",
+        Duration::from_secs(20),
+        || home.join("pvm-ready").exists().then_some(()),
+    );
+    let grown = wait_for(
+        &env,
+        &mut job,
+        "a granted host in PVM's conf",
+        Duration::from_secs(30),
+        || pvm_hosts_in_conf(&env).pop(),
+    );
+    std::fs::write(home.join("pvm-run"), &grown).expect("run");
+    wait_for(
+        &env,
+        &mut job,
+        "the worker task on the grown host",
+        Duration::from_secs(20),
+        || running_on(&env, std::slice::from_ref(&grown), "pvm_lost_task"),
+    );
+    let rc = release_ends_the_run(&env, &mut job, &grown, "pvm_lost_task", "pvm-run.rc");
+    let run = std::fs::read_to_string(home.join("pvm-run.out")).unwrap_or_default();
+    assert!(
+        rc == 2 && run.contains(&format!("on {grown} is gone")),
+        "the master heard of its lost task: status {rc}: {run}"
+    );
+    std::fs::write(home.join("pvm-stop"), "").expect("stop");
+    let out = finish(&env, job.take().expect("job"));
+    assert_nothing_left(&env, "pvmd3?", &out);
+}
