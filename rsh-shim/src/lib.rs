@@ -524,7 +524,9 @@ fn via_agent(request: &Request, env: &Env, depth: u32) -> Result<Ended, ShimErro
 pub const TAKEN_BACK_STATUS: i32 = 128 + libc::SIGTERM;
 
 /// Runs a granted host's remote shell as our child (the agent's connection is closed by
-/// then); when it exits 0, asks the agent whether the broker took the host back meanwhile.
+/// then), then asks the agent whether the broker took the host back meanwhile: if so, one
+/// line says so and a 0 (netkit rsh loses the remote status) becomes 143; ssh's own 143
+/// (the subagent's status for a command it ended) stands, now explained.
 fn run_granted(
     plan: &Plan,
     depth: u32,
@@ -536,7 +538,7 @@ fn run_granted(
         program: plan.program.to_string_lossy().into_owned(),
         source,
     })?;
-    if ended != Ended::Code(0) {
+    if !matches!(ended, Ended::Code(0 | TAKEN_BACK_STATUS | 255)) {
         return Ok(ended);
     }
     match ask_taken_back(socket, grant.alloc) {
@@ -545,7 +547,10 @@ fn run_granted(
                 io::stderr(),
                 "{shell}: {host} was taken back by the broker ({message})"
             );
-            Ok(Ended::Code(TAKEN_BACK_STATUS))
+            Ok(match ended {
+                Ended::Code(0) => Ended::Code(TAKEN_BACK_STATUS),
+                other => other,
+            })
         }
         None => Ok(ended),
     }

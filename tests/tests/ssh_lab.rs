@@ -116,3 +116,192 @@ fn ssh_any_linux_runs_a_command_on_a_granted_host_over_either_job_shell() {
         assert_nothing_left(&env, &format!("{shell:?}: ssh node03"));
     }
 }
+
+/// A private directory under /tmp (shared by the lab's hosts) for a test's files.
+const WORKDIR: &str = "t=$(mktemp -d /tmp/ssh_lab.XXXXXX) && cd $t && trap \"rm -rf $t\" EXIT";
+
+#[test]
+fn scp_in_both_modes_and_sftp_reach_granted_hosts() {
+    if skip_unless_root("scp_in_both_modes_and_sftp_reach_granted_hosts") {
+        return;
+    }
+    let env = lab(3, JobShell::Ssh);
+    let script = format!(
+        "{WORKDIR} && echo hello > f1 && export RB_VERBOSE=1 && \
+         scp f1 anyLinux-1:$t/f2 && scp -O anyLinux-1:$t/f2 f3 && \
+         printf \"put f1 $t/f4\\nget $t/f4 f5\\n\" | sftp -q -b - anyLinux-1 >/dev/null && \
+         cat f2 f3 f5"
+    );
+    let out = job(&env, &script);
+    assert_eq!(ok(&env, &script, &out), "hello\nhello\nhello\n");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let granted = stderr.matches("ssh: anyLinux-1: granted").count();
+    assert_eq!(granted, 3, "scp, scp -O and sftp each through the job's ssh:\n{stderr}");
+    assert_nothing_left(&env, "scp, sftp");
+}
+
+#[test]
+fn rsync_with_its_default_transport_reaches_a_granted_host() {
+    if skip_unless_root("rsync_with_its_default_transport_reaches_a_granted_host") {
+        return;
+    }
+    for shell in [JobShell::Ssh, JobShell::Rsh] {
+        let env = lab(3, shell);
+        let script = format!(
+            "{WORKDIR} && echo data > a && export RB_VERBOSE=1 && \
+             rsync -a a anyLinux-1:$t/b && rsync -a anyLinux-1:$t/b c && cat c"
+        );
+        let out = job(&env, &script);
+        assert_eq!(ok(&env, &script, &out), "data\n", "{shell:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.matches("ssh: anyLinux-1: granted").count(), 2, "{stderr}");
+        assert_nothing_left(&env, &format!("{shell:?}: rsync"));
+    }
+}
+
+#[test]
+fn gnu_parallel_with_its_default_ssh_transfers_returns_and_cleans_up_on_two_instances() {
+    if skip_unless_root(
+        "gnu_parallel_with_its_default_ssh_transfers_returns_and_cleans_up_on_two_instances",
+    ) {
+        return;
+    }
+    let env = lab(4, JobShell::Ssh);
+    let names = lab_hosts(&env);
+    let script = format!(
+        "{WORKDIR} && echo one > a && echo two > b && \
+         parallel -S anyLinux-1,anyLinux-2 --wd ... --transferfile {{}} --return {{}}.out \
+         --cleanup \"cat {{}} > {{}}.out; hostname >> {{}}.out\" ::: a b && cat a.out b.out"
+    );
+    let out = job(&env, &script);
+    let text = ok(&env, &script, &out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    assert_eq!((lines[0], lines[2]), ("one", "two"), "{text}");
+    for host in [lines[1], lines[3]] {
+        assert!(names.iter().any(|n| n == host), "`{host}` is not a lab host: {text}");
+    }
+    assert_nothing_left(&env, "parallel");
+}
+
+#[test]
+fn pdsh_over_ssh_runs_on_three_instances() {
+    if skip_unless_root("pdsh_over_ssh_runs_on_three_instances") {
+        return;
+    }
+    let env = lab(4, JobShell::Ssh);
+    let script = "pdsh -R ssh -w anyLinux-[1-3] hostname";
+    let out = job(&env, script);
+    let text = ok(&env, script, &out);
+    let mut hosts: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.split_once(": ").map(|(_, h)| h))
+        .collect();
+    hosts.sort();
+    hosts.dedup();
+    assert_eq!(hosts.len(), 3, "three distinct granted hosts: {text}");
+    assert_nothing_left(&env, script);
+}
+
+/// MPICH (Hydra) with named, mixed and symbolic host lists, its default launcher and
+/// `-launcher ssh`: HYDRA_LAUNCHER_EXEC is the job's shim, Hydra passes ssh's `-x`, and over
+/// netkit rsh that used to fail (`invalid option -- 'x'`) and hang mpiexec for ever.
+fn mpich_host_lists(shell: JobShell) {
+    let env = lab(4, shell);
+    let names = lab_hosts(&env);
+    for launcher in ["", "-launcher ssh "] {
+        for (hosts, want) in [
+            ("node03,node04", Some(["node03", "node04"])),
+            ("node03,anyLinux", None),
+        ] {
+            let script = format!("mpiexec.mpich {launcher}-hosts {hosts} -n 2 hostname");
+            let out = job(&env, &script);
+            let text = ok(&env, &format!("{shell:?}: {script}"), &out);
+            let mut got: Vec<&str> = text.lines().collect();
+            got.sort();
+            match want {
+                Some(want) => assert_eq!(got, want, "{shell:?}: {script}"),
+                None => {
+                    assert_eq!(got.len(), 2, "{text}");
+                    assert!(got.contains(&"node03"), "{shell:?}: {script}: {text}");
+                    assert!(got.iter().all(|h| names.iter().any(|n| n == h)), "{text}");
+                }
+            }
+            assert_nothing_left(&env, &format!("{shell:?}: {script}"));
+        }
+    }
+}
+
+#[test]
+fn mpich_named_and_mixed_host_lists_over_the_ssh_job_shell() {
+    if skip_unless_root("mpich_named_and_mixed_host_lists_over_the_ssh_job_shell") {
+        return;
+    }
+    mpich_host_lists(JobShell::Ssh);
+}
+
+#[test]
+fn mpich_named_and_mixed_host_lists_over_the_rsh_job_shell() {
+    if skip_unless_root("mpich_named_and_mixed_host_lists_over_the_rsh_job_shell") {
+        return;
+    }
+    mpich_host_lists(JobShell::Rsh);
+}
+
+#[test]
+fn open_mpi_mpirun_with_two_instances_and_no_variable_set_by_hand() {
+    if skip_unless_root("open_mpi_mpirun_with_two_instances_and_no_variable_set_by_hand") {
+        return;
+    }
+    let env = lab(4, JobShell::Ssh);
+    let script = "mpirun.openmpi -np 2 --host anyLinux-1,anyLinux-2 hostname";
+    let out = job(&env, script);
+    let text = ok(&env, script, &out);
+    let mut hosts: Vec<&str> = text.lines().collect();
+    hosts.sort();
+    hosts.dedup();
+    assert_eq!(hosts.len(), 2, "two instances, two hosts: {text}");
+    assert_nothing_left(&env, script);
+}
+
+/// `rb release` of the host an `ssh anyLinux` command runs on: the command is ended, the
+/// call says why in one line and exits 143, over either job shell.
+#[test]
+fn ssh_any_linux_taken_back_mid_run_says_so_and_exits_143() {
+    if skip_unless_root("ssh_any_linux_taken_back_mid_run_says_so_and_exits_143") {
+        return;
+    }
+    for shell in [JobShell::Ssh, JobShell::Rsh] {
+        let env = lab(3, shell);
+        let child = env
+            .agent_as_user(FRONT_END, &[], &["sh", "-c", "ssh anyLinux 'hostname; sleep 60'"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("agent");
+        let held = wait_until(Duration::from_secs(30), || {
+            let held = env.broker.held_hosts();
+            (held.len() == 1).then_some(held)
+        })
+        .expect("a host granted");
+        let host = held[0].clone();
+        let user = env.lab.user().name.clone();
+        let running = wait_until(Duration::from_secs(30), || {
+            env.lab
+                .exec(&host, &["pgrep", "-u", &user, "-x", "sleep"])
+                .is_ok_and(|o| o.status.success())
+                .then_some(())
+        });
+        assert!(running.is_some(), "{shell:?}: sleep not running on {host}");
+        let out = env.broker.rb(&["release", &host, "--grace-s", "2"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let out = child.wait_with_output().expect("agent");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(143), "{shell:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!("ssh: {host} was taken back by the broker")),
+            "{shell:?}: {stderr}"
+        );
+        assert_nothing_left(&env, &format!("{shell:?}: release"));
+    }
+}
