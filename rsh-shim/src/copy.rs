@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use crate::launch::Plan;
 use crate::realsh::{is_executable, same_file};
-use crate::{check_depth, exec, lineage, realsh, say_route, self_exe, Env, ShimError};
+use crate::{check_depth, exec, lineage, realsh, route_line, say_route, self_exe, Env, ShimError};
 
 /// Execs the real `name` (`scp` or `sftp`) told to use the job's ssh.
 pub fn run(name: &str, args: &[OsString], env: &Env) -> Result<Infallible, ShimError> {
@@ -28,11 +28,8 @@ pub fn run(name: &str, args: &[OsString], env: &Env) -> Result<Infallible, ShimE
     let ssh = job_ssh(lineage::exec_path().as_deref(), env.path.as_deref(), &me);
     let plan = plan(real, ssh.as_deref(), args.get(1..).unwrap_or_default());
     let via = ssh.map_or("its own ssh".to_string(), |p| p.display().to_string());
-    say_route(
-        name,
-        "-",
-        &format!("{} with {via}", plan.program.to_string_lossy()),
-    );
+    let what = format!("{} with {via}", plan.program.to_string_lossy());
+    say_route(&route_line(name, "-", &what));
     Err(exec(&plan, depth))
 }
 

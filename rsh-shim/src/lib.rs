@@ -248,8 +248,7 @@ fn try_run(args: &[OsString], env: &Env) -> Result<Ended, ShimError> {
     let inv = args::parse_lossy(args)?;
     match route_host(&inv.host, env)? {
         Route::PassThrough => {
-            tell_named(env, &inv.host);
-            pass_through(args, &inv, env, depth).map(|never| match never {})
+            pass_through(args, &inv, env, depth, true).map(|never| match never {})
         }
         route => {
             let inv = args::parse(args)?;
@@ -306,29 +305,38 @@ pub fn route_host(host: &str, env: &Env) -> Result<Route, ShimError> {
 /// job is then never granted that host. Best effort: a call outside a job, an agent that
 /// cannot be reached, or a socket served by another uid (nothing is written to it, as for
 /// every other client of the agent's socket) changes nothing about the pass-through.
-pub(crate) fn tell_named(env: &Env, host: &str) {
+/// `via`: the remote shell the call uses ([`route_line`]), for `rb jobs`.
+pub(crate) fn tell_named(env: &Env, host: &str, via: Option<String>) {
     let Some(socket) = &env.agent else { return };
-    let Ok(stream) = UnixStream::connect(Path::new(socket)) else {
-        return;
-    };
-    if proto::peercred::check_server(&stream, Path::new(socket), "job's agent").is_err() {
-        return;
-    }
     let request = ShimRequest::Named {
         host: host.to_string(),
         pid: std::process::id(),
+        via,
     };
-    let _ = conversation::notify(stream, &request);
+    notify_agent(Path::new(socket), &request);
+}
+
+/// Sends the agent a request that gets no answer. Best effort, as [`tell_named`].
+fn notify_agent(socket: &Path, request: &ShimRequest) {
+    let Ok(stream) = UnixStream::connect(socket) else {
+        return;
+    };
+    if proto::peercred::check_server(&stream, socket, "job's agent").is_err() {
+        return;
+    }
+    let _ = conversation::notify(stream, request);
 }
 
 /// Execs the real remote shell (`RB_REAL_RSH`, the job's) with our arguments unchanged;
 /// when they are another grammar's than that shell's (Hydra's `-x` for netkit rsh), with
 /// what they mean in its grammar ([`translate::rsh_passthrough`]).
+/// `named`: tell the agent the job reaches this host by name ([`tell_named`]).
 fn pass_through(
     args: &[OsString],
     inv: &Invocation,
     env: &Env,
     depth: u32,
+    named: bool,
 ) -> Result<Infallible, ShimError> {
     let argv0 = args.first().map(OsString::as_os_str).unwrap_or_default();
     let real = realsh::real_shell(
@@ -359,21 +367,29 @@ fn pass_through(
             launch::passthrough(real, None, &words)
         }
     };
-    say_route(
+    let line = route_line(
         "rsh",
         &inv.host,
         &format!("pass-through to {}", plan.program.to_string_lossy()),
     );
+    say_route(&line);
+    if named {
+        tell_named(env, &inv.host, Some(line));
+    }
     Err(exec(&plan, depth))
 }
 
-/// With [`ENV_VERBOSE`] set, one line on stderr saying which remote shell a call used:
-/// `ssh: node03: pass-through to /usr/bin/ssh`, `rsh: anyLinux: granted node04 (allocation
-/// 7) over ssh`. Nothing otherwise (LAM treats any stderr output of its remote shell as
-/// fatal).
-pub(crate) fn say_route(shell: &str, host: &str, what: &str) {
+/// Which remote shell a call used: `ssh: node03: pass-through to /usr/bin/ssh`,
+/// `rsh: anyLinux: granted node04 (allocation 7) over ssh`.
+pub(crate) fn route_line(shell: &str, host: &str, what: &str) -> String {
+    format!("{shell}: {host}: {what}")
+}
+
+/// With [`ENV_VERBOSE`] set, `line` ([`route_line`]) on stderr. Nothing otherwise (LAM
+/// treats any stderr output of its remote shell as fatal).
+pub(crate) fn say_route(line: &str) {
     if std::env::var_os(ENV_VERBOSE).is_some_and(|v| !v.is_empty()) {
-        let _ = writeln!(io::stderr(), "{shell}: {host}: {what}");
+        let _ = writeln!(io::stderr(), "{line}");
     }
 }
 
@@ -484,23 +500,27 @@ fn via_agent(request: &Request, env: &Env, depth: u32) -> Result<Ended, ShimErro
             let family = Family::of(grant.remote_shell.first().map_or("", String::as_str));
             let (session, command) = session_for(request, family)?;
             let plan = launch::granted(&grant, &session, &command);
-            say_route(
-                shell,
-                &host,
-                &format!(
-                    "granted {} (allocation {}) over {}",
-                    grant.host,
-                    grant.alloc,
-                    family.name()
-                ),
+            let what = format!(
+                "granted {} (allocation {}) over {}",
+                grant.host,
+                grant.alloc,
+                family.name()
             );
+            let line = route_line(shell, &host, &what);
+            say_route(&line);
+            let used = ShimRequest::Used {
+                host: host.clone(),
+                pid,
+                via: line,
+            };
+            notify_agent(Path::new(socket), &used);
             run_granted(&plan, depth, Path::new(socket), &grant, shell)
         }
         // The hosts file said the host was the job's, but the agent has given it back
         // meanwhile (the file trails the agent): it is an ordinary host again.
         Outcome::Refused(_) if attach => match request.caller {
-            Caller::Rsh(inv) => pass_through(request.args, inv, env, depth),
-            Caller::Ssh(_) => ssh::pass_through(request.args, env, depth),
+            Caller::Rsh(inv) => pass_through(request.args, inv, env, depth, false),
+            Caller::Ssh(_) => ssh::pass_through(request.args, env, depth, None),
         }
         .map(|never| match never {}),
         Outcome::Refused(message) => Err(ShimError::Refused {
@@ -704,7 +724,7 @@ mod tests {
             agent: Some(socket.into_os_string()),
             ..Env::default()
         };
-        tell_named(&env, "node07");
+        tell_named(&env, "node07", None);
         let (stream, _) = listener.accept().expect("the shim connected");
         let mut line = String::new();
         io::BufReader::new(stream)
@@ -715,15 +735,16 @@ mod tests {
             sent,
             ShimRequest::Named {
                 host: "node07".into(),
-                pid: std::process::id()
+                pid: std::process::id(),
+                via: None
             }
         );
         let gone = Env {
             agent: Some(dir.path().join("none").into_os_string()),
             ..Env::default()
         };
-        tell_named(&gone, "node07");
-        tell_named(&Env::default(), "node07");
+        tell_named(&gone, "node07", None);
+        tell_named(&Env::default(), "node07", None);
     }
 
     fn inv(host: &str) -> Invocation {

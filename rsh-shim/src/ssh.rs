@@ -24,8 +24,8 @@ use crate::launch::{self, GrantedSession};
 use crate::ssh_args::{self, Mode, SshCall};
 use crate::translate::{self, Family};
 use crate::{
-    check_depth, exec, realsh, route_host, say_route, self_exe, tell_named, via_agent, Caller, Env,
-    Request, Route, ShimError,
+    check_depth, exec, realsh, route_host, route_line, say_route, self_exe, tell_named, via_agent,
+    Caller, Env, Request, Route, ShimError,
 };
 
 /// Runs the shim as `ssh` for `args` (a full argv).
@@ -33,16 +33,15 @@ pub fn run(args: &[OsString], env: &Env) -> Result<Ended, ShimError> {
     let depth = check_depth(env.depth.as_deref())?;
     // A command line ssh refuses is refused by ssh, word for word.
     let Ok(call) = ssh_args::parse_lossy(args) else {
-        return pass_through(args, env, depth).map(|never| match never {});
+        return pass_through(args, env, depth, None).map(|never| match never {});
     };
     let host = match (&call.host, call.mode()) {
         (Some(host), Mode::Session) => host.clone(),
-        _ => return pass_through(args, env, depth).map(|never| match never {}),
+        _ => return pass_through(args, env, depth, None).map(|never| match never {}),
     };
     let route = route_host(&host, env)?;
     if route == Route::PassThrough {
-        tell_named(env, &host);
-        return pass_through(args, env, depth).map(|never| match never {});
+        return pass_through(args, env, depth, Some(&host)).map(|never| match never {});
     }
     let call = ssh_args::parse(args)?;
     let request = Request {
@@ -55,17 +54,21 @@ pub fn run(args: &[OsString], env: &Env) -> Result<Ended, ShimError> {
     via_agent(&request, env, depth)
 }
 
-/// Execs the real ssh with the caller's arguments unchanged.
+/// Execs the real ssh with the caller's arguments unchanged. `named`: the host of a
+/// session, which the agent is told the job reaches by name.
 pub(crate) fn pass_through(
     args: &[OsString],
     env: &Env,
     depth: u32,
+    named: Option<&str>,
 ) -> Result<Infallible, ShimError> {
     let real = realsh::real_shell(None, "ssh", env.path.as_deref(), &self_exe()?)?;
     let plan = launch::passthrough(real, None, args.get(1..).unwrap_or_default());
-    if let Ok(call) = ssh_args::parse_lossy(args) {
-        let what = format!("pass-through to {}", plan.program.to_string_lossy());
-        say_route("ssh", call.host.as_deref().unwrap_or("-"), &what);
+    let what = format!("pass-through to {}", plan.program.to_string_lossy());
+    let line = route_line("ssh", named.unwrap_or("-"), &what);
+    say_route(&line);
+    if let Some(host) = named {
+        tell_named(env, host, Some(line));
     }
     Err(exec(&plan, depth))
 }

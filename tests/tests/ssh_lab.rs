@@ -64,7 +64,11 @@ fn assert_nothing_left(env: &LabWithBroker, what: &str) {
     let held = wait_until(Duration::from_secs(20), || {
         env.broker.held_hosts().is_empty().then_some(())
     });
-    assert!(held.is_some(), "{what}: still held: {:?}", env.broker.held_hosts());
+    assert!(
+        held.is_some(),
+        "{what}: still held: {:?}",
+        env.broker.held_hosts()
+    );
     let left = wait_until(Duration::from_secs(20), || {
         let l = env.user_processes(".");
         l.is_empty().then_some(())
@@ -103,17 +107,38 @@ fn ssh_any_linux_runs_a_command_on_a_granted_host_over_either_job_shell() {
             String::from_utf8_lossy(&out.stderr)
         );
         let host = stdout(&out).trim().to_string();
-        assert!(names.contains(&host), "{shell:?}: `{host}` is not a lab host");
+        assert!(
+            names.contains(&host),
+            "{shell:?}: `{host}` is not a lab host"
+        );
         assert_nothing_left(&env, &format!("{shell:?}: {script}"));
         // A real host: the real ssh, the arguments unchanged, and RB_VERBOSE says so.
         let out = job(&env, "RB_VERBOSE=1 ssh -o BatchMode=yes node03 hostname");
         assert_eq!(ok(&env, "ssh node03", &out).trim(), "node03");
         assert!(
-            String::from_utf8_lossy(&out.stderr).contains("ssh: node03: pass-through to /usr/bin/ssh"),
+            String::from_utf8_lossy(&out.stderr)
+                .contains("ssh: node03: pass-through to /usr/bin/ssh"),
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
         assert_nothing_left(&env, &format!("{shell:?}: ssh node03"));
+        // `rb jobs` keeps what each call used.
+        let jobs = env.broker.rb(&["jobs", "--json"]);
+        let jobs = String::from_utf8_lossy(&jobs.stdout);
+        let over = match shell {
+            JobShell::Ssh => "over ssh",
+            JobShell::Rsh => "over rsh",
+        };
+        for want in [
+            "ssh: anyLinux: granted ",
+            over,
+            "ssh: node03: pass-through to /usr/bin/ssh",
+        ] {
+            assert!(
+                jobs.contains(want),
+                "{shell:?}: `{want}` not in rb jobs:\n{jobs}"
+            );
+        }
     }
 }
 
@@ -136,7 +161,10 @@ fn scp_in_both_modes_and_sftp_reach_granted_hosts() {
     assert_eq!(ok(&env, &script, &out), "hello\nhello\nhello\n");
     let stderr = String::from_utf8_lossy(&out.stderr);
     let granted = stderr.matches("ssh: anyLinux-1: granted").count();
-    assert_eq!(granted, 3, "scp, scp -O and sftp each through the job's ssh:\n{stderr}");
+    assert_eq!(
+        granted, 3,
+        "scp, scp -O and sftp each through the job's ssh:\n{stderr}"
+    );
     assert_nothing_left(&env, "scp, sftp");
 }
 
@@ -154,7 +182,11 @@ fn rsync_with_its_default_transport_reaches_a_granted_host() {
         let out = job(&env, &script);
         assert_eq!(ok(&env, &script, &out), "data\n", "{shell:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(stderr.matches("ssh: anyLinux-1: granted").count(), 2, "{stderr}");
+        assert_eq!(
+            stderr.matches("ssh: anyLinux-1: granted").count(),
+            2,
+            "{stderr}"
+        );
         assert_nothing_left(&env, &format!("{shell:?}: rsync"));
     }
 }
@@ -179,7 +211,10 @@ fn gnu_parallel_with_its_default_ssh_transfers_returns_and_cleans_up_on_two_inst
     assert_eq!(lines.len(), 4, "{text}");
     assert_eq!((lines[0], lines[2]), ("one", "two"), "{text}");
     for host in [lines[1], lines[3]] {
-        assert!(names.iter().any(|n| n == host), "`{host}` is not a lab host: {text}");
+        assert!(
+            names.iter().any(|n| n == host),
+            "`{host}` is not a lab host: {text}"
+        );
     }
     assert_nothing_left(&env, "parallel");
 }
@@ -274,7 +309,11 @@ fn ssh_any_linux_taken_back_mid_run_says_so_and_exits_143() {
     for shell in [JobShell::Ssh, JobShell::Rsh] {
         let env = lab(3, shell);
         let child = env
-            .agent_as_user(FRONT_END, &[], &["sh", "-c", "ssh anyLinux 'hostname; sleep 60'"])
+            .agent_as_user(
+                FRONT_END,
+                &[],
+                &["sh", "-c", "ssh anyLinux 'hostname; sleep 60'"],
+            )
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -294,7 +333,11 @@ fn ssh_any_linux_taken_back_mid_run_says_so_and_exits_143() {
         });
         assert!(running.is_some(), "{shell:?}: sleep not running on {host}");
         let out = env.broker.rb(&["release", &host, "--grace-s", "2"]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let out = child.wait_with_output().expect("agent");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(143), "{shell:?}: {stderr}");
