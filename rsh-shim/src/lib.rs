@@ -429,7 +429,7 @@ fn session_for(
     let host = request.host.clone();
     match request.caller {
         Caller::Rsh(inv) => {
-            let command = inv.command.clone().ok_or_else(|| match request.attach {
+            let command = inv.command.clone().ok_or(match request.attach {
                 true => ShimError::AttachWithoutCommand { host },
                 false => ShimError::SymbolicWithoutCommand { host },
             })?;

@@ -181,7 +181,7 @@ pub fn ssh_session(call: &SshCall, target: Family) -> Result<Session, Refusal> {
             .map_or(format!("port {port}"), |o| o.words().join(" "));
         return Err(Refusal {
             option,
-            reason: format!("the job's remote shell (rsh) has no port; only 22 can be dropped"),
+            reason: "the job's remote shell (rsh) has no port; only 22 can be dropped".into(),
         });
     }
     for opt in &call.opts {
