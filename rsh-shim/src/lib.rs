@@ -1,5 +1,6 @@
 //! `rsh`: the drop-in remote shell a job's agent puts first in PATH (and in PVM_RSH, LAMRSH,
-//! OMPI_MCA_plm_rsh_agent, HYDRA_LAUNCHER_EXEC).
+//! OMPI_MCA_plm_rsh_agent, HYDRA_LAUNCHER_EXEC); under the names `ssh`, `scp` and `sftp` the
+//! same program is the job's ssh ([`ssh`]) and its copy programs ([`copy`]).
 //!
 //! A small synchronous program: it decides where a call goes before talking to anyone, and
 //! the real remote shell relays stdin (with EOF), stdout/stderr unbuffered and the remote
@@ -15,14 +16,20 @@
 //! remote shell exits 0, the shim asks the agent (`taken_back`, one more local round trip)
 //! whether the broker took that allocation back; if so it says so in one line on stderr,
 //! `rsh: HOST was taken back by the broker (…)`, and exits 143 (128+SIGTERM: what ssh
-//! returns there, the subagent's status for a command it ended with SIGTERM).
+//! returns there, the subagent's status for a command it ended with SIGTERM). It asks too
+//! when ssh itself returns 143 or 255, to print the same line.
 //!
 //! Routing (see [`route`]):
 //! 1. a host listed in `RB_HOSTS_FILE` → `attach` request to the agent, run under a subagent;
 //! 2. a symbolic host (`anyLinux`) → `allocate` request to the agent (or, with no agent,
 //!    `agent -- rsh ARGS…` as a one-shot job), run under a subagent on the granted host;
 //! 3. anything else → pass-through to the real remote shell with the same arguments (in a
-//!    job, after a `named` line to the agent: the job uses that host by name).
+//!    job, after a `named` line to the agent: the job uses that host by name); when the real
+//!    remote shell is netkit rsh and the arguments carry ssh's options (Hydra's `-x`), with
+//!    what they mean to rsh ([`translate`]).
+//!
+//! `RB_VERBOSE` set: one line on stderr says which remote shell a call used
+//! (`route_line`); the agent gets the same line (`named`'s `via`, `used`) for `rb jobs`.
 //!
 //! The job is the caller's whatever its environment: with `RB_AGENT` unset, the agent is
 //! found next to the shim's own path, or for a symbolic host in an ancestor's environment
@@ -305,7 +312,7 @@ pub fn route_host(host: &str, env: &Env) -> Result<Route, ShimError> {
 /// job is then never granted that host. Best effort: a call outside a job, an agent that
 /// cannot be reached, or a socket served by another uid (nothing is written to it, as for
 /// every other client of the agent's socket) changes nothing about the pass-through.
-/// `via`: the remote shell the call uses ([`route_line`]), for `rb jobs`.
+/// `via`: the remote shell the call uses (`route_line`), for `rb jobs`.
 pub(crate) fn tell_named(env: &Env, host: &str, via: Option<String>) {
     let Some(socket) = &env.agent else { return };
     let request = ShimRequest::Named {
@@ -385,7 +392,7 @@ pub(crate) fn route_line(shell: &str, host: &str, what: &str) -> String {
     format!("{shell}: {host}: {what}")
 }
 
-/// With [`ENV_VERBOSE`] set, `line` ([`route_line`]) on stderr. Nothing otherwise (LAM
+/// With [`ENV_VERBOSE`] set, `line` (`route_line`) on stderr. Nothing otherwise (LAM
 /// treats any stderr output of its remote shell as fatal).
 pub(crate) fn say_route(line: &str) {
     if std::env::var_os(ENV_VERBOSE).is_some_and(|v| !v.is_empty()) {

@@ -9,7 +9,7 @@
 //!   does not apply to hosts the job names.
 //! - A symbolic name or instance (`anyLinux`, `anyLinux-2`) or a host allocated to the job →
 //!   a granted host, reached with the job's remote shell (ssh or rsh, the site's choice),
-//!   the command under the subagent, exactly as `rsh anyLinux` ([`crate::via_agent`]).
+//!   the command under the subagent, exactly as `rsh anyLinux` (`via_agent`).
 //!   The caller's options are carried as [`translate`] says; what cannot work is refused
 //!   before any host is allocated (exit 255, the option named). Without a command: an
 //!   interactive login (the user's login shell, with `-t` when stdin is a terminal) under

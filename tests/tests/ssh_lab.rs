@@ -348,3 +348,29 @@ fn ssh_any_linux_taken_back_mid_run_says_so_and_exits_143() {
         assert_nothing_left(&env, &format!("{shell:?}: release"));
     }
 }
+
+/// `ssh anyLinux` with no command, stdin a terminal (`script` gives it one): a login shell
+/// on a granted host with a terminal of its own, under the subagent.
+#[test]
+fn ssh_any_linux_without_a_command_is_a_login_with_a_terminal() {
+    if skip_unless_root("ssh_any_linux_without_a_command_is_a_login_with_a_terminal") {
+        return;
+    }
+    let env = lab(3, JobShell::Ssh);
+    let names = lab_hosts(&env);
+    let script = "printf \"echo TTY=\\$(tty); echo HOST=\\$(hostname); echo SUB=\\${RB_SUBAGENT_TAG:+yes}; exit\\n\" \
+                  | script -qec \"ssh anyLinux\" /dev/null";
+    let out = job(&env, script);
+    let text = ok(&env, script, &out);
+    let field = |key: &str| {
+        text.lines()
+            .filter_map(|l| l.trim_end_matches('\r').split_once(key).map(|(_, v)| v.to_string()))
+            .find(|v| !v.starts_with('$') && !v.is_empty() && !v.starts_with("\\"))
+    };
+    let tty = field("TTY=").unwrap_or_default();
+    assert!(tty.starts_with("/dev/pts/"), "no terminal: {text}");
+    let host = field("HOST=").unwrap_or_default();
+    assert!(names.contains(&host), "`{host}` is not a lab host: {text}");
+    assert_eq!(field("SUB=").as_deref(), Some("yes"), "not under the subagent: {text}");
+    assert_nothing_left(&env, "ssh anyLinux (login)");
+}
