@@ -142,6 +142,11 @@ fn ssh_any_linux_runs_a_command_on_a_granted_host_over_either_job_shell() {
     }
 }
 
+/// The shim's own `RB_VERBOSE` lines starting with `prefix` (the agent logs them too).
+fn granted_lines(stderr: &str, prefix: &str) -> usize {
+    stderr.lines().filter(|l| l.starts_with(prefix)).count()
+}
+
 /// A private directory under /tmp (shared by the lab's hosts) for a test's files.
 const WORKDIR: &str = "t=$(mktemp -d /tmp/ssh_lab.XXXXXX) && cd $t && trap \"rm -rf $t\" EXIT";
 
@@ -160,7 +165,7 @@ fn scp_in_both_modes_and_sftp_reach_granted_hosts() {
     let out = job(&env, &script);
     assert_eq!(ok(&env, &script, &out), "hello\nhello\nhello\n");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let granted = stderr.matches("ssh: anyLinux-1: granted").count();
+    let granted = granted_lines(&stderr, "ssh: anyLinux-1: granted");
     assert_eq!(
         granted, 3,
         "scp, scp -O and sftp each through the job's ssh:\n{stderr}"
@@ -183,7 +188,7 @@ fn rsync_with_its_default_transport_reaches_a_granted_host() {
         assert_eq!(ok(&env, &script, &out), "data\n", "{shell:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(
-            stderr.matches("ssh: anyLinux-1: granted").count(),
+            granted_lines(&stderr, "ssh: anyLinux-1: granted"),
             2,
             "{stderr}"
         );
@@ -364,13 +369,21 @@ fn ssh_any_linux_without_a_command_is_a_login_with_a_terminal() {
     let text = ok(&env, script, &out);
     let field = |key: &str| {
         text.lines()
-            .filter_map(|l| l.trim_end_matches('\r').split_once(key).map(|(_, v)| v.to_string()))
+            .filter_map(|l| {
+                l.trim_end_matches('\r')
+                    .split_once(key)
+                    .map(|(_, v)| v.to_string())
+            })
             .find(|v| !v.starts_with('$') && !v.is_empty() && !v.starts_with("\\"))
     };
     let tty = field("TTY=").unwrap_or_default();
     assert!(tty.starts_with("/dev/pts/"), "no terminal: {text}");
     let host = field("HOST=").unwrap_or_default();
     assert!(names.contains(&host), "`{host}` is not a lab host: {text}");
-    assert_eq!(field("SUB=").as_deref(), Some("yes"), "not under the subagent: {text}");
+    assert_eq!(
+        field("SUB=").as_deref(),
+        Some("yes"),
+        "not under the subagent: {text}"
+    );
     assert_nothing_left(&env, "ssh anyLinux (login)");
 }
