@@ -1,4 +1,5 @@
-//! The job's environment: a private directory with the `rsh` shim first in `PATH`, the
+//! The job's environment: a private directory with the `rsh` shim first in `PATH` (also as
+//! `ssh`, `scp` and `sftp`), the
 //! launcher variables of PVM, LAM, Open MPI and MPICH pointing at it, and the variables the
 //! shim uses to reach this agent.
 
@@ -18,6 +19,9 @@ pub const LAUNCHER_VARS: &[&str] = &[
     "HYDRA_LAUNCHER_EXEC",
 ];
 
+/// The names the shim has in the job's `bin` directory.
+pub const SHIM_NAMES: &[&str] = &["rsh", "ssh", "scp", "sftp"];
+
 /// Open MPI's remote-shell variable (one of [`LAUNCHER_VARS`], with fallbacks: see [`prepare`]).
 pub const OMPI_AGENT_VAR: &str = "OMPI_MCA_plm_rsh_agent";
 /// Open MPI's tree-spawn switch, set to 1 unless the user's environment has it.
@@ -33,7 +37,7 @@ pub struct JobEnv {
     pub vars: BTreeMap<String, String>,
 }
 
-/// Creates `dir` (mode 0700) with `bin/rsh` → the shim, and computes the variables;
+/// Creates `dir` (mode 0700) with `bin/rsh` (and `ssh`, `scp`, `sftp`) → the shim, and computes the variables;
 /// `preload` (the library's path) goes first in `LD_PRELOAD`. `dir`'s parent, `dir` and
 /// `bin` are each created or verified private ([`privdir::ensure_dir`]): a parent another
 /// user made or opened would let them swap the job's `rsh` (issue 14).
@@ -58,9 +62,15 @@ pub fn prepare(
     let bin = dir.join("bin");
     privdir::ensure_dir(&bin)?;
     let shim = bin.join("rsh");
-    let _ = std::fs::remove_file(&shim);
-    std::os::unix::fs::symlink(shim_binary, &shim)
-        .with_context(|| format!("cannot link {}", shim.display()))?;
+    // The same shim as `ssh` (OpenSSH's grammar, by the name it is called under), and as
+    // `scp` and `sftp`, which call ssh by full path: they run the real ones with `-S` the
+    // job's `ssh` (rsh-shim's `copy`).
+    for name in SHIM_NAMES {
+        let link = bin.join(name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(shim_binary, &link)
+            .with_context(|| format!("cannot link {}", link.display()))?;
+    }
     // `rb-jel`, built beside the shim, is on the job's PATH too: a job's scripts use it
     // without installing it (JEL, README).
     let jel_cli = shim_binary.with_file_name("rb-jel");
@@ -191,10 +201,14 @@ mod tests {
             None,
         )
         .expect("prepare");
-        assert_eq!(
-            std::fs::read_link(&env.shim).expect("link"),
-            Path::new("/opt/rb/rsh")
-        );
+        for name in SHIM_NAMES {
+            assert_eq!(
+                std::fs::read_link(env.dir.join("bin").join(name)).expect("link"),
+                Path::new("/opt/rb/rsh"),
+                "{name}"
+            );
+        }
+        assert_eq!(env.shim, env.dir.join("bin/rsh"));
         assert!(env.vars["PATH"].starts_with(&format!("{}:", env.dir.join("bin").display())));
         let shim = env.shim.display().to_string();
         for var in LAUNCHER_VARS.iter().filter(|v| **v != OMPI_AGENT_VAR) {

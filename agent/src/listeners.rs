@@ -55,6 +55,10 @@ pub enum Event {
     Named {
         host: String,
     },
+    /// Which remote shell a shim call used (a `via` line).
+    RouteUsed {
+        line: String,
+    },
     ShimGone {
         conn: u64,
     },
@@ -126,8 +130,15 @@ async fn shim_conn(mut conn: FramedConn<tokio::net::UnixStream>, events: mpsc::S
             let _ = events.send(Event::Resolved { symbolic, pid }).await;
             return;
         }
-        Ok(ShimRequest::Named { host, .. }) => {
+        Ok(ShimRequest::Named { host, via, .. }) => {
             let _ = events.send(Event::Named { host }).await;
+            if let Some(line) = via {
+                let _ = events.send(Event::RouteUsed { line }).await;
+            }
+            return;
+        }
+        Ok(ShimRequest::Used { via, .. }) => {
+            let _ = events.send(Event::RouteUsed { line: via }).await;
             return;
         }
         Err(e) => return debug!(error = %e, "bad shim request"),

@@ -207,7 +207,26 @@ fn spawn_command(
             proto::symbolic::preload_with(existing.as_deref(), &lib.display().to_string());
         command.env("LD_PRELOAD", preload);
     }
-    command.spawn()
+    let child = command.spawn()?;
+    give_terminal(child.id());
+    Ok(child)
+}
+
+/// A command whose stdin is our terminal (an interactive login, `ssh -t`) runs in its own
+/// process group: that group becomes the terminal's foreground group, else a shell stops at
+/// its first read (SIGTTIN). Only when we hold the foreground ourselves; then SIGCONT, for a
+/// shell that read before and stopped.
+fn give_terminal(pid: u32) {
+    use std::io::IsTerminal;
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        return;
+    }
+    let ours = nix::unistd::tcgetpgrp(&stdin).is_ok_and(|fg| fg == nix::unistd::getpgrp());
+    let group = nix::unistd::Pid::from_raw(pid as i32);
+    if ours && nix::unistd::tcsetpgrp(&stdin, group).is_ok() {
+        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGCONT);
+    }
 }
 
 /// Gives the command (and the guardian) an empty signal mask and the default SIGTERM

@@ -15,7 +15,10 @@
 //! agent → shim  {"t":"lost","name":"anyLinux-1","host":"node03","message":"…"}  (exit 255)
 //! shim → agent  {"t":"attach","host":"node03","pid":4712}  (a real host already allocated to the job)
 //! job  → agent  {"t":"resolved","symbolic":"anyLinux","pid":4713}  (no reply; see below)
-//! shim → agent  {"t":"named","host":"node05","pid":4714}   (no reply: a pass-through call)
+//! shim → agent  {"t":"named","host":"node05","pid":4714,"via":"ssh: node05: pass-through to /usr/bin/ssh"}
+//!                                                          (no reply: a pass-through call)
+//! shim → agent  {"t":"used","host":"anyLinux-1","pid":4715,"via":"ssh: anyLinux-1: granted node03 (allocation 2) over ssh"}
+//!                                                          (no reply: a granted call starts)
 //! shim → agent  {"t":"taken_back","alloc":7,"pid":4712}  (its remote shell exited 0: was the host taken?)
 //! agent → shim  {"t":"taken_back","alloc":7,"host":"node03","message":"…"}   (exit 143)
 //! agent → shim  {"t":"not_taken_back","alloc":7}                              (the shell's 0)
@@ -71,8 +74,19 @@ pub enum ShimRequest {
     Resolved { symbolic: String, pid: u32 },
     /// The shim passes a call to `host`, a real host not allocated to the job, through to
     /// the real remote shell: the job uses that host by name (a module job is then never
-    /// granted it). Not answered.
-    Named { host: String, pid: u32 },
+    /// granted it). `via` (optional): which remote shell, as the shim's `RB_VERBOSE` line
+    /// says it (`ssh: node05: pass-through to /usr/bin/ssh`), kept as a job note for
+    /// `rb jobs`. Not answered.
+    Named {
+        host: String,
+        pid: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        via: Option<String>,
+    },
+    /// A shim runs a call on a host granted to the job: `via` says which remote shell
+    /// (`ssh: anyLinux-1: granted node03 (allocation 2) over ssh`), kept as a job note for
+    /// `rb jobs`. Not answered.
+    Used { host: String, pid: u32, via: String },
     /// The shim's remote shell for `alloc` exited 0: did the broker take `alloc` back from
     /// the job? Answered with `TakenBack` or `NotTakenBack`.
     TakenBack { alloc: u64, pid: u32 },

@@ -7,7 +7,7 @@
 //! with `sh -c`, so literal quotes and `;` inside words are kept as they are.
 //!
 //! BSD "hostname links": when the program is invoked under a name that is not a remote-shell
-//! name (`rsh`, `remsh`, `rsh-shim`, `ssh`), that basename is the host and every argument is
+//! name (`rsh`, `remsh`, `rsh-shim`, `ssh`, `scp`, `sftp`), that basename is the host and every argument is
 //! `[opts] word…`.
 //!
 //! User precedence: `-l USER` beats `user@host`; among several `-l` the last wins (netkit).
@@ -19,7 +19,7 @@ use std::path::Path;
 pub const USAGE: &str = "usage: rsh [-nd] [-l login] host [command]";
 
 /// Program names under which the shim is a remote shell, not a hostname link.
-const SHELL_NAMES: &[&str] = &["rsh", "remsh", "rsh-shim", "ssh"];
+const SHELL_NAMES: &[&str] = &["rsh", "remsh", "rsh-shim", "ssh", "scp", "sftp"];
 /// Options without a value.
 const FLAGS: &str = "ndxXK8Lew46TtqaA";
 /// Options that take a value (attached or as the next word).
@@ -92,6 +92,11 @@ pub fn parse_lossy(args: &[OsString]) -> Result<Invocation, UsageError> {
 pub fn host_from_program_name(argv0: &OsStr) -> Option<String> {
     let base = Path::new(argv0).file_name()?.to_str()?;
     (!base.is_empty() && !SHELL_NAMES.contains(&base)).then(|| base.to_string())
+}
+
+/// The basename of the program name, if it is text.
+pub fn program_name(argv0: &OsStr) -> Option<&str> {
+    Path::new(argv0).file_name()?.to_str()
 }
 
 /// The remote-shell name the shim stands in for: `ssh` when invoked as `ssh`, else `rsh`.

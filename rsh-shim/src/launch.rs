@@ -40,41 +40,79 @@ pub fn passthrough(
     Plan { program, args }
 }
 
-/// A granted host: `remote_shell… [-n] [-l USER] [options it understands] address REMOTE`,
-/// with REMOTE = [`remote_command`] of the grant's subagent and `command`.
-pub fn granted(inv: &Invocation, grant: &Grant, command: &str) -> Plan {
+/// What a granted host's command line carries from the caller, already in the grammar of
+/// the grant's remote shell ([`crate::translate`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GrantedSession {
+    /// `-n`: stdin from /dev/null.
+    pub no_stdin: bool,
+    /// `-l USER`.
+    pub user: Option<String>,
+    /// `-p PORT` (ssh only).
+    pub port: Option<String>,
+    /// `-t`: a terminal for an interactive login (ssh only).
+    pub tty: bool,
+    /// Every other option, as the remote shell takes it.
+    pub options: Vec<String>,
+}
+
+/// The one place a granted host's remote shell command line is built:
+/// `remote_shell… [-o HostKeyAlias=HOST] [-n] [-l USER] [-p PORT] [-t] [options] address
+/// REMOTE`, with REMOTE = [`remote_command`] of the grant's subagent and `command`.
+///
+/// Over ssh the host key is checked under the host's name in the lab (`HostKeyAlias`), not
+/// under whatever address it has; it comes first, so it beats a caller's (ssh keeps the
+/// first value of an option).
+pub fn granted(grant: &Grant, session: &GrantedSession, command: &str) -> Plan {
     let mut words = grant.remote_shell.iter().map(OsString::from);
     let program = words.next().unwrap_or_default();
     let mut args: Vec<OsString> = words.collect();
-    if inv.no_stdin {
+    let ssh = grant.remote_shell.first().is_some_and(|p| is_ssh(p));
+    if ssh {
+        args.extend(["-o".into(), format!("HostKeyAlias={}", grant.host).into()]);
+    }
+    if session.no_stdin {
         args.push("-n".into());
     }
-    if let Some(user) = &inv.user {
+    if let Some(user) = &session.user {
         args.extend(["-l".into(), user.into()]);
     }
-    let ssh = grant.remote_shell.first().is_some_and(|p| is_ssh(p));
-    args.extend(forwarded_options(inv, ssh).into_iter().map(OsString::from));
+    if ssh {
+        if let Some(port) = &session.port {
+            args.extend(["-p".into(), port.into()]);
+        }
+        if session.tty {
+            args.push("-t".into());
+        }
+    }
+    args.extend(session.options.iter().map(OsString::from));
     args.push(grant.address.clone().into());
     args.push(remote_command(&grant.subagent, command).into());
     Plan { program, args }
 }
 
+/// An rsh caller's [`GrantedSession`] for a remote shell that is ssh or not.
+pub fn rsh_session(inv: &Invocation, ssh: bool) -> GrantedSession {
+    GrantedSession {
+        no_stdin: inv.no_stdin,
+        user: inv.user.clone(),
+        port: inv.port.clone().filter(|_| ssh),
+        tty: false,
+        options: forwarded_options(inv, ssh),
+    }
+}
+
 /// Whether `program` is ssh (by basename), which understands more options than rsh.
-fn is_ssh(program: &str) -> bool {
+pub fn is_ssh(program: &str) -> bool {
     Path::new(program).file_name() == Some(OsStr::new("ssh"))
 }
 
-/// The caller's options the granted remote shell understands: for ssh `-p PORT` and the
-/// options with the same meaning in ssh (`-x -X -T -t -q -a -A -4 -6 -o -i -F`); for rsh only
+/// The caller's options the granted remote shell understands: for ssh the options with the
+/// same meaning in ssh (`-x -X -T -t -q -a -A -4 -6 -o -i -F`); for rsh only
 /// `-d`. Options whose meaning differs (`-e -k -K -L -w -8`) are dropped.
 pub fn forwarded_options(inv: &Invocation, ssh: bool) -> Vec<String> {
     let keep = if ssh { "xXTtqaA46oiF" } else { "d" };
     let mut out = Vec::new();
-    if ssh {
-        if let Some(port) = &inv.port {
-            out.extend(["-p".to_string(), port.clone()]);
-        }
-    }
     let mut opts = inv.passthrough_opts.iter();
     while let Some(opt) = opts.next() {
         let letter = opt.chars().nth(1).unwrap_or_default();
@@ -178,11 +216,17 @@ mod tests {
             "-x", "anyLinux", "-n", "-l", "bob", "-p", "2222", "-o", "A=b", "-e", "-k", "R",
             "pvmd -s",
         ]);
-        let plan = granted(&i, &grant(&["/usr/bin/ssh", "-F", "/x/cfg"]), "pvmd -s");
+        let plan = granted(
+            &grant(&["/usr/bin/ssh", "-F", "/x/cfg"]),
+            &rsh_session(&i, true),
+            "pvmd -s",
+        );
         assert_eq!(plan.program, "/usr/bin/ssh");
         let want = [
             "-F",
             "/x/cfg",
+            "-o",
+            "HostKeyAlias=node03",
             "-n",
             "-l",
             "bob",
@@ -200,7 +244,7 @@ mod tests {
     #[test]
     fn granted_over_rsh_drops_port_and_ssh_options() {
         let i = inv(&["anyLinux", "-d", "-x", "-p", "2222", "echo hi"]);
-        let plan = granted(&i, &grant(&["rsh"]), "echo hi");
+        let plan = granted(&grant(&["rsh"]), &rsh_session(&i, false), "echo hi");
         assert_eq!(plan.program, "rsh");
         assert_eq!(
             plan.args,

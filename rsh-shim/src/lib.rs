@@ -1,5 +1,6 @@
 //! `rsh`: the drop-in remote shell a job's agent puts first in PATH (and in PVM_RSH, LAMRSH,
-//! OMPI_MCA_plm_rsh_agent, HYDRA_LAUNCHER_EXEC).
+//! OMPI_MCA_plm_rsh_agent, HYDRA_LAUNCHER_EXEC); under the names `ssh`, `scp` and `sftp` the
+//! same program is the job's ssh ([`ssh`]) and its copy programs ([`copy`]).
 //!
 //! A small synchronous program: it decides where a call goes before talking to anyone, and
 //! the real remote shell relays stdin (with EOF), stdout/stderr unbuffered and the remote
@@ -15,14 +16,20 @@
 //! remote shell exits 0, the shim asks the agent (`taken_back`, one more local round trip)
 //! whether the broker took that allocation back; if so it says so in one line on stderr,
 //! `rsh: HOST was taken back by the broker (…)`, and exits 143 (128+SIGTERM: what ssh
-//! returns there, the subagent's status for a command it ended with SIGTERM).
+//! returns there, the subagent's status for a command it ended with SIGTERM). It asks too
+//! when ssh itself returns 143 or 255, to print the same line.
 //!
 //! Routing (see [`route`]):
 //! 1. a host listed in `RB_HOSTS_FILE` → `attach` request to the agent, run under a subagent;
 //! 2. a symbolic host (`anyLinux`) → `allocate` request to the agent (or, with no agent,
 //!    `agent -- rsh ARGS…` as a one-shot job), run under a subagent on the granted host;
 //! 3. anything else → pass-through to the real remote shell with the same arguments (in a
-//!    job, after a `named` line to the agent: the job uses that host by name).
+//!    job, after a `named` line to the agent: the job uses that host by name); when the real
+//!    remote shell is netkit rsh and the arguments carry ssh's options (Hydra's `-x`), with
+//!    what they mean to rsh ([`translate`]).
+//!
+//! `RB_VERBOSE` set: one line on stderr says which remote shell a call used
+//! (`route_line`); the agent gets the same line (`named`'s `via`, `used`) for `rb jobs`.
 //!
 //! The job is the caller's whatever its environment: with `RB_AGENT` unset, the agent is
 //! found next to the shim's own path, or for a symbolic host in an ancestor's environment
@@ -41,16 +48,24 @@
 //! - [`lineage`]: the job of a caller that cleaned its environment (own directory, ancestry).
 //! - [`launch`]: exec plans (pass-through, granted host, one-shot agent) and `exec`.
 //! - [`child`]: a granted host's remote shell as a child, signals passed on, its end.
+//! - [`ssh`], [`ssh_args`]: the same drop-in as `ssh` (OpenSSH's grammar), when the program
+//!   is invoked under that name; [`translate`]: options carried between ssh and rsh.
+//! - [`copy`]: `scp` and `sftp`, which call ssh by full path: the real ones, told to use the
+//!   job's `ssh` (`-S`).
 
 pub mod args;
 pub mod callers;
 pub mod child;
 pub mod conversation;
+pub mod copy;
 pub mod hosts;
 pub mod launch;
 pub mod lineage;
 pub mod quote;
 pub mod realsh;
+pub mod ssh;
+pub mod ssh_args;
+pub mod translate;
 
 use std::convert::Infallible;
 use std::ffi::{OsStr, OsString};
@@ -65,6 +80,8 @@ use crate::child::Ended;
 use crate::conversation::{ConversationError, Grant, Outcome};
 use crate::launch::Plan;
 use crate::realsh::RealShellError;
+use crate::ssh_args::{SshCall, SshUsageError};
+use crate::translate::{Family, Refusal};
 
 /// Refuse to run when this many shims are already above us.
 pub const MAX_DEPTH: u32 = 4;
@@ -119,6 +136,19 @@ pub enum ShimError {
     SelfExe(io::Error),
     #[error("cannot run {program}: {source}")]
     Exec { program: String, source: io::Error },
+    /// An ssh call whose command line ssh itself would refuse (exit 255).
+    #[error("{0}")]
+    SshUsage(#[from] SshUsageError),
+    /// An option the remote shell of the call cannot carry (exit 255, before any host is
+    /// allocated).
+    #[error("{0}")]
+    Untranslatable(#[from] Refusal),
+    /// `ssh -s NAME` on a granted host for a subsystem other than sftp (exit 255).
+    #[error("{host}: -s {name}: only the sftp subsystem runs on a granted host")]
+    Subsystem { host: String, name: String },
+    /// `ssh anyLinux` with no command over the rsh transport (exit 255).
+    #[error("{host}: an interactive login needs a terminal, which the job's remote shell (rsh) does not give; give a command")]
+    LoginOverRsh { host: String },
 }
 
 impl ShimError {
@@ -126,8 +156,21 @@ impl ShimError {
     /// remote side is gone, as when ssh cannot reach a host), else 1.
     pub fn exit_code(&self) -> i32 {
         match self {
-            ShimError::InstanceLost { .. } => 255,
+            ShimError::InstanceLost { .. }
+            | ShimError::SshUsage(_)
+            | ShimError::Untranslatable(_)
+            | ShimError::Subsystem { .. }
+            | ShimError::LoginOverRsh { .. } => 255,
             _ => 1,
+        }
+    }
+
+    /// The exit status when the shim runs as `shell` (`rsh` or `ssh`): ssh exits 255 for
+    /// every error of its own.
+    pub fn exit_code_as(&self, shell: &str) -> i32 {
+        match shell {
+            "ssh" => 255,
+            _ => self.exit_code(),
         }
     }
 }
@@ -177,19 +220,26 @@ pub enum Route {
 /// (the shim then ends the same way: [`Ended::exit`]) or an error; every other success is
 /// an `exec`.
 pub fn run(args: &[OsString], env: &Env) -> Result<Ended, ShimError> {
-    try_run(args, env)
+    let argv0 = args.first().map(OsString::as_os_str).unwrap_or_default();
+    match args::program_name(argv0) {
+        Some("ssh") => ssh::run(args, env),
+        Some(name @ ("scp" | "sftp")) => copy::run(name, args, env).map(|never| match never {}),
+        _ => try_run(args, env),
+    }
 }
 
-/// Prints `err` the way rsh does: `rsh: MESSAGE`, plus the usage line for usage errors;
-/// then, for a refusal its caller reads on stdout ([`callers`]), that line on stdout.
-pub fn print_error(err: &ShimError) {
+/// Prints `err` the way `shell` (rsh or ssh, [`args::shell_name`]) does: `rsh: MESSAGE`,
+/// plus the usage line for usage errors; then, for a refusal its caller reads on stdout
+/// ([`callers`]), that line on stdout.
+pub fn print_error(err: &ShimError, shell: &str) {
     let mut stderr = io::stderr().lock();
     let _ = match err {
         ShimError::Usage(usage) => match usage.message() {
             Some(message) => writeln!(stderr, "rsh: {message}\n{}", args::USAGE),
             None => writeln!(stderr, "{}", args::USAGE),
         },
-        other => writeln!(stderr, "rsh: {other}"),
+        ShimError::SshUsage(usage) => writeln!(stderr, "ssh: {usage}\n{}", ssh_args::USAGE),
+        other => writeln!(stderr, "{shell}: {other}"),
     };
     // After the stderr line: the caller may stop reading once it has this one.
     if let ShimError::Refused {
@@ -203,12 +253,21 @@ pub fn print_error(err: &ShimError) {
 fn try_run(args: &[OsString], env: &Env) -> Result<Ended, ShimError> {
     let depth = check_depth(env.depth.as_deref())?;
     let inv = args::parse_lossy(args)?;
-    match route(&inv, env)? {
+    match route_host(&inv.host, env)? {
         Route::PassThrough => {
-            tell_named(env, &inv.host);
-            pass_through(args, env, depth).map(|never| match never {})
+            pass_through(args, &inv, env, depth, true).map(|never| match never {})
         }
-        route => via_agent(args, env, depth, route),
+        route => {
+            let inv = args::parse(args)?;
+            let request = Request {
+                host: inv.host.clone(),
+                attach: route == Route::Attach,
+                words: inv.words.clone(),
+                args,
+                caller: Caller::Rsh(&inv),
+            };
+            via_agent(&request, env, depth)
+        }
     }
 }
 
@@ -226,8 +285,13 @@ pub fn check_depth(value: Option<&OsStr>) -> Result<u32, ShimError> {
 
 /// Decides where `inv` goes: listed in the hosts file, symbolic, or pass-through.
 pub fn route(inv: &Invocation, env: &Env) -> Result<Route, ShimError> {
+    route_host(&inv.host, env)
+}
+
+/// Decides where a call to `host` goes: listed in the hosts file, symbolic, or pass-through.
+pub fn route_host(host: &str, env: &Env) -> Result<Route, ShimError> {
     if let Some(path) = &env.hosts_file {
-        let listed = hosts::hosts_file_lists(Path::new(path), &inv.host).map_err(|source| {
+        let listed = hosts::hosts_file_lists(Path::new(path), host).map_err(|source| {
             ShimError::HostsFile {
                 path: Path::new(path).display().to_string(),
                 source,
@@ -237,7 +301,7 @@ pub fn route(inv: &Invocation, env: &Env) -> Result<Route, ShimError> {
             return Ok(Route::Attach);
         }
     }
-    Ok(if hosts::is_symbolic(&inv.host) {
+    Ok(if hosts::is_symbolic(host) {
         Route::Symbolic
     } else {
         Route::PassThrough
@@ -248,23 +312,39 @@ pub fn route(inv: &Invocation, env: &Env) -> Result<Route, ShimError> {
 /// job is then never granted that host. Best effort: a call outside a job, an agent that
 /// cannot be reached, or a socket served by another uid (nothing is written to it, as for
 /// every other client of the agent's socket) changes nothing about the pass-through.
-fn tell_named(env: &Env, host: &str) {
+/// `via`: the remote shell the call uses (`route_line`), for `rb jobs`.
+pub(crate) fn tell_named(env: &Env, host: &str, via: Option<String>) {
     let Some(socket) = &env.agent else { return };
-    let Ok(stream) = UnixStream::connect(Path::new(socket)) else {
-        return;
-    };
-    if proto::peercred::check_server(&stream, Path::new(socket), "job's agent").is_err() {
-        return;
-    }
     let request = ShimRequest::Named {
         host: host.to_string(),
         pid: std::process::id(),
+        via,
     };
-    let _ = conversation::notify(stream, &request);
+    notify_agent(Path::new(socket), &request);
 }
 
-/// Execs the real remote shell with our arguments unchanged.
-fn pass_through(args: &[OsString], env: &Env, depth: u32) -> Result<Infallible, ShimError> {
+/// Sends the agent a request that gets no answer. Best effort, as [`tell_named`].
+fn notify_agent(socket: &Path, request: &ShimRequest) {
+    let Ok(stream) = UnixStream::connect(socket) else {
+        return;
+    };
+    if proto::peercred::check_server(&stream, socket, "job's agent").is_err() {
+        return;
+    }
+    let _ = conversation::notify(stream, request);
+}
+
+/// Execs the real remote shell (`RB_REAL_RSH`, the job's) with our arguments unchanged;
+/// when they are another grammar's than that shell's (Hydra's `-x` for netkit rsh), with
+/// what they mean in its grammar ([`translate::rsh_passthrough`]).
+/// `named`: tell the agent the job reaches this host by name ([`tell_named`]).
+fn pass_through(
+    args: &[OsString],
+    inv: &Invocation,
+    env: &Env,
+    depth: u32,
+    named: bool,
+) -> Result<Infallible, ShimError> {
     let argv0 = args.first().map(OsString::as_os_str).unwrap_or_default();
     let real = realsh::real_shell(
         env.real_rsh.as_deref(),
@@ -272,33 +352,123 @@ fn pass_through(args: &[OsString], env: &Env, depth: u32) -> Result<Infallible, 
         env.path.as_deref(),
         &self_exe()?,
     )?;
-    let link_host = args::host_from_program_name(argv0);
-    let plan = launch::passthrough(
-        real,
-        link_host.as_deref(),
-        args.get(1..).unwrap_or_default(),
+    let family = Family::known(
+        &real
+            .first()
+            .map(|p| p.to_string_lossy())
+            .unwrap_or_default(),
     );
+    let link_host = args::host_from_program_name(argv0);
+    let translated = match family {
+        Some(family) => translate::rsh_passthrough(inv, family)?,
+        None => None,
+    };
+    let plan = match translated {
+        None => launch::passthrough(
+            real,
+            link_host.as_deref(),
+            args.get(1..).unwrap_or_default(),
+        ),
+        Some(words) => {
+            let words: Vec<OsString> = words.into_iter().map(OsString::from).collect();
+            launch::passthrough(real, None, &words)
+        }
+    };
+    let line = route_line(
+        "rsh",
+        &inv.host,
+        &format!("pass-through to {}", plan.program.to_string_lossy()),
+    );
+    say_route(&line);
+    if named {
+        tell_named(env, &inv.host, Some(line));
+    }
     Err(exec(&plan, depth))
 }
 
+/// Which remote shell a call used: `ssh: node03: pass-through to /usr/bin/ssh`,
+/// `rsh: anyLinux: granted node04 (allocation 7) over ssh`.
+pub(crate) fn route_line(shell: &str, host: &str, what: &str) -> String {
+    format!("{shell}: {host}: {what}")
+}
+
+/// With [`ENV_VERBOSE`] set, `line` (`route_line`) on stderr. Nothing otherwise (LAM
+/// treats any stderr output of its remote shell as fatal).
+pub(crate) fn say_route(line: &str) {
+    if std::env::var_os(ENV_VERBOSE).is_some_and(|v| !v.is_empty()) {
+        let _ = writeln!(io::stderr(), "{line}");
+    }
+}
+
+/// Who is calling: the grammar the call was written in, and what it parsed to.
+pub(crate) enum Caller<'a> {
+    Rsh(&'a Invocation),
+    Ssh(&'a SshCall),
+}
+
+impl Caller<'_> {
+    fn shell(&self) -> &'static str {
+        match self {
+            Caller::Rsh(_) => "rsh",
+            Caller::Ssh(_) => "ssh",
+        }
+    }
+}
+
+/// A call for a symbolic host or one allocated to the job.
+pub(crate) struct Request<'a> {
+    pub host: String,
+    /// The host is listed in the hosts file (`attach`), else symbolic (`allocate`).
+    pub attach: bool,
+    /// The command words (what [`callers`] read a refusal from).
+    pub words: Vec<String>,
+    /// The full argv, for a pass-through or a one-shot job.
+    pub args: &'a [OsString],
+    pub caller: Caller<'a>,
+}
+
+/// What runs on the granted host for `request` over `family`, or why it cannot; checked
+/// once before asking the agent (with the job's remote shell) and again with the grant's.
+fn session_for(
+    request: &Request,
+    family: Family,
+) -> Result<(launch::GrantedSession, String), ShimError> {
+    let host = request.host.clone();
+    match request.caller {
+        Caller::Rsh(inv) => {
+            let command = inv.command.clone().ok_or(match request.attach {
+                true => ShimError::AttachWithoutCommand { host },
+                false => ShimError::SymbolicWithoutCommand { host },
+            })?;
+            Ok((launch::rsh_session(inv, family == Family::Ssh), command))
+        }
+        Caller::Ssh(call) => ssh::session(call, &host, family),
+    }
+}
+
 /// Symbolic or allocated host: ask the agent, then run the granted remote shell.
-fn via_agent(args: &[OsString], env: &Env, depth: u32, route: Route) -> Result<Ended, ShimError> {
-    let inv = args::parse(args)?;
-    let host = inv.host.clone();
-    let attach = route == Route::Attach;
-    let Some(command) = inv.command.clone() else {
-        return Err(match attach {
-            true => ShimError::AttachWithoutCommand { host },
-            false => ShimError::SymbolicWithoutCommand { host },
-        });
-    };
+fn via_agent(request: &Request, env: &Env, depth: u32) -> Result<Ended, ShimError> {
+    let host = request.host.clone();
+    let attach = request.attach;
+    let shell = request.caller.shell();
+    // Before any allocation: what the job's remote shell could not carry.
+    if let Some(real) = env.real_rsh.as_deref() {
+        if let Some(program) = realsh::parse_real_rsh(&real.to_string_lossy())
+            .ok()
+            .and_then(|argv| argv.into_iter().next())
+        {
+            session_for(request, Family::of(&program.to_string_lossy()))?;
+        }
+    } else {
+        session_for(request, Family::Ssh)?;
+    }
     if !attach {
         // Before any allocation: a name launchers would refuse (Open MPI's `anyX86_64`)
         // ends the call at once, as an unresolvable name does outside a job.
         if let Err(e) = proto::symbolic::check_name(&host) {
             let message = e.to_string();
             return Err(ShimError::Refused {
-                stdout: callers::refusal_stdout(&inv.words, &host, &message),
+                stdout: callers::refusal_stdout(&request.words, &host, &message),
                 host,
                 message,
             });
@@ -312,11 +482,11 @@ fn via_agent(args: &[OsString], env: &Env, depth: u32, route: Route) -> Result<E
     let Some(socket) = &agent else {
         return match attach {
             true => Err(ShimError::NoAgentVariable { host }),
-            false => one_shot(args, env, &host, depth).map(|never| match never {}),
+            false => one_shot(request, env, &host, depth).map(|never| match never {}),
         };
     };
     let pid = std::process::id();
-    let request = match attach {
+    let ask = match attach {
         true => ShimRequest::Attach {
             host: host.clone(),
             pid,
@@ -326,7 +496,7 @@ fn via_agent(args: &[OsString], env: &Env, depth: u32, route: Route) -> Result<E
             pid,
         },
     };
-    match ask_agent(Path::new(socket), &request, &host)? {
+    match ask_agent(Path::new(socket), &ask, &host, shell)? {
         Outcome::Granted(mut grant) => {
             // A bare `rsh` from the broker must not find this shim first in the job's PATH.
             if let Some(program) = grant.remote_shell.first_mut() {
@@ -334,14 +504,34 @@ fn via_agent(args: &[OsString], env: &Env, depth: u32, route: Route) -> Result<E
                 realsh::resolve_bare_name(&mut name, env.path.as_deref(), &self_exe()?);
                 *program = name.to_string_lossy().into_owned();
             }
-            let plan = launch::granted(&inv, &grant, &command);
-            run_granted(&plan, depth, Path::new(socket), &grant)
+            let family = Family::of(grant.remote_shell.first().map_or("", String::as_str));
+            let (session, command) = session_for(request, family)?;
+            let plan = launch::granted(&grant, &session, &command);
+            let what = format!(
+                "granted {} (allocation {}) over {}",
+                grant.host,
+                grant.alloc,
+                family.name()
+            );
+            let line = route_line(shell, &host, &what);
+            say_route(&line);
+            let used = ShimRequest::Used {
+                host: host.clone(),
+                pid,
+                via: line,
+            };
+            notify_agent(Path::new(socket), &used);
+            run_granted(&plan, depth, Path::new(socket), &grant, shell)
         }
         // The hosts file said the host was the job's, but the agent has given it back
         // meanwhile (the file trails the agent): it is an ordinary host again.
-        Outcome::Refused(_) if attach => pass_through(args, env, depth).map(|never| match never {}),
+        Outcome::Refused(_) if attach => match request.caller {
+            Caller::Rsh(inv) => pass_through(request.args, inv, env, depth, false),
+            Caller::Ssh(_) => ssh::pass_through(request.args, env, depth, None),
+        }
+        .map(|never| match never {}),
         Outcome::Refused(message) => Err(ShimError::Refused {
-            stdout: callers::refusal_stdout(&inv.words, &host, &message),
+            stdout: callers::refusal_stdout(&request.words, &host, &message),
             host,
             message,
         }),
@@ -361,22 +551,33 @@ fn via_agent(args: &[OsString], env: &Env, depth: u32, route: Route) -> Result<E
 pub const TAKEN_BACK_STATUS: i32 = 128 + libc::SIGTERM;
 
 /// Runs a granted host's remote shell as our child (the agent's connection is closed by
-/// then); when it exits 0, asks the agent whether the broker took the host back meanwhile.
-fn run_granted(plan: &Plan, depth: u32, socket: &Path, grant: &Grant) -> Result<Ended, ShimError> {
+/// then), then asks the agent whether the broker took the host back meanwhile: if so, one
+/// line says so and a 0 (netkit rsh loses the remote status) becomes 143; ssh's own 143
+/// (the subagent's status for a command it ended) stands, now explained.
+fn run_granted(
+    plan: &Plan,
+    depth: u32,
+    socket: &Path,
+    grant: &Grant,
+    shell: &str,
+) -> Result<Ended, ShimError> {
     let ended = child::run(plan, depth).map_err(|source| ShimError::Exec {
         program: plan.program.to_string_lossy().into_owned(),
         source,
     })?;
-    if ended != Ended::Code(0) {
+    if !matches!(ended, Ended::Code(0 | TAKEN_BACK_STATUS | 255)) {
         return Ok(ended);
     }
     match ask_taken_back(socket, grant.alloc) {
         Some((host, message)) => {
             let _ = writeln!(
                 io::stderr(),
-                "rsh: {host} was taken back by the broker ({message})"
+                "{shell}: {host} was taken back by the broker ({message})"
             );
-            Ok(Ended::Code(TAKEN_BACK_STATUS))
+            Ok(match ended {
+                Ended::Code(0) => Ended::Code(TAKEN_BACK_STATUS),
+                other => other,
+            })
         }
         None => Ok(ended),
     }
@@ -394,7 +595,12 @@ fn ask_taken_back(socket: &Path, alloc: u64) -> Option<(String, String)> {
 }
 
 /// Connects to the agent and converses; says once that we wait (see [`wait_notice`]).
-fn ask_agent(socket: &Path, request: &ShimRequest, host: &str) -> Result<Outcome, ShimError> {
+fn ask_agent(
+    socket: &Path,
+    request: &ShimRequest,
+    host: &str,
+    shell: &str,
+) -> Result<Outcome, ShimError> {
     let path = socket.display().to_string();
     let stream = UnixStream::connect(socket).map_err(|source| ShimError::AgentUnreachable {
         path: path.clone(),
@@ -409,6 +615,10 @@ fn ask_agent(socket: &Path, request: &ShimRequest, host: &str) -> Result<Outcome
             return;
         }
         if let Some(text) = wait_notice(tty, verbose, host, position, reason) {
+            let text = match text.strip_prefix("rsh: ") {
+                Some(rest) => format!("{shell}: {rest}"),
+                None => text,
+            };
             told = true;
             let _ = writeln!(io::stderr(), "{text}");
         }
@@ -444,29 +654,35 @@ pub fn wait_notice(
     })
 }
 
-/// No agent: a symbolic call becomes a one-shot job, `agent -- SHIM ARGS…`.
-fn one_shot(args: &[OsString], env: &Env, host: &str, depth: u32) -> Result<Infallible, ShimError> {
+/// No agent: a symbolic call becomes a one-shot job, `agent -- SHIM ARGS…` (for an ssh
+/// caller `agent -- ssh ARGS…`: the job's PATH has the drop-in ssh first).
+fn one_shot(request: &Request, env: &Env, host: &str, depth: u32) -> Result<Infallible, ShimError> {
     let me = self_exe()?;
     let agent =
         launch::find_agent(&me, env.path.as_deref()).ok_or_else(|| ShimError::NoAgentProgram {
             host: host.to_string(),
         })?;
+    let args = request.args;
     let argv0 = args.first().map(OsString::as_os_str).unwrap_or_default();
     let link_host = args::host_from_program_name(argv0);
+    let program = match request.caller {
+        Caller::Rsh(_) => me,
+        Caller::Ssh(_) => PathBuf::from("ssh"),
+    };
     let plan = launch::one_shot(
         &agent,
-        &me,
+        &program,
         link_host.as_deref(),
         args.get(1..).unwrap_or_default(),
     );
     Err(exec(&plan, depth))
 }
 
-fn self_exe() -> Result<PathBuf, ShimError> {
+pub(crate) fn self_exe() -> Result<PathBuf, ShimError> {
     std::env::current_exe().map_err(ShimError::SelfExe)
 }
 
-fn exec(plan: &Plan, depth: u32) -> ShimError {
+pub(crate) fn exec(plan: &Plan, depth: u32) -> ShimError {
     let source = launch::exec(plan, depth);
     ShimError::Exec {
         program: plan.program.to_string_lossy().into_owned(),
@@ -515,7 +731,7 @@ mod tests {
             agent: Some(socket.into_os_string()),
             ..Env::default()
         };
-        tell_named(&env, "node07");
+        tell_named(&env, "node07", None);
         let (stream, _) = listener.accept().expect("the shim connected");
         let mut line = String::new();
         io::BufReader::new(stream)
@@ -526,15 +742,16 @@ mod tests {
             sent,
             ShimRequest::Named {
                 host: "node07".into(),
-                pid: std::process::id()
+                pid: std::process::id(),
+                via: None
             }
         );
         let gone = Env {
             agent: Some(dir.path().join("none").into_os_string()),
             ..Env::default()
         };
-        tell_named(&gone, "node07");
-        tell_named(&Env::default(), "node07");
+        tell_named(&gone, "node07", None);
+        tell_named(&Env::default(), "node07", None);
     }
 
     fn inv(host: &str) -> Invocation {

@@ -38,7 +38,7 @@ pub fn from_ancestry() -> Option<JobVars> {
 }
 
 /// The path this program was exec'd by (relative paths resolve against the unchanged cwd).
-fn exec_path() -> Option<PathBuf> {
+pub fn exec_path() -> Option<PathBuf> {
     // SAFETY: getauxval has no preconditions; AT_EXECFN, when present, points at the
     // NUL-terminated path string the kernel put on our stack at exec, alive until exit.
     let ptr = unsafe { libc::getauxval(libc::AT_EXECFN) } as *const libc::c_char;

@@ -1,4 +1,4 @@
-//! The `rsh` binary: everything happens in the library ([`rsh_shim::run`]); on success the
+//! The `rsh` binary (also `ssh`, `scp` and `sftp` by the name it is invoked under): everything happens in the library ([`rsh_shim::run`]); on success the
 //! process has become the real remote shell, or ran a granted host's remote shell as its
 //! child and ends as it did ([`rsh_shim::child::Ended::exit`]); an error exits 1, or 255 for
 //! an instance whose host was taken back ([`rsh_shim::ShimError::exit_code`]).
@@ -19,8 +19,12 @@ pub extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
     match rsh_shim::run(&args, &rsh_shim::Env::from_process()) {
         Ok(ended) => ended.exit(),
         Err(err) => {
-            rsh_shim::print_error(&err);
-            err.exit_code()
+            let argv0 = args.first().map(OsString::as_os_str).unwrap_or_default();
+            let shell = rsh_shim::args::program_name(argv0)
+                .filter(|name| ["ssh", "scp", "sftp"].contains(name))
+                .unwrap_or("rsh");
+            rsh_shim::print_error(&err, shell);
+            err.exit_code_as(shell)
         }
     }
 }

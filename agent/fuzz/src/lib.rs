@@ -64,7 +64,8 @@ fn names_of(request: &ShimRequest) {
         ShimRequest::Allocate { symbolic: name, .. }
         | ShimRequest::Attach { host: name, .. }
         | ShimRequest::Resolved { symbolic: name, .. }
-        | ShimRequest::Named { host: name, .. } => name,
+        | ShimRequest::Named { host: name, .. }
+        | ShimRequest::Used { host: name, .. } => name,
         ShimRequest::TakenBack { .. } => return,
     };
     if symbolic::is_symbolic(name) {

@@ -86,7 +86,7 @@ mod tests;
 mod walk_tests;
 
 use std::{
-    collections::{BTreeMap, HashMap, VecDeque},
+    collections::{BTreeMap, HashMap, HashSet, VecDeque},
     path::PathBuf,
     time::{Duration, Instant},
 };
@@ -177,6 +177,9 @@ pub enum Input {
     Resolved { symbolic: String, pid: u32 },
     /// The shim passed a call to this real host through.
     Named { host: String },
+    /// Which remote shell a shim call used (`ssh: anyLinux-1: granted node03 (allocation
+    /// 2) over ssh`): a job note for `rb jobs`, once per distinct line.
+    RouteUsed { line: String },
     /// A shim's connection closed.
     ShimGone { shim: ShimId },
     /// The answer to [`Output::Offer`]: whether any of its shims took the grant.
@@ -345,7 +348,13 @@ pub struct AgentCore {
     /// Allocations the broker took back, oldest first (at most
     /// [`proto::agent::TAKEN_BACK_MEMORY`]).
     taken_back: VecDeque<TakenBack>,
+    /// The [`Input::RouteUsed`] lines already noted (at most [`ROUTE_NOTES`]).
+    route_notes: HashSet<String>,
 }
+
+/// How many distinct remote-shell lines a job notes for `rb jobs` (the broker keeps the
+/// last few; this bounds the agent's memory for a job that names thousands of hosts).
+pub const ROUTE_NOTES: usize = 256;
 
 impl AgentCore {
     pub fn new(cfg: CoreConfig) -> Self {
@@ -361,6 +370,7 @@ impl AgentCore {
             module,
             broker: Link::Live,
             taken_back: VecDeque::new(),
+            route_notes: HashSet::new(),
         }
     }
 
@@ -412,6 +422,7 @@ impl AgentCore {
             Input::ShimTakenBack { shim, alloc } => self.shim_taken_back(shim, alloc, out),
             Input::Resolved { symbolic, pid } => self.resolved(symbolic, pid, now, out),
             Input::Named { host } => self.named(host, out),
+            Input::RouteUsed { line } => self.route_used(line, out),
             Input::ShimGone { shim } => self.shim_gone(shim, out),
             Input::Offered { alloc, reached } => self.offered(alloc, reached, out),
             Input::SubConnected { alloc, sub } => self.sub_connected(alloc, sub, now, out),
@@ -453,6 +464,15 @@ impl AgentCore {
             } => self.reclaim(alloc, &host, grace_ms, now, out),
             other => tracing::warn!(?other, "unexpected message from the broker"),
         }
+    }
+
+    /// A shim call's remote shell, noted for `rb jobs` the first time its line is seen.
+    fn route_used(&mut self, line: String, out: &mut Out) {
+        if self.route_notes.len() >= ROUTE_NOTES || !self.route_notes.insert(line.clone()) {
+            return;
+        }
+        tracing::info!("{line}");
+        out.push(Output::ToBroker(ToBroker::JobNote { text: line }));
     }
 
     /// A note people should see: the agent's log and `rb jobs`.

@@ -1210,3 +1210,32 @@ fn taken_back_is_answered_while_the_job_ends_and_the_memory_is_bounded() {
     assert!(job.core.taken_back(1).is_none() && job.core.taken_back(2).is_none());
     assert!(job.core.taken_back(3).is_some() && job.core.taken_back(n).is_some());
 }
+
+#[test]
+fn each_remote_shell_line_of_a_shim_is_noted_once_for_rb_jobs() {
+    let mut job = Job::plain();
+    let line = "ssh: anyLinux-1: granted node03 (allocation 7) over ssh";
+    let used = |line: &str| Input::RouteUsed { line: line.into() };
+    assert_eq!(
+        job.feed(used(line)),
+        vec![broker(ToBroker::JobNote { text: line.into() })]
+    );
+    assert_eq!(
+        job.feed(used(line)),
+        vec![],
+        "the same line again: noted already"
+    );
+    let other = "ssh: node05: pass-through to /usr/bin/ssh";
+    assert_eq!(
+        job.feed(used(other)),
+        vec![broker(ToBroker::JobNote { text: other.into() })]
+    );
+    for n in 0..super::ROUTE_NOTES {
+        job.feed(used(&format!("ssh: node{n}: pass-through to /usr/bin/ssh")));
+    }
+    assert_eq!(
+        job.feed(used("ssh: one-more: pass-through to /usr/bin/ssh")),
+        vec![],
+        "bounded"
+    );
+}

@@ -222,6 +222,7 @@ impl Shell {
             }
             Event::Resolved { symbolic, pid } => Input::Resolved { symbolic, pid },
             Event::Named { host } => Input::Named { host },
+            Event::RouteUsed { line } => Input::RouteUsed { line },
             Event::ShimGone { conn } => {
                 self.shims.remove(&conn);
                 Input::ShimGone { shim: conn }

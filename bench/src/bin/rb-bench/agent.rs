@@ -19,13 +19,13 @@ use tests::{
     wait_until, Broker,
 };
 
-const FRONT_END: &str = "node02";
-const TARGET: &str = "node03";
+pub(crate) const FRONT_END: &str = "node02";
+pub(crate) const TARGET: &str = "node03";
 /// The broker's reclaim grace in these runs (`reclaim_grace_s`).
 const GRACE_S: f64 = 1.0;
 /// Table 1's `null` rows run this many times the repetitions: they are cheap (one remote
 /// `true`), and their targets are a few ms against a real ssh session's ±10 ms spread.
-const NULL_REPS_FACTOR: usize = 3;
+pub(crate) const NULL_REPS_FACTOR: usize = 3;
 
 /// What to measure.
 pub struct Options {
@@ -85,7 +85,7 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
 }
 
 /// A broker whose jobs use `transport` (daemons always over ssh), managing node03 only.
-fn start_broker(lab: lab::Lab, transport: &str) -> LabWithBroker {
+pub(crate) fn start_broker(lab: lab::Lab, transport: &str) -> LabWithBroker {
     let mut opts = LabOptions::new(&[], TEST_TIMING);
     opts.rsh = true;
     opts.job_shell = Some(vec![transport.to_string()]);
@@ -113,11 +113,11 @@ fn calibrated_loop() -> anyhow::Result<String> {
     Ok(format!("awk 'BEGIN{{for(i=0;i<{n};i++)s+=i}}'"))
 }
 
-struct Row {
-    label: String,
-    paper: &'static str,
-    ms: Summary,
-    failures: usize,
+pub(crate) struct Row {
+    pub(crate) label: String,
+    pub(crate) paper: &'static str,
+    pub(crate) ms: Summary,
+    pub(crate) failures: usize,
 }
 
 fn parse_times(out: &Output, what: &str) -> anyhow::Result<(Vec<f64>, usize)> {
@@ -133,7 +133,7 @@ fn parse_times(out: &Output, what: &str) -> anyhow::Result<(Vec<f64>, usize)> {
     Ok((times, failures))
 }
 
-fn row(label: String, paper: &'static str, (times, failures): (Vec<f64>, usize)) -> Row {
+pub(crate) fn row(label: String, paper: &'static str, (times, failures): (Vec<f64>, usize)) -> Row {
     Row {
         label,
         paper,
@@ -163,7 +163,7 @@ fn time_in_job(
 }
 
 /// The job's variables, unset for a command that must run as if outside any job.
-const OUTSIDE_JOB: [&str; 8] = [
+pub(crate) const OUTSIDE_JOB: [&str; 8] = [
     "-u",
     proto::agent::ENV_AGENT,
     "-u",
@@ -176,7 +176,7 @@ const OUTSIDE_JOB: [&str; 8] = [
 
 /// Times `ways` interleaved run by run (`rb-timeit … --then …`) in one job under `agent`:
 /// each way's times and failures, in the order given.
-fn time_interleaved(
+pub(crate) fn time_interleaved(
     env: &LabWithBroker,
     reps: usize,
     ways: &[Vec<String>],
@@ -226,7 +226,7 @@ fn time_interleaved(
 const EXEC_FLOOR: &str = "exec_floor";
 
 /// The real remote shell's absolute path: inside a job `rsh` is the shim.
-fn real_program(name: &str) -> anyhow::Result<String> {
+pub(crate) fn real_program(name: &str) -> anyhow::Result<String> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .map(|dir| dir.join(name))
@@ -508,7 +508,7 @@ pub(crate) fn show(s: &Summary) -> String {
     }
 }
 
-fn print_rows(rows: &[Row]) {
+pub(crate) fn print_rows(rows: &[Row]) {
     println!("| command | ours: median (min–max) | runs | paper |");
     println!("|---|---|---:|---:|");
     for r in rows {

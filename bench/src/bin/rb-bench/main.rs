@@ -8,6 +8,7 @@ mod jel_lab;
 mod modules;
 mod overflow;
 mod policy;
+mod ssh;
 mod take_back;
 
 use std::{
@@ -105,7 +106,7 @@ struct Args {
     /// Seconds an idle pilot is watched for its cost in the overflow section.
     #[arg(long, default_value_t = 60)]
     overflow_idle_s: u64,
-    /// Run only these sections (resource, agent, modules, policy, jel, apps, overflow);
+    /// Run only these sections (resource, agent, ssh, modules, policy, jel, apps, overflow);
     /// default all.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -133,6 +134,13 @@ fn main() -> anyhow::Result<()> {
             })?;
         } else {
             println!("## Agent layer\n\nskipped: needs root (network namespaces)\n");
+        }
+    }
+    if wanted("ssh") {
+        if tests::is_root() {
+            ssh::run(args.agent_reps)?;
+        } else {
+            println!("## ssh drop-in (issue 27)\n\nskipped: needs root (network namespaces)\n");
         }
     }
     if wanted("modules") {
