@@ -60,7 +60,7 @@ pub fn granted(inv: &Invocation, grant: &Grant, command: &str) -> Plan {
 }
 
 /// Whether `program` is ssh (by basename), which understands more options than rsh.
-fn is_ssh(program: &str) -> bool {
+pub(crate) fn is_ssh(program: &str) -> bool {
     Path::new(program).file_name() == Some(OsStr::new("ssh"))
 }
 

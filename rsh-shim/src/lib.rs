@@ -41,6 +41,7 @@
 //! - [`lineage`]: the job of a caller that cleaned its environment (own directory, ancestry).
 //! - [`launch`]: exec plans (pass-through, granted host, one-shot agent) and `exec`.
 //! - [`child`]: a granted host's remote shell as a child, signals passed on, its end.
+//! - [`mux`]: one ssh master connection per granted host, shared by the job's calls.
 
 pub mod args;
 pub mod callers;
@@ -49,6 +50,7 @@ pub mod conversation;
 pub mod hosts;
 pub mod launch;
 pub mod lineage;
+pub mod mux;
 pub mod quote;
 pub mod realsh;
 
@@ -334,7 +336,8 @@ fn via_agent(args: &[OsString], env: &Env, depth: u32, route: Route) -> Result<E
                 realsh::resolve_bare_name(&mut name, env.path.as_deref(), &self_exe()?);
                 *program = name.to_string_lossy().into_owned();
             }
-            let plan = launch::granted(&inv, &grant, &command);
+            let mut plan = launch::granted(&inv, &grant, &command);
+            mux::share_connection(&mut plan, &inv, &grant, Path::new(socket));
             run_granted(&plan, depth, Path::new(socket), &grant)
         }
         // The hosts file said the host was the job's, but the agent has given it back
