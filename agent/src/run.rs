@@ -169,6 +169,10 @@ fn start_reaper(
     let (stop, stopped) = tokio::sync::oneshot::channel();
     let task = tokio::spawn(async move {
         let serve = crate::reaper::serve(move |adopted| {
+            tracing::debug!(
+                ?adopted,
+                "the job's abandoned processes (pid, start) told the guardian"
+            );
             if let Some(p) = pipe.as_mut() {
                 if jobguard::report_adopted(p, adopted).is_err() {
                     pipe = None;
