@@ -10,6 +10,9 @@ use std::{
     time::Duration,
 };
 
+/// Numbers the directories of masters being closed (`cm/.xN`).
+static CLOSING: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// How long one `ssh -O exit` may take.
 const EXIT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -31,11 +34,21 @@ impl Masters {
         })
     }
 
-    /// Closes `host`'s masters, in the background.
+    /// Closes `host`'s masters, in the background. Their directory is first renamed (a
+    /// bound socket stays reachable under its new name): a call to the host granted anew
+    /// right after this finds no socket and starts a master of its own, instead of
+    /// becoming a session of one that is exiting.
     pub fn close_host(&self, host: &str) {
         let dir = proto::mux::host_dir(&self.job_dir, host);
+        let closing = self.job_dir.join(proto::mux::DIR).join(format!(
+            ".x{}",
+            CLOSING.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        if std::fs::rename(&dir, &closing).is_err() {
+            return; // no master was started for the host
+        }
         let ssh = self.ssh();
-        tokio::spawn(async move { close_dir(&ssh, &dir).await });
+        tokio::spawn(async move { close_dir(&ssh, &closing).await });
     }
 
     /// Closes every master of the job and waits for it (at most [`EXIT_TIMEOUT`]).
