@@ -59,7 +59,7 @@ impl JobGuard {
         let alive = child.stdin.take().context("the guardian's pipe")?;
         Ok(JobGuard {
             _child: child,
-            alive: alive,
+            alive,
         })
     }
 }
