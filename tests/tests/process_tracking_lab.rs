@@ -229,3 +229,75 @@ fn calls_to_a_held_host_share_one_ssh_connection_closed_when_the_host_goes_back(
         job_dir.exists()
     );
 }
+
+/// The last net on a granted host: the guardian is SIGKILLed after its command ended, so
+/// what it had adopted — here a daemon that erased its environment, tag included — goes
+/// to init. The host daemon noted the daemon below the subagent while it lived, and ends it
+/// once the allocation is over.
+#[test]
+fn the_host_daemon_ends_an_untagged_leftover_whose_guardian_was_killed() {
+    let name = "the_host_daemon_ends_an_untagged_leftover_whose_guardian_was_killed";
+    if skip_unless_root(name) {
+        return;
+    }
+    let daemon = clear_environ_program();
+    let env = LabWithBroker::start(2, &[]);
+    let marker = format!("rbnoted{}", std::process::id());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let go_on = dir.path().join("go-on");
+    // The second call's grant and release change the live allocations: every host daemon
+    // sweeps (and notes what is below the subagents) at once.
+    let script = format!(
+        "mkfifo {fifo}\n\
+         rsh anyLinux '{daemon} 600 {marker}'\n\
+         rsh anyLinux true\n\
+         echo ready\n\
+         read -r _ <{fifo}\n",
+        fifo = go_on.display(),
+        daemon = daemon.display(),
+    );
+    let mut agent = env
+        .agent(&["sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("agent");
+    let mut line = String::new();
+    BufReader::new(agent.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read");
+    assert_eq!(line.trim(), "ready", "the job's calls failed");
+    let pattern = format!("600 {marker}$");
+    let found = on_hosts(&env, &pattern);
+    let host = found
+        .first()
+        .and_then(|l| l.split(':').next())
+        .expect("the daemon runs on a granted host")
+        .to_string();
+    let guardians = env
+        .lab
+        .exec(&host, &["pgrep", "-f", "rb-subagent --agent"])
+        .expect("pgrep");
+    let guardians = String::from_utf8_lossy(&guardians.stdout)
+        .trim()
+        .to_string();
+    assert!(!guardians.is_empty(), "no guardian on {host}");
+    for pid in guardians.split_whitespace() {
+        env.lab.exec(&host, &["kill", "-KILL", pid]).expect("kill");
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&go_on)
+        .and_then(|mut f| f.write_all(b"go\n"))
+        .expect("let the job end");
+    let _ = agent.wait();
+    let gone = wait_until(Duration::from_secs(30), || {
+        on_hosts(&env, &pattern).is_empty().then_some(())
+    });
+    assert!(
+        gone.is_some(),
+        "an untagged leftover outlived its allocation: {:?}",
+        on_hosts(&env, &pattern)
+    );
+    let _ = std::fs::remove_file(daemon);
+}
