@@ -26,6 +26,7 @@ const END_POLL_MAX: Duration = Duration::from_millis(20);
 /// whose environment holds `var=tag` (daemons that left the group).
 #[derive(Debug, Clone)]
 pub struct Watch {
+    /// The process group (0: none known).
     pub pgid: i32,
     pub var: &'static str,
     pub tag: String,
@@ -82,7 +83,9 @@ impl Watch {
     }
 
     fn signal(&self, signal: Signal) {
-        let _ = killpg(Pid::from_raw(self.pgid), signal);
+        if self.pgid > 1 {
+            let _ = killpg(Pid::from_raw(self.pgid), signal);
+        }
         let tagged = tagged_processes(self.var, &self.tag);
         for pid in tagged.into_iter().chain(self.tree.processes()) {
             let _ = nix::sys::signal::kill(Pid::from_raw(pid), signal);
@@ -148,9 +151,10 @@ fn has_tag_pausing(proc_dir: &std::path::Path, needle: &[u8], mut pause: impl Fn
     false
 }
 
-/// True while any process of the group exists.
+/// True while any process of the group exists. Groups 0 and 1 (our own group, init's)
+/// are never a watched one: a watch that knows no group has 0.
 pub fn group_alive(pgid: i32) -> bool {
-    killpg(Pid::from_raw(pgid), None).is_ok()
+    pgid > 1 && killpg(Pid::from_raw(pgid), None).is_ok()
 }
 #[cfg(test)]
 mod tests {
@@ -191,6 +195,18 @@ mod tests {
         let tagged = has_tag_pausing(user.path(), b"RB_SUBAGENT_TAG=x\0", || pauses += 1);
         assert!(!tagged);
         assert_eq!(pauses, 5);
+    }
+
+    #[test]
+    fn a_watch_without_a_group_never_counts_or_signals_our_own() {
+        let watch = Watch {
+            pgid: 0,
+            var: TAG_VAR,
+            tag: format!("none.{}", std::process::id()),
+            tree: Tree::Nothing,
+        };
+        assert!(!watch.alive(), "group 0 is the caller's own group");
+        watch.end(Duration::from_millis(10));
     }
 
     #[test]
