@@ -1,19 +1,25 @@
 //! `rb-subagent`: started by the shim (through the real remote shell) on an allocated host.
 //!
 //! Two processes, split before any thread exists:
-//! - the **front** runs `/bin/sh -c CMD` as a new process group with the caller's stdio (or
-//!   CMD's words directly when it is plain words, see [`crate::simple_command`]), waits
-//!   for it and exits with its status (128+signal when killed), so the remote shell returns
-//!   exactly as plain rsh/ssh would;
-//! - the **guardian** (forked right after the command starts, detached from the terminal and
-//!   from stdio) connects to the job's agent, reports the group, heartbeats, and ends the
-//!   group — SIGTERM, the grace period, then SIGKILL — when the agent reclaims the host or
-//!   when the agent is gone for longer than [`AGENT_LOSS_LIMIT`] (at once when its port
-//!   refuses: the agent has ended). It stays while any process
-//!   of the group lives (daemons such as a PVM slave outlive the command that started them),
-//!   so nothing the job started on this host is ever left unwatched. When it ends a group
-//!   on its own (the agent out of reach: for how long, the last error), it says so in the
-//!   host's [`log_path`], never on the caller's stderr.
+//! - the **front** is what the remote shell waits for: it receives the command's pid and
+//!   then its exit status (128+signal when killed) from the guardian and exits with it, so
+//!   the remote shell returns exactly as plain rsh/ssh would;
+//! - the **guardian** (forked first) starts `/bin/sh -c CMD` as a new process group with
+//!   the caller's stdio (or CMD's words directly when it is plain words, see
+//!   [`crate::simple_command`]), so it is the command's parent; it is a child subreaper
+//!   (`PR_SET_CHILD_SUBREAPER`): whatever the command abandons — `setsid`, `env -i`, a
+//!   daemon that writes over its environment — is reparented to it, not to init. It then
+//!   detaches from the terminal and from stdio, reaps every child, connects to the job's
+//!   agent, reports the group, heartbeats, and ends the group, the tagged processes and
+//!   everything below itself — SIGTERM, the grace period, then SIGKILL — when the agent
+//!   reclaims the host or when the agent is gone for longer than [`AGENT_LOSS_LIMIT`] (at
+//!   once when its port refuses: the agent has ended). It stays while any of those lives
+//!   (daemons such as a PVM slave outlive the command that started them), so nothing the job
+//!   started on this host is ever left unwatched. When it ends a group on its own (the agent
+//!   out of reach: for how long, the last error), it says so in the host's [`log_path`],
+//!   never on the caller's stderr. The front is a child subreaper too: should the guardian
+//!   be killed while the command runs, the command comes to the front, which ends it and
+//!   what is below it.
 //!
 //! Daemons may leave the group: LAM's `hboot` calls `setsid()` before starting `lamd`. So
 //! the command also gets [`TAG_VAR`] in its environment, which every descendant inherits
