@@ -51,7 +51,7 @@ impl Masters {
         tokio::spawn(async move { close_dir(&ssh, &closing).await });
     }
 
-    /// Closes every master of the job and waits for it (at most [`EXIT_TIMEOUT`]).
+    /// Closes every master of the job and waits for it (at most 5 s each).
     pub async fn close_all(&self) {
         let Ok(hosts) = std::fs::read_dir(self.job_dir.join(proto::mux::DIR)) else {
             return;

@@ -69,7 +69,7 @@ pub fn reap_adopted() -> Vec<(i32, u64)> {
     live
 }
 
-/// Reaps adopted children as they end (SIGCHLD, and every [`SWEEP_EVERY`]), and passes each
+/// Reaps adopted children as they end (SIGCHLD, and every second), and passes each
 /// changed list of the live ones to `report` (the job's guardian).
 pub async fn serve(mut report: impl FnMut(&[(i32, u64)])) {
     use tokio::signal::unix::{signal, SignalKind};
