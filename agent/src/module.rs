@@ -212,7 +212,16 @@ pub struct Outcome {
     pub elapsed: Duration,
     /// The program's exit status, when it exited (not killed, timed out or not run).
     pub code: Option<i32>,
+    /// What a call that succeeded said on stderr (at most [`MAX_SAID`] lines): a module is
+    /// quiet on success unless the user must know something, e.g. that a shrink ended the
+    /// job's processes on the host and so failed the runs that used them. The agent shows
+    /// each line to the user and in `rb jobs` notes. (A failure's last stderr line is in
+    /// its `result` instead.)
+    pub said: Vec<String>,
 }
+
+/// The most stderr lines of a successful call passed on to the user.
+pub const MAX_SAID: usize = 5;
 
 impl Outcome {
     /// A grow that found its host in the job's virtual machine already.
@@ -283,20 +292,22 @@ pub fn spawn_runner<E: Send + 'static>(
                     result: Err("skipped: the job is ending".into()),
                     elapsed: Duration::ZERO,
                     code: None,
+                    said: Vec::new(),
                 };
                 let _ = done.send(wrap(outcome)).await;
                 continue;
             }
             let started = Instant::now();
-            let (result, code) = match programs.program(call.action) {
+            let ran = match programs.program(call.action) {
                 Some(program) => run(program, &programs.name, &call, &env).await,
-                None => (Err(programs.missing(call.action)), None),
+                None => Ran::failed(programs.missing(call.action)),
             };
             let outcome = Outcome {
                 call,
-                result,
+                result: ran.result,
                 elapsed: started.elapsed(),
-                code,
+                code: ran.code,
+                said: ran.said,
             };
             if done.send(wrap(outcome)).await.is_err() {
                 break;
@@ -306,27 +317,53 @@ pub fn spawn_runner<E: Send + 'static>(
     Runner { tx, skipping }
 }
 
-/// Runs one program to completion or its time limit; the result and its exit status.
-async fn run(
-    program: &Path,
-    module: &str,
-    call: &Call,
-    env: &BTreeMap<String, String>,
-) -> (Result<(), String>, Option<i32>) {
-    match run_program(program, module, call, env).await {
-        Ok((status, _)) if status.success() => (Ok(()), status.code()),
-        Ok((status, failure)) => (Err(failure), status.code()),
-        Err(e) => (Err(e), None),
+/// What running one program came to (see [`Outcome`]).
+#[derive(Debug)]
+struct Ran {
+    result: Result<(), String>,
+    code: Option<i32>,
+    said: Vec<String>,
+}
+
+impl Ran {
+    fn failed(why: String) -> Self {
+        Ran {
+            result: Err(why),
+            code: None,
+            said: Vec::new(),
+        }
     }
 }
 
-/// Runs one program; its exit status and, for a failure, what to tell people.
+/// Runs one program to completion or its time limit: the result, its exit status, and
+/// what it said on stderr when it succeeded.
+async fn run(program: &Path, module: &str, call: &Call, env: &BTreeMap<String, String>) -> Ran {
+    match run_program(program, module, call, env).await {
+        Ok((status, _, mut said)) if status.success() => {
+            said.truncate(MAX_SAID);
+            Ran {
+                result: Ok(()),
+                code: status.code(),
+                said,
+            }
+        }
+        Ok((status, failure, _)) => Ran {
+            result: Err(failure),
+            code: status.code(),
+            said: Vec::new(),
+        },
+        Err(e) => Ran::failed(e),
+    }
+}
+
+/// Runs one program; its exit status, what to tell people should it have failed, and its
+/// stderr lines.
 async fn run_program(
     program: &Path,
     module: &str,
     call: &Call,
     env: &BTreeMap<String, String>,
-) -> Result<(std::process::ExitStatus, String), String> {
+) -> Result<(std::process::ExitStatus, String, Vec<String>), String> {
     let what = call.describe(module);
     let mut cmd = Command::new(program);
     cmd.envs(env)
@@ -371,17 +408,17 @@ async fn run_program(
     };
     // A module may leave a daemon holding its pipes: do not wait for them forever.
     let _ = tokio::time::timeout(Duration::from_millis(200), out).await;
-    let last_err = tokio::time::timeout(Duration::from_millis(200), err)
+    let err_lines = tokio::time::timeout(Duration::from_millis(200), err)
         .await
         .ok()
         .and_then(Result::ok)
-        .flatten();
+        .unwrap_or_default();
     let how = describe_status(status);
-    let failure = match last_err {
+    let failure = match err_lines.last() {
         Some(line) => format!("{what}: {how}: {line}"),
         None => format!("{what}: {how}"),
     };
-    Ok((status, failure))
+    Ok((status, failure, err_lines))
 }
 
 fn describe_status(status: std::process::ExitStatus) -> String {
@@ -399,18 +436,23 @@ fn signal_group(pgid: Option<i32>, signal: nix::sys::signal::Signal) {
     }
 }
 
-/// Logs every line of a module's output; returns the last non-empty one.
-async fn log_lines<R: AsyncRead + Unpin>(pipe: Option<R>, what: String) -> Option<String> {
-    let mut lines = BufReader::new(pipe?).lines();
-    let mut last = None;
+/// Logs every line of a module's output; returns the non-empty ones (the first
+/// [`MAX_SAID`] and the last, at most: a chatty module is not kept in memory).
+async fn log_lines<R: AsyncRead + Unpin>(pipe: Option<R>, what: String) -> Vec<String> {
+    let mut kept = Vec::new();
+    let Some(pipe) = pipe else { return kept };
+    let mut lines = BufReader::new(pipe).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         if line.trim().is_empty() {
             continue;
         }
         info!(module = %what, "{line}");
-        last = Some(line);
+        if kept.len() > MAX_SAID {
+            kept.pop();
+        }
+        kept.push(line);
     }
-    last
+    kept
 }
 
 /// Logs the outcome of a call the way the agent reports it.
@@ -514,7 +556,7 @@ mod tests {
             timeout,
         };
         let env = BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
-        run(&p, "t", &call, &env).await.0
+        run(&p, "t", &call, &env).await.result
     }
 
     #[tokio::test]
@@ -534,6 +576,37 @@ mod tests {
         assert_eq!(err, "t-grow node03: exit status 3: no such host");
         let err = run_script("read x", Duration::from_secs(5)).await;
         assert!(err.is_err(), "stdin is /dev/null: read fails at once");
+    }
+
+    #[tokio::test]
+    async fn what_a_successful_module_says_on_stderr_is_kept_for_the_user() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("t-shrink");
+        let body = "#!/bin/sh\necho quiet\necho \"t-shrink: $1 taken back: ended 2\" >&2\n";
+        std::fs::write(&p, body).expect("write");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let call = Call {
+            action: Action::Shrink,
+            host: Some(("node03".into(), "10.0.0.3".into())),
+            alloc: Some(1),
+            timeout: Duration::from_secs(5),
+        };
+        let ran = run(&p, "t", &call, &BTreeMap::new()).await;
+        assert_eq!(ran.result, Ok(()));
+        assert_eq!(
+            ran.said,
+            ["t-shrink: node03 taken back: ended 2"],
+            "stderr only"
+        );
+        std::fs::write(
+            &p,
+            "#!/bin/sh\nfor i in 1 2 3 4 5 6 7 8; do echo $i >&2; done\nexit 1\n",
+        )
+        .expect("write");
+        let ran = run(&p, "t", &call, &BTreeMap::new()).await;
+        assert_eq!(ran.result, Err("t-shrink node03: exit status 1: 8".into()));
+        assert!(ran.said.is_empty(), "a failure says it in its result");
     }
 
     #[tokio::test]

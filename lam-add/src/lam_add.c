@@ -7,11 +7,15 @@
  * The difference from lamgrow: LAM runs one lamgrow per universe, and lamgrow makes sure
  * of that by asking *every* node for its process table before it starts (one remote round
  * per node, about 1 ms each on the loaded test lab, while the job waits for its machine). This
- * program enrols under the same name ("lamgrow", so a lamgrow started meanwhile anywhere
- * still sees it and refuses) and asks only this node, where the job's own lamgrows run,
- * waiting while another lamgrow is enrolled here (the job's phase-1 `lamgrow anyLinux` is
- * often still failing when its grant arrives). A lamgrow run at the same moment from
- * another node of the universe is not seen; lam-grow's callers never do that.
+ * program asks only this node, where the job's own lamgrows run, waiting while a lamgrow
+ * is enrolled here (the job's phase-1 `lamgrow anyLinux` is often still failing when its
+ * grant arrives). It enrols under its own name (ENROL_NAME), not lamgrow's: a lamgrow the
+ * job starts meanwhile must not be refused ("already running"), since LAM refuses before
+ * it looks the host up, so a `lamgrow anyLinux-2` right after `lamgrow anyLinux-1` would
+ * never ask for its machine. Such a lamgrow of a symbolic name fails at the shim without
+ * touching the universe; one of a real host at the very moment of this add could take the
+ * same new node id (modules/CONTRACT.md, Known limits). A lamgrow run at the same moment
+ * from another node of the universe is not seen either; lam-grow's callers never do that.
  *
  * Exit status (see main.rs): 0 added; 1 LAM refused or failed (its message on stderr);
  * 4 no lamd of this user here; 5 another lamgrow stayed enrolled on this node for
@@ -61,6 +65,9 @@ enum {
 
 /* The name LAM's lamgrow enrols under and looks for. */
 #define LAMGROW_NAME "lamgrow"
+
+/* The name this program enrols under: not lamgrow's (see the top of this file). */
+#define ENROL_NAME "rb-lam-add"
 
 static long ms_since(const struct timespec *start)
 {
@@ -267,7 +274,7 @@ int rb_lam_add(const char *host)
     lam_tmpdir_init_opt(NULL, NULL, 0);
     if (lam_ssi_base_ao_process_args(options) != 0)
         return EXIT_FAILED;
-    if (kenter(LAMGROW_NAME, PRCMD) != 0) {
+    if (kenter(ENROL_NAME, PRCMD) != 0) {
         char here[256] = "";
         gethostname(here, sizeof here - 1);
         fprintf(stderr, "rb-lam-add: no LAM universe of this user on %s (no lamd answers)\n",

@@ -4,8 +4,9 @@
 //! lamgrow asks every node of the universe whether another lamgrow runs (one remote round
 //! per node: with 8 nodes, lamgrow took 17 ms from its start to its remote shell in the
 //! test lab, this program 6-8 ms), while this program asks only the node it runs on,
-//! where the job's own lamgrows run, and waits there while one does. It enrols under
-//! lamgrow's name, so a lamgrow started meanwhile still refuses. The boot itself is LAM's
+//! where the job's own lamgrows run, and waits there while one does. It enrols under its
+//! own name, so a lamgrow the job starts meanwhile is not refused ("already running", before
+//! it has looked its host up and so asked for a machine). The boot itself is LAM's
 //! (`src/lam_add.c`, built against LAM's headers when they are installed; see `build.rs`).
 //!
 //! Exit status:

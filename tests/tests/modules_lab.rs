@@ -113,15 +113,23 @@ fn wait_for<T>(
     });
     let jobs = serde_json::to_string_pretty(&env.broker.jobs()).unwrap_or_default();
     let home = &env.lab.user().home;
-    let files: String = ["pvm-add.out", "lam-boot.out", "lam-grow.out", "lam-mpi.out"]
-        .iter()
-        .filter_map(|f| {
-            Some(format!(
-                "--- {f}\n{}",
-                std::fs::read_to_string(home.join(f)).ok()?
-            ))
-        })
-        .collect();
+    let files: String = [
+        "pvm-add.out",
+        "lam-boot.out",
+        "lam-grow.out",
+        "lam-grow2.out",
+        "lam-mpi.out",
+        "lamexec.out",
+        "mpirun.out",
+    ]
+    .iter()
+    .filter_map(|f| {
+        Some(format!(
+            "--- {f}\n{}",
+            std::fs::read_to_string(home.join(f)).ok()?
+        ))
+    })
+    .collect();
     panic!(
         "{what}: not within {limit:?}\nagent log:\n{agent_log}\nrb jobs:\n{jobs}\n{files}\n\
          the lab user's processes then:\n{running}\nhome then: {home_files}"
@@ -759,4 +767,271 @@ fn write_script(path: &std::path::Path, body: &str) {
     std::fs::create_dir_all(path.parent().expect("a directory")).expect("mkdir");
     std::fs::write(path, body).expect("write");
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+/// The grace period of the releases in the take-back tests, and the most a run may take
+/// after the release to end (the issue's bound: Open MPI ends in 3.5 s, MPICH in 0.5 s).
+const TAKE_BACK_GRACE_S: u64 = 3;
+const RUN_ENDS_WITHIN: Duration = Duration::from_secs(TAKE_BACK_GRACE_S + 5);
+
+/// The one host of `held` that the job runs `pattern` (a pgrep pattern) on, once it does.
+fn running_on(env: &LabWithBroker, hosts: &[String], pattern: &str) -> Option<String> {
+    let user = env.lab.user().name.clone();
+    hosts.iter().find_map(|h| {
+        env.lab
+            .exec(h, &["pgrep", "-u", &user, "-f", pattern])
+            .is_ok_and(|o| o.status.success())
+            .then(|| h.clone())
+    })
+}
+
+/// Releases `host` with [`TAKE_BACK_GRACE_S`], then waits for the driver's `rc_file` (the
+/// run's exit status): the run must end within [`RUN_ENDS_WITHIN`] of the release, with a
+/// non-zero status, and leave nothing of the job's user on `host`. Returns the status.
+fn release_ends_the_run(
+    env: &LabWithBroker,
+    job: &mut Option<Child>,
+    host: &str,
+    run: &str,
+    rc_file: &str,
+) -> i32 {
+    let rc_path = env.lab.user().home.join(rc_file);
+    let released = Instant::now();
+    let out = env
+        .broker
+        .rb(&["release", host, "--grace-s", &TAKE_BACK_GRACE_S.to_string()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rc: i32 = wait_for(
+        env,
+        job,
+        &format!("{run} ended after {host} was taken back"),
+        RUN_ENDS_WITHIN,
+        || std::fs::read_to_string(&rc_path).ok()?.trim().parse().ok(),
+    );
+    eprintln!(
+        "{run}: ended {:?} after the release, status {rc}",
+        released.elapsed()
+    );
+    assert_ne!(rc, 0, "{run} ended well although {host} was taken back");
+    let user = env.lab.user().name.clone();
+    wait_for(
+        env,
+        job,
+        &format!("nothing of the job left on {host}"),
+        RUN_ENDS_WITHIN,
+        || {
+            env.lab
+                .exec(host, &["pgrep", "-u", &user])
+                .is_ok_and(|o| !o.status.success())
+                .then_some(())
+        },
+    );
+    rc
+}
+
+/// The agent's log lines a user sees by default (WARN) naming `host` as taken back.
+fn take_back_lines(agent_log: &str, host: &str) -> Vec<String> {
+    agent_log
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("taken back") && l.contains(host))
+        .map(String::from)
+        .collect()
+}
+
+/// A host taken back while a LAM run uses it: `lamexec N` and `mpirun.lam N` used to wait
+/// for the lost processes for ever (lamshrink removes the node, but its processes' exits
+/// are never reported). lam-shrink ends the job's processes on the node first, through
+/// LAM, so each run fails at once, and says which host was taken back.
+#[test]
+fn lam_release_during_lamexec_and_mpirun_ends_the_run_and_names_the_host() {
+    if skip_unless_root("lam_release_during_lamexec_and_mpirun_ends_the_run_and_names_the_host") {
+        return;
+    }
+    let env = lab();
+    build_program(&env, "mpi_sleep_barrier", "mpicc.lam", "");
+    let driver = "echo node02 >~/lam-boot.schema; \\
+         lamboot -s ~/lam-boot.schema </dev/null >~/lam-boot.out 2>&1 || exit 3; \\
+         lamgrow anyLinux </dev/null >~/lam-grow.out 2>&1; \\
+         while [ ! -e ~/lamexec.go ]; do sleep 0.1; done; \\
+         lamexec N sh -c 'echo running on $(hostname); sleep 120' </dev/null >~/lamexec.out 2>&1; \\
+         echo $? >~/lamexec.rc; \\
+         lamgrow anyLinux </dev/null >~/lam-grow2.out 2>&1; \\
+         while [ ! -e ~/mpirun.go ]; do sleep 0.1; done; \\
+         mpirun.lam N ~/mpi_sleep_barrier 120 </dev/null >~/mpirun.out 2>&1; \\
+         echo $? >~/mpirun.rc; \\
+         while [ ! -e ~/lam-stop ]; do sleep 0.1; done";
+    let home = env.lab.user().home.clone();
+    let mut job = Some(start_job(&env, "lam", driver));
+    let grown_in = |env: &LabWithBroker| {
+        lam_nodes(env)
+            .into_iter()
+            .find(|n| n.starts_with("node03") || n.starts_with("node04"))
+            .map(|n| n.split('.').next().unwrap_or_default().to_string())
+    };
+    let first = wait_for(
+        &env,
+        &mut job,
+        "a granted host in lamnodes",
+        Duration::from_secs(30),
+        || grown_in(&env),
+    );
+    // lamexec N: one `sh` per node, sleeping; taken back while it sleeps on `first`.
+    std::fs::write(home.join("lamexec.go"), "").expect("go");
+    wait_for(
+        &env,
+        &mut job,
+        "lamexec's process on the grown host",
+        Duration::from_secs(20),
+        || running_on(&env, std::slice::from_ref(&first), "sleep 120"),
+    );
+    release_ends_the_run(&env, &mut job, &first, "lamexec N", "lamexec.rc");
+    let lamexec_out = std::fs::read_to_string(home.join("lamexec.out")).unwrap_or_default();
+    // The driver grows again (`lamgrow anyLinux`), then runs mpirun.lam N.
+    let second = wait_for(
+        &env,
+        &mut job,
+        "a granted host in lamnodes again",
+        Duration::from_secs(30),
+        || grown_in(&env),
+    );
+    std::fs::write(home.join("mpirun.go"), "").expect("go");
+    wait_for(
+        &env,
+        &mut job,
+        "an MPI rank on the grown host",
+        Duration::from_secs(30),
+        || running_on(&env, std::slice::from_ref(&second), "mpi_sleep_barrier"),
+    );
+    release_ends_the_run(&env, &mut job, &second, "mpirun.lam N", "mpirun.rc");
+    let mpirun_out = std::fs::read_to_string(home.join("mpirun.out")).unwrap_or_default();
+    assert!(
+        !mpirun_out.contains("done"),
+        "no rank passed the barrier: {mpirun_out}"
+    );
+    let notes = job_notes(&env);
+    std::fs::write(home.join("lam-stop"), "").expect("stop");
+    let out = finish(&env, job.take().expect("job"));
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    for host in [&first, &second] {
+        assert!(
+            !take_back_lines(&log, host).is_empty()
+                && notes.contains(&format!("{host} taken back")),
+            "a message a user sees names {host} as taken back:\nrb jobs notes: {notes}\n\
+             lamexec: {lamexec_out}\nmpirun: {mpirun_out}\nagent log:\n{log}"
+        );
+    }
+    assert_nothing_left(&env, "lamd", &out);
+}
+
+/// `lamgrow anyLinux-1; lamgrow anyLinux-2` back to back: each asks for its own machine,
+/// and both end up in the universe. The second used to be refused by LAM ("already
+/// running on n0": the module's add of the first grant counted as a lamgrow) before it
+/// looked its name up, so it never asked.
+#[test]
+fn lam_back_to_back_lamgrows_of_two_instances_grow_onto_two_hosts() {
+    if skip_unless_root("lam_back_to_back_lamgrows_of_two_instances_grow_onto_two_hosts") {
+        return;
+    }
+    let env = lab();
+    let driver = "echo node02 >~/lam-boot.schema; \\
+         lamboot -s ~/lam-boot.schema </dev/null >~/lam-boot.out 2>&1 || exit 3; \\
+         lamgrow anyLinux-1 </dev/null >~/lam-grow.out 2>&1; \\
+         lamgrow anyLinux-2 </dev/null >~/lam-grow2.out 2>&1; \\
+         while [ ! -e ~/lam-stop ]; do sleep 0.1; done";
+    let mut job = Some(start_job(&env, "lam", driver));
+    let mut both = wait_for(
+        &env,
+        &mut job,
+        "node03 and node04 in lamnodes",
+        Duration::from_secs(40),
+        || {
+            let mut grown: Vec<String> = lam_nodes(&env)
+                .into_iter()
+                .filter(|n| n.starts_with("node03") || n.starts_with("node04"))
+                .collect();
+            grown.sort();
+            (grown.len() == 2).then_some(grown)
+        },
+    );
+    both.dedup();
+    assert_eq!(both.len(), 2, "two distinct hosts: {both:?}");
+    let grow2 =
+        std::fs::read_to_string(env.lab.user().home.join("lam-grow2.out")).unwrap_or_default();
+    assert!(
+        !grow2.contains("already running"),
+        "the second lamgrow was not refused: {grow2}"
+    );
+    // Phase 1's output: LAM's own failure report, whose first lines (the remote shell's
+    // stderr, i.e. the shim's refusal) say what happens and that the failure is expected.
+    let first_lines: Vec<&str> = grow2.lines().take(2).collect();
+    assert_eq!(
+        first_lines,
+        [
+            "ERROR: LAM/MPI unexpectedly received the following on stderr:",
+            "rsh: anyLinux-2: request recorded; the lam module adds the host granted for it \
+             in a moment (the failure reported for this name is expected)"
+        ],
+        "{grow2}"
+    );
+    std::fs::write(env.lab.user().home.join("lam-stop"), "").expect("stop");
+    let out = finish(&env, job.take().expect("job"));
+    assert_nothing_left(&env, "lamd", &out);
+}
+
+/// What a shrink does to a running PVM program (modules/CONTRACT.md): pvm-shrink deletes
+/// the host, PVM stops the tasks there, and a master that asked for `PvmTaskExit`
+/// notifications hears of it at once, so its run ends instead of waiting for the lost
+/// task.
+#[test]
+fn pvm_release_during_a_run_stops_the_hosts_tasks_and_notifies_the_master() {
+    if skip_unless_root("pvm_release_during_a_run_stops_the_hosts_tasks_and_notifies_the_master") {
+        return;
+    }
+    let env = lab();
+    let program = build_program(&env, "pvm_lost_task", "gcc", "-lpvm3");
+    let driver = format!(
+        "{PVM_ENV} echo quit | pvm >/dev/null 2>&1; \
+         echo 'add anyLinux' | pvm >~/pvm-add.out 2>&1; touch ~/pvm-ready; \
+         while [ ! -s ~/pvm-run ]; do sleep 0.1; done; \
+         {} $(cat ~/pvm-run) >~/pvm-run.out 2>&1; echo $? >~/pvm-run.rc; \
+         while [ ! -e ~/pvm-stop ]; do sleep 0.1; done",
+        program.display()
+    );
+    let home = env.lab.user().home.clone();
+    let mut job = Some(start_job(&env, "pvm", &driver));
+    wait_for(
+        &env,
+        &mut job,
+        "the job's PVM master started",
+        Duration::from_secs(20),
+        || home.join("pvm-ready").exists().then_some(()),
+    );
+    let grown = wait_for(
+        &env,
+        &mut job,
+        "a granted host in PVM's conf",
+        Duration::from_secs(30),
+        || pvm_hosts_in_conf(&env).pop(),
+    );
+    std::fs::write(home.join("pvm-run"), &grown).expect("run");
+    wait_for(
+        &env,
+        &mut job,
+        "the worker task on the grown host",
+        Duration::from_secs(20),
+        || running_on(&env, std::slice::from_ref(&grown), "pvm_lost_task"),
+    );
+    let rc = release_ends_the_run(&env, &mut job, &grown, "pvm_lost_task", "pvm-run.rc");
+    let run = std::fs::read_to_string(home.join("pvm-run.out")).unwrap_or_default();
+    assert!(
+        rc == 2 && run.contains(&format!("on {grown} is gone")),
+        "the master heard of its lost task: status {rc}: {run}"
+    );
+    std::fs::write(home.join("pvm-stop"), "").expect("stop");
+    let out = finish(&env, job.take().expect("job"));
+    assert_nothing_left(&env, "pvmd3?", &out);
 }

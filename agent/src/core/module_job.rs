@@ -122,8 +122,11 @@ impl AgentCore {
         };
         let message = match m.cfg.programs.grow {
             None => m.cfg.programs.missing(Action::Grow),
+            // The caller (lamgrow, PVM's pvmd) prints its own failure around this line;
+            // the line says that failure is expected, and what follows.
             Some(_) => format!(
-                "request recorded; the {} module will add the host when one is granted",
+                "request recorded; the {} module adds the host granted for it in a moment \
+                 (the failure reported for this name is expected)",
                 m.name()
             ),
         };
@@ -261,6 +264,7 @@ impl AgentCore {
     pub(super) fn module_done(&mut self, outcome: Outcome, now: Instant, out: &mut Out) {
         let Some(m) = &self.module else { return };
         module::log_outcome(&outcome, m.name());
+        self.pass_on_what_it_said(&outcome, out);
         let already = outcome.already_there();
         if let (Err(e), false) = (&outcome.result, already) {
             self.note(e.clone(), out);
@@ -383,11 +387,21 @@ impl AgentCore {
         true
     }
 
+    /// What a module that succeeded said on stderr is for the user (e.g. that a shrink
+    /// ended the job's processes on the host taken back, so the runs using them failed):
+    /// each line is a note (the agent's log at WARN, shown by default, and `rb jobs`).
+    fn pass_on_what_it_said(&self, outcome: &Outcome, out: &mut Out) {
+        for line in &outcome.said {
+            self.note(line.clone(), out);
+        }
+    }
+
     /// A module program finished while the halt runs: noted; true when it was the halt.
     pub(super) fn halting_module_done(&mut self, outcome: &Outcome, out: &mut Out) -> bool {
         if let Some(m) = &self.module {
             module::log_outcome(outcome, m.name());
         }
+        self.pass_on_what_it_said(outcome, out);
         if let Err(e) = &outcome.result {
             if !e.starts_with("skipped") {
                 self.note(e.clone(), out);

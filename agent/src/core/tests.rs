@@ -143,6 +143,18 @@ impl Job {
         result: Result<(), String>,
         code: Option<i32>,
     ) -> Vec<Output> {
+        self.module_done_saying(action, alloc, result, code, Vec::new())
+    }
+
+    /// [`Job::module_done`] of a program that said `said` on stderr.
+    fn module_done_saying(
+        &mut self,
+        action: Action,
+        alloc: Option<AllocId>,
+        result: Result<(), String>,
+        code: Option<i32>,
+        said: Vec<String>,
+    ) -> Vec<Output> {
         let call = Call {
             action,
             host: alloc.map(|_| ("node03".to_string(), address("node03"))),
@@ -154,6 +166,7 @@ impl Job {
             result,
             elapsed: Duration::from_millis(5),
             code,
+            said,
         }))
     }
 }
@@ -463,7 +476,8 @@ fn an_instance_nobody_took_is_unbound_and_given_back() {
 #[test]
 fn module_phase_one_records_one_request_per_name_and_window_and_refuses_the_shim() {
     let mut job = Job::module();
-    let recorded = "request recorded; the t module will add the host when one is granted";
+    let recorded = "request recorded; the t module adds the host granted for it in a moment \
+                    (the failure reported for this name is expected)";
     assert_eq!(
         job.ask(1, "anyLinux"),
         vec![refused(1, recorded), allocate(1, "anyLinux")]
@@ -537,6 +551,21 @@ fn module_phase_two_grows_on_a_grant_and_shrinks_before_the_subagents_on_a_recla
     assert_eq!(
         job.feed(Input::SubGone { alloc: 7, sub: 71 }),
         vec![hosts(&[]), broker(ToBroker::Released { alloc: 7 })]
+    );
+}
+
+#[test]
+fn what_a_shrink_says_reaches_the_user_before_the_subagents_end_the_rest() {
+    let mut job = Job::module();
+    job.holding(7, "node03", Some(70));
+    job.reclaim(7, "node03", 800);
+    let line = "t-shrink: node03 taken back: ended the job's 1 process(es) on LAM node n1";
+    assert_eq!(
+        job.module_done_saying(Action::Shrink, Some(7), Ok(()), Some(0), vec![line.into()]),
+        vec![
+            broker(ToBroker::JobNote { text: line.into() }),
+            terminate(70, 800)
+        ],
     );
 }
 

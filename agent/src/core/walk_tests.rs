@@ -402,6 +402,7 @@ impl Walk {
             result,
             elapsed,
             code,
+            said: Vec::new(),
         }));
     }
 

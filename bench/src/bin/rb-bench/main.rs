@@ -9,6 +9,7 @@ mod modules;
 mod overflow;
 mod policy;
 mod reuse;
+mod take_back;
 
 use std::{
     path::Path,
@@ -54,6 +55,13 @@ struct Args {
     /// Machine counts of the module measurements, each 1 to 8; default 1,2,4,8.
     #[arg(long, value_delimiter = ',')]
     module_machines: Vec<usize>,
+    /// Parts of the module section (table3: the paper's Table 3; take-back: a host taken
+    /// back during a LAM run, beside Open MPI); default both.
+    #[arg(long, value_delimiter = ',')]
+    module_parts: Vec<String>,
+    /// Runs of each kind in the module section's take-back part.
+    #[arg(long, default_value_t = 9)]
+    take_back_reps: usize,
     /// Policy-section parts to run (grant, reload, footprint, owner, figure7); default all.
     #[arg(long, value_delimiter = ',')]
     policy_parts: Vec<String>,
@@ -129,14 +137,28 @@ fn main() -> anyhow::Result<()> {
         }
     }
     if wanted("modules") {
-        if tests::is_root() {
+        let part =
+            |p: &str| args.module_parts.is_empty() || args.module_parts.iter().any(|x| x == p);
+        if let Some(bad) = args
+            .module_parts
+            .iter()
+            .find(|p| !["table3", "take-back"].contains(&p.as_str()))
+        {
+            anyhow::bail!("--module-parts: unknown part {bad:?} (table3, take-back)");
+        }
+        if !tests::is_root() {
+            println!("## Modules\n\nskipped: needs root (network namespaces; PVM and LAM run as the lab user)\n");
+        } else if part("table3") {
             modules::run(&modules::Options {
                 reps: args.module_reps,
                 systems: args.module_systems.clone(),
                 machines: args.module_machines.clone(),
             })?;
         } else {
-            println!("## Modules\n\nskipped: needs root (network namespaces; PVM and LAM run as the lab user)\n");
+            println!("## Modules: PVM and LAM/MPI jobs\n");
+        }
+        if tests::is_root() && part("take-back") {
+            take_back::run(args.take_back_reps)?;
         }
     }
     if wanted("policy") {
