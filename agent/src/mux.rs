@@ -1,8 +1,11 @@
 //! Closing the job's ssh master connections. The shim starts one master per granted host
 //! (`rsh-shim`'s `mux`, sockets in `JOBDIR/cm/HOST/`, named by [`proto::mux`]); the agent
-//! closes a host's masters with `ssh -O exit` when the host leaves the job, and every master
-//! at the job's end. A master that does not answer is ended with the job's other processes
-//! (the agent is their subreaper, [`crate::reaper`]).
+//! closes a host's masters when the host leaves the job, and every master at the job's end,
+//! with `ssh -O stop`: the master stops listening (its socket goes) and exits once its last
+//! session has ended — at once when none is left. `-O exit` would cut sessions whose last
+//! output is still on its way (the subagent reports its command's end over its own link,
+//! which can arrive first). A master that does not go is ended with the job's other
+//! processes (the agent is their subreaper, [`crate::reaper`]).
 
 use std::{
     path::{Path, PathBuf},
@@ -13,7 +16,7 @@ use std::{
 /// Numbers the directories of masters being closed (`cm/.xN`).
 static CLOSING: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// How long one `ssh -O exit` may take.
+/// How long one `ssh -O stop` may take.
 const EXIT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where the job's masters live and the ssh that closes them.
@@ -37,7 +40,7 @@ impl Masters {
     /// Closes `host`'s masters, in the background. Their directory is first renamed (a
     /// bound socket stays reachable under its new name): a call to the host granted anew
     /// right after this finds no socket and starts a master of its own, instead of
-    /// becoming a session of one that is exiting.
+    /// becoming a session of one that is stopping.
     pub fn close_host(&self, host: &str) {
         let dir = proto::mux::host_dir(&self.job_dir, host);
         let closing = self.job_dir.join(proto::mux::DIR).join(format!(
@@ -69,7 +72,7 @@ impl Masters {
         }
     }
 
-    /// The ssh to run `-O exit` with: the job's remote shell when it is ssh (its `-F`
+    /// The ssh to run `-O stop` with: the job's remote shell when it is ssh (its `-F`
     /// config applies), else `ssh` from `PATH`.
     fn ssh(&self) -> Vec<String> {
         let is_ssh = self
@@ -83,19 +86,23 @@ impl Masters {
     }
 }
 
-/// `ssh -O exit` for each socket in `dir` (one per remote user), then removes `dir`.
+/// `ssh -O stop` for each socket in `dir` (one per remote user), then removes `dir`.
 async fn close_dir(ssh: &[String], dir: &Path) {
-    let Ok(sockets) = std::fs::read_dir(dir) else {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
-    for socket in sockets.flatten() {
-        exit_master(ssh, &socket.path()).await;
+    for entry in entries.flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_socket()) {
+            stop_master(ssh, &entry.path()).await;
+        }
     }
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// Asks the master listening on `socket` to exit (it closes its connection and its socket).
-async fn exit_master(ssh: &[String], socket: &Path) {
+/// Asks the master listening on `socket` to stop: it removes its socket, and exits once
+/// its sessions have ended.
+async fn stop_master(ssh: &[String], socket: &Path) {
     let Some((program, leading)) = ssh.split_first() else {
         return;
     };
@@ -103,7 +110,7 @@ async fn exit_master(ssh: &[String], socket: &Path) {
     cmd.args(leading)
         .arg("-o")
         .arg(format!("ControlPath={}", socket.display()))
-        .args(["-O", "exit", "rb-master"])
+        .args(["-O", "stop", "rb-master"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -115,9 +122,9 @@ async fn exit_master(ssh: &[String], socket: &Path) {
                 .await
                 .is_err()
             {
-                tracing::warn!(socket = %socket.display(), "ssh -O exit did not return");
+                tracing::warn!(socket = %socket.display(), "ssh -O stop did not return");
             }
         }
-        Err(e) => tracing::warn!(socket = %socket.display(), error = %e, "cannot run ssh -O exit"),
+        Err(e) => tracing::warn!(socket = %socket.display(), error = %e, "cannot run ssh -O stop"),
     }
 }

@@ -337,7 +337,7 @@ fn via_agent(args: &[OsString], env: &Env, depth: u32, route: Route) -> Result<E
                 *program = name.to_string_lossy().into_owned();
             }
             let mut plan = launch::granted(&inv, &grant, &command);
-            mux::share_connection(&mut plan, &inv, &grant, Path::new(socket));
+            let _master = mux::share_connection(&mut plan, &inv, &grant, Path::new(socket));
             run_granted(&plan, depth, Path::new(socket), &grant)
         }
         // The hosts file said the host was the job's, but the agent has given it back

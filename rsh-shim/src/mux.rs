@@ -6,6 +6,13 @@
 //! the master (`ssh -O exit`) when the host goes back; at the job's end the agent, as the
 //! job's subreaper, ends whatever is left, masters included.
 //!
+//! Two first calls at once would both try to become the master, and the loser would say
+//! `ControlSocket … already exists, disabling multiplexing` on stderr (LAM takes any
+//! stderr output for a failed boot). So a call that finds no socket becomes the master only
+//! if it gets the host's lock (`cm/HOST/USER.lock`, `flock`, held until its remote shell
+//! ends); the others, meanwhile, go with `ControlMaster=no`: a session of the master if its
+//! socket is there by then, else a connection of their own, silently.
+//!
 //! No master for calls whose own options shape the connection (`-p -o -i -F -4 -6`: a
 //! master made with them would serve calls without them, and the reverse), nor when the
 //! remote shell is not ssh, nor outside a job directory with its `cm` directory.
@@ -20,19 +27,33 @@ use crate::launch::{forwarded_options, is_ssh, Plan};
 /// Options of the caller that change the connection itself, not one session of it.
 const CONNECTION_OPTIONS: &[&str] = &["-p", "-o", "-i", "-F", "-4", "-6"];
 
+/// The host's lock, held by the call that may start the master (dropped: released).
+#[derive(Debug)]
+pub struct MasterLock(#[allow(dead_code)] std::fs::File);
+
 /// Adds the shared connection's options to `plan` (a [`crate::launch::granted`] plan:
 /// `… ADDRESS REMOTE_COMMAND` last) when the call can share one; `agent_socket` is the job
-/// agent's socket, in the job's private directory.
-pub fn share_connection(plan: &mut Plan, inv: &Invocation, grant: &Grant, agent_socket: &Path) {
-    let Some(options) = options(inv, grant, agent_socket) else {
-        return;
-    };
+/// agent's socket, in the job's private directory. Keep the lock it returns until the
+/// remote shell has ended.
+pub fn share_connection(
+    plan: &mut Plan,
+    inv: &Invocation,
+    grant: &Grant,
+    agent_socket: &Path,
+) -> Option<MasterLock> {
+    let (options, lock) = options(inv, grant, agent_socket)?;
     let at = plan.args.len().saturating_sub(2);
     plan.args.splice(at..at, options);
+    lock
 }
 
-/// The `-o` options that make the call a session of the host's master, if it can be one.
-fn options(inv: &Invocation, grant: &Grant, agent_socket: &Path) -> Option<Vec<OsString>> {
+/// The `-o` options that make the call a session of the host's master (or its master), if
+/// it can be one, and the lock when this call may start the master.
+fn options(
+    inv: &Invocation,
+    grant: &Grant,
+    agent_socket: &Path,
+) -> Option<(Vec<OsString>, Option<MasterLock>)> {
     if !grant.remote_shell.first().is_some_and(|p| is_ssh(p)) {
         return None;
     }
@@ -44,15 +65,41 @@ fn options(inv: &Invocation, grant: &Grant, agent_socket: &Path) -> Option<Vec<O
     let path = proto::mux::control_path(job_dir, &grant.host, inv.user.as_deref())?;
     private_dir(path.parent()?)?;
     let control_path = format!("ControlPath={}", path.to_str()?);
+    let lock = match path.exists() {
+        true => None,
+        false => try_lock(&path.with_extension("lock")),
+    };
+    let master = match path.exists() || lock.is_some() {
+        true => "ControlMaster=auto",
+        false => "ControlMaster=no",
+    };
     let words = [
         "-o",
-        "ControlMaster=auto",
+        master,
         "-o",
         &control_path,
         "-o",
         "ControlPersist=yes",
     ];
-    Some(words.iter().map(OsString::from).collect())
+    Some((words.iter().map(OsString::from).collect(), lock))
+}
+
+/// The exclusive `flock` of `path` (created mode 0600, close-on-exec: the master that ssh
+/// forks never holds it), if no other call holds it now.
+fn try_lock(path: &Path) -> Option<MasterLock> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(path)
+        .ok()?;
+    // SAFETY: flock on a descriptor we own; no memory is involved.
+    let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+    locked.then_some(MasterLock(file))
 }
 
 /// Creates `dir` (mode 0700) in the job's `cm` directory, or finds it there: a real
@@ -116,7 +163,7 @@ mod tests {
         let inv = parse(&os(&[&["rsh"], words].concat())).expect("parses");
         let g = grant(shell);
         let mut plan = granted(&inv, &g, "true");
-        share_connection(&mut plan, &inv, &g, &dir.join("agent.sock"));
+        let _lock = share_connection(&mut plan, &inv, &g, &dir.join("agent.sock"));
         plan
     }
 
@@ -150,9 +197,28 @@ mod tests {
     }
 
     #[test]
+    fn while_one_call_may_start_the_master_the_others_do_not_try() {
+        let dir = job_dir();
+        let inv = parse(&os(&["rsh", "anyLinux", "true"])).expect("parses");
+        let g = grant(&["ssh"]);
+        let socket = dir.path().join("agent.sock");
+        let mut first = granted(&inv, &g, "true");
+        let lock = share_connection(&mut first, &inv, &g, &socket);
+        assert!(lock.is_some(), "the first call may start the master");
+        assert!(first.args.contains(&OsString::from("ControlMaster=auto")));
+        let mut second = granted(&inv, &g, "true");
+        assert!(share_connection(&mut second, &inv, &g, &socket).is_none());
+        assert!(second.args.contains(&OsString::from("ControlMaster=no")));
+        drop(lock);
+        let mut third = granted(&inv, &g, "true");
+        assert!(share_connection(&mut third, &inv, &g, &socket).is_some());
+        assert!(third.args.contains(&OsString::from("ControlMaster=auto")));
+    }
+
+    #[test]
     fn no_master_for_rsh_own_connection_options_or_without_the_cm_directory() {
         let dir = job_dir();
-        let shares = |p: &Plan| p.args.iter().any(|a| a == "ControlMaster=auto");
+        let shares = |p: &Plan| p.args.iter().any(|a| a == "ControlPersist=yes");
         assert!(!shares(&plan_for(
             &["anyLinux", "true"],
             &["rsh"],
