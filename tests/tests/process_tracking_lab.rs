@@ -23,9 +23,9 @@ const GRACE_PLUS_ONE: Duration = Duration::from_secs(2);
 
 /// `tests/programs/clear_environ.c` compiled next to the workspace's binaries (where the
 /// lab's hosts see it).
-fn clear_environ_program() -> PathBuf {
+fn clear_environ_program(test: &str) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/clear_environ.c");
-    let out = bin_dir().join(format!("clear_environ-lab-{}", std::process::id()));
+    let out = bin_dir().join(format!("clear_environ-lab-{}-{test}", std::process::id()));
     let status = Command::new("cc")
         .arg("-O2")
         .arg("-o")
@@ -59,7 +59,7 @@ fn what_a_job_abandons_on_a_granted_host_ends_with_it_whatever_it_erased() {
     if skip_unless_root(name) {
         return;
     }
-    let daemon = clear_environ_program();
+    let daemon = clear_environ_program("ends");
     let env = LabWithBroker::start(2, &[]);
     let id = std::process::id();
     let (sleep_s, marker) = (format!("2002.{id}"), format!("rbescapelab{id}"));
@@ -240,7 +240,7 @@ fn the_host_daemon_ends_an_untagged_leftover_whose_guardian_was_killed() {
     if skip_unless_root(name) {
         return;
     }
-    let daemon = clear_environ_program();
+    let daemon = clear_environ_program("noted");
     let env = LabWithBroker::start(2, &[]);
     let marker = format!("rbnoted{}", std::process::id());
     let dir = tempfile::tempdir().expect("tempdir");

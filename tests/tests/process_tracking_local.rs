@@ -19,9 +19,9 @@ const GRACE_PLUS_ONE: Duration = Duration::from_secs(2);
 
 /// `tests/programs/clear_environ.c` compiled next to the workspace's binaries, or `None`
 /// (with the reason printed) when there is no C compiler.
-fn clear_environ_program() -> Option<PathBuf> {
+fn clear_environ_program(test: &str) -> Option<PathBuf> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/clear_environ.c");
-    let out = bin_dir().join(format!("clear_environ-{}", std::process::id()));
+    let out = bin_dir().join(format!("clear_environ-{}-{test}", std::process::id()));
     let built = Command::new("cc")
         .arg("-O2")
         .arg("-o")
@@ -81,7 +81,7 @@ impl Drop for Bystander {
 
 #[test]
 fn what_a_job_abandons_on_its_front_end_ends_with_it_whatever_it_erased() {
-    let Some(daemon) = clear_environ_program() else {
+    let Some(daemon) = clear_environ_program("ends") else {
         return;
     };
     let broker = Broker::start(&local_lab(1));
@@ -125,7 +125,7 @@ fn what_a_job_abandons_on_its_front_end_ends_with_it_whatever_it_erased() {
 
 #[test]
 fn a_daemon_that_erased_its_environment_ends_even_when_the_agent_is_sigkilled() {
-    let Some(daemon) = clear_environ_program() else {
+    let Some(daemon) = clear_environ_program("killed") else {
         return;
     };
     let broker = Broker::start(&local_lab(1));
