@@ -19,7 +19,7 @@ use std::{
 
 use anyhow::Context;
 
-use crate::watch::Watch;
+use crate::watch::{Tree, Watch};
 
 /// The environment variable that marks every process the job's app starts on the front end.
 pub const JOB_TAG_VAR: &str = "RB_JOB_TAG";
@@ -37,7 +37,7 @@ pub fn job_tag() -> String {
 /// death does: either way the guardian then ends what is left of the job, and exits.
 pub struct JobGuard {
     _child: Child,
-    _alive: ChildStdin,
+    alive: ChildStdin,
 }
 
 impl JobGuard {
@@ -45,23 +45,67 @@ impl JobGuard {
     /// carry `JOB_TAG_VAR=tag`; at the end it gives them `grace` between SIGTERM and SIGKILL.
     pub fn spawn(pgid: i32, tag: &str, grace: Duration) -> anyhow::Result<JobGuard> {
         let program = crate::link::sibling("rb-subagent");
-        let mut child = Command::new(&program)
-            .arg(SUBCOMMAND)
+        let mut cmd = Command::new(&program);
+        cmd.arg(SUBCOMMAND)
             .args(["--pgid", &pgid.to_string(), "--tag", tag])
             .args(["--grace-ms", &grace.as_millis().to_string()])
             // Not the job's own: an outer job's sweep must not take the inner job's guardian.
             .env_remove(JOB_TAG_VAR)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
+            .stderr(Stdio::null());
+        let mut child = crate::reaper::spawn_own(|| cmd.spawn(), |c| Some(c.id()))
             .with_context(|| format!("cannot start the job's guardian {}", program.display()))?;
         let alive = child.stdin.take().context("the guardian's pipe")?;
         Ok(JobGuard {
             _child: child,
-            _alive: alive,
+            alive,
         })
     }
+}
+
+impl JobGuard {
+    /// A second writer of the guardian's pipe, for [`report_adopted`] (the guardian sees
+    /// the agent's end once every writer is closed).
+    pub fn reporter(&self) -> Option<std::fs::File> {
+        self.alive
+            .as_fd()
+            .try_clone_to_owned()
+            .ok()
+            .map(std::fs::File::from)
+    }
+}
+
+/// Tells the guardian the processes the agent adopted that live now (pid and start time,
+/// [`crate::reaper`]): one line `adopted PID:START …`, which replaces the previous one.
+pub fn report_adopted(pipe: &mut std::fs::File, adopted: &[(i32, u64)]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut line = String::from(ADOPTED);
+    for (pid, start) in adopted {
+        line.push_str(&format!(" {pid}:{start}"));
+    }
+    line.push('\n');
+    pipe.write_all(line.as_bytes())
+}
+
+/// The word that starts a line of [`report_adopted`].
+const ADOPTED: &str = "adopted";
+
+/// The processes of the last complete `adopted` line in `text`; lines that do not parse
+/// are ignored.
+fn last_adopted(text: &str) -> Option<Vec<(i32, u64)>> {
+    let complete = &text[..text.rfind('\n')? + 1];
+    complete.lines().rev().find_map(|line| {
+        let mut words = line.split(' ');
+        (words.next()? == ADOPTED).then_some(())?;
+        words
+            .map(|w| {
+                let (pid, start) = w.split_once(':')?;
+                let pid = pid.parse::<i32>().ok().filter(|p| *p > 1)?;
+                Some((pid, start.parse().ok()?))
+            })
+            .collect()
+    })
 }
 
 /// [`JobGuard::spawn`] for the app whose pid (its process group) is `pid`. When the guardian
@@ -121,11 +165,12 @@ pub fn guard_job(args: &[String]) -> i32 {
     };
     // Our own session: the job's Ctrl-C and hang-up do not reach us.
     crate::subagent::detach_from_session();
-    wait_for_end_of_file(pipe);
+    let adopted = read_until_end_of_file(pipe);
     let watch = Watch {
         pgid: guard.pgid,
         var: JOB_TAG_VAR,
         tag: guard.tag,
+        tree: Tree::Roots(adopted),
     };
     if watch.alive() {
         watch.end(Duration::from_millis(guard.grace_ms));
@@ -133,16 +178,27 @@ pub fn guard_job(args: &[String]) -> i32 {
     0
 }
 
-/// Blocks until every writer of `pipe` is gone.
-fn wait_for_end_of_file(pipe: OwnedFd) {
+/// Blocks until every writer of `pipe` is gone; returns the processes of the last
+/// `adopted` line read ([`report_adopted`]).
+fn read_until_end_of_file(pipe: OwnedFd) -> Vec<(i32, u64)> {
     let mut file = std::fs::File::from(pipe);
-    let mut buf = [0u8; 64];
+    let mut buf = [0u8; 4096];
+    let mut pending = String::new();
+    let mut adopted = Vec::new();
     loop {
         match file.read(&mut buf) {
-            Ok(0) => return,
-            Ok(_) => {}
+            Ok(0) => return adopted,
+            Ok(n) => {
+                pending.push_str(&String::from_utf8_lossy(&buf[..n]));
+                if let Some(last) = last_adopted(&pending) {
+                    adopted = last;
+                }
+                if let Some(end) = pending.rfind('\n') {
+                    pending.drain(..=end);
+                }
+            }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return,
+            Err(_) => return adopted,
         }
     }
 }
@@ -153,6 +209,17 @@ mod tests {
 
     fn words(text: &str) -> Vec<String> {
         text.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn the_last_complete_adopted_line_counts() {
+        assert_eq!(last_adopted(""), None);
+        assert_eq!(last_adopted("adopted 40:7"), None, "no newline yet");
+        assert_eq!(last_adopted("adopted\n"), Some(vec![]));
+        let text = "adopted 40:7\nadopted 40:7 41:9\nadopted 99";
+        assert_eq!(last_adopted(text), Some(vec![(40, 7), (41, 9)]));
+        assert_eq!(last_adopted("adopted 1:5 x\n"), None);
+        assert_eq!(last_adopted("adopted 40:7\nnoise\n"), Some(vec![(40, 7)]));
     }
 
     #[test]

@@ -24,7 +24,12 @@
 //! - [`whereami`]: the machine the agent runs on, for the registration.
 //! - [`jobguard`]: the job's guardian on the front end: outlives the agent and ends what
 //!   is left of the job on this machine when the agent is gone, however it ended.
-//! - [`watch`]: what a guardian watches and ends: a process group and tagged processes.
+//! - [`watch`]: what a guardian watches and ends: a process group, tagged processes and a
+//!   part of the process tree.
+//! - [`proctree`]: the process tree (`/proc`), and making a process a child subreaper.
+//! - [`reaper`]: the agent as its job's subreaper: reaping what the job abandons, ending
+//!   everything below the agent at the job's end.
+//! - [`mux`]: closing the job's ssh master connections (one per granted host).
 
 pub mod ancestry;
 pub mod cli;
@@ -38,7 +43,10 @@ pub mod launcher;
 pub mod link;
 pub mod listeners;
 pub mod module;
+pub mod mux;
+pub mod proctree;
 pub mod program;
+pub mod reaper;
 pub mod run;
 pub mod simple_command;
 pub mod subagent;

@@ -210,16 +210,16 @@ impl EmbeddedBroker {
     pub fn start() -> anyhow::Result<(Self, BrokerTarget)> {
         let dir = privdir::in_root(&format!("embedded-{}", std::process::id()))?;
         let log = std::fs::File::create(dir.with_extension("log"))?;
-        let child = Command::new(sibling("rb-broker"))
-            .arg("--embedded")
+        let mut cmd = Command::new(sibling("rb-broker"));
+        cmd.arg("--embedded")
             .arg("--state-dir")
             .arg(&dir)
             // Ended with the job's processes if this agent dies without stopping it.
             .env(crate::jobguard::JOB_TAG_VAR, crate::jobguard::job_tag())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
+            .stderr(log);
+        let child = crate::reaper::spawn_own(|| cmd.spawn(), |c| Some(c.id()))
             .context("cannot start the embedded rb-broker (is it installed next to `agent`?)")?;
         let socket = dir.join("broker.sock");
         let deadline = Instant::now() + Duration::from_secs(10);

@@ -384,8 +384,7 @@ async fn run_program(
             .env("RB_HOST", host)
             .env("RB_HOST_ADDRESS", address);
     }
-    let mut child = cmd
-        .spawn()
+    let mut child = crate::reaper::spawn_own(|| cmd.spawn(), tokio::process::Child::id)
         .map_err(|e| format!("{what}: cannot run {}: {e}", program.display()))?;
     let pgid = child.id().map(|p| p as i32);
     let out = tokio::spawn(log_lines(child.stdout.take(), what.clone()));

@@ -34,6 +34,10 @@ pub async fn run(cfg: AgentConfig) -> anyhow::Result<i32> {
     // Before anything else (an embedded broker, a registration): the directory every job
     // and embedded broker of this user lives in must be ours alone, or we run nothing.
     privdir::ensure_root()?;
+    // Before any child: whatever the job starts and abandons is reparented to us, not init.
+    if let Err(e) = crate::proctree::become_subreaper() {
+        warn!(error = %e, "not a child subreaper: a daemon the job starts may outlive it");
+    }
     let (embedded, target) = match link::resolve(
         cfg.broker.as_deref(),
         cfg.lab.as_deref(),
@@ -96,10 +100,13 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
     let (module, runner) = module.unzip();
     let sub_task = tokio::spawn(listeners::serve_subagents(subs, secret, events_tx.clone()));
     let tag = jobguard::job_tag();
+    let masters = crate::mux::Masters::prepare(&env.dir, &job.remote_shell)?;
     let child = spawn_app(&cfg.app, &env, &tag)?;
+    let app = child.id();
     // Held until the job is over (the end of this function) or this process dies, however:
     // then the guardian ends whatever the app left running.
-    let _guard = jobguard::guard_app(child.id(), &tag, Duration::from_millis(cfg.grace_ms));
+    let guard = jobguard::guard_app(app, &tag, Duration::from_millis(cfg.grace_ms));
+    let (reaper, stop_reaper) = start_reaper(guard.as_ref());
     let core = AgentCore::new(CoreConfig {
         grace_ms: cfg.grace_ms,
         grant: GrantTemplate {
@@ -126,12 +133,58 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
         events_tx,
         env.hosts_file.clone(),
         pool,
+        masters.clone(),
     );
     let code = shell.drive(child, events).await;
     shim_task.abort();
     sub_task.abort();
+    // Nothing of the job outlives it: the masters first (a clean goodbye to each host),
+    // then everything still below the agent, however it left the app's group and tag.
+    masters.close_all().await;
+    let watch = crate::reaper::job_watch(app.map_or(0, |p| p as i32), &tag, app);
+    let left = crate::reaper::end_job_processes(watch, Duration::from_millis(cfg.grace_ms)).await;
+    if left > 0 {
+        info!(
+            processes = left,
+            "ended what the job left running on this machine"
+        );
+    }
+    let _ = stop_reaper.send(());
+    let _ = reaper.await;
+    drop(guard);
     let _ = std::fs::remove_dir_all(&env.dir);
     code
+}
+
+/// Reaps what the job abandons while it runs ([`crate::reaper::serve`]) and tells the
+/// job's guardian which of those processes live, so that it ends them should the agent be
+/// killed. Stopped by the sender.
+fn start_reaper(
+    guard: Option<&jobguard::JobGuard>,
+) -> (
+    tokio::task::JoinHandle<()>,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    let mut pipe = guard.and_then(jobguard::JobGuard::reporter);
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(async move {
+        let serve = crate::reaper::serve(move |adopted| {
+            tracing::debug!(
+                ?adopted,
+                "the job's abandoned processes (pid, start) told the guardian"
+            );
+            if let Some(p) = pipe.as_mut() {
+                if jobguard::report_adopted(p, adopted).is_err() {
+                    pipe = None;
+                }
+            }
+        });
+        tokio::select! {
+            _ = serve => {}
+            _ = stopped => {}
+        }
+    });
+    (task, stop)
 }
 
 /// Hosts the job's JEL pool on `JOBDIR/jel.sock` and names the socket in the job's
@@ -225,7 +278,7 @@ fn spawn_app(app: &[String], env: &JobEnv, tag: &str) -> anyhow::Result<Child> {
         .env(jobguard::JOB_TAG_VAR, tag)
         .stdin(Stdio::inherit())
         .process_group(0);
-    cmd.spawn()
+    crate::reaper::spawn_own(|| cmd.spawn(), Child::id)
         .with_context(|| format!("cannot run `{}`", app[0]))
 }
 

@@ -1,19 +1,25 @@
 //! `rb-subagent`: started by the shim (through the real remote shell) on an allocated host.
 //!
 //! Two processes, split before any thread exists:
-//! - the **front** runs `/bin/sh -c CMD` as a new process group with the caller's stdio (or
-//!   CMD's words directly when it is plain words, see [`crate::simple_command`]), waits
-//!   for it and exits with its status (128+signal when killed), so the remote shell returns
-//!   exactly as plain rsh/ssh would;
-//! - the **guardian** (forked right after the command starts, detached from the terminal and
-//!   from stdio) connects to the job's agent, reports the group, heartbeats, and ends the
-//!   group — SIGTERM, the grace period, then SIGKILL — when the agent reclaims the host or
-//!   when the agent is gone for longer than [`AGENT_LOSS_LIMIT`] (at once when its port
-//!   refuses: the agent has ended). It stays while any process
-//!   of the group lives (daemons such as a PVM slave outlive the command that started them),
-//!   so nothing the job started on this host is ever left unwatched. When it ends a group
-//!   on its own (the agent out of reach: for how long, the last error), it says so in the
-//!   host's [`log_path`], never on the caller's stderr.
+//! - the **front** is what the remote shell waits for: it receives the command's pid and
+//!   then its exit status (128+signal when killed) from the guardian and exits with it, so
+//!   the remote shell returns exactly as plain rsh/ssh would;
+//! - the **guardian** (forked first) starts `/bin/sh -c CMD` as a new process group with
+//!   the caller's stdio (or CMD's words directly when it is plain words, see
+//!   [`crate::simple_command`]), so it is the command's parent; it is a child subreaper
+//!   (`PR_SET_CHILD_SUBREAPER`): whatever the command abandons — `setsid`, `env -i`, a
+//!   daemon that writes over its environment — is reparented to it, not to init. It then
+//!   detaches from the terminal and from stdio, reaps every child, connects to the job's
+//!   agent, reports the group, heartbeats, and ends the group, the tagged processes and
+//!   everything below itself — SIGTERM, the grace period, then SIGKILL — when the agent
+//!   reclaims the host or when the agent is gone for longer than [`AGENT_LOSS_LIMIT`] (at
+//!   once when its port refuses: the agent has ended). It stays while any of those lives
+//!   (daemons such as a PVM slave outlive the command that started them), so nothing the job
+//!   started on this host is ever left unwatched. When it ends a group on its own (the agent
+//!   out of reach: for how long, the last error), it says so in the host's [`log_path`],
+//!   never on the caller's stderr. The front is a child subreaper too: should the guardian
+//!   be killed while the command runs, the command comes to the front, which ends it and
+//!   what is below it.
 //!
 //! Daemons may leave the group: LAM's `hboot` calls `setsid()` before starting `lamd`. So
 //! the command also gets [`TAG_VAR`] in its environment, which every descendant inherits
@@ -28,7 +34,7 @@
 use std::{
     os::fd::{AsRawFd, OwnedFd},
     path::PathBuf,
-    process::{Command, ExitStatus},
+    process::Command,
     time::{Duration, Instant},
 };
 
@@ -44,7 +50,7 @@ use proto::{
 
 use crate::{
     subjel::{self, Relay},
-    watch::Watch,
+    watch::{Tree, Watch},
 };
 
 /// How long the guardian keeps the group alive without its agent before ending it.
@@ -100,77 +106,173 @@ pub fn run(cfg: SubagentConfig) -> i32 {
     let tag = proto::tag::subagent_tag(cfg.alloc, std::process::id(), lab.as_deref());
     // Without it the command runs with no `RB_JEL` (the guardian's log says why).
     let jel = subjel::bind(std::process::id());
-    let jel_socket = jel.as_ref().ok().map(subjel::Bound::socket);
-    // Plain words are exec'd as `sh -c` would, without starting the shell; should that
-    // fail (not found, not executable, a script without `#!`), the shell runs the command
-    // after all and says why, with its usual exit code.
-    let plain = crate::simple_command::plain_argv(&cfg.command)
-        .and_then(|argv| spawn_command(&cfg, &tag, jel_socket.as_deref(), Some(&argv)).ok());
-    let spawned = match plain {
-        Some(child) => Ok(child),
-        None => spawn_command(&cfg, &tag, jel_socket.as_deref(), None),
-    };
-    let mut child = match spawned {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("rb-subagent: cannot run /bin/sh: {e}");
-            return 127;
-        }
-    };
-    let watch = Watch {
-        pgid: child.id() as i32,
-        var: TAG_VAR,
-        tag,
-    };
-    let (status_rx, status_tx) = match nix::unistd::pipe() {
+    // Should the guardian be killed, its children (the command, what it abandoned) come to
+    // the front, which then ends them.
+    let _ = crate::proctree::become_subreaper();
+    let (from_guardian, to_front) = match nix::unistd::pipe() {
         Ok(p) => p,
         Err(e) => {
             eprintln!("rb-subagent: pipe: {e}");
-            return wait_code(child.wait());
+            return 1;
         }
     };
-    // SAFETY: single-threaded here (no runtime, no threads yet); the child only calls
-    // async-signal-safe functions until it execs nothing and builds its own runtime.
+    // SAFETY: single-threaded here (no runtime, no threads yet); the child builds its own
+    // threads and runtime after the fork.
     match unsafe { nix::unistd::fork() } {
         Ok(nix::unistd::ForkResult::Child) => {
-            drop(status_tx);
-            std::process::exit(guardian(cfg, watch, status_rx, jel));
+            drop(from_guardian);
+            std::process::exit(guardian_process(cfg, tag, to_front, jel));
         }
-        Ok(nix::unistd::ForkResult::Parent { child: guardian }) => {
-            drop(status_rx);
-            // The guardian's now; its directory is removed here only if it dies first.
+        Ok(nix::unistd::ForkResult::Parent { .. }) => {
+            drop(to_front);
             let jel_dir = jel.ok().map(|b| b.dir);
-            end_group_if_guardian_dies(guardian, watch, jel_dir);
-            let code = wait_code(child.wait());
-            let _ = nix::unistd::write(&status_tx, &code.to_le_bytes());
-            code
+            front(from_guardian, &tag, jel_dir)
         }
         Err(e) => {
-            eprintln!("rb-subagent: fork: {e}; the command runs unguarded");
-            wait_code(child.wait())
+            eprintln!("rb-subagent: fork: {e}");
+            1
         }
     }
 }
 
-/// The guardian ends the group before it exits, so a guardian gone while the command runs
-/// was killed (SIGKILL, the OOM killer): nothing would watch the group any more and the
-/// job's processes would outlive it. The front then ends the group itself (issue 17, the
-/// fault suite's `hostd_subagent_and_agent_sigkilled…` with seed 3). It also removes the
-/// JEL socket's directory, which the guardian removes when it ends by itself.
-fn end_group_if_guardian_dies(guardian: Pid, watch: Watch, jel_dir: Option<PathBuf>) {
+/// The front: waits for the command's pid and then its exit code from the guardian, and
+/// returns that code. A guardian that ends without sending the code was killed (SIGKILL,
+/// the OOM killer; it never ends on its own before the command): nothing would watch the
+/// command any more, and its processes, now the front's (a subreaper), would outlive the
+/// job. The front then ends them itself (the fault suite's
+/// `hostd_subagent_and_agent_sigkilled…` with seed 3) and removes the JEL socket's
+/// directory, which the guardian removes when it ends by itself.
+fn front(from_guardian: OwnedFd, tag: &str, jel_dir: Option<PathBuf>) -> i32 {
+    let pid = read_i32(&from_guardian);
+    let code = pid.and_then(|_| read_i32(&from_guardian));
+    if let Some(code) = code {
+        return code;
+    }
+    let watch = Watch {
+        pgid: pid.unwrap_or(0),
+        var: TAG_VAR,
+        tag: tag.to_string(),
+        tree: Tree::Below {
+            root: std::process::id() as i32,
+            skip: Default::default(),
+        },
+    };
+    let reaper = std::thread::spawn(|| reap_children(None, |_| {}));
+    watch.end(Duration::from_secs(1));
+    drop(reaper);
+    if let Some(dir) = jel_dir {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    128 + Signal::SIGKILL as i32
+}
+
+/// The guardian process, the command's parent: starts the command with the caller's stdio,
+/// tells the front its pid, becomes a child subreaper (what the command abandons stays
+/// below it, whatever it does to its session, environment or title), detaches, reaps, and
+/// guards ([`guardian`]). Returns its exit code.
+fn guardian_process(
+    cfg: SubagentConfig,
+    tag: String,
+    to_front: OwnedFd,
+    jel: Result<subjel::Bound, subjel::BindError>,
+) -> i32 {
+    if let Err(e) = crate::proctree::become_subreaper() {
+        eprintln!("rb-subagent: not a child subreaper ({e}): a daemon may outlive the job");
+    }
+    let jel_socket = jel.as_ref().ok().map(subjel::Bound::socket);
+    let child = match spawn_either(&cfg, &tag, jel_socket.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("rb-subagent: cannot run /bin/sh: {e}");
+            let _ = nix::unistd::write(&to_front, &0i32.to_le_bytes());
+            let _ = nix::unistd::write(&to_front, &127i32.to_le_bytes());
+            return 127;
+        }
+    };
+    let pid = child.id() as i32;
+    // The front waits for the pid, then the code (the reaper's).
+    let _ = nix::unistd::write(&to_front, &pid.to_le_bytes());
+    let watch = Watch {
+        pgid: pid,
+        var: TAG_VAR,
+        tag,
+        tree: Tree::Below {
+            root: std::process::id() as i32,
+            skip: Default::default(),
+        },
+    };
+    detach_from_session();
+    let (status_tx, status_rx) = tokio::sync::oneshot::channel();
     let spawned = std::thread::Builder::new()
-        .name("guardian-watch".into())
+        .name("reaper".into())
         .spawn(move || {
-            // Only this thread waits for the guardian; the main thread waits for the command.
-            let _ = nix::sys::wait::waitpid(guardian, None);
-            watch.end(Duration::from_secs(1));
-            if let Some(dir) = jel_dir {
-                let _ = std::fs::remove_dir_all(dir);
-            }
+            let mut to_front = Some(to_front);
+            let mut status_tx = Some(status_tx);
+            reap_children(Some(pid), |code| {
+                if let Some(fd) = to_front.take() {
+                    let _ = nix::unistd::write(&fd, &code.to_le_bytes());
+                }
+                if let Some(tx) = status_tx.take() {
+                    let _ = tx.send(code);
+                }
+            });
         });
     if let Err(e) = spawned {
-        eprintln!("rb-subagent: cannot watch the guardian: {e}");
+        // No reaper: the command's end would never be seen. End it now.
+        tracing::error!(error = %e, "no reaper thread: ending the command");
+        watch.end(LOSS_END_GRACE);
+        return 1;
     }
+    drop(child);
+    guardian(cfg, watch, status_rx, jel)
+}
+
+/// Starts the command: plain words are exec'd as `sh -c` would, without starting the
+/// shell; should that fail (not found, not executable, a script without `#!`), the shell
+/// runs the command after all and says why, with its usual exit code.
+fn spawn_either(
+    cfg: &SubagentConfig,
+    tag: &str,
+    jel_socket: Option<&std::path::Path>,
+) -> std::io::Result<std::process::Child> {
+    let plain = crate::simple_command::plain_argv(&cfg.command)
+        .and_then(|argv| spawn_command(cfg, tag, jel_socket, Some(&argv)).ok());
+    match plain {
+        Some(child) => Ok(child),
+        None => spawn_command(cfg, tag, jel_socket, None),
+    }
+}
+
+/// Reaps every child of this process as it ends (a subreaper's adopted ones too) until
+/// none is left; `command`'s exit code (rsh style) goes to `on_command`.
+fn reap_children(command: Option<i32>, mut on_command: impl FnMut(i32)) {
+    use nix::sys::wait::{waitpid, WaitStatus};
+    loop {
+        match waitpid(Pid::from_raw(-1), None) {
+            Ok(WaitStatus::Exited(pid, code)) if Some(pid.as_raw()) == command => on_command(code),
+            Ok(WaitStatus::Signaled(pid, sig, _)) if Some(pid.as_raw()) == command => {
+                on_command(128 + sig as i32)
+            }
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// Four bytes from the pipe as an `i32`; `None` at its end.
+fn read_i32(fd: &OwnedFd) -> Option<i32> {
+    let mut buf = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        match nix::unistd::read(fd.as_raw_fd(), &mut buf[got..]) {
+            Ok(0) => return None,
+            Ok(n) => got += n,
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => return None,
+        }
+    }
+    Some(i32::from_le_bytes(buf))
 }
 
 /// Starts the command as its own process group, tagged, with the job's preload library and
@@ -241,18 +343,6 @@ fn unblock_signals() {
     let _ = unsafe { signal(Signal::SIGTERM, SigHandler::SigDfl) };
 }
 
-/// rsh-style exit code of a finished command.
-fn wait_code(status: std::io::Result<ExitStatus>) -> i32 {
-    use std::os::unix::process::ExitStatusExt;
-    match status {
-        Ok(s) => s
-            .code()
-            .or_else(|| s.signal().map(|sig| 128 + sig))
-            .unwrap_or(1),
-        Err(_) => 1,
-    }
-}
-
 /// `rb-jel join`'s relay for its command (`jel-cli`): never passed to another host.
 const ENV_MEMBER_RELAY: &str = "RB_JEL_MEMBER";
 
@@ -260,10 +350,9 @@ const ENV_MEMBER_RELAY: &str = "RB_JEL_MEMBER";
 fn guardian(
     cfg: SubagentConfig,
     watch: Watch,
-    status_rx: OwnedFd,
+    status_rx: tokio::sync::oneshot::Receiver<i32>,
     jel: Result<subjel::Bound, subjel::BindError>,
 ) -> i32 {
-    detach_from_session();
     start_log();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -341,10 +430,13 @@ pub(crate) fn detach_from_session() {
     }
 }
 
-async fn guard(cfg: SubagentConfig, watch: &Watch, status_rx: OwnedFd, relay: &mut Relay) {
+async fn guard(
+    cfg: SubagentConfig,
+    watch: &Watch,
+    mut status_rx: tokio::sync::oneshot::Receiver<i32>,
+    relay: &mut Relay,
+) {
     let mut exit_status: Option<i32> = None;
-    let status_task = tokio::task::spawn_blocking(move || read_status(status_rx));
-    tokio::pin!(status_task);
     let mut lost_since: Option<Instant> = None;
     loop {
         let conn = connect(&cfg).await;
@@ -382,7 +474,7 @@ async fn guard(cfg: SubagentConfig, watch: &Watch, status_rx: OwnedFd, relay: &m
             watch,
             relay,
         };
-        match s.run(&mut exit_status, &mut status_task).await {
+        match s.run(&mut exit_status, &mut status_rx).await {
             SessionEnd::Done => return,
             SessionEnd::Lost => {
                 relay.close_all();
@@ -433,7 +525,7 @@ impl Session<'_> {
     async fn run(
         &mut self,
         exit_status: &mut Option<i32>,
-        status_task: &mut std::pin::Pin<&mut tokio::task::JoinHandle<Option<i32>>>,
+        status_rx: &mut tokio::sync::oneshot::Receiver<i32>,
     ) -> SessionEnd {
         let mut heartbeat = tokio::time::interval(HEARTBEAT);
         let mut poll = tokio::time::interval(GROUP_POLL);
@@ -451,8 +543,8 @@ impl Session<'_> {
                 Some(ev) = self.relay.next() => {
                     if self.relay_local(ev).await.is_err() { return SessionEnd::Lost; }
                 }
-                status = &mut **status_task, if exit_status.is_none() => {
-                    let code = status.ok().flatten().unwrap_or(1);
+                status = &mut *status_rx, if exit_status.is_none() => {
+                    let code = status.unwrap_or(1);
                     *exit_status = Some(code);
                     if self.conn.send(&ToBroker::SubExited { status: code }).await.is_err() { return SessionEnd::Lost; }
                     // Usually nothing outlives the command: the host goes back now, not at the
@@ -532,14 +624,6 @@ impl Session<'_> {
         self.relay_ready().await;
         let code = exit_status.unwrap_or(128 + Signal::SIGTERM as i32);
         let _ = self.conn.send(&ToBroker::SubExited { status: code }).await;
-    }
-}
-
-fn read_status(fd: OwnedFd) -> Option<i32> {
-    let mut buf = [0u8; 4];
-    match nix::unistd::read(fd.as_raw_fd(), &mut buf) {
-        Ok(4) => Some(i32::from_le_bytes(buf)),
-        _ => None,
     }
 }
 

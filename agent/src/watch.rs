@@ -1,15 +1,23 @@
-//! What a guardian watches and ends: a process group, and every process of this uid whose
+//! What a guardian watches and ends: a process group, every process of this uid whose
 //! environment carries a tag (`VAR=value`), which a process keeps whatever it does to its
-//! session (LAM's `hboot` and PVM's pvmd call `setsid`). Shared by the subagent's guardian
-//! on granted hosts ([`crate::subagent::TAG_VAR`]) and the job's guardian on the front end
-//! ([`crate::jobguard::JOB_TAG_VAR`]).
+//! session (LAM's `hboot` and PVM's pvmd call `setsid`), and a part of the process tree
+//! ([`Tree`]), which a process cannot leave even when it clears its environment (`env -i`)
+//! or writes its title over it (OpenSSH). Shared by the subagent's guardian on granted
+//! hosts ([`crate::subagent::TAG_VAR`], the tree below itself), the job's guardian on the
+//! front end ([`crate::jobguard::JOB_TAG_VAR`], the processes the agent had adopted) and the
+//! agent at the job's end (the tree below itself).
 
-use std::time::{Duration, Instant};
+use std::{
+    collections::BTreeSet,
+    time::{Duration, Instant},
+};
 
 use nix::{
     sys::signal::{killpg, Signal},
     unistd::Pid,
 };
+
+use crate::proctree;
 
 /// The longest pause between checks while a watched command is given its grace period.
 const END_POLL_MAX: Duration = Duration::from_millis(20);
@@ -18,15 +26,43 @@ const END_POLL_MAX: Duration = Duration::from_millis(20);
 /// whose environment holds `var=tag` (daemons that left the group).
 #[derive(Debug, Clone)]
 pub struct Watch {
+    /// The process group (0: none known).
     pub pgid: i32,
     pub var: &'static str,
     pub tag: String,
+    pub tree: Tree,
+}
+
+/// The part of the process tree a [`Watch`] covers besides its group and tag.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Tree {
+    #[default]
+    Nothing,
+    /// Every live process below `root` (a child subreaper: the watcher itself), except
+    /// the subtrees of `skip` (what `root` started itself and ends its own way).
+    Below { root: i32, skip: BTreeSet<i32> },
+    /// These processes (pid and start time: a pid since reused is not theirs) and
+    /// everything below them.
+    Roots(Vec<(i32, u64)>),
+}
+
+impl Tree {
+    /// The live processes this tree covers now.
+    pub fn processes(&self) -> Vec<i32> {
+        match self {
+            Tree::Nothing => Vec::new(),
+            Tree::Below { root, skip } => proctree::below(&proctree::table(), *root, skip),
+            Tree::Roots(roots) => proctree::subtrees(&proctree::table(), roots, &BTreeSet::new()),
+        }
+    }
 }
 
 impl Watch {
     /// True while any watched process exists.
     pub fn alive(&self) -> bool {
-        group_alive(self.pgid) || !tagged_processes(self.var, &self.tag).is_empty()
+        group_alive(self.pgid)
+            || !tagged_processes(self.var, &self.tag).is_empty()
+            || !self.tree.processes().is_empty()
     }
 
     /// SIGTERM to everything watched, up to `grace` for it to go, then SIGKILL what is left.
@@ -47,8 +83,11 @@ impl Watch {
     }
 
     fn signal(&self, signal: Signal) {
-        let _ = killpg(Pid::from_raw(self.pgid), signal);
-        for pid in tagged_processes(self.var, &self.tag) {
+        if self.pgid > 1 {
+            let _ = killpg(Pid::from_raw(self.pgid), signal);
+        }
+        let tagged = tagged_processes(self.var, &self.tag);
+        for pid in tagged.into_iter().chain(self.tree.processes()) {
             let _ = nix::sys::signal::kill(Pid::from_raw(pid), signal);
         }
     }
@@ -112,9 +151,10 @@ fn has_tag_pausing(proc_dir: &std::path::Path, needle: &[u8], mut pause: impl Fn
     false
 }
 
-/// True while any process of the group exists.
+/// True while any process of the group exists. Groups 0 and 1 (our own group, init's)
+/// are never a watched one: a watch that knows no group has 0.
 pub fn group_alive(pgid: i32) -> bool {
-    killpg(Pid::from_raw(pgid), None).is_ok()
+    pgid > 1 && killpg(Pid::from_raw(pgid), None).is_ok()
 }
 #[cfg(test)]
 mod tests {
@@ -158,6 +198,18 @@ mod tests {
     }
 
     #[test]
+    fn a_watch_without_a_group_never_counts_or_signals_our_own() {
+        let watch = Watch {
+            pgid: 0,
+            var: TAG_VAR,
+            tag: format!("none.{}", std::process::id()),
+            tree: Tree::Nothing,
+        };
+        assert!(!watch.alive(), "group 0 is the caller's own group");
+        watch.end(Duration::from_millis(10));
+    }
+
+    #[test]
     fn a_daemon_that_left_the_group_is_still_watched_and_ended() {
         // `setsid` puts the sleep in a new session and group, as LAM's hboot does to lamd.
         let tag = format!("test.{}", std::process::id());
@@ -184,6 +236,7 @@ mod tests {
             pgid: i32::MAX - 1,
             var: TAG_VAR,
             tag: tag.clone(),
+            tree: Tree::Nothing,
         };
         assert!(watch.alive());
         let ended = std::thread::spawn(move || child.wait());

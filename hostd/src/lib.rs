@@ -9,8 +9,11 @@
 //!   `CondorLoadAvg`), from their CPU time, averaged like `load1`.
 //! - [`sweep`]: ends leftover processes of allocations the broker no longer has (pure
 //!   decision, `/proc` scan at the edge).
+//! - [`lineage`]: the processes noted below a subagent of this lab, for the sweep to find
+//!   those that lost their tag.
 
 pub mod daemon;
 pub mod jobload;
+pub mod lineage;
 pub mod sensors;
 pub mod sweep;

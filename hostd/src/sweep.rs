@@ -15,6 +15,8 @@
 //!   [`proto::tag`]: allocation ids are a broker's own), this process and the tag this
 //!   daemon itself runs under excepted — and [`perform`] sends the signals, logging each:
 //!   the edge.
+//! - [`crate::lineage`] adds the processes that lost their tag but were noted below a
+//!   subagent of this lab while it lived.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -74,6 +76,8 @@ pub struct Kill {
 #[derive(Debug)]
 pub struct Sweeper {
     live: Option<Live>,
+    /// What was below a subagent of this lab, for processes that lost their tag.
+    lineage: crate::lineage::Lineage,
     /// (pid, start) → when it was sent SIGTERM.
     termed: BTreeMap<(i32, u64), Instant>,
     grace: Duration,
@@ -90,6 +94,7 @@ impl Sweeper {
     pub fn new(grace: Duration) -> Self {
         Self {
             live: None,
+            lineage: Default::default(),
             termed: BTreeMap::new(),
             grace,
             last: None,
@@ -234,9 +239,22 @@ pub fn perform(proc_root: &Path, kills: &[Kill]) {
     }
 }
 
-/// One sweep at `now`: scan, decide, signal.
+/// One sweep at `now`: scan (the tagged processes, and those noted below a subagent of
+/// this lab, [`crate::lineage`]), decide, signal.
 pub fn sweep(sweeper: &mut Sweeper, scope: &Scope, now: Instant) {
-    let kills = sweeper.plan(&scan(scope), now);
+    let mut found = scan(scope);
+    let own_alloc = scope
+        .own_tag
+        .and_then(proto::tag::parse)
+        .map(|tag| tag.alloc);
+    let table = crate::lineage::read(scope);
+    for noted in sweeper.lineage.update(&table, own_alloc) {
+        if !found.iter().any(|t| t.pid == noted.pid) {
+            found.push(noted);
+        }
+    }
+    found.sort();
+    let kills = sweeper.plan(&found, now);
     perform(scope.proc_root, &kills);
 }
 

@@ -11,6 +11,7 @@
 //! - [`route`]: this machine's address on the route to a peer (what an agent advertises).
 //! - [`symbolic`]: which host names are symbolic, and their placeholder addresses.
 //! - [`tag`]: the environment tag that marks every process of a remote command.
+//! - [`mux`]: where a job's ssh master connections (one per granted host) have their sockets.
 //!
 //! Every connection starts with a [`msg::Hello`] carrying [`PROTOCOL_VERSION`] and the
 //! peer's [`msg::Role`]. The full description lives in `PROTOCOL.md` at the repository root.
@@ -21,6 +22,7 @@ pub mod credential;
 pub mod frame;
 pub mod handshake;
 pub mod msg;
+pub mod mux;
 pub mod peercred;
 pub mod report;
 pub mod route;

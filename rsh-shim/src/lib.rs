@@ -52,6 +52,7 @@
 //!   is invoked under that name; [`translate`]: options carried between ssh and rsh.
 //! - [`copy`]: `scp` and `sftp`, which call ssh by full path: the real ones, told to use the
 //!   job's `ssh` (`-S`).
+//! - [`mux`]: one ssh master connection per granted host, shared by the job's calls.
 
 pub mod args;
 pub mod callers;
@@ -61,6 +62,7 @@ pub mod copy;
 pub mod hosts;
 pub mod launch;
 pub mod lineage;
+pub mod mux;
 pub mod quote;
 pub mod realsh;
 pub mod ssh;
@@ -506,7 +508,9 @@ fn via_agent(request: &Request, env: &Env, depth: u32) -> Result<Ended, ShimErro
             }
             let family = Family::of(grant.remote_shell.first().map_or("", String::as_str));
             let (session, command) = session_for(request, family)?;
-            let plan = launch::granted(&grant, &session, &command);
+            let mut plan = launch::granted(&grant, &session, &command);
+            // Held until the remote shell ends: the call that may start the host's master.
+            let _master = mux::share_connection(&mut plan, &session, &grant, Path::new(socket));
             let what = format!(
                 "granted {} (allocation {}) over {}",
                 grant.host,

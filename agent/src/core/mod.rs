@@ -385,6 +385,12 @@ impl AgentCore {
         self.allocs.get(&alloc).map(|a| a.host.as_str())
     }
 
+    /// Whether any allocation of the job holds `host` (the host's shared ssh connection
+    /// stays while one does).
+    pub fn holds_host(&self, host: &str) -> bool {
+        self.allocs.values().any(|a| a.host == host)
+    }
+
     /// Whether this is a module job (the shell then reads a shim's lineage).
     pub fn is_module_job(&self) -> bool {
         self.module.is_some()

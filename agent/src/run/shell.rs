@@ -80,6 +80,8 @@ pub(super) struct Shell {
     remote: mpsc::UnboundedReceiver<RemoteOut>,
     /// Which pool connection is which subagent's.
     routes: Routes,
+    /// The job's ssh master connections, closed when their host leaves the job.
+    masters: crate::mux::Masters,
 }
 
 /// The most bytes of lines one `jel_send` carries (a frame holds at most
@@ -99,9 +101,11 @@ impl Shell {
         events_tx: mpsc::Sender<Event>,
         hosts_file: PathBuf,
         pool: (PoolHost, mpsc::UnboundedReceiver<RemoteOut>),
+        masters: crate::mux::Masters,
     ) -> Self {
         let (pool, remote) = pool;
         Self {
+            masters,
             core,
             broker,
             broker_live: true,
@@ -435,6 +439,11 @@ impl Shell {
         } = event
         {
             return self.link_lost(alloc, &host, host_lost).await;
+        }
+        if let PoolEvent::HostReleased { host } = &event {
+            if !self.core.holds_host(host) {
+                self.masters.close_host(host);
+            }
         }
         let Some(pool) = &self.pool else { return };
         let done = match event {

@@ -32,7 +32,7 @@ pub struct Options {
     pub reps: usize,
     /// Remote shells of the jobs (`rsh`, `ssh`).
     pub transports: Vec<String>,
-    /// `table1`, `table2`, `memory`; empty = all.
+    /// `table1`, `table2`, `memory`, `reuse`; empty = all.
     pub parts: Vec<String>,
 }
 
@@ -56,6 +56,7 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     let mut table1 = Vec::new();
     let mut table2 = Vec::new();
     let mut memory = None;
+    let mut reuse = None;
     for transport in &opts.transports {
         let env = start_broker(lab, transport);
         if opts.wants("table1") {
@@ -66,6 +67,9 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
         }
         if memory.is_none() && opts.wants("memory") {
             memory = Some(footprint(&env)?);
+        }
+        if transport == "ssh" && opts.wants("reuse") {
+            reuse = Some(crate::reuse::measure(&env, reps, &real_program("ssh")?)?);
         }
         let LabWithBroker { broker, lab: l } = env;
         drop(broker);
@@ -79,6 +83,9 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     }
     if let Some(rows) = memory {
         print_memory(&rows);
+    }
+    if let Some(r) = reuse {
+        crate::reuse::print(&r);
     }
     lab.down().map_err(|e| anyhow::anyhow!("lab down: {e}"))?;
     Ok(())

@@ -8,6 +8,7 @@ mod jel_lab;
 mod modules;
 mod overflow;
 mod policy;
+mod reuse;
 mod ssh;
 mod take_back;
 
@@ -41,7 +42,7 @@ struct Args {
     /// Remote shells of the agent-layer jobs.
     #[arg(long, value_delimiter = ',', default_values_t = vec!["rsh".to_string(), "ssh".to_string()])]
     agent_transports: Vec<String>,
-    /// Agent-layer parts to run (table1, table2, memory); default all.
+    /// Agent-layer parts to run (table1, table2, memory, reuse); default all.
     #[arg(long, value_delimiter = ',')]
     agent_parts: Vec<String>,
     /// Repetitions for the module (paper Table 3) measurements (LAM's own start-up varies
