@@ -196,7 +196,7 @@ mod tests {
                 }],
                 false => vec![],
             }),
-            console_idle_s: None,
+            console_idle_s: Some(3600),
             job_load: None,
         }
     }

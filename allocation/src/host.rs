@@ -142,15 +142,16 @@ impl HostView {
         self.owner.is_some()
     }
 
-    /// No session active within [`IDLE_AFTER`] and the console (if known) idle that long.
-    /// Unknown sessions or a session with unknown idle time make the host not quiet.
+    /// No session active within [`IDLE_AFTER`] and the console idle that long. Unknown
+    /// sessions, a session with unknown idle time or an unknown console make the host not
+    /// quiet (nothing says that nobody is at it).
     pub fn quiet(&self) -> bool {
         let sessions_idle = self.users.as_ref().is_some_and(|users| {
             users
                 .iter()
                 .all(|u| u.idle_s.is_some_and(|s| s >= IDLE_AFTER))
         });
-        sessions_idle && !matches!(self.console_idle_s, Some(s) if s < IDLE_AFTER)
+        sessions_idle && self.console_idle_s.is_some_and(|s| s >= IDLE_AFTER)
     }
 
     /// A public host always; a private one only while quiet.
@@ -205,7 +206,8 @@ pub(crate) mod tests {
             mem_avail_mb: None,
             cpus: Some(4),
             users: Some(vec![]),
-            console_idle_s: None,
+            // Known and idle for an hour: a host whose console is unknown is never quiet.
+            console_idle_s: Some(3600),
             job_load: None,
         }
     }
@@ -288,7 +290,7 @@ pub(crate) mod tests {
         v.console_idle_s = Some(IDLE_AFTER - 1);
         assert!(!v.quiet(), "console used recently");
         v.console_idle_s = None;
-        assert!(v.quiet(), "unknown console alone does not block");
+        assert!(!v.quiet(), "an unknown console is no evidence that nobody is at it");
     }
 
     #[test]

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// What `keyboard_idle_s` / `owner_idle_s` say when no input was ever seen on a host (no
-/// session logged in and no console reading): ten years, so `>= 300` holds.
+/// What `keyboard_idle_s` / `owner_idle_s` say when every source was read and none has a
+/// person on it (no login session and no console in use): ten years, so `>= 300` holds.
 pub const NEVER_USED_S: i64 = 10 * 365 * 24 * 3600;
 
 /// One login session on a host (utmp).
@@ -44,10 +44,10 @@ pub struct HostFacts {
     /// Seconds since the last console (keyboard/mouse) input; `None`: unknown, never idle.
     pub console_idle_s: Option<i64>,
     /// Seconds since the owner last typed: the owner's sessions and the console.
-    /// `None` when one of those is unknown. [`NEVER_USED_S`] when there is none of them.
+    /// `None` when one of those is unknown, the console included.
     pub owner_idle_s: Option<i64>,
     /// Seconds since anyone last typed (HTCondor `KeyboardIdle`): every session and the
-    /// console. `None` when one of them is unknown. [`NEVER_USED_S`] when there is none.
+    /// console. `None` when one of them is unknown, the console included.
     pub keyboard_idle_s: Option<i64>,
     /// The job holding this host (`None`: free).
     pub held_by: Option<i64>,
@@ -100,16 +100,18 @@ impl HostFacts {
         }
     }
 
-    /// The least idle time over the sessions `counts` picks and the console; `None` when
-    /// the sessions or one of the picked idles is unknown.
+    /// The least idle time over the sessions `counts` picks and the console. `None`
+    /// ("unknown", never away) whenever a source that could show someone active cannot be
+    /// read: the sessions, one of the picked sessions' idle times, or the console (an
+    /// unknown console is no evidence that nobody is at it: a Wayland desktop's input shows
+    /// in none of the device files a host daemon can read).
     fn idle_of(&self, counts: impl Fn(&Session) -> bool) -> Option<i64> {
         let sessions = self.users.as_ref()?;
-        let mut least = self.console_idle_s;
+        let mut least = self.console_idle_s?;
         for s in sessions.iter().filter(|s| counts(s)) {
-            let idle = s.idle_s?;
-            least = Some(least.map_or(idle, |l| l.min(idle)));
+            least = least.min(s.idle_s?);
         }
-        Some(least.unwrap_or(NEVER_USED_S))
+        Some(least)
     }
 }
 
@@ -296,14 +298,54 @@ mod tests {
         .derive();
         assert_eq!(unknown.keyboard_idle_s, None);
         assert_eq!(unknown.owner_idle_s, Some(600));
-        let nobody = HostFacts {
+        let console_unknown = HostFacts {
             users: Some(vec![]),
             console_idle_s: None,
             ..h
         }
         .derive();
-        assert_eq!(nobody.keyboard_idle_s, Some(NEVER_USED_S));
+        assert_eq!(console_unknown.keyboard_idle_s, None, "never NEVER_USED_S");
+        assert_eq!(console_unknown.owner_idle_s, None);
         let unread = HostFacts::default().derive();
         assert_eq!(unread.keyboard_idle_s, None);
+    }
+
+    /// Every combination of the sources: utmp unread / empty / a session of the owner or
+    /// of someone else, with a known or unknown idle time; the console known or unknown.
+    /// Unknown wins whenever the unknown source could show the person asked about active.
+    #[test]
+    fn idle_of_every_combination_of_known_and_unknown_sources() {
+        type Users = Option<Vec<Session>>;
+        let users: [(&str, Users); 6] = [
+            ("utmp unread", None),
+            ("nobody", Some(vec![])),
+            ("ann 100 s", Some(vec![session("ann", Some(100))])),
+            ("ann unknown", Some(vec![session("ann", None)])),
+            ("bob 50 s", Some(vec![session("bob", Some(50))])),
+            ("bob unknown", Some(vec![session("bob", None)])),
+        ];
+        for (what, users) in users {
+            for console in [Some(400), None] {
+                let h = HostFacts {
+                    owner: Some("ann".into()),
+                    users: users.clone(),
+                    console_idle_s: console,
+                    ..HostFacts::default()
+                }
+                .derive();
+                let (keyboard, owner) = match (what, console) {
+                    (_, None) | ("utmp unread", _) => (None, None),
+                    ("nobody", Some(c)) => (Some(c), Some(c)),
+                    ("ann 100 s", _) => (Some(100), Some(100)),
+                    ("ann unknown", _) => (None, None),
+                    ("bob 50 s", Some(c)) => (Some(50), Some(c)),
+                    ("bob unknown", Some(c)) => (None, Some(c)),
+                    _ => unreachable!("{what}"),
+                };
+                let case = format!("{what}, console {console:?}");
+                assert_eq!(h.keyboard_idle_s, keyboard, "keyboard: {case}");
+                assert_eq!(h.owner_idle_s, owner, "owner: {case}");
+            }
+        }
     }
 }

@@ -98,7 +98,8 @@ fn policies() -> anyhow::Result<Vec<(&'static str, Arc<Policy>)>> {
 }
 
 /// Host `i` of a simulated lab: a third are private workstations whose owner is logged in
-/// (idle 0–20 min, so about three in four are away), the rest public with no session; load
+/// (idle 0–20 min, so about three in four are away), the rest public with no session and an
+/// idle console; load
 /// 0–2 on 1–8 CPUs; one in 100 is down; one in 20 also has the `gpu` label.
 pub fn host_view(i: usize) -> HostView {
     let private = i.is_multiple_of(3);
@@ -130,7 +131,9 @@ pub fn host_view(i: usize) -> HostView {
             }],
             false => vec![],
         }),
-        console_idle_s: private.then_some(idle),
+        // A public host's console known and idle for an hour (an unknown console is never
+        // away: the decisions stay those of the reports this bench always meant).
+        console_idle_s: Some(if private { idle } else { 3600 }),
         job_load: None,
     }
 }
