@@ -197,6 +197,8 @@ mod tests {
                 false => vec![],
             }),
             console_idle_s: Some(3600),
+            logind: None,
+            logind_error: None,
             job_load: None,
         }
     }

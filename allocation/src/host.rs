@@ -6,7 +6,7 @@
 //! active, and a host whose sessions could not be read is not quiet.
 
 use proto::{
-    report::{HostState, HostStatus, UserSession},
+    report::{HostState, HostStatus, LogindSession, UserSession},
     symbolic::{check_name, label_name, split_instance},
 };
 
@@ -37,6 +37,13 @@ pub struct HostView {
     /// Logged-in sessions; `None` when unknown.
     pub users: Option<Vec<UserSession>>,
     pub console_idle_s: Option<u64>,
+    /// The sessions logind lists; `None` when logind could not be read (or from a daemon
+    /// or trace that predates it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logind: Option<Vec<LogindSession>>,
+    /// Why `logind` is unknown, as the host daemon said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logind_error: Option<String>,
     /// The load of the lab's job processes there (`HostReport::job_load`); `None` when
     /// unknown. Absent from traces that predate it.
     #[serde(default)]
@@ -60,6 +67,8 @@ impl From<&HostStatus> for HostView {
             cpus: s.cpus,
             users: s.users_known.then(|| s.users.clone()),
             console_idle_s: s.console_idle_s,
+            logind: s.logind.clone(),
+            logind_error: s.logind_error.clone(),
             job_load: s.job_load,
         }
     }
@@ -208,6 +217,8 @@ pub(crate) mod tests {
             users: Some(vec![]),
             // Known and idle for an hour: a host whose console is unknown is never quiet.
             console_idle_s: Some(3600),
+            logind: None,
+            logind_error: None,
             job_load: None,
         }
     }
@@ -290,7 +301,10 @@ pub(crate) mod tests {
         v.console_idle_s = Some(IDLE_AFTER - 1);
         assert!(!v.quiet(), "console used recently");
         v.console_idle_s = None;
-        assert!(!v.quiet(), "an unknown console is no evidence that nobody is at it");
+        assert!(
+            !v.quiet(),
+            "an unknown console is no evidence that nobody is at it"
+        );
     }
 
     #[test]

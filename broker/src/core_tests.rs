@@ -450,7 +450,7 @@ async fn explain_and_status_say_why_a_host_is_not_startable() {
     let rows = core.status().await;
     assert_eq!(
         rows[0].policy_note.as_deref(),
-        Some("owner active 12 s ago")
+        Some("owner active 12 s ago (utmp pts/0)")
     );
     let e = core.explain("ws1", None).await.expect("explained");
     let start = e["hooks"]
@@ -461,7 +461,7 @@ async fn explain_and_status_say_why_a_host_is_not_startable() {
     assert_eq!(start["value"], serde_json::json!(false));
     let inputs = start["inputs"].to_string();
     assert!(
-        inputs.contains("host.keyboard_idle_s") && inputs.contains("12"),
+        inputs.contains("host.owner_idle_s") && inputs.contains("12"),
         "{inputs}"
     );
     let unknown = core.explain("ws9", None).await;

@@ -134,6 +134,8 @@ pub fn host_view(i: usize) -> HostView {
         // A public host's console known and idle for an hour (an unknown console is never
         // away: the decisions stay those of the reports this bench always meant).
         console_idle_s: Some(if private { idle } else { 3600 }),
+        logind: None,
+        logind_error: None,
         job_load: None,
     }
 }
