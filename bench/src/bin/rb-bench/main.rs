@@ -7,6 +7,7 @@ mod jel;
 mod jel_lab;
 mod modules;
 mod overflow;
+mod owner_logind;
 mod policy;
 
 use std::{
@@ -53,7 +54,7 @@ struct Args {
     /// Machine counts of the module measurements, each 1 to 8; default 1,2,4,8.
     #[arg(long, value_delimiter = ',')]
     module_machines: Vec<usize>,
-    /// Policy-section parts to run (grant, reload, footprint, owner, figure7); default all.
+    /// Policy-section parts to run (grant, reload, footprint, owner, figure7, owner-logind); default all.
     #[arg(long, value_delimiter = ',')]
     policy_parts: Vec<String>,
     /// `rb-broker` of `policy::BEFORE_POLICY_FILES` (policy compiled in): the baseline of the
@@ -143,6 +144,7 @@ fn main() -> anyhow::Result<()> {
             hosts: args.hosts.clone(),
             grants: args.policy_grants,
             lab_reps: args.reps.min(5),
+            owner_logind_reps: args.reps.max(10),
             transports: args.agent_transports.clone(),
             parts: args.policy_parts.clone(),
             broker_before: args.broker_before_policy_files.clone(),

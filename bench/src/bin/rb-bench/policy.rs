@@ -27,11 +27,13 @@ pub struct Options {
     pub hosts: Vec<usize>,
     /// Grants timed per policy and host count.
     pub grants: usize,
+    /// Repetitions of "Owner return through logind" (at least 10).
+    pub owner_logind_reps: usize,
     /// Repetitions of the lab rows.
     pub lab_reps: usize,
     /// Remote shells of the owner-return rows (`rsh`, `ssh`).
     pub transports: Vec<String>,
-    /// `grant`, `reload`, `footprint`, `owner`, `figure7`; empty = all.
+    /// `grant`, `reload`, `footprint`, `owner`, `figure7`, `owner-logind`; empty = all.
     pub parts: Vec<String>,
     /// An `rb-broker` built from [`BEFORE_POLICY_FILES`] (policy compiled in): the
     /// footprint's baseline rows run it (`bench.sh` builds it).
@@ -589,7 +591,7 @@ fn wait_held(env: &LabWithBroker, hosts: &[String]) -> bool {
 }
 
 fn lab_rows(opts: &Options) -> anyhow::Result<()> {
-    if !(opts.wants("owner") || opts.wants("figure7")) {
+    if !(opts.wants("owner") || opts.wants("figure7") || opts.wants("owner-logind")) {
         return Ok(());
     }
     if !tests::is_root() {
@@ -601,6 +603,9 @@ fn lab_rows(opts: &Options) -> anyhow::Result<()> {
     }
     if opts.wants("figure7") {
         figure_seven(opts)?;
+    }
+    if opts.wants("owner-logind") {
+        crate::owner_logind::run(opts.owner_logind_reps)?;
     }
     Ok(())
 }
