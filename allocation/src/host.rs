@@ -151,16 +151,27 @@ impl HostView {
         self.owner.is_some()
     }
 
-    /// No session active within [`IDLE_AFTER`] and the console idle that long. Unknown
-    /// sessions, a session with unknown idle time or an unknown console make the host not
-    /// quiet (nothing says that nobody is at it).
+    /// No session (utmp, or logind's sessions of people) active within [`IDLE_AFTER`] and
+    /// the console idle that long. Unknown sessions, a session with unknown idle time or an
+    /// unknown console (unless logind, read, stands in for it) make the host not quiet
+    /// (nothing says that nobody is at it).
     pub fn quiet(&self) -> bool {
-        let sessions_idle = self.users.as_ref().is_some_and(|users| {
-            users
-                .iter()
-                .all(|u| u.idle_s.is_some_and(|s| s >= IDLE_AFTER))
-        });
-        sessions_idle && self.console_idle_s.is_some_and(|s| s >= IDLE_AFTER)
+        let idle = |s: Option<u64>| s.is_some_and(|s| s >= IDLE_AFTER);
+        let sessions_idle = self
+            .users
+            .as_ref()
+            .is_some_and(|users| users.iter().all(|u| idle(u.idle_s)));
+        let people_idle = self.people().all(|s: &LogindSession| idle(s.idle_s));
+        let console = match self.console_idle_s {
+            Some(s) => s >= IDLE_AFTER,
+            None => self.logind.is_some(),
+        };
+        sessions_idle && people_idle && console
+    }
+
+    /// logind's sessions that stand for a person at a keyboard.
+    fn people(&self) -> impl Iterator<Item = &LogindSession> {
+        self.logind.iter().flatten().filter(|s| s.is_person())
     }
 
     /// A public host always; a private one only while quiet.
@@ -176,7 +187,8 @@ impl HostView {
             .users
             .iter()
             .flatten()
-            .any(|u| u.idle_s.is_some_and(recent));
+            .any(|u| u.idle_s.is_some_and(recent))
+            || self.people().any(|s| s.idle_s.is_some_and(recent));
         self.is_private() && self.up && (session || self.console_idle_s.is_some_and(recent))
     }
 
@@ -305,6 +317,34 @@ pub(crate) mod tests {
             !v.quiet(),
             "an unknown console is no evidence that nobody is at it"
         );
+    }
+
+    #[test]
+    fn logind_people_count_and_logind_stands_in_for_an_unknown_console() {
+        let desktop = |idle_s: Option<u64>, class: &str| LogindSession {
+            id: "2".into(),
+            user: "alice".into(),
+            seat: Some("seat0".into()),
+            class: class.into(),
+            kind: "wayland".into(),
+            active: true,
+            idle_s,
+            ..LogindSession::default()
+        };
+        let mut v = view("ws");
+        v.owner = Some("alice".into());
+        v.console_idle_s = None;
+        assert!(!v.quiet(), "console unknown, logind unread");
+        v.logind = Some(vec![]);
+        assert!(v.quiet(), "logind read: nobody there");
+        v.logind = Some(vec![desktop(Some(0), "user")]);
+        assert!(!v.quiet() && v.owner_active(), "the owner's desktop in use");
+        v.logind = Some(vec![desktop(None, "user")]);
+        assert!(!v.quiet() && !v.owner_active(), "unknown: neither");
+        v.logind = Some(vec![desktop(Some(0), "greeter")]);
+        assert!(v.quiet() && !v.owner_active(), "a greeter is nobody");
+        v.logind = Some(vec![desktop(Some(900), "user")]);
+        assert!(v.quiet());
     }
 
     #[test]
