@@ -13,7 +13,29 @@ LAB_PACKAGES=(
   openmpi-bin libopenmpi-dev mpich libmpich-dev
   iproute2 util-linux psmisc procps gcc parallel pdsh rsync
   slurmctld slurmd slurm-client munge
+  dbus
 )
+
+# Debian's elogind for the logind lab tests (a real logind inside a lab host), unpacked
+# there, not installed: it conflicts with the machine's systemd package (apt would remove
+# systemd), and the hosts only need its files (tests/src/logind.rs).
+ELOGIND_DIR=target/lab-elogind
+
+unpack_elogind() {
+  [ -x "$ELOGIND_DIR/lib/elogind/elogind" ] && return 0
+  local debs
+  debs=$(mktemp -d)
+  chmod 755 "$debs"   # apt's download sandbox user writes there
+  if ! (cd "$debs" && apt-get download -qq elogind); then
+    echo "test.sh: cannot download elogind: the logind lab tests will fail" >&2
+    rm -rf "$debs"
+    return 0
+  fi
+  mkdir -p "$ELOGIND_DIR"
+  dpkg -x "$debs"/elogind_*.deb "$ELOGIND_DIR"
+  rm -rf "$debs"
+  echo "test.sh: unpacked elogind into $ELOGIND_DIR"
+}
 
 install_packages() {
   local missing=()
@@ -54,6 +76,7 @@ if [ "$(id -u)" = 0 ]; then
     exit 2
   fi
   install_packages
+  unpack_elogind
 else
   echo "test.sh: not root: lab-tier tests will be skipped (they need network namespaces)"
 fi

@@ -91,10 +91,9 @@ impl Allocator {
             return None;
         }
         let facts = serde_json::to_value(&entry.facts).ok()?;
-        let idle = entry.facts.keyboard_idle_s;
-        if entry.facts.private && idle.is_some_and(|s| s < 300) {
-            let s = idle.unwrap_or(0);
-            return Some(format!("owner active {s} s ago"));
+        // The shipped policies' away time: why a private host is not away, with the source.
+        if let Some(why) = entry.facts.not_away_reason(300) {
+            return Some(why);
         }
         let read: Vec<String> = self
             .policy

@@ -196,7 +196,9 @@ mod tests {
                 }],
                 false => vec![],
             }),
-            console_idle_s: None,
+            console_idle_s: Some(3600),
+            logind: None,
+            logind_error: None,
             job_load: None,
         }
     }

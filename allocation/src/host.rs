@@ -6,7 +6,7 @@
 //! active, and a host whose sessions could not be read is not quiet.
 
 use proto::{
-    report::{HostState, HostStatus, UserSession},
+    report::{HostState, HostStatus, LogindSession, UserSession},
     symbolic::{check_name, label_name, split_instance},
 };
 
@@ -37,6 +37,13 @@ pub struct HostView {
     /// Logged-in sessions; `None` when unknown.
     pub users: Option<Vec<UserSession>>,
     pub console_idle_s: Option<u64>,
+    /// The sessions logind lists; `None` when logind could not be read (or from a daemon
+    /// or trace that predates it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logind: Option<Vec<LogindSession>>,
+    /// Why `logind` is unknown, as the host daemon said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logind_error: Option<String>,
     /// The load of the lab's job processes there (`HostReport::job_load`); `None` when
     /// unknown. Absent from traces that predate it.
     #[serde(default)]
@@ -60,6 +67,8 @@ impl From<&HostStatus> for HostView {
             cpus: s.cpus,
             users: s.users_known.then(|| s.users.clone()),
             console_idle_s: s.console_idle_s,
+            logind: s.logind.clone(),
+            logind_error: s.logind_error.clone(),
             job_load: s.job_load,
         }
     }
@@ -142,15 +151,27 @@ impl HostView {
         self.owner.is_some()
     }
 
-    /// No session active within [`IDLE_AFTER`] and the console (if known) idle that long.
-    /// Unknown sessions or a session with unknown idle time make the host not quiet.
+    /// No session (utmp, or logind's sessions of people) active within [`IDLE_AFTER`] and
+    /// the console idle that long. Unknown sessions, a session with unknown idle time or an
+    /// unknown console (unless logind, read, stands in for it) make the host not quiet
+    /// (nothing says that nobody is at it).
     pub fn quiet(&self) -> bool {
-        let sessions_idle = self.users.as_ref().is_some_and(|users| {
-            users
-                .iter()
-                .all(|u| u.idle_s.is_some_and(|s| s >= IDLE_AFTER))
-        });
-        sessions_idle && !matches!(self.console_idle_s, Some(s) if s < IDLE_AFTER)
+        let idle = |s: Option<u64>| s.is_some_and(|s| s >= IDLE_AFTER);
+        let sessions_idle = self
+            .users
+            .as_ref()
+            .is_some_and(|users| users.iter().all(|u| idle(u.idle_s)));
+        let people_idle = self.people().all(|s: &LogindSession| idle(s.idle_s));
+        let console = match self.console_idle_s {
+            Some(s) => s >= IDLE_AFTER,
+            None => self.logind.is_some(),
+        };
+        sessions_idle && people_idle && console
+    }
+
+    /// logind's sessions that stand for a person at a keyboard.
+    fn people(&self) -> impl Iterator<Item = &LogindSession> {
+        self.logind.iter().flatten().filter(|s| s.is_person())
     }
 
     /// A public host always; a private one only while quiet.
@@ -166,7 +187,8 @@ impl HostView {
             .users
             .iter()
             .flatten()
-            .any(|u| u.idle_s.is_some_and(recent));
+            .any(|u| u.idle_s.is_some_and(recent))
+            || self.people().any(|s| s.idle_s.is_some_and(recent));
         self.is_private() && self.up && (session || self.console_idle_s.is_some_and(recent))
     }
 
@@ -205,7 +227,10 @@ pub(crate) mod tests {
             mem_avail_mb: None,
             cpus: Some(4),
             users: Some(vec![]),
-            console_idle_s: None,
+            // Known and idle for an hour: a host whose console is unknown is never quiet.
+            console_idle_s: Some(3600),
+            logind: None,
+            logind_error: None,
             job_load: None,
         }
     }
@@ -288,7 +313,38 @@ pub(crate) mod tests {
         v.console_idle_s = Some(IDLE_AFTER - 1);
         assert!(!v.quiet(), "console used recently");
         v.console_idle_s = None;
-        assert!(v.quiet(), "unknown console alone does not block");
+        assert!(
+            !v.quiet(),
+            "an unknown console is no evidence that nobody is at it"
+        );
+    }
+
+    #[test]
+    fn logind_people_count_and_logind_stands_in_for_an_unknown_console() {
+        let desktop = |idle_s: Option<u64>, class: &str| LogindSession {
+            id: "2".into(),
+            user: "alice".into(),
+            seat: Some("seat0".into()),
+            class: class.into(),
+            kind: "wayland".into(),
+            active: true,
+            idle_s,
+            ..LogindSession::default()
+        };
+        let mut v = view("ws");
+        v.owner = Some("alice".into());
+        v.console_idle_s = None;
+        assert!(!v.quiet(), "console unknown, logind unread");
+        v.logind = Some(vec![]);
+        assert!(v.quiet(), "logind read: nobody there");
+        v.logind = Some(vec![desktop(Some(0), "user")]);
+        assert!(!v.quiet() && v.owner_active(), "the owner's desktop in use");
+        v.logind = Some(vec![desktop(None, "user")]);
+        assert!(!v.quiet() && !v.owner_active(), "unknown: neither");
+        v.logind = Some(vec![desktop(Some(0), "greeter")]);
+        assert!(v.quiet() && !v.owner_active(), "a greeter is nobody");
+        v.logind = Some(vec![desktop(Some(900), "user")]);
+        assert!(v.quiet());
     }
 
     #[test]

@@ -201,6 +201,10 @@ impl Allocator {
                 })
                 .collect()
         });
+        let sessions = v
+            .logind
+            .as_ref()
+            .map(|ss| ss.iter().map(login_session).collect());
         HostFacts {
             name: v.name.clone(),
             labels: v.labels.clone(),
@@ -214,6 +218,7 @@ impl Allocator {
             mem_avail_mb: v.mem_avail_mb.map(secs),
             users,
             console_idle_s: v.console_idle_s.map(secs),
+            sessions,
             held_by: held_by.map(|a| secs(a.job)),
             held_for_s: self.held_for_s(&v.name),
             job_load: v
@@ -420,4 +425,23 @@ fn spec_value(v: &serde_json::Value) -> Option<SpecValue> {
 /// A `u64` count as the policy's `int` (saturating).
 fn secs(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// `host.sessions[i]` from a host daemon's report of one logind session.
+fn login_session(s: &proto::report::LogindSession) -> policies::facts::LoginSession {
+    policies::facts::LoginSession {
+        user: s.user.clone(),
+        seat: s.seat.clone(),
+        tty: s.tty.clone(),
+        display: s.display.clone(),
+        class: s.class.clone(),
+        kind: s.kind.clone(),
+        remote: s.remote,
+        active: s.active,
+        locked: s.locked,
+        idle_s: s.idle_s.map(secs),
+        idle_source: s.idle_source.describe().to_string(),
+        person: s.is_person(),
+        local: s.is_local(),
+    }
 }

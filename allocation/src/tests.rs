@@ -178,7 +178,7 @@ fn least_loaded_then_public_then_name() {
 fn private_host_with_owner_active_or_unknown_is_never_chosen() {
     let mut lab = Lab::new(hosts(&["ws"]));
     lab.set("ws", |v| {
-        v.owner = Some("bob".into());
+        v.owner = Some("alice".into());
         v.users = Some(vec![session(Some(60))]);
     });
     // Adaptive: under the paper only adaptive jobs get (idle) private hosts.
@@ -893,7 +893,9 @@ fn random_views(rng: &mut Rng) -> Vec<HostView> {
             if i % 2 == 0 {
                 v.labels.push("public".into());
             } else {
-                v.owner = Some("owner".into());
+                // The session is the owner's: under the paper another user's session does
+                // not keep the owner's machine.
+                v.owner = Some("alice".into());
                 v.users = Some(vec![session(Some(rng.below(2) as u64 * 600))]);
             }
             v

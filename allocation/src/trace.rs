@@ -270,6 +270,8 @@ pub fn host_delta(old: Option<&HostView>, new: &HostView) -> Map<String, Value> 
         cpus,
         users,
         console_idle_s,
+        logind,
+        logind_error,
         job_load,
     } = new;
     let mut put = |key: &str, differs: bool, value: serde_json::Result<Value>| {
@@ -287,6 +289,7 @@ pub fn host_delta(old: Option<&HostView>, new: &HostView) -> Map<String, Value> 
     }
     field!(address, up, reported, labels, os, owner, load1, load5, load15);
     field!(mem_avail_mb, cpus, users, console_idle_s, job_load);
+    field!(logind, logind_error);
     changed
 }
 

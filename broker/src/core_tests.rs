@@ -57,6 +57,8 @@ fn idle_report(host: &str) -> HostReport {
         cpus: Some(2),
         load: Some([0.0; 3]),
         users: Some(vec![]),
+        // Known and idle for an hour: an unknown console is never away.
+        console_idle_s: Some(3600),
         labels: vec!["linux".into()],
         ..HostReport::default()
     }
@@ -448,7 +450,7 @@ async fn explain_and_status_say_why_a_host_is_not_startable() {
     let rows = core.status().await;
     assert_eq!(
         rows[0].policy_note.as_deref(),
-        Some("owner active 12 s ago")
+        Some("owner active 12 s ago (utmp pts/0)")
     );
     let e = core.explain("ws1", None).await.expect("explained");
     let start = e["hooks"]
@@ -459,7 +461,7 @@ async fn explain_and_status_say_why_a_host_is_not_startable() {
     assert_eq!(start["value"], serde_json::json!(false));
     let inputs = start["inputs"].to_string();
     assert!(
-        inputs.contains("host.keyboard_idle_s") && inputs.contains("12"),
+        inputs.contains("host.owner_idle_s") && inputs.contains("12"),
         "{inputs}"
     );
     let unknown = core.explain("ws9", None).await;

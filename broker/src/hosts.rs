@@ -289,6 +289,8 @@ fn repeats(last: &HostReport, new: &HostReport) -> bool {
         job_load,
         labels,
         overlaid,
+        logind,
+        logind_error,
     } = new;
     // `==` on floats: a NaN never repeats, so it always reaches the allocator.
     last.hostname == *hostname
@@ -306,6 +308,8 @@ fn repeats(last: &HostReport, new: &HostReport) -> bool {
         && last.job_load == *job_load
         && last.labels == *labels
         && last.overlaid == *overlaid
+        && last.logind == *logind
+        && last.logind_error == *logind_error
 }
 
 /// Why a host counts as silent now, if it does.
@@ -370,6 +374,8 @@ fn status_row(rec: &HostRecord, now: Instant, down_after: Duration) -> HostStatu
         users: r.and_then(|r| r.users.clone()).unwrap_or_default(),
         users_known: r.is_some_and(|r| r.users.is_some()),
         console_idle_s: r.and_then(|r| r.console_idle_s),
+        logind: r.and_then(|r| r.logind.clone()),
+        logind_error: r.and_then(|r| r.logind_error.clone()),
         managed_procs: r.and_then(|r| r.managed_procs),
         job_load: r.and_then(|r| r.job_load),
         labels,

@@ -912,6 +912,8 @@ mod tests {
             users: Vec::new(),
             users_known: true,
             console_idle_s: None,
+            logind: None,
+            logind_error: None,
             managed_procs: None,
             job_load: None,
             labels: vec!["linux".into(), "public".into()],

@@ -359,6 +359,8 @@ mod tests {
             cpus: Some(1),
             users: Some(vec![]),
             console_idle_s: None,
+            logind: None,
+            logind_error: None,
             job_load: None,
         }
     }

@@ -4,7 +4,7 @@
 //!
 //! Reports go out every interval (from the broker's `Welcome`, or `--interval-ms`), and at
 //! once when [`detect_trigger`] sees a login or returning input (polled every
-//! [`ACTIVITY_POLL`]). The broker's `LiveAllocs` feed the [`Sweeper`], which ends leftover
+//! [`ACTIVITY_POLL`], and at once at each of logind's signals). The broker's `LiveAllocs` feed the [`Sweeper`], which ends leftover
 //! processes of allocations that are over (see [`crate::sweep`]); its word is kept across
 //! reconnections (a stale word only spares processes, it never ends a live one).
 
@@ -259,8 +259,19 @@ async fn report_loop(
     let mut next_report = Instant::now() + interval;
     let mut poll = tokio::time::interval(ACTIVITY_POLL);
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut logind = reporter.sensors.logind_watch();
     loop {
         tokio::select! {
+            () = logind_changed(&mut logind) => {
+                // logind's signal: the owner may be back; decide now, not at the next poll.
+                let now = reporter.sensors.sample_activity();
+                if let Some(trigger) = detect_trigger(&activity, &now, IDLE_THRESHOLD_S) {
+                    debug!(?trigger, "logind: reporting now");
+                    reporter.send(conn, trigger).await?;
+                    next_report = Instant::now() + interval;
+                }
+                activity = now;
+            }
             _ = tokio::time::sleep_until(next_report) => {
                 reporter.send(conn, ReportTrigger::Interval).await?;
                 next_report = Instant::now() + interval;
@@ -294,6 +305,14 @@ async fn report_loop(
                 other => debug!(?other, "ignoring unexpected message"),
             },
         }
+    }
+}
+
+/// Resolves at logind's next new snapshot; never without a logind watch.
+async fn logind_changed(watch: &mut Option<crate::sensors::logind::LogindWatch>) {
+    match watch {
+        Some(w) => w.changed().await,
+        None => std::future::pending().await,
     }
 }
 

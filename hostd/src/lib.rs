@@ -17,3 +17,70 @@ pub mod jobload;
 pub mod lineage;
 pub mod sensors;
 pub mod sweep;
+
+/// The login sessions of a report with the source of each idle time, for `rb-hostd
+/// --once`: what an admin checks on one machine by hand.
+pub fn sessions_summary(r: &proto::report::HostReport) -> String {
+    use std::fmt::Write;
+    let secs = |s: Option<u64>| s.map_or("unknown".to_string(), |s| format!("{s} s"));
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "console idle: {} (input devices, X)",
+        secs(r.console_idle_s)
+    );
+    match &r.users {
+        None => out.push_str("utmp: unreadable\n"),
+        Some(us) => {
+            let _ = writeln!(out, "utmp: {} session(s)", us.len());
+            for u in us {
+                let _ = writeln!(
+                    out,
+                    "  {} {} idle {} (tty atime)",
+                    u.user,
+                    u.tty,
+                    secs(u.idle_s)
+                );
+            }
+        }
+    }
+    match &r.logind {
+        None => {
+            let why = r.logind_error.as_deref().unwrap_or("unknown");
+            let _ = writeln!(out, "logind: not read: {why}");
+        }
+        Some(ss) => {
+            let _ = writeln!(out, "logind: {} session(s)", ss.len());
+            for s in ss {
+                let place = [s.seat.as_deref(), s.tty.as_deref(), s.display.as_deref()]
+                    .into_iter()
+                    .flatten()
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let flags = [
+                    (s.active, "active"),
+                    (s.locked, "locked"),
+                    (s.remote, "remote"),
+                    (s.own, "this daemon's own"),
+                    (!s.is_person(), "not a person"),
+                ]
+                .iter()
+                .filter(|(on, _)| *on)
+                .map(|(_, w)| *w)
+                .collect::<Vec<_>>()
+                .join(", ");
+                let _ = writeln!(
+                    out,
+                    "  {} {} class={} type={} [{place}] {flags}: idle {} ({})",
+                    s.id,
+                    s.user,
+                    s.class,
+                    s.kind,
+                    secs(s.idle_s),
+                    s.idle_source.describe()
+                );
+            }
+        }
+    }
+    out
+}

@@ -45,9 +45,14 @@ struct Args {
     /// replaces the defaults).
     #[arg(long = "input-device")]
     input_devices: Vec<String>,
-    /// Print one report as JSON on stdout and exit.
+    /// Print one report as JSON on stdout, then a summary of the login sessions with the
+    /// source of each idle time on stderr, and exit.
     #[arg(long)]
     once: bool,
+    /// Do not read logind's sessions over the system bus (idle times then rest on utmp and
+    /// the console only).
+    #[arg(long)]
+    no_logind: bool,
     /// Run as a Slurm pilot's daemon in this Slurm job (the pilot script passes
     /// `$SLURM_JOB_ID`): the broker reads the lease's end from Slurm. SIGUSR1 (Slurm's lease
     /// warning) and SIGTERM (Slurm's notice of preemption or scancel) tell the broker that
@@ -132,6 +137,7 @@ fn sensor_config(args: &Args) -> SensorConfig {
     let mut cfg = SensorConfig {
         utmp_path: args.utmp.clone(),
         overlay_path: args.overlay.clone(),
+        logind: !args.no_logind,
         ..SensorConfig::default()
     };
     if !args.input_devices.is_empty() {
@@ -141,12 +147,16 @@ fn sensor_config(args: &Args) -> SensorConfig {
 }
 
 fn print_once(mut sensors: Sensors) -> ExitCode {
+    if let Some(watch) = sensors.logind_watch() {
+        watch.wait_first(Duration::from_secs(3));
+    }
     sensors.sample();
     std::thread::sleep(Duration::from_millis(200));
     let report = sensors.sample();
     match serde_json::to_string_pretty(&report) {
         Ok(text) => {
             println!("{text}");
+            eprint!("{}", hostd::sessions_summary(&report));
             ExitCode::SUCCESS
         }
         Err(e) => {

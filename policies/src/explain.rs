@@ -186,7 +186,7 @@ mod tests {
         assert_eq!(
             start.inputs,
             [
-                ("host.keyboard_idle_s".to_string(), "12".to_string()),
+                ("host.owner_idle_s".to_string(), "12".to_string()),
                 ("host.private".to_string(), "true".to_string()),
                 ("job.adaptive".to_string(), "true".to_string()),
             ]

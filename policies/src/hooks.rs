@@ -205,7 +205,7 @@ impl Hook {
 /// The paper: public hosts to anyone; private hosts only to adaptive jobs, owner away.
 const DEFAULT_START: &str = concat!(
     "!host.private || (job.adaptive && ",
-    "(host.keyboard_idle_s != null && host.keyboard_idle_s >= 300))"
+    "(host.owner_idle_s != null && host.owner_idle_s >= 300))"
 );
 
 /// Today's choice order as a number: quiet first, then least load per CPU (unknown load
@@ -220,7 +220,7 @@ const DEFAULT_RANK: &str = concat!(
 /// The paper: an adaptive job gives a private host back as soon as its owner is back.
 const DEFAULT_VACATE: &str = concat!(
     "host.private && job.adaptive && ",
-    "host.keyboard_idle_s != null && host.keyboard_idle_s < 300"
+    "host.owner_idle_s != null && host.owner_idle_s < 300"
 );
 
 /// The paper's even partition, weighted by `share`: only adaptive jobs lose hosts, and an

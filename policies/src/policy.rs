@@ -477,7 +477,7 @@ mod tests {
     fn a_misspelt_field_is_refused_at_its_column_not_a_quiet_false() {
         let e = refused("start = 'host.lod1 < 1.0'\n");
         let want = "t.toml:1:15: key `start`: `host` has no field `lod1`\n\
-                    help: the fields of `host` are console_idle_s, cpus,";
+                    help: the fields of `host` are console_active, console_idle_s, cpus,";
         assert!(e.starts_with(want), "{e}");
         let e = refused("[let]\nbusy = '''\nhost.up &&\n  host.laod1 > 1.0'''\n");
         assert!(
@@ -560,6 +560,7 @@ mod tests {
                 owner: Some("ann".into()),
                 private: true,
                 keyboard_idle_s: idle,
+                owner_idle_s: idle,
                 cpus: 2,
                 ..HostFacts::default()
             })

@@ -7,7 +7,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::facts::{HostFacts, JobFacts, LabFacts, NowFacts, Session, SpecValue, UserFacts};
+use crate::facts::{
+    HostFacts, JobFacts, LabFacts, LoginSession, NowFacts, Session, SpecValue, UserFacts,
+};
 
 /// One set of sample inputs, named for error messages.
 pub(crate) struct Sample {
@@ -18,6 +20,24 @@ pub(crate) struct Sample {
     pub user: UserFacts,
     pub lab: LabFacts,
     pub now: NowFacts,
+}
+
+fn login(user: &str) -> LoginSession {
+    LoginSession {
+        user: user.into(),
+        seat: Some("seat0".into()),
+        tty: Some("tty2".into()),
+        display: Some(":0".into()),
+        class: "user".into(),
+        kind: "x11".into(),
+        remote: false,
+        active: true,
+        locked: false,
+        idle_s: Some(600),
+        idle_source: "logind IdleSinceHint".into(),
+        person: true,
+        local: true,
+    }
 }
 
 fn session(user: &str, idle_s: i64) -> Session {
@@ -41,6 +61,8 @@ fn host(name: &str, owner: Option<&str>, users: Vec<Session>, console: i64) -> H
         mem_avail_mb: Some(8000),
         users: Some(users),
         console_idle_s: Some(console),
+        // The owner's desktop on seat0, every field known.
+        sessions: Some(owner.map(login).into_iter().collect()),
         held_by: Some(7),
         held_for_s: 120,
         job_load: 0.125,

@@ -419,3 +419,112 @@ fn dedicated_preempts_only_across_users_and_only_to_narrow_the_gap() {
         );
     }
 }
+
+/// The paper and nights-and-weekends on derived facts from logind: the owner's desktop
+/// active or idle, a locked screen idle past the away time, a greeter, another user's
+/// remote session, someone else at the console, and logind unreadable with the console
+/// unknown.
+#[test]
+fn paper_on_logind_sessions_greeter_remote_locked_and_unknown() {
+    use crate::facts::{LoginSession, LOGIND_ACTIVE};
+    let desk = |user: &str, idle_s: Option<i64>, locked: bool| LoginSession {
+        user: user.into(),
+        seat: Some("seat0".into()),
+        tty: Some("tty2".into()),
+        display: None,
+        class: "user".into(),
+        kind: "wayland".into(),
+        remote: false,
+        active: true,
+        locked,
+        idle_s,
+        idle_source: if idle_s == Some(0) {
+            LOGIND_ACTIVE
+        } else {
+            "logind IdleSinceHint"
+        }
+        .into(),
+        person: true,
+        local: true,
+    };
+    let greeter = LoginSession {
+        class: "greeter".into(),
+        person: false,
+        ..desk("gdm", Some(0), false)
+    };
+    let ssh = |user: &str| LoginSession {
+        seat: None,
+        tty: Some("pts/0".into()),
+        kind: "tty".into(),
+        remote: true,
+        active: false,
+        local: false,
+        idle_source: "tty atime".into(),
+        ..desk(user, Some(5), false)
+    };
+    let host = |sessions: Option<Vec<LoginSession>>, console: Option<i64>| {
+        HostFacts {
+            name: "ws".into(),
+            owner: Some("ann".into()),
+            up: true,
+            cpus: 2,
+            load1: Some(0.1),
+            users: Some(vec![]),
+            console_idle_s: console,
+            sessions,
+            ..HostFacts::default()
+        }
+        .derive()
+    };
+    // (what, facts, lent to an adaptive job)
+    let table = [
+        (
+            "owner's desktop active",
+            host(Some(vec![desk("ann", Some(0), false)]), Some(9999)),
+            false,
+        ),
+        (
+            "owner's desktop idle 10 min",
+            host(Some(vec![desk("ann", Some(600), false)]), Some(9999)),
+            true,
+        ),
+        (
+            "locked, idle past the away time",
+            host(Some(vec![desk("ann", Some(600), true)]), Some(9999)),
+            true,
+        ),
+        (
+            "locked, idle 1 min",
+            host(Some(vec![desk("ann", Some(60), true)]), Some(9999)),
+            false,
+        ),
+        ("a greeter only", host(Some(vec![greeter]), None), true),
+        (
+            "bob's ssh session",
+            host(Some(vec![ssh("bob")]), Some(9999)),
+            true,
+        ),
+        (
+            "ann's ssh session",
+            host(Some(vec![ssh("ann")]), Some(9999)),
+            false,
+        ),
+        (
+            "bob at the console",
+            host(Some(vec![desk("bob", Some(0), false)]), Some(9999)),
+            false,
+        ),
+        ("logind unread, console unknown", host(None, None), false),
+    ];
+    for policy in ["paper", "nights-and-weekends"] {
+        let p = shipped(policy);
+        for (what, facts, lent) in &table {
+            let c = Case::new(facts.clone(), job(true, 0));
+            assert_eq!(start(&p, &c), *lent, "{policy}: {what}");
+            // Unknown is neither away nor back: no new grant, and no vacate on it alone.
+            let back = !lent && facts.owner_idle_s.is_some();
+            let holder = Case::new(facts.clone(), job(true, 1));
+            assert_eq!(vacate(&p, &holder), back, "{policy}: {what}");
+        }
+    }
+}

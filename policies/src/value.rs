@@ -10,7 +10,7 @@ use cel::common::{
 };
 use serde::Serialize;
 
-use crate::facts::{HostFacts, JobFacts, LabFacts, NowFacts, Session, UserFacts};
+use crate::facts::{HostFacts, JobFacts, LabFacts, LoginSession, NowFacts, Session, UserFacts};
 
 /// A CEL value built once from one of the fact structs.
 pub struct Prebuilt(Box<dyn Val>);
@@ -59,7 +59,7 @@ pub struct HostValue(pub(crate) Prebuilt);
 
 impl HostValue {
     pub fn new(h: &HostFacts) -> Self {
-        let mut m = Fields::with_capacity(24);
+        let mut m = Fields::with_capacity(28);
         m.put("name", string(&h.name));
         m.put("labels", list(h.labels.iter().map(|l| string(l))));
         m.put("owner", opt(h.owner.as_deref(), string));
@@ -76,6 +76,12 @@ impl HostValue {
             opt(h.users.as_deref(), |u| list(u.iter().map(session))),
         );
         m.put("console_idle_s", opt(h.console_idle_s, int));
+        m.put(
+            "sessions",
+            opt(h.sessions.as_deref(), |s| list(s.iter().map(login_session))),
+        );
+        m.put("console_active", opt(h.console_active, boolean));
+        m.put("locked", opt(h.locked, boolean));
         m.put("owner_idle_s", opt(h.owner_idle_s, int));
         m.put("keyboard_idle_s", opt(h.keyboard_idle_s, int));
         m.put("held_by", opt(h.held_by, int));
@@ -110,6 +116,24 @@ fn session(s: &Session) -> Boxed {
     m.put("user", string(&s.user));
     m.put("tty", string(&s.tty));
     m.put("idle_s", opt(s.idle_s, int));
+    m.build()
+}
+
+fn login_session(s: &LoginSession) -> Boxed {
+    let mut m = Fields::with_capacity(13);
+    m.put("user", string(&s.user));
+    m.put("seat", opt(s.seat.as_deref(), string));
+    m.put("tty", opt(s.tty.as_deref(), string));
+    m.put("display", opt(s.display.as_deref(), string));
+    m.put("class", string(&s.class));
+    m.put("type", string(&s.kind));
+    m.put("remote", boolean(s.remote));
+    m.put("active", boolean(s.active));
+    m.put("locked", boolean(s.locked));
+    m.put("idle_s", opt(s.idle_s, int));
+    m.put("idle_source", string(&s.idle_source));
+    m.put("person", boolean(s.person));
+    m.put("local", boolean(s.local));
     m.build()
 }
 

@@ -31,6 +31,94 @@ pub struct UserSession {
     pub from: Option<String>,
 }
 
+/// One login session as logind (systemd-logind, or elogind) lists it, read over the system
+/// D-Bus by `rb-hostd`. Strings are logind's own (`class`: `user`, `greeter`, `lock-screen`,
+/// `background`, `manager`…; `kind`: `x11`, `wayland`, `mir`, `tty`, `unspecified`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogindSession {
+    /// logind's session id (`c1`, `3`).
+    pub id: String,
+    pub user: String,
+    /// The seat (`seat0`); `None` for a session on no seat (remote, background).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seat: Option<String>,
+    /// The session's terminal (`tty2`, `pts/3`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tty: Option<String>,
+    /// The X11 display (`:0`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display: Option<String>,
+    pub class: String,
+    /// logind's `Type`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub remote: bool,
+    /// Where a remote session came from (`RemoteHost`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_host: Option<String>,
+    /// The session in the foreground of its seat.
+    pub active: bool,
+    /// `LockedHint`: the desktop says its screen is locked.
+    pub locked: bool,
+    /// `IdleHint`: the desktop (or, for a tty, logind from the tty) says nobody uses it.
+    pub idle_hint: bool,
+    /// Seconds without input, at the time of the report; `None` when no source says.
+    pub idle_s: Option<u64>,
+    /// Where `idle_s` comes from ([`IdleSource`]).
+    pub idle_source: IdleSource,
+    /// The session this host daemon itself runs in (the broker's transport login): no
+    /// person at the machine.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub own: bool,
+}
+
+/// Where a session's idle time comes from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IdleSource {
+    /// `IdleHint` is false: the desktop says the session is in use now (idle 0).
+    LogindActive,
+    /// `IdleHint` is true: now − `IdleSinceHint`.
+    LogindIdleSince,
+    /// Now − the access time of the session's terminal (as `w` reads it).
+    TtyAtime,
+    /// No source: the session has no terminal and no desktop that says (a remote command,
+    /// a background service), or `IdleHint` without `IdleSinceHint`.
+    #[default]
+    None,
+}
+
+impl IdleSource {
+    /// A few words for `rb status` and `rb-hostd --once`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            IdleSource::LogindActive => "logind IdleHint=no",
+            IdleSource::LogindIdleSince => "logind IdleSinceHint",
+            IdleSource::TtyAtime => "tty atime",
+            IdleSource::None => "no source",
+        }
+    }
+}
+
+impl LogindSession {
+    /// Whether the session can stand for a person at a keyboard: class `user` or
+    /// `lock-screen` (a greeter is nobody, a background service neither), with a terminal or a
+    /// desktop (a remote command without a terminal, such as the broker's transport or a
+    /// job's remote shell, has no keyboard), and not the host daemon's own.
+    pub fn is_person(&self) -> bool {
+        let class = matches!(self.class.as_str(), "user" | "lock-screen");
+        let terminal = self.tty.is_some()
+            || self.display.is_some()
+            || matches!(self.kind.as_str(), "x11" | "wayland" | "mir" | "tty");
+        class && terminal && !self.own
+    }
+
+    /// At the machine itself: on a seat, or not remote with a terminal or desktop.
+    pub fn is_local(&self) -> bool {
+        self.seat.is_some() || !self.remote
+    }
+}
+
 /// Everything a host daemon knows about its machine at one instant.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct HostReport {
@@ -66,6 +154,13 @@ pub struct HostReport {
     /// Names of fields whose values came from the sensor-overlay file (tests, demos).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub overlaid: Vec<String>,
+    /// The sessions logind lists; `None` when logind could not be read (no logind on this
+    /// machine, the system bus unreachable) or from a daemon that predates it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logind: Option<Vec<LogindSession>>,
+    /// Why `logind` is `None` (`no system bus: …`), for `rb status`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logind_error: Option<String>,
 }
 
 /// Whether the broker currently hears from a host.
@@ -107,6 +202,12 @@ pub struct HostStatus {
     /// False when the host's utmp could not be read (then `users` is empty but unknown).
     pub users_known: bool,
     pub console_idle_s: Option<u64>,
+    /// [`HostReport::logind`]: `None` when unknown or from an older broker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logind: Option<Vec<LogindSession>>,
+    /// [`HostReport::logind_error`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logind_error: Option<String>,
     pub managed_procs: Option<u32>,
     /// The load of the lab's job processes there ([`HostReport::job_load`]).
     #[serde(default)]

@@ -285,6 +285,8 @@ mod tests {
             }],
             users_known: true,
             console_idle_s: None,
+            logind: None,
+            logind_error: None,
             managed_procs: Some(0),
             job_load: None,
             labels: vec!["linux".into(), "public".into()],

@@ -16,6 +16,7 @@ use proto::report::{HostState, HostStatus};
 pub mod apps;
 pub mod faults;
 pub mod labtier;
+pub mod logind;
 pub mod mw;
 pub mod slurm;
 

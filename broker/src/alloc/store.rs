@@ -382,6 +382,8 @@ mod tests {
             cpus: Some(4),
             users: Some(vec![]),
             console_idle_s: None,
+            logind: None,
+            logind_error: None,
             job_load: None,
         };
         a.host_changed(view, now);

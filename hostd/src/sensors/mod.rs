@@ -13,6 +13,7 @@
 //!   `/proc/meminfo`, process liveness, broker-managed process count.
 //! - [`utmp`]: logins from utmp, and the record encoder test harnesses use for fake logins.
 //! - [`idle`]: tty idle, console idle from input-device files and `xprintidle`.
+//! - [`logind`]: logind's sessions over the system D-Bus, watched by a thread of its own.
 //! - [`glob`]: the small glob used for input-device patterns.
 //! - [`overlay`]: the sensor-overlay file (test and demo facility; format in `hostd/OVERLAY.md`).
 //! - [`trigger`]: the rule behind [`detect_trigger`].
@@ -23,6 +24,7 @@
 
 pub mod glob;
 pub mod idle;
+pub mod logind;
 pub mod overlay;
 pub mod proc;
 pub mod trigger;
@@ -31,9 +33,10 @@ pub mod utmp;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
-use proto::report::{HostReport, UserSession};
+use proto::report::{HostReport, LogindSession, UserSession};
 
 use self::idle::{InputDevices, XIdle};
+use self::logind::{LogindWatch, Snapshot};
 use self::overlay::OverlayCache;
 pub use self::overlay::{Overlay, OverlayError};
 use self::proc::CpuTimes;
@@ -59,6 +62,8 @@ pub struct SensorConfig {
     pub overlay_path: Option<PathBuf>,
     /// Processes whose environment has `<marker>=` belong to broker jobs (default `RB_JOB`).
     pub managed_env_marker: String,
+    /// Read logind's sessions over the system bus (default true).
+    pub logind: bool,
 }
 
 /// Default [`SensorConfig::input_devices`]: keyboards and mice (evdev and the legacy mouse
@@ -84,6 +89,7 @@ impl Default for SensorConfig {
             x_display: std::env::var("DISPLAY").ok().filter(|d| !d.is_empty()),
             overlay_path: None,
             managed_env_marker: "RB_JOB".to_owned(),
+            logind: true,
         }
     }
 }
@@ -95,6 +101,8 @@ pub struct Activity {
     pub users: Option<Vec<UserSession>>,
     /// Seconds since the last console input; `None` when no source could be read.
     pub console_idle_s: Option<u64>,
+    /// logind's sessions; `None` when logind could not be read (or is not watched).
+    pub logind: Option<Vec<LogindSession>>,
 }
 
 /// `uname(2)`, read once: it does not change while the daemon runs.
@@ -135,6 +143,7 @@ pub struct Sensors {
     overlay: OverlayCache,
     input: InputDevices,
     x_idle: XIdle,
+    logind: Option<LogindWatch>,
 }
 
 impl Sensors {
@@ -146,6 +155,7 @@ impl Sensors {
             overlay: OverlayCache::new(cfg.overlay_path.clone()),
             input: InputDevices::new(cfg.input_devices.clone()),
             x_idle: XIdle::new(cfg.x_display.clone()),
+            logind: cfg.logind.then(LogindWatch::spawn),
             cfg,
         }
     }
@@ -169,6 +179,8 @@ impl Sensors {
             kernel: self.uname.release.clone(),
             users: activity.users,
             console_idle_s: activity.console_idle_s,
+            logind: activity.logind,
+            logind_error: self.logind_error(),
             managed_procs: proc::count_managed(&self.cfg.proc_dir, &self.cfg.managed_env_marker),
             labels: self.derived_labels(),
             ..HostReport::default()
@@ -194,10 +206,35 @@ impl Sensors {
         let cfg = &self.cfg;
         let users = utmp::read_sessions(&cfg.utmp_path, &cfg.proc_dir, &cfg.dev_dir, now);
         let console_idle_s = idle::min_known(self.input.idle_s(now), self.x_idle.idle_s());
+        let logind = match self.logind.as_ref().map(LogindWatch::snapshot) {
+            Some(Snapshot::Read(sessions)) => Some(
+                sessions
+                    .iter()
+                    .map(|s| logind::to_report(s, &cfg.dev_dir, now))
+                    .collect(),
+            ),
+            _ => None,
+        };
         Activity {
             users,
             console_idle_s,
+            logind,
         }
+    }
+
+    /// Why logind's sessions are unknown, if they are.
+    fn logind_error(&self) -> Option<String> {
+        match self.logind.as_ref().map(LogindWatch::snapshot) {
+            None => Some("not watched (--no-logind)".into()),
+            Some(Snapshot::Pending) => Some("not listed yet".into()),
+            Some(Snapshot::Unreachable(why)) => Some(why),
+            Some(Snapshot::Read(_)) => None,
+        }
+    }
+
+    /// The logind watch, for the daemon to wake at its signals (`None`: not watched).
+    pub fn logind_watch(&self) -> Option<LogindWatch> {
+        self.logind.clone()
     }
 
     /// Utilisation since the previous sample. When no clock tick passed since then (two
@@ -316,6 +353,7 @@ mod tests {
             x_display: None,
             overlay_path: Some(dir.join("overlay.toml")),
             managed_env_marker: "RB_JOB".into(),
+            logind: false,
         }
     }
 
@@ -376,6 +414,7 @@ mod tests {
             x_display: None,
             overlay_path: None,
             managed_env_marker: "RB_JOB".into(),
+            logind: false,
         };
         let mut sensors = Sensors::new(cfg);
         let report = sensors.sample();

@@ -477,6 +477,7 @@ from = "node02"
                 from: None,
             }]),
             console_idle_s: Some(42),
+            logind: None,
         };
         overlay.apply_activity(&mut activity);
         assert_eq!(activity.console_idle_s, None);

@@ -4,12 +4,16 @@
 //! - [`ReportTrigger::InputActivity`]: the console idle time, or the tty idle time of a session
 //!   present in both samples, went from `>= threshold` to `< threshold` (someone came back).
 //!
+//! - The same for logind's sessions of people ([`LogindSession::is_person`]): a new one is a
+//!   `Login`; one whose idle hint cleared, that was unlocked, came to the foreground of its
+//!   seat, or whose idle time fell below the threshold is `InputActivity`.
+//!
 //! Unknown values are never taken for idle: an idle time that is unknown in either sample
 //! yields no `InputActivity`, and an unknown session list in `next` yields no `Login`. A list
 //! that becomes readable with sessions in it does yield `Login` (the broker has not seen
 //! them). `Login` wins when both apply.
 
-use proto::report::{ReportTrigger, UserSession};
+use proto::report::{LogindSession, ReportTrigger, UserSession};
 
 use super::Activity;
 
@@ -19,7 +23,10 @@ pub fn detect_trigger(
     next: &Activity,
     idle_threshold_s: u64,
 ) -> Option<ReportTrigger> {
-    if new_login(prev.users.as_deref(), next.users.as_deref()) {
+    let (prev_logind, next_logind) = (people(&prev.logind), people(&next.logind));
+    if new_login(prev.users.as_deref(), next.users.as_deref())
+        || new_person(prev_logind.as_deref(), next_logind.as_deref())
+    {
         return Some(ReportTrigger::Login);
     }
     let console = came_back(prev.console_idle_s, next.console_idle_s, idle_threshold_s);
@@ -28,7 +35,47 @@ pub fn detect_trigger(
         next.users.as_deref(),
         idle_threshold_s,
     );
-    (console || tty).then_some(ReportTrigger::InputActivity)
+    let logind = logind_came_back(
+        prev_logind.as_deref(),
+        next_logind.as_deref(),
+        idle_threshold_s,
+    );
+    (console || tty || logind).then_some(ReportTrigger::InputActivity)
+}
+
+fn people(sessions: &Option<Vec<LogindSession>>) -> Option<Vec<&LogindSession>> {
+    sessions
+        .as_ref()
+        .map(|ss| ss.iter().filter(|s| s.is_person()).collect())
+}
+
+/// A person's logind session in `next` that `prev` did not have (any, when `prev` was
+/// unknown).
+fn new_person(prev: Option<&[&LogindSession]>, next: Option<&[&LogindSession]>) -> bool {
+    let Some(next) = next else {
+        return false;
+    };
+    let prev = prev.unwrap_or(&[]);
+    next.iter().any(|n| !prev.iter().any(|p| p.id == n.id))
+}
+
+/// A person's session that the desktop now says is in use again.
+fn logind_came_back(
+    prev: Option<&[&LogindSession]>,
+    next: Option<&[&LogindSession]>,
+    threshold: u64,
+) -> bool {
+    let (Some(prev), Some(next)) = (prev, next) else {
+        return false;
+    };
+    next.iter().any(|n| {
+        prev.iter().filter(|p| p.id == n.id).any(|p| {
+            (p.idle_hint && !n.idle_hint)
+                || (p.locked && !n.locked)
+                || (!p.active && n.active)
+                || came_back(p.idle_s, n.idle_s, threshold)
+        })
+    })
 }
 
 fn same_session(a: &UserSession, b: &UserSession) -> bool {
@@ -83,6 +130,7 @@ mod tests {
         Activity {
             users,
             console_idle_s,
+            logind: None,
         }
     }
 
@@ -179,5 +227,58 @@ mod tests {
         );
         let idle = activity(Some(vec![session("alice", "pts/1", Some(900))]), Some(900));
         assert_eq!(detect_trigger(&idle, &unknown_idle, 60), None);
+    }
+
+    fn wayland(id: &str, idle_hint: bool, locked: bool) -> LogindSession {
+        LogindSession {
+            id: id.into(),
+            user: "ann".into(),
+            seat: Some("seat0".into()),
+            class: "user".into(),
+            kind: "wayland".into(),
+            active: true,
+            locked,
+            idle_hint,
+            idle_s: Some(if idle_hint { 900 } else { 0 }),
+            ..LogindSession::default()
+        }
+    }
+
+    fn with_logind(sessions: Vec<LogindSession>) -> Activity {
+        Activity {
+            users: Some(vec![]),
+            console_idle_s: Some(4000),
+            logind: Some(sessions),
+        }
+    }
+
+    #[test]
+    fn logind_owner_return_triggers_at_once() {
+        let away = with_logind(vec![wayland("2", true, true)]);
+        let back = with_logind(vec![wayland("2", false, false)]);
+        assert_eq!(
+            detect_trigger(&away, &back, 60),
+            Some(ReportTrigger::InputActivity)
+        );
+        let unlocked = with_logind(vec![wayland("2", true, false)]);
+        assert_eq!(
+            detect_trigger(&away, &unlocked, 60),
+            Some(ReportTrigger::InputActivity),
+            "unlock"
+        );
+        let new = with_logind(vec![wayland("2", true, true), wayland("3", false, false)]);
+        assert_eq!(detect_trigger(&away, &new, 60), Some(ReportTrigger::Login));
+        assert_eq!(detect_trigger(&away, &away, 60), None);
+        assert_eq!(detect_trigger(&back, &away, 60), None, "leaving is no news");
+        let greeter = LogindSession {
+            class: "greeter".into(),
+            ..wayland("9", false, false)
+        };
+        let with_greeter = with_logind(vec![wayland("2", true, true), greeter]);
+        assert_eq!(
+            detect_trigger(&away, &with_greeter, 60),
+            None,
+            "a greeter is nobody"
+        );
     }
 }

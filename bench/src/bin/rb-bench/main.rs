@@ -7,6 +7,7 @@ mod jel;
 mod jel_lab;
 mod modules;
 mod overflow;
+mod owner_logind;
 mod policy;
 mod reuse;
 mod ssh;
@@ -63,7 +64,7 @@ struct Args {
     /// Runs of each kind in the module section's take-back part.
     #[arg(long, default_value_t = 9)]
     take_back_reps: usize,
-    /// Policy-section parts to run (grant, reload, footprint, owner, figure7); default all.
+    /// Policy-section parts to run (grant, reload, footprint, owner, figure7, owner-logind); default all.
     #[arg(long, value_delimiter = ',')]
     policy_parts: Vec<String>,
     /// `rb-broker` of `policy::BEFORE_POLICY_FILES` (policy compiled in): the baseline of the
@@ -174,6 +175,7 @@ fn main() -> anyhow::Result<()> {
             hosts: args.hosts.clone(),
             grants: args.policy_grants,
             lab_reps: args.reps.min(5),
+            owner_logind_reps: args.reps.max(10),
             transports: args.agent_transports.clone(),
             parts: args.policy_parts.clone(),
             broker_before: args.broker_before_policy_files.clone(),

@@ -27,11 +27,13 @@ pub struct Options {
     pub hosts: Vec<usize>,
     /// Grants timed per policy and host count.
     pub grants: usize,
+    /// Repetitions of "Owner return through logind" (at least 10).
+    pub owner_logind_reps: usize,
     /// Repetitions of the lab rows.
     pub lab_reps: usize,
     /// Remote shells of the owner-return rows (`rsh`, `ssh`).
     pub transports: Vec<String>,
-    /// `grant`, `reload`, `footprint`, `owner`, `figure7`; empty = all.
+    /// `grant`, `reload`, `footprint`, `owner`, `figure7`, `owner-logind`; empty = all.
     pub parts: Vec<String>,
     /// An `rb-broker` built from [`BEFORE_POLICY_FILES`] (policy compiled in): the
     /// footprint's baseline rows run it (`bench.sh` builds it).
@@ -98,7 +100,8 @@ fn policies() -> anyhow::Result<Vec<(&'static str, Arc<Policy>)>> {
 }
 
 /// Host `i` of a simulated lab: a third are private workstations whose owner is logged in
-/// (idle 0–20 min, so about three in four are away), the rest public with no session; load
+/// (idle 0–20 min, so about three in four are away), the rest public with no session and an
+/// idle console; load
 /// 0–2 on 1–8 CPUs; one in 100 is down; one in 20 also has the `gpu` label.
 pub fn host_view(i: usize) -> HostView {
     let private = i.is_multiple_of(3);
@@ -130,7 +133,11 @@ pub fn host_view(i: usize) -> HostView {
             }],
             false => vec![],
         }),
-        console_idle_s: private.then_some(idle),
+        // A public host's console known and idle for an hour (an unknown console is never
+        // away: the decisions stay those of the reports this bench always meant).
+        console_idle_s: Some(if private { idle } else { 3600 }),
+        logind: None,
+        logind_error: None,
         job_load: None,
     }
 }
@@ -584,7 +591,7 @@ fn wait_held(env: &LabWithBroker, hosts: &[String]) -> bool {
 }
 
 fn lab_rows(opts: &Options) -> anyhow::Result<()> {
-    if !(opts.wants("owner") || opts.wants("figure7")) {
+    if !(opts.wants("owner") || opts.wants("figure7") || opts.wants("owner-logind")) {
         return Ok(());
     }
     if !tests::is_root() {
@@ -596,6 +603,9 @@ fn lab_rows(opts: &Options) -> anyhow::Result<()> {
     }
     if opts.wants("figure7") {
         figure_seven(opts)?;
+    }
+    if opts.wants("owner-logind") {
+        crate::owner_logind::run(opts.owner_logind_reps)?;
     }
     Ok(())
 }

@@ -1,0 +1,188 @@
+//! A real logind inside a lab host, for the tests and benchmarks of the owner's return on
+//! today's desktops: Debian's elogind and a dbus-daemon of the host's own, on the host's
+//! private /run (LAB-NOTES "Sensors inside a host"). elogind is unpacked by `test.sh` into
+//! `target/lab-elogind`, not installed: Debian's elogind conflicts with the machine's
+//! `systemd` package (installing it would remove systemd), and the hosts only need its
+//! files. A PAM login in the host (`su -l`, whose session stack has `pam_systemd`, which
+//! speaks logind's bus API to elogind as well) registers a session; with
+//! `XDG_SESSION_TYPE=wayland` it is a graphical one whose owner sets its idle and lock hints
+//! with logind's own calls.
+
+use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::time::Duration;
+
+use crate::wait_until;
+
+/// The unpacked elogind: `$RB_LAB_ELOGIND`, else `target/lab-elogind` (what `test.sh`
+/// unpacks).
+pub fn elogind_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("RB_LAB_ELOGIND") {
+        return PathBuf::from(dir);
+    }
+    crate::bin_dir()
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join("lab-elogind")
+}
+
+/// The system bus of a lab host: the usual socket, logind's policy, run as root (the
+/// host's passwd need not have `messagebus`).
+fn bus_config(elogind: &Path) -> String {
+    format!(
+        r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>system</type>
+  <listen>unix:path=/run/dbus/system_bus_socket</listen>
+  <pidfile>/run/dbus/pid</pidfile>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow user="*"/>
+    <deny own="*"/>
+    <deny send_type="method_call"/>
+    <allow send_type="signal"/>
+    <allow send_requested_reply="true" send_type="method_return"/>
+    <allow send_requested_reply="true" send_type="error"/>
+    <allow receive_type="method_call"/>
+    <allow receive_type="method_return"/>
+    <allow receive_type="error"/>
+    <allow receive_type="signal"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Introspectable"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Properties"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Peer"/>
+  </policy>
+  <includedir>{}/usr/share/dbus-1/system.d</includedir>
+</busconfig>
+"#,
+        elogind.display()
+    )
+}
+
+/// Starts a system bus and elogind inside `host` (both die with the host); returns when
+/// logind answers there.
+pub fn start(lab: &lab::Lab, host: &str) -> Result<(), String> {
+    let elogind = elogind_dir();
+    let daemon = elogind.join("lib/elogind/elogind");
+    if !daemon.exists() {
+        return Err(format!(
+            "{} is missing\nhelp: run ./test.sh (it unpacks Debian's elogind there), or \
+             `apt-get download elogind && dpkg -x elogind_*.deb {}`",
+            daemon.display(),
+            elogind.display()
+        ));
+    }
+    let conf = lab.dir().join(format!("{host}-system-bus.conf"));
+    std::fs::write(&conf, bus_config(&elogind)).map_err(|e| format!("{}: {e}", conf.display()))?;
+    let script = format!(
+        "set -e; mkdir -p /run/dbus /run/systemd; \
+         dbus-daemon --config-file='{conf}' --fork; \
+         LD_LIBRARY_PATH='{lib}' '{daemon}' --daemon",
+        conf = conf.display(),
+        lib = elogind.join("lib/elogind").display(),
+        daemon = daemon.display(),
+    );
+    let out = lab
+        .exec(host, &["sh", "-c", &script])
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!(
+            "starting dbus-daemon and elogind in {host}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let answers = wait_until(Duration::from_secs(20), || {
+        let out = lab.exec(host, &list_sessions()).ok()?;
+        out.status.success().then_some(())
+    });
+    answers.ok_or_else(|| format!("logind in {host} never answered on the system bus"))
+}
+
+fn list_sessions() -> Vec<&'static str> {
+    vec![
+        "dbus-send",
+        "--system",
+        "--print-reply",
+        "--dest=org.freedesktop.login1",
+        "/org/freedesktop/login1",
+        "org.freedesktop.login1.Manager.ListSessions",
+    ]
+}
+
+/// A graphical (Wayland) session of the lab user, registered with logind through PAM.
+pub struct DesktopSession {
+    child: Child,
+    /// logind's session id.
+    pub id: String,
+}
+
+impl DesktopSession {
+    /// `su -l LABUSER` as root inside `host`, with `XDG_SESSION_TYPE=wayland` for PAM.
+    pub fn open(lab: &lab::Lab, host: &str) -> Result<DesktopSession, String> {
+        let user = lab.user().name.clone();
+        let mark = format!("/tmp/rb-desktop-session-{}", std::process::id());
+        let body =
+            format!("echo $XDG_SESSION_ID > {mark}.new && mv {mark}.new {mark}; exec sleep 100000");
+        let argv = [
+            "env",
+            "XDG_SESSION_TYPE=wayland",
+            "XDG_SESSION_CLASS=user",
+            "su",
+            "-l",
+            &user,
+            "-s",
+            "/bin/sh",
+            "-c",
+            &body,
+        ];
+        let child = lab.spawn(host, &argv, false).map_err(|e| e.to_string())?;
+        let id = wait_until(Duration::from_secs(20), || {
+            let out = lab.exec(host, &["cat", &mark]).ok()?;
+            let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            (!id.is_empty()).then_some(id)
+        });
+        let id = id.ok_or_else(|| format!("no logind session for {user} in {host}"))?;
+        Ok(DesktopSession { child, id })
+    }
+
+    /// The session's idle hint, set by its owner with logind's own call.
+    pub fn set_idle(&self, lab: &lab::Lab, host: &str, idle: bool) -> Result<(), String> {
+        self.call(lab, host, "SetIdleHint", idle)
+    }
+
+    /// The session's lock hint, set by its owner.
+    pub fn set_locked(&self, lab: &lab::Lab, host: &str, locked: bool) -> Result<(), String> {
+        self.call(lab, host, "SetLockedHint", locked)
+    }
+
+    fn call(&self, lab: &lab::Lab, host: &str, method: &str, on: bool) -> Result<(), String> {
+        let path = format!("/org/freedesktop/login1/session/{}", self.id);
+        let method = format!("org.freedesktop.login1.Session.{method}");
+        let arg = format!("boolean:{on}");
+        let argv = [
+            "dbus-send",
+            "--system",
+            "--print-reply",
+            "--dest=org.freedesktop.login1",
+            &path,
+            &method,
+            &arg,
+        ];
+        let out = lab.exec_as_user(host, &argv).map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{method} {on} on session {}: {}",
+                self.id,
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    }
+
+    /// Ends the session (its `su` and shell).
+    pub fn close(mut self, lab: &lab::Lab) {
+        let _ = lab.kill_spawned(&mut self.child);
+    }
+}
