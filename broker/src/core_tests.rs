@@ -119,7 +119,8 @@ impl Core {
             runs_on: None,
             module: None,
         });
-        let (tx, mut rx) = mpsc::channel(64);
+        let (tx, outbox) = crate::outbox::channel(64);
+        let mut rx = outbox.messages;
         let (reply, job) = oneshot::channel();
         self.send(Event::AgentRegister { reg, tx, reply }).await;
         let job = job.await.expect("answered").expect("registered");
@@ -135,6 +136,7 @@ impl Core {
         self.send(Event::AgentMessage {
             job: agent.job,
             msg,
+            turn: None,
         })
         .await;
     }
@@ -237,6 +239,7 @@ async fn host_daemons_are_told_each_change_of_the_live_allocations() {
     core.send(Event::AgentMessage {
         job: agent.job,
         msg,
+        turn: None,
     })
     .await;
     let _ = core.status().await; // the give-back is applied
@@ -269,6 +272,7 @@ async fn returns_of_allocations_not_held_by_the_job_change_nothing() {
         core.send(Event::AgentMessage {
             job: other.job,
             msg,
+            turn: None,
         })
         .await;
         let _ = core.status().await;
@@ -279,6 +283,7 @@ async fn returns_of_allocations_not_held_by_the_job_change_nothing() {
         core.send(Event::AgentMessage {
             job: holder.job,
             msg,
+            turn: None,
         })
         .await;
         let _ = core.status().await;

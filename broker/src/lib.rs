@@ -7,6 +7,8 @@
 //!   allocations, the policy seam) and its SQLite store.
 //! - [`jobs`]: the allocator's async edge: agents, their request ids, effects → messages.
 //! - [`core`]: the one task that owns broker state and applies events in order.
+//! - [`outbox`]: each agent's bounded outbox, which the core never waits on.
+//! - [`log_limit`]: the rate limit on warnings a peer can trigger.
 //! - [`server`]: TCP and local-socket listeners, handshakes, per-connection tasks.
 //! - [`requests`]: what a client request does: authorize, carry out, audit.
 //! - [`authz`]: who may do what (the owner everything; a user reads, releases own hosts).
@@ -29,6 +31,8 @@ pub mod core;
 pub mod embedded;
 pub mod hosts;
 pub mod jobs;
+pub mod log_limit;
+pub mod outbox;
 pub mod persist;
 pub mod pilots;
 pub mod reload;
@@ -84,6 +88,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     prepare_state_dir(&lab.broker.state_dir)?;
     let secret = Secret::load(&lab.broker.secret_file)?;
+    let secret_mark = secret.lab_mark();
     raise_fd_limit();
     let tcp = TcpListener::bind(lab.broker.listen)
         .await
@@ -141,7 +146,7 @@ pub async fn run(
     let supervisors =
         SupervisorSet::spawn(&lab.hosts, &spec, events_tx, lab.broker.restart_backoff_max);
     let table = HostTable::new(&lab.hosts, lab.broker.down_after);
-    let desk = job_desk(&lab, &spec, policy)?;
+    let desk = job_desk(&lab, &spec, policy)?.with_lab_mark(Some(secret_mark));
     let desk = match (pilots, &lab.overflow) {
         (Some(p), Some(o)) => {
             p.find();

@@ -12,9 +12,9 @@ use std::{
     collections::HashSet,
     sync::{
         atomic::{AtomicU64, Ordering},
-        Arc, Mutex,
+        Arc,
     },
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use proto::{
@@ -27,21 +27,26 @@ use proto::{
 use tokio::{
     io::{AsyncRead, AsyncWrite},
     net::{TcpListener, UnixListener},
-    sync::{oneshot, watch},
+    sync::{oneshot, watch, Semaphore},
 };
-use tracing::{debug, warn};
+use tracing::warn;
 
 use crate::{
     audit::AuditLog,
     authz::{Actor, AdminError},
     core::{Event, EventSender},
     jobs::LiveAllocs,
+    log_limit::LogLimiter,
+    outbox::{self, OutboxRx},
     reload::PolicyHandle,
     requests::respond,
     users::{revoked_message, Revocation, Users},
 };
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Messages of one agent that may wait for the core at once (see `Event::AgentMessage`).
+const AGENT_IN_FLIGHT: usize = 1;
 
 /// Shared by every connection task.
 pub struct ServerCtx {
@@ -67,6 +72,8 @@ pub struct ServerCtx {
     /// `[overflow.slurm]` is configured: daemons named `slurm-<node>` (Slurm pilots, with
     /// the lab secret) may join over TCP though the lab file does not list them.
     pub pilot_hosts: bool,
+    /// How many messages an agent's outbox holds ([`outbox::agent_outbox_size`]).
+    pub agent_outbox: usize,
     next_conn: AtomicU64,
     limiter: LogLimiter,
 }
@@ -101,6 +108,7 @@ impl ServerCtx {
             stop,
             live: None,
             pilot_hosts: false,
+            agent_outbox: outbox::agent_outbox_size(),
             next_conn: AtomicU64::new(1),
             limiter: LogLimiter::new(20, Duration::from_secs(10)),
         }
@@ -353,8 +361,8 @@ async fn agent_session<S>(
     mut conn: FramedConn<S>,
     ctx: &ServerCtx,
     actor: &Actor,
-    mut revoked: Revocation,
-    mut shutdown: watch::Receiver<bool>,
+    revoked: Revocation,
+    shutdown: watch::Receiver<bool>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -375,7 +383,7 @@ async fn agent_session<S>(
     };
     // The job is the authenticated user's, whatever name the agent claims.
     reg.user = actor.name(&ctx.owner).to_string();
-    let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+    let (tx, outbox) = outbox::channel(ctx.agent_outbox);
     let (reply_tx, reply_rx) = oneshot::channel();
     if ctx
         .events
@@ -394,30 +402,79 @@ async fn agent_session<S>(
         Ok(Err(why)) => return refuse(&mut conn, ErrorCode::Failed, &why).await,
         Err(_) => return,
     };
-    loop {
-        tokio::select! {
-            _ = shutdown.changed() => return,
-            _ = revoked.revoked() => {
-                refuse(&mut conn, ErrorCode::Auth, &revoked_message(actor)).await;
+    let ended = agent_traffic(conn, ctx, job, outbox, actor, revoked, shutdown).await;
+    if ended != AgentEnd::CutByCore {
+        let _ = ctx.events.send(Event::AgentGone { job }).await;
+    }
+}
+
+/// How an agent's connection ended.
+#[derive(Debug, PartialEq, Eq)]
+enum AgentEnd {
+    /// It closed, failed, was refused or the broker stops.
+    Closed,
+    /// The core cut it (its outbox was full) and already ended its job.
+    CutByCore,
+}
+
+/// Carries a registered agent's traffic: its messages to the core, and what the core
+/// queued in its outbox to it, read and written at once, so that an agent that stops
+/// reading blocks only its own writes (and fills its outbox, whereupon the core cuts it).
+async fn agent_traffic<S>(
+    conn: FramedConn<S>,
+    ctx: &ServerCtx,
+    job: crate::alloc::JobId,
+    outbox: OutboxRx,
+    actor: &Actor,
+    mut revoked: Revocation,
+    mut shutdown: watch::Receiver<bool>,
+) -> AgentEnd
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let (mut reader, mut writer) = conn.split();
+    let OutboxRx {
+        mut messages,
+        mut cut,
+    } = outbox;
+    let writing = async {
+        while let Some(msg) = messages.recv().await {
+            if writer.send(&msg).await.is_err() {
                 break;
             }
-            out = rx.recv() => match out {
-                Some(msg) => if conn.send(&msg).await.is_err() { break },
-                None => break,
-            },
-            msg = conn.recv::<ToBroker>() => match msg {
-                Ok(msg) => {
-                    if ctx.events.send(Event::AgentMessage { job, msg }).await.is_err() { return; }
-                }
-                Err(FrameError::Closed) => break,
-                Err(e) => {
-                    refuse(&mut conn, ErrorCode::BadMessage, &e.to_string()).await;
-                    break;
-                }
-            },
         }
+    };
+    let turns = Arc::new(Semaphore::new(AGENT_IN_FLIGHT));
+    let reading = async {
+        loop {
+            match reader.recv::<ToBroker>().await {
+                Ok(msg) => {
+                    let Ok(turn) = turns.clone().acquire_owned().await else {
+                        return None;
+                    };
+                    let turn = Some(turn);
+                    let event = Event::AgentMessage { job, msg, turn };
+                    if ctx.events.send(event).await.is_err() {
+                        return None;
+                    }
+                }
+                Err(FrameError::Closed) => return None,
+                Err(e) => return Some((ErrorCode::BadMessage, e.to_string())),
+            }
+        }
+    };
+    let refusal = tokio::select! {
+        _ = shutdown.changed() => None,
+        _ = revoked.revoked() => Some((ErrorCode::Auth, revoked_message(actor))),
+        _ = &mut cut => return AgentEnd::CutByCore,
+        () = writing => None,
+        refusal = reading => refusal,
+    };
+    if let Some((code, why)) = refusal {
+        // A peer that does not read is not waited for.
+        let _ = tokio::time::timeout(HANDSHAKE_TIMEOUT, refuse(&mut writer, code, &why)).await;
     }
-    let _ = ctx.events.send(Event::AgentGone { job }).await;
+    AgentEnd::Closed
 }
 
 async fn client_session<S>(
@@ -475,62 +532,4 @@ async fn client_session<S>(
 fn short(msg: &ToBroker) -> String {
     let text = format!("{msg:?}");
     text.chars().take(60).collect()
-}
-
-/// Rate limit for warnings a remote peer can trigger: at most `max` per `window`.
-struct LogLimiter {
-    max: u32,
-    window: Duration,
-    state: Mutex<(Instant, u32, u64)>,
-}
-
-impl LogLimiter {
-    fn new(max: u32, window: Duration) -> Self {
-        Self {
-            max,
-            window,
-            state: Mutex::new((Instant::now(), 0, 0)),
-        }
-    }
-
-    /// True if a message may be logged now.
-    fn allow(&self) -> bool {
-        let Ok(mut s) = self.state.lock() else {
-            return false;
-        };
-        if s.0.elapsed() > self.window {
-            if s.2 > 0 {
-                warn!(
-                    suppressed = s.2,
-                    "peer warnings suppressed by the rate limit"
-                );
-            }
-            *s = (Instant::now(), 0, 0);
-        }
-        s.1 += 1;
-        if s.1 > self.max {
-            s.2 += 1;
-        }
-        s.1 <= self.max
-    }
-
-    fn warn(&self, peer: &str, reason: &str) {
-        if self.allow() {
-            warn!(%peer, %reason, "dropped connection");
-        } else {
-            debug!(%peer, %reason, "dropped connection");
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn limiter_caps_messages_per_window() {
-        let limiter = LogLimiter::new(3, Duration::from_secs(60));
-        let allowed = (0..10).filter(|_| limiter.allow()).count();
-        assert_eq!(allowed, 3);
-    }
 }
