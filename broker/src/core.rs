@@ -203,7 +203,7 @@ pub async fn run(
 fn publish_live(
     desk: &JobDesk,
     live: &watch::Sender<Option<LiveAllocs>>,
-    stamp: &mut Option<(usize, u64)>,
+    stamp: &mut Option<(usize, u64, u64)>,
 ) {
     let current = desk.live_allocs_stamp();
     if *stamp == Some(current) {
@@ -327,6 +327,18 @@ fn apply(
             desk.annotate(&mut rows, now);
             let _ = reply.send(rows);
         }
+        Event::Report {
+            host,
+            conn,
+            mut report,
+        } => {
+            let running = report.allocs_running.take();
+            table.report(&host, conn, *report, now);
+            if let Some(running) = running {
+                let effects = desk.allocs_running(&host, running, now);
+                desk.perform(effects, now);
+            }
+        }
         event => return apply_host(table, closers, event, now),
     }
     Vec::new()
@@ -349,9 +361,6 @@ fn apply_host(
             info!(%host, %address, "a Slurm pilot's host joins the lab");
             table.add_pilot(&host, &address);
         }
-        Event::Report { host, conn, report } => {
-            table.report(&host, conn, *report, now);
-        }
         Event::Disconnected { host, conn, reason } => {
             closers.remove(&conn);
             info!(%host, conn, %reason, "host daemon disconnected");
@@ -360,6 +369,7 @@ fn apply_host(
         Event::DaemonStarted { host } => table.daemon_started(&host, now),
         Event::DaemonExited { host, how } => table.daemon_exited(&host, &how),
         Event::Status { .. }
+        | Event::Report { .. }
         | Event::AgentRegister { .. }
         | Event::AgentMessage { .. }
         | Event::AgentGone { .. }

@@ -217,7 +217,8 @@ async fn host_daemons_are_told_each_change_of_the_live_allocations() {
         first,
         Some(LiveAllocs {
             live: vec![],
-            issued_below: 1
+            issued_below: 1,
+            ending: vec![],
         })
     );
     let mut agent = core.register(false).await;
@@ -232,7 +233,8 @@ async fn host_daemons_are_told_each_change_of_the_live_allocations() {
         held,
         Some(LiveAllocs {
             live: vec![alloc],
-            issued_below: alloc + 1
+            issued_below: alloc + 1,
+            ending: vec![],
         })
     );
     let msg = ToBroker::GiveBack { alloc };
@@ -247,7 +249,8 @@ async fn host_daemons_are_told_each_change_of_the_live_allocations() {
         *core.live.borrow(),
         Some(LiveAllocs {
             live: vec![],
-            issued_below: alloc + 1
+            issued_below: alloc + 1,
+            ending: vec![],
         })
     );
     core.stop().await;

@@ -289,6 +289,8 @@ fn repeats(last: &HostReport, new: &HostReport) -> bool {
         job_load,
         labels,
         overlaid,
+        // Goes to the allocator apart from the host's row (see `core`).
+        allocs_running: _,
     } = new;
     // `==` on floats: a NaN never repeats, so it always reaches the allocator.
     last.hostname == *hostname

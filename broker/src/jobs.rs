@@ -36,11 +36,13 @@ pub const DEFAULT_RELEASE_GRACE: Duration = Duration::from_secs(5);
 pub const RESUME_WINDOW: Duration = Duration::from_secs(60);
 
 /// Which allocations are live, as host daemons are told (`FromBroker::LiveAllocs`): they
-/// end leftover processes of the others.
+/// end leftover processes of the others. `ending`: those past their reclaim deadline,
+/// whose processes daemons end on every transport (`FromBroker::EndAllocs`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LiveAllocs {
     pub live: Vec<u64>,
     pub issued_below: u64,
+    pub ending: Vec<u64>,
 }
 
 impl LiveAllocs {
@@ -48,6 +50,12 @@ impl LiveAllocs {
         FromBroker::LiveAllocs {
             live: self.live.clone(),
             issued_below: self.issued_below,
+        }
+    }
+
+    pub fn end_message(&self) -> FromBroker {
+        FromBroker::EndAllocs {
+            allocs: self.ending.clone(),
         }
     }
 }
@@ -260,13 +268,31 @@ impl JobDesk {
 
     /// The host daemons' word on live allocations (see `FromBroker::LiveAllocs`).
     /// Changes whenever [`JobDesk::live_allocs`] does (O(1)).
-    pub fn live_allocs_stamp(&self) -> (usize, u64) {
+    pub fn live_allocs_stamp(&self) -> (usize, u64, u64) {
         self.alloc.live_allocs_stamp()
     }
 
     pub fn live_allocs(&self) -> LiveAllocs {
         let (live, issued_below) = self.alloc.live_allocs();
-        LiveAllocs { live, issued_below }
+        let ending = self.alloc.ending_allocs();
+        LiveAllocs {
+            live,
+            issued_below,
+            ending,
+        }
+    }
+
+    /// `host`'s daemon found processes of the allocations `running` on its machine
+    /// ([`Allocator::allocs_running`]); a report that changes nothing is not passed on.
+    pub fn allocs_running(&mut self, host: &str, running: Vec<u64>, now: Instant) -> Vec<Effect> {
+        if !self.alloc.allocs_running_matters(host, &running) {
+            return Vec::new();
+        }
+        let input = Input::AllocsRunning {
+            host: host.to_string(),
+            allocs: running.clone(),
+        };
+        self.traced_fx(now, |a| a.allocs_running(host, &running, now), || input)
     }
 
     /// Tells the allocator that one host's row changed (as it happens).

@@ -133,13 +133,13 @@ pub async fn run(
         identity,
     );
     ctx.pilot_hosts = lab.overflow.is_some();
-    // Host daemons sweep leftovers only where each serves a machine of its own.
-    if matches!(
+    // Host daemons sweep leftovers only where each serves a machine of its own; they end
+    // the processes of allocations past their deadline on every transport.
+    let sweep = matches!(
         lab.broker.transport,
         config::Transport::Ssh | config::Transport::Rsh
-    ) {
-        ctx = ctx.with_live_allocs(live_rx);
-    }
+    );
+    ctx = ctx.with_live_allocs(live_rx, sweep);
     let ctx = Arc::new(ctx);
     let spec = LaunchSpec::new(&lab, listen);
     let pilots = pilots(&lab, &spec, events_tx.clone());

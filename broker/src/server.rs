@@ -59,10 +59,14 @@ pub struct ServerCtx {
     pub stop: watch::Sender<bool>,
     /// The policy in force and its reloads.
     pub policy: Arc<PolicyHandle>,
-    /// The live allocations, forwarded to each host daemon as they change; `None` where
-    /// daemons share a machine (`local`, `manual`): they must not sweep each other's
-    /// processes (see `hostd::sweep`).
+    /// The live allocations, forwarded to each host daemon as they change: those past
+    /// their deadline on every transport (to daemons that end them), the live ones only
+    /// where `sweep_live`.
     pub live: Option<watch::Receiver<Option<LiveAllocs>>>,
+    /// Whether daemons are told the live allocations to sweep leftovers by: not where
+    /// daemons share a machine (`local`, `manual`), where they must not sweep each other's
+    /// processes (see `hostd::sweep`).
+    pub sweep_live: bool,
     /// The users with a credential.
     pub users: Arc<Users>,
     /// Admin actions and refusals.
@@ -107,6 +111,7 @@ impl ServerCtx {
             uid: nix::unistd::geteuid().as_raw(),
             stop,
             live: None,
+            sweep_live: false,
             pilot_hosts: false,
             agent_outbox: outbox::agent_outbox_size(),
             next_conn: AtomicU64::new(1),
@@ -114,9 +119,16 @@ impl ServerCtx {
         }
     }
 
-    /// Host daemons are told the live allocations (`FromBroker::LiveAllocs`) from `live`.
-    pub fn with_live_allocs(mut self, live: watch::Receiver<Option<LiveAllocs>>) -> Self {
+    /// Host daemons are told of the live allocations from `live`: those past their
+    /// deadline (`FromBroker::EndAllocs`), and the live ones (`FromBroker::LiveAllocs`)
+    /// when `sweep`.
+    pub fn with_live_allocs(
+        mut self,
+        live: watch::Receiver<Option<LiveAllocs>>,
+        sweep: bool,
+    ) -> Self {
         self.live = Some(live);
+        self.sweep_live = sweep;
         self
     }
 }
@@ -296,19 +308,29 @@ async fn hostd_session<S>(
     if let Some(rx) = live.as_mut() {
         rx.mark_changed(); // the current word goes out at once
     }
+    let mut told = Told::default();
     let reason = loop {
         tokio::select! {
             _ = shutdown.changed() => break "broker stopping".to_string(),
             why = &mut close_rx => break why.unwrap_or_else(|_| "closed by broker".into()),
             word = next_live(&mut live) => {
-                if conn.send(&word).await.is_err() {
+                if told.send(&mut conn, &word, ctx.sweep_live).await.is_err() {
                     break "connection closed".into();
                 }
             }
             msg = conn.recv_line() => match msg.and_then(|line| proto::msg::decode_from_hostd(&line)) {
                 Ok(ToBroker::Report(report)) => {
+                    let ends_allocs = report.allocs_running.is_some() && !told.ends_allocs;
                     if ctx.events.send(Event::Report { host: host.clone(), conn: id, report }).await.is_err() {
                         break "broker stopping".into();
+                    }
+                    // A daemon that ends allocations past their deadline hears of them from now.
+                    let word = live.as_ref().and_then(|rx| rx.borrow().clone());
+                    if let (true, Some(word)) = (ends_allocs, word) {
+                        told.ends_allocs = true;
+                        if told.send(&mut conn, &word, ctx.sweep_live).await.is_err() {
+                            break "connection closed".into();
+                        }
                     }
                 }
                 Ok(ToBroker::PilotLease { slurm_job, ending }) => {
@@ -340,9 +362,41 @@ async fn hostd_session<S>(
         .await;
 }
 
+/// What one host daemon has been told of the live allocations.
+#[derive(Debug, Default)]
+struct Told {
+    /// Its reports list the allocations running there: it ends those past their
+    /// deadline when told (`FromBroker::EndAllocs`).
+    ends_allocs: bool,
+    live: Option<(Vec<u64>, u64)>,
+    ending: Option<Vec<u64>>,
+}
+
+impl Told {
+    /// Sends what changed in `word`: the live allocations where daemons sweep (`sweep`),
+    /// those past their deadline to a daemon that ends them.
+    async fn send<S: AsyncRead + AsyncWrite + Unpin>(
+        &mut self,
+        conn: &mut FramedConn<S>,
+        word: &LiveAllocs,
+        sweep: bool,
+    ) -> Result<(), FrameError> {
+        let live = (word.live.clone(), word.issued_below);
+        if sweep && self.live.as_ref() != Some(&live) {
+            conn.send(&word.message()).await?;
+            self.live = Some(live);
+        }
+        if self.ends_allocs && self.ending.as_ref() != Some(&word.ending) {
+            conn.send(&word.end_message()).await?;
+            self.ending = Some(word.ending.clone());
+        }
+        Ok(())
+    }
+}
+
 /// The next word on live allocations for a host daemon; never without a channel, or once
 /// the core is gone.
-async fn next_live(live: &mut Option<watch::Receiver<Option<LiveAllocs>>>) -> FromBroker {
+async fn next_live(live: &mut Option<watch::Receiver<Option<LiveAllocs>>>) -> LiveAllocs {
     loop {
         let Some(rx) = live.as_mut() else {
             return std::future::pending().await;
@@ -352,7 +406,7 @@ async fn next_live(live: &mut Option<watch::Receiver<Option<LiveAllocs>>>) -> Fr
             continue;
         }
         if let Some(word) = rx.borrow_and_update().as_ref() {
-            return word.message();
+            return word.clone();
         }
     }
 }

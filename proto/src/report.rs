@@ -66,6 +66,12 @@ pub struct HostReport {
     /// Names of fields whose values came from the sensor-overlay file (tests, demos).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub overlaid: Vec<String>,
+    /// The allocations of this lab with a process of the daemon's user on this machine
+    /// (ascending): sent by daemons that end an allocation's processes when the broker says
+    /// its deadline passed (`FromBroker::EndAllocs`); `None` from daemons that predate it,
+    /// whose hosts the broker frees at the deadline as before (older brokers ignore it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocs_running: Option<Vec<u64>>,
 }
 
 /// Whether the broker currently hears from a host.

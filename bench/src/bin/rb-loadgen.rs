@@ -176,6 +176,8 @@ fn report(name: &str, seq: u64, shape: Shape) -> HostReport {
         job_load: Some(0.0),
         labels: vec!["linux".into(), "x86_64".into()],
         overlaid: Vec::new(),
+        // Simulated daemons run no job processes: they list none, as a real one would.
+        allocs_running: Some(Vec::new()),
     }
 }
 
