@@ -8,6 +8,7 @@
 //! - [`jobs`]: the allocator's async edge: agents, their request ids, effects → messages.
 //! - [`core`]: the one task that owns broker state and applies events in order.
 //! - [`outbox`]: each agent's bounded outbox, which the core never waits on.
+//! - [`pace`]: the rate at which one agent's messages are read (a flood waits its turn).
 //! - [`log_limit`]: the rate limit on warnings a peer can trigger.
 //! - [`server`]: TCP and local-socket listeners, handshakes, per-connection tasks.
 //! - [`requests`]: what a client request does: authorize, carry out, audit.
@@ -33,6 +34,7 @@ pub mod hosts;
 pub mod jobs;
 pub mod log_limit;
 pub mod outbox;
+pub mod pace;
 pub mod persist;
 pub mod pilots;
 pub mod reload;

@@ -38,6 +38,7 @@ use crate::{
     jobs::LiveAllocs,
     log_limit::LogLimiter,
     outbox::{self, OutboxRx},
+    pace::Pace,
     reload::PolicyHandle,
     requests::respond,
     users::{revoked_message, Revocation, Users},
@@ -499,8 +500,10 @@ where
         }
     };
     let turns = Arc::new(Semaphore::new(AGENT_IN_FLIGHT));
+    let mut pace = Pace::agent();
     let reading = async {
         loop {
+            pace.wait().await;
             match reader.recv::<ToBroker>().await {
                 Ok(msg) => {
                     let Ok(turn) = turns.clone().acquire_owned().await else {
