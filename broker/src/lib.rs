@@ -294,21 +294,8 @@ fn hosts_reach_broker_at(listen: SocketAddr, hosts: &[config::HostEntry]) -> Opt
 
 /// Unix seconds now and the local time zone's offset from UTC (for the policy's `now`).
 fn wall_clock() -> (i64, i64) {
-    let unix = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
-    let t = unix as libc::time_t;
-    // SAFETY: `tm` is a plain C struct that localtime_r fills; both pointers are valid for
-    // the call and localtime_r keeps neither.
-    let offset = unsafe {
-        let mut tm: libc::tm = std::mem::zeroed();
-        if libc::localtime_r(&t, &mut tm).is_null() {
-            0
-        } else {
-            tm.tm_gmtoff
-        }
-    };
-    (unix, offset)
+    let unix = localtime::unix_now();
+    (unix, localtime::utc_offset_s(unix).unwrap_or(0))
 }
 
 /// Creates the state dir (mode 0700) if missing and refuses one another user owns or
