@@ -409,6 +409,9 @@ impl Allocator {
         let Some(a) = self.allocs.remove(&alloc) else {
             return;
         };
+        if self.ending.remove(&alloc) {
+            self.ending_changes += 1;
+        }
         self.by_host.remove(&a.host);
         self.rebuild_host(&a.host);
         self.touch_job(a.job);

@@ -343,6 +343,7 @@ impl Replay {
             Input::Resume { host } => a.resume(&host, now).unwrap_or_default(),
             Input::Tick => a.tick(now),
             Input::Policy { .. } => a.set_policy(self.policy.clone(), now),
+            Input::AllocsRunning { host, allocs } => a.allocs_running(&host, &allocs, now),
             Input::Explain { host, job } => {
                 // Only its refresh of the policy's inputs matters here, not the answer.
                 let _explanation = a.explain(&host, job.map(|j| self.jobs.replay(j)), now);

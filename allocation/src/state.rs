@@ -121,6 +121,17 @@ pub struct Allocator {
     pub(crate) inputs: Inputs,
     /// Overflow onto Slurm, when on (soft state: pilots are Slurm's to remember).
     pub(crate) overflow: Option<crate::overflow::Overflow>,
+    /// Allocations whose reclaim deadline passed on a host whose daemon ends an
+    /// allocation's processes when told ([`Allocator::allocs_running`]): they hold their
+    /// host until the daemon no longer finds a process of theirs, or the host is down. Not
+    /// live for the daemons' sweep ([`Allocator::live_allocs`]). Soft state: after a
+    /// restart their deadline passes again.
+    pub(crate) ending: BTreeSet<AllocId>,
+    /// Changes of `ending`, for [`Allocator::live_allocs_stamp`].
+    pub(crate) ending_changes: u64,
+    /// Hosts whose daemon reports the allocations running there and ends those it is told
+    /// to (soft state: until the host goes down; its next daemon says so again).
+    pub(crate) ends_allocs: BTreeSet<String>,
 }
 
 impl Default for Allocator {
@@ -152,6 +163,9 @@ impl Allocator {
             policy: paper(),
             inputs: Inputs::default(),
             overflow: None,
+            ending: BTreeSet::new(),
+            ending_changes: 0,
+            ends_allocs: BTreeSet::new(),
         }
     }
 
@@ -265,7 +279,11 @@ impl Allocator {
         j.state = JobState::Ended;
         j.ended = Some(now);
         fx.dirty = true;
-        let held: Vec<AllocId> = self.allocs_of(job).collect();
+        // Those past their deadline wait for their host's daemon, whatever the job does.
+        let held: Vec<AllocId> = self
+            .allocs_of(job)
+            .filter(|id| !self.ending.contains(id))
+            .collect();
         for id in held {
             self.release_alloc(id, &mut fx);
         }
@@ -361,9 +379,15 @@ impl Allocator {
     /// new could happen.
     pub fn host_changed(&mut self, view: HostView, now: Instant) -> Vec<Effect> {
         let host = view.name.clone();
+        let mut fx = Fx::default();
         if !view.up {
             // A pilot's node that left: a later pilot on it is a new lease.
             self.leaving.remove(&host);
+            // No process runs on a host that is down: what waited for its daemon ends.
+            self.ends_allocs.remove(&host);
+            for alloc in self.ending_on(&host, &[]) {
+                self.release_alloc(alloc, &mut fx);
+            }
         }
         let old = self.hosts.insert(host.clone(), view);
         let old_entry = self.inputs.hosts.get(&host).cloned();
@@ -377,7 +401,6 @@ impl Allocator {
             }
             _ => false,
         };
-        let mut fx = Fx::default();
         self.vacate_if_asked(&host, now, &mut fx);
         if !same {
             self.serve(now, &mut fx);
@@ -414,27 +437,42 @@ impl Allocator {
         true
     }
 
-    /// Forces the release of every allocation whose reclaim deadline has passed.
+    /// Forces the release of every allocation whose reclaim deadline has passed. Where the
+    /// host's daemon ends an allocation's processes when told, the allocation keeps its
+    /// host until the daemon no longer finds one ([`Allocator::allocs_running`]); elsewhere
+    /// the host is free at once.
     pub fn tick(&mut self, now: Instant) -> Vec<Effect> {
         let expired: Vec<AllocId> = self
             .allocs
             .iter()
-            .filter(|(_, a)| matches!(a.state, AllocState::Releasing { deadline, .. } if deadline <= now))
+            .filter(|(id, a)| {
+                matches!(a.state, AllocState::Releasing { deadline, .. } if deadline <= now)
+                    && !self.ending.contains(id)
+            })
             .map(|(&id, _)| id)
             .collect();
         let mut fx = Fx::default();
+        let mut freed = false;
         for alloc in &expired {
-            if let Some(a) = self.allocs.get(alloc) {
-                let (job, host) = (a.job, a.host.clone());
-                fx.push(Effect::ForceRelease {
-                    job,
-                    alloc: *alloc,
-                    host,
-                });
+            let Some(a) = self.allocs.get(alloc) else {
+                continue;
+            };
+            let (job, host) = (a.job, a.host.clone());
+            let waits = self.ends_allocs.contains(&host);
+            fx.push(Effect::ForceRelease {
+                job,
+                alloc: *alloc,
+                host,
+            });
+            if waits {
+                self.ending.insert(*alloc);
+                self.ending_changes += 1;
+            } else {
+                self.release_alloc(*alloc, &mut fx);
+                freed = true;
             }
-            self.release_alloc(*alloc, &mut fx);
         }
-        if !expired.is_empty() {
+        if freed {
             self.serve(now, &mut fx);
         }
         let pilots = self.overflow_tick(now);
@@ -443,6 +481,45 @@ impl Allocator {
         let at = out.len() - usize::from(out.last() == Some(&Effect::Persist));
         out.splice(at..at, pilots);
         out
+    }
+
+    /// `host`'s daemon found processes of the allocations `running` on its machine (and
+    /// ends those of an allocation past its deadline when told): each allocation of
+    /// `host` past its deadline that is not among them is over, and its host free.
+    pub fn allocs_running(&mut self, host: &str, running: &[AllocId], now: Instant) -> Vec<Effect> {
+        self.ends_allocs.insert(host.to_string());
+        let mut fx = Fx::default();
+        let over = self.ending_on(host, running);
+        for alloc in &over {
+            self.release_alloc(*alloc, &mut fx);
+        }
+        if !over.is_empty() {
+            self.serve(now, &mut fx);
+        }
+        self.finish(fx)
+    }
+
+    /// Whether [`Allocator::allocs_running`] would change anything: the host's daemon was
+    /// not known to end allocations yet, or an allocation of it past its deadline is over.
+    /// (The shell skips the others, most reports.)
+    pub fn allocs_running_matters(&self, host: &str, running: &[AllocId]) -> bool {
+        !self.ends_allocs.contains(host) || !self.ending_on(host, running).is_empty()
+    }
+
+    /// The allocations of `host` past their deadline that are not among `running`.
+    fn ending_on(&self, host: &str, running: &[AllocId]) -> Vec<AllocId> {
+        self.ending
+            .iter()
+            .filter(|id| !running.contains(id))
+            .filter(|id| self.allocs.get(id).is_some_and(|a| a.host == host))
+            .copied()
+            .collect()
+    }
+
+    /// Allocations past their reclaim deadline whose processes their host's daemon is to
+    /// end now (see [`Allocator::tick`]), ascending.
+    pub fn ending_allocs(&self) -> Vec<AllocId> {
+        self.ending.iter().copied().collect()
     }
 
     /// `job`'s agent came back after a restart: its requests restored from the snapshot
@@ -495,12 +572,20 @@ impl Allocator {
     /// A stamp that changes whenever the set of live allocations does: a new allocation
     /// always takes the next id, and one that ends shrinks the count. O(1), for callers that
     /// would otherwise compare [`Allocator::live_allocs`] after every event.
-    pub fn live_allocs_stamp(&self) -> (usize, AllocId) {
-        (self.allocs.len(), self.next_alloc)
+    /// It changes too when the allocations past their deadline do ([`Self::ending_allocs`]).
+    pub fn live_allocs_stamp(&self) -> (usize, AllocId, u64) {
+        (self.allocs.len(), self.next_alloc, self.ending_changes)
     }
 
+    /// Those past their deadline are not live: their processes are to end.
     pub fn live_allocs(&self) -> (Vec<AllocId>, AllocId) {
-        (self.allocs.keys().copied().collect(), self.next_alloc)
+        let live = self
+            .allocs
+            .keys()
+            .filter(|id| !self.ending.contains(id))
+            .copied()
+            .collect();
+        (live, self.next_alloc)
     }
 
     /// The live allocations of `job`: (allocation, host, address).

@@ -582,6 +582,70 @@ fn deadline_forces_the_release() {
     );
 }
 
+/// Where the host's daemon reports the allocations running there, a forced release
+/// holds the host until the daemon no longer finds the allocation's processes (or the host
+/// is down), and the allocation is no longer live for the daemons' sweep.
+#[test]
+fn past_the_deadline_the_host_waits_for_its_daemon_to_end_the_processes() {
+    let mut lab = Lab::new(hosts(&["n01"]));
+    let adaptive = lab.job(true);
+    let (alloc, _) = lab.take(adaptive, "anyHost");
+    let now = lab.now;
+    assert!(lab.a.allocs_running_matters("n01", &[alloc]));
+    assert_eq!(lab.a.allocs_running("n01", &[alloc], now), Vec::new());
+    assert!(!lab.a.allocs_running_matters("n01", &[alloc]));
+    let other = lab.job(false);
+    let (req, _) = lab.req(other, "anyHost");
+    assert!(lab.tick(4).is_empty());
+    let fx = lab.tick(1);
+    assert_eq!(
+        fx.first(),
+        Some(&Effect::ForceRelease {
+            job: adaptive,
+            alloc,
+            host: "n01".into()
+        })
+    );
+    assert!(
+        !fx.iter().any(|e| matches!(e, Effect::Freed { .. })),
+        "{fx:?}"
+    );
+    assert_eq!(lab.a.ending_allocs(), vec![alloc]);
+    assert!(
+        !lab.a.live_allocs().0.contains(&alloc),
+        "swept where daemons sweep"
+    );
+    assert!(lab.tick(1).is_empty(), "forced once");
+    let fx = lab.a.end_job(adaptive, lab.now);
+    assert!(
+        !fx.iter().any(|e| matches!(e, Effect::Freed { .. })),
+        "{fx:?}"
+    );
+    assert!(lab.a.allocs_running("n01", &[alloc], lab.now).is_empty());
+    let fx = lab.a.allocs_running("n01", &[], lab.now);
+    lab.check();
+    assert_eq!(fx[0], Effect::Freed { host: "n01".into() });
+    assert!(matches!(&fx[1], Effect::Granted { req: r, .. } if *r == req));
+    assert!(lab.a.ending_allocs().is_empty());
+}
+
+/// A host that is down runs nothing: what waited for its daemon is over.
+#[test]
+fn past_the_deadline_a_host_that_goes_down_is_free() {
+    let mut lab = Lab::new(hosts(&["n01"]));
+    let adaptive = lab.job(true);
+    let (alloc, _) = lab.take(adaptive, "anyHost");
+    lab.a.allocs_running("n01", &[alloc], lab.now);
+    lab.a.release_host("n01", GRACE, lab.now).expect("release");
+    lab.tick(GRACE.as_secs() + 1);
+    assert_eq!(lab.a.ending_allocs(), vec![alloc]);
+    let mut down = hosts(&["n01"]).remove(0);
+    down.up = false;
+    let fx = lab.a.host_changed(down, lab.now);
+    assert_eq!(fx[0], Effect::Freed { host: "n01".into() });
+    assert!(lab.a.ending_allocs().is_empty());
+}
+
 #[test]
 fn cancel_with_reclaim_in_flight_frees_the_host_or_serves_the_next() {
     let mut lab = Lab::new(hosts(&["n01", "n02"]));

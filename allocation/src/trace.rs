@@ -155,6 +155,9 @@ pub enum Input {
     Policy { sha256: String },
     /// [`Allocator::explain`], which refreshes the policy's inputs.
     Explain { host: String, job: Option<JobId> },
+    /// [`Allocator::allocs_running`]: `host`'s daemon found processes of `allocs`
+    /// (recorded when it changed something).
+    AllocsRunning { host: String, allocs: Vec<AllocId> },
 }
 
 /// A decision, with the sha256 of the policy that took it.

@@ -10,7 +10,7 @@ use std::{
 };
 
 use proto::{
-    msg::{FromBroker, JobRegistration, Request, Response, ToBroker},
+    msg::{JobRegistration, Request, Response, ToBroker},
     report::{HostReport, HostStatus},
 };
 use tokio::sync::{mpsc, oneshot, watch};
@@ -21,6 +21,7 @@ use crate::{
     authz::{Actor, AdminError},
     hosts::{ConnId, Effect, HostTable},
     jobs::{JobDesk, LiveAllocs},
+    outbox::Outbox,
     supervisor::SupervisorSet,
 };
 
@@ -90,15 +91,21 @@ pub enum Event {
     Status {
         reply: oneshot::Sender<Vec<HostStatus>>,
     },
-    /// An agent registers its job; answers with the job id (or why not).
+    /// An agent registers its job; answers with the job id (or why not). `tx` is its
+    /// connection's outbox.
     AgentRegister {
         reg: Box<JobRegistration>,
-        tx: mpsc::Sender<FromBroker>,
+        tx: Outbox,
         reply: oneshot::Sender<Result<JobId, String>>,
     },
+    /// A message from `job`'s agent. `turn` is one of the few the agent's connection may
+    /// have waiting for the core at once (released once the message is applied): a
+    /// flooding agent then waits its turn, and other peers' events do not queue behind
+    /// thousands of its own.
     AgentMessage {
         job: JobId,
         msg: ToBroker,
+        turn: Option<tokio::sync::OwnedSemaphorePermit>,
     },
     AgentGone {
         job: JobId,
@@ -150,7 +157,8 @@ pub async fn run(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut pilot_tick = tokio::time::interval(PILOT_TICK);
     pilot_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    hosts_to_desk(&mut table, &mut desk).await;
+    hosts_to_desk(&mut table, &mut desk);
+    let mut saved = desk.store_progress();
     let mut live_stamp = None;
     publish_live(&desk, &live, &mut live_stamp);
     loop {
@@ -160,21 +168,26 @@ pub async fn run(
                 let now = now();
                 let effects = table.tick(now);
                 let job_effects = desk.tick(now);
-                desk.perform(job_effects).await;
+                desk.perform(job_effects, now);
                 effects
             }
             _ = pilot_tick.tick(), if desk.pilot_may_be_due(now()) => {
-                let job_effects = desk.tick(now());
-                desk.perform(job_effects).await;
+                let now = now();
+                let job_effects = desk.tick(now);
+                desk.perform(job_effects, now);
+                Vec::new()
+            }
+            written = next_saved(&mut saved), if desk.ends_wait_for_disk() => {
+                desk.saved_up_to(written);
                 Vec::new()
             }
             event = events.recv() => match event {
-                Some(event) => apply(&mut table, &mut desk, &mut closers, event).await,
+                Some(event) => apply(&mut table, &mut desk, &mut closers, event),
                 None => break,
             },
         };
-        hosts_to_desk(&mut table, &mut desk).await;
-        perform(effects, &mut closers, &supervisors).await;
+        hosts_to_desk(&mut table, &mut desk);
+        perform(effects, &mut closers, &supervisors);
         publish_live(&desk, &live, &mut live_stamp);
     }
     supervisors.shutdown().await;
@@ -190,7 +203,7 @@ pub async fn run(
 fn publish_live(
     desk: &JobDesk,
     live: &watch::Sender<Option<LiveAllocs>>,
-    stamp: &mut Option<(usize, u64)>,
+    stamp: &mut Option<(usize, u64, u64)>,
 ) {
     let current = desk.live_allocs_stamp();
     if *stamp == Some(current) {
@@ -207,6 +220,20 @@ fn publish_live(
     });
 }
 
+/// The next snapshot sequence number the store's writer has written; never without a
+/// store, or once the writer is gone.
+async fn next_saved(saved: &mut Option<watch::Receiver<u64>>) -> u64 {
+    let Some(rx) = saved.as_mut() else {
+        return std::future::pending().await;
+    };
+    if rx.changed().await.is_err() {
+        *saved = None;
+        return std::future::pending().await;
+    }
+    let written = *rx.borrow_and_update();
+    written
+}
+
 /// The core's clock: tokio's, so that tests with a paused clock control every deadline.
 fn now() -> Instant {
     tokio::time::Instant::now().into_std()
@@ -215,11 +242,11 @@ fn now() -> Instant {
 /// Passes every host row that changed to the allocator and performs what it decides. A
 /// report that repeated the host's last one builds no row when the allocator says the
 /// same view decides nothing ([`JobDesk::host_repeated`]); else its row goes as any other.
-async fn hosts_to_desk(table: &mut HostTable, desk: &mut JobDesk) {
+fn hosts_to_desk(table: &mut HostTable, desk: &mut JobDesk) {
     let now = now();
     for row in table.take_changes(now) {
         let effects = desk.host_changed(&row, now);
-        desk.perform(effects).await;
+        desk.perform(effects, now);
     }
     for host in table.take_repeated() {
         if desk.host_repeated(&host, now) {
@@ -227,13 +254,13 @@ async fn hosts_to_desk(table: &mut HostTable, desk: &mut JobDesk) {
         }
         if let Some(row) = table.row(&host, now) {
             let effects = desk.host_changed(&row, now);
-            desk.perform(effects).await;
+            desk.perform(effects, now);
         }
     }
 }
 
 /// Applies one event; returns the host-table effects to perform.
-async fn apply(
+fn apply(
     table: &mut HostTable,
     desk: &mut JobDesk,
     closers: &mut HashMap<ConnId, oneshot::Sender<String>>,
@@ -241,31 +268,28 @@ async fn apply(
 ) -> Vec<Effect> {
     let now = now();
     match event {
-        Event::AgentRegister { reg, tx, reply } => match desk.register(*reg, tx, now).await {
+        Event::AgentRegister { reg, tx, reply } => match desk.register(*reg, tx, now) {
             Ok((job, effects)) => {
                 let _ = reply.send(Ok(job));
-                desk.perform(effects).await;
+                desk.perform(effects, now);
             }
             Err(why) => {
                 let _ = reply.send(Err(why));
             }
         },
-        Event::AgentMessage { job, msg } => {
-            let ended = matches!(msg, ToBroker::EndJob { .. });
+        Event::AgentMessage { job, msg, turn } => {
+            let _turn = turn;
             let effects = desk.agent_message(job, msg, now);
-            desk.perform(effects).await;
-            if ended {
-                desk.confirm_end(job);
-            }
+            desk.perform(effects, now);
         }
         Event::AgentGone { job } => {
             let effects = desk.agent_gone(job, now);
-            desk.perform(effects).await;
+            desk.perform(effects, now);
         }
         Event::Admin { actor, req, reply } => {
             let (answer, effects) = desk.admin(&actor, req, now);
             let _ = reply.send(answer);
-            desk.perform(effects).await;
+            desk.perform(effects, now);
         }
         Event::PolicyInputs { reply } => {
             let _ = reply.send(desk.policy_inputs());
@@ -274,7 +298,7 @@ async fn apply(
             let (effects, retired) = desk.set_policy(*prepared, now);
             // Tens of thousands of small frees at 10k hosts: not on the core.
             tokio::task::spawn_blocking(move || drop(retired));
-            desk.perform(effects).await;
+            desk.perform(effects, now);
             let _ = reply.send(());
         }
         Event::PilotSubmitted { pilot, result } => {
@@ -293,7 +317,7 @@ async fn apply(
             left,
         } => {
             let effects = desk.pilot_lease(&host, &slurm_job, left, ending, now);
-            desk.perform(effects).await;
+            desk.perform(effects, now);
         }
         Event::Explain { host, job, reply } => {
             let _ = reply.send(desk.explain(&host, job, now));
@@ -302,6 +326,18 @@ async fn apply(
             let mut rows = table.status(now);
             desk.annotate(&mut rows, now);
             let _ = reply.send(rows);
+        }
+        Event::Report {
+            host,
+            conn,
+            mut report,
+        } => {
+            let running = report.allocs_running.take();
+            table.report(&host, conn, *report, now);
+            if let Some(running) = running {
+                let effects = desk.allocs_running(&host, running, now);
+                desk.perform(effects, now);
+            }
         }
         event => return apply_host(table, closers, event, now),
     }
@@ -325,9 +361,6 @@ fn apply_host(
             info!(%host, %address, "a Slurm pilot's host joins the lab");
             table.add_pilot(&host, &address);
         }
-        Event::Report { host, conn, report } => {
-            table.report(&host, conn, *report, now);
-        }
         Event::Disconnected { host, conn, reason } => {
             closers.remove(&conn);
             info!(%host, conn, %reason, "host daemon disconnected");
@@ -336,6 +369,7 @@ fn apply_host(
         Event::DaemonStarted { host } => table.daemon_started(&host, now),
         Event::DaemonExited { host, how } => table.daemon_exited(&host, &how),
         Event::Status { .. }
+        | Event::Report { .. }
         | Event::AgentRegister { .. }
         | Event::AgentMessage { .. }
         | Event::AgentGone { .. }
@@ -351,7 +385,7 @@ fn apply_host(
     Vec::new()
 }
 
-async fn perform(
+fn perform(
     effects: Vec<Effect>,
     closers: &mut HashMap<ConnId, oneshot::Sender<String>>,
     supervisors: &SupervisorSet,
@@ -365,7 +399,7 @@ async fn perform(
             }
             Effect::RestartDaemon { host, reason } => {
                 warn!(%host, %reason, "host down; restarting its daemon");
-                supervisors.restart(&host, &reason).await;
+                supervisors.restart(&host, &reason);
             }
         }
     }

@@ -121,7 +121,8 @@ impl Core {
             runs_on: None,
             module: None,
         });
-        let (tx, mut rx) = mpsc::channel(64);
+        let (tx, outbox) = crate::outbox::channel(64);
+        let mut rx = outbox.messages;
         let (reply, job) = oneshot::channel();
         self.send(Event::AgentRegister { reg, tx, reply }).await;
         let job = job.await.expect("answered").expect("registered");
@@ -137,6 +138,7 @@ impl Core {
         self.send(Event::AgentMessage {
             job: agent.job,
             msg,
+            turn: None,
         })
         .await;
     }
@@ -217,7 +219,8 @@ async fn host_daemons_are_told_each_change_of_the_live_allocations() {
         first,
         Some(LiveAllocs {
             live: vec![],
-            issued_below: 1
+            issued_below: 1,
+            ending: vec![],
         })
     );
     let mut agent = core.register(false).await;
@@ -232,13 +235,15 @@ async fn host_daemons_are_told_each_change_of_the_live_allocations() {
         held,
         Some(LiveAllocs {
             live: vec![alloc],
-            issued_below: alloc + 1
+            issued_below: alloc + 1,
+            ending: vec![],
         })
     );
     let msg = ToBroker::GiveBack { alloc };
     core.send(Event::AgentMessage {
         job: agent.job,
         msg,
+        turn: None,
     })
     .await;
     let _ = core.status().await; // the give-back is applied
@@ -246,7 +251,8 @@ async fn host_daemons_are_told_each_change_of_the_live_allocations() {
         *core.live.borrow(),
         Some(LiveAllocs {
             live: vec![],
-            issued_below: alloc + 1
+            issued_below: alloc + 1,
+            ending: vec![],
         })
     );
     core.stop().await;
@@ -271,6 +277,7 @@ async fn returns_of_allocations_not_held_by_the_job_change_nothing() {
         core.send(Event::AgentMessage {
             job: other.job,
             msg,
+            turn: None,
         })
         .await;
         let _ = core.status().await;
@@ -281,6 +288,7 @@ async fn returns_of_allocations_not_held_by_the_job_change_nothing() {
         core.send(Event::AgentMessage {
             job: holder.job,
             msg,
+            turn: None,
         })
         .await;
         let _ = core.status().await;

@@ -14,7 +14,6 @@ use proto::{
     msg::{FromBroker, JobRegistration, Request, Response, ToBroker},
     report::HostStatus,
 };
-use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use allocation::trace::{host_delta, Input};
@@ -25,6 +24,8 @@ use crate::{
         RequestId, Retired,
     },
     authz::{authorize, Actor, AdminError},
+    log_limit::LogLimiter,
+    outbox::{Outbox, PushError},
     trace::TraceSink,
 };
 
@@ -35,11 +36,13 @@ pub const DEFAULT_RELEASE_GRACE: Duration = Duration::from_secs(5);
 pub const RESUME_WINDOW: Duration = Duration::from_secs(60);
 
 /// Which allocations are live, as host daemons are told (`FromBroker::LiveAllocs`): they
-/// end leftover processes of the others.
+/// end leftover processes of the others. `ending`: those past their reclaim deadline,
+/// whose processes daemons end on every transport (`FromBroker::EndAllocs`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LiveAllocs {
     pub live: Vec<u64>,
     pub issued_below: u64,
+    pub ending: Vec<u64>,
 }
 
 impl LiveAllocs {
@@ -49,12 +52,29 @@ impl LiveAllocs {
             issued_below: self.issued_below,
         }
     }
+
+    pub fn end_message(&self) -> FromBroker {
+        FromBroker::EndAllocs {
+            allocs: self.ending.clone(),
+        }
+    }
 }
 
 /// Jobs, their agents and their allocations.
 pub struct JobDesk {
     alloc: Allocator,
-    agents: HashMap<JobId, mpsc::Sender<FromBroker>>,
+    /// Each connected agent's outbox (never waited on: see [`crate::outbox`]).
+    agents: HashMap<JobId, Outbox>,
+    /// Agents cut because their outbox was full, whose jobs [`Self::perform`] ends next.
+    cut: Vec<JobId>,
+    /// Warnings about cut agents, rate-limited (a user can trigger them).
+    cut_log: LogLimiter,
+    /// Jobs whose end the agent is to hear of once it is saved, with the snapshot that
+    /// must be written first (see [`Self::confirm_ends`]).
+    ends_unsaved: Vec<(u64, JobId)>,
+    /// Jobs that ended by their agent's word during the current event: their end is
+    /// confirmed once saved.
+    ended_by_agent: Vec<JobId>,
     /// Jobs restored from the store whose agents have not reconnected yet, with a deadline.
     awaiting_agent: HashMap<JobId, Instant>,
     store: Option<crate::persist::StoreWriter>,
@@ -87,14 +107,15 @@ impl JobDesk {
         transport: &str,
         secret_file: &std::path::Path,
     ) -> Self {
-        let lab_mark = proto::auth::Secret::load(secret_file)
-            .ok()
-            .map(|s| s.lab_mark());
         Self {
             secret_file: secret_file.display().to_string(),
-            lab_mark,
+            lab_mark: None,
             alloc,
             agents: HashMap::new(),
+            cut: Vec::new(),
+            cut_log: LogLimiter::new(20, Duration::from_secs(10)),
+            ends_unsaved: Vec::new(),
+            ended_by_agent: Vec::new(),
             awaiting_agent: HashMap::new(),
             store: None,
             by_agent_req: HashMap::new(),
@@ -106,6 +127,13 @@ impl JobDesk {
             trace: None,
             pilots: None,
         }
+    }
+
+    /// Agents hand `mark` (the lab's public mark, read from the secret at start) to their
+    /// subagents.
+    pub fn with_lab_mark(mut self, mark: Option<String>) -> Self {
+        self.lab_mark = mark;
+        self
     }
 
     /// Records every allocator input and decision in `trace` from now on.
@@ -240,13 +268,31 @@ impl JobDesk {
 
     /// The host daemons' word on live allocations (see `FromBroker::LiveAllocs`).
     /// Changes whenever [`JobDesk::live_allocs`] does (O(1)).
-    pub fn live_allocs_stamp(&self) -> (usize, u64) {
+    pub fn live_allocs_stamp(&self) -> (usize, u64, u64) {
         self.alloc.live_allocs_stamp()
     }
 
     pub fn live_allocs(&self) -> LiveAllocs {
         let (live, issued_below) = self.alloc.live_allocs();
-        LiveAllocs { live, issued_below }
+        let ending = self.alloc.ending_allocs();
+        LiveAllocs {
+            live,
+            issued_below,
+            ending,
+        }
+    }
+
+    /// `host`'s daemon found processes of the allocations `running` on its machine
+    /// ([`Allocator::allocs_running`]); a report that changes nothing is not passed on.
+    pub fn allocs_running(&mut self, host: &str, running: Vec<u64>, now: Instant) -> Vec<Effect> {
+        if !self.alloc.allocs_running_matters(host, &running) {
+            return Vec::new();
+        }
+        let input = Input::AllocsRunning {
+            host: host.to_string(),
+            allocs: running.clone(),
+        };
+        self.traced_fx(now, |a| a.allocs_running(host, &running, now), || input)
     }
 
     /// Tells the allocator that one host's row changed (as it happens).
@@ -353,10 +399,10 @@ impl JobDesk {
 
     /// Registers a job for a newly connected agent; a new job (not a resumed one) is refused
     /// with the reason when the state dir cannot take it (full, read-only).
-    pub async fn register(
+    pub fn register(
         &mut self,
         reg: JobRegistration,
-        tx: mpsc::Sender<FromBroker>,
+        tx: Outbox,
         now: Instant,
     ) -> Result<(JobId, Vec<Effect>), String> {
         // Only the job's own user resumes it (`reg.user` is the authenticated one).
@@ -411,7 +457,8 @@ impl JobDesk {
             lab_mark: self.lab_mark.clone(),
             front_end,
         };
-        let _ = tx.send(msg).await;
+        // A new outbox has room: this cannot be refused as full.
+        let _ = tx.push(msg);
         self.agents.insert(job, tx);
         info!(job, "job registered");
         if let Some(host) = own_host {
@@ -539,6 +586,7 @@ impl JobDesk {
             }
             ToBroker::EndJob { status } => {
                 info!(job, status, "job ended");
+                self.ended_by_agent.push(job);
                 self.end_job(job, now)
             }
             other => {
@@ -739,8 +787,26 @@ impl JobDesk {
         }
     }
 
-    /// Performs effects: messages to agents. Returns true when durable state changed.
-    pub async fn perform(&mut self, effects: Vec<Effect>) -> bool {
+    /// Performs effects: messages to agents, never waited on. An agent whose outbox is
+    /// full is cut and its job ended as if its connection had closed ([`Self::agent_gone`]),
+    /// and what that decides is performed too. Returns true when durable state changed.
+    pub fn perform(&mut self, effects: Vec<Effect>, now: Instant) -> bool {
+        let mut persist = self.perform_each(effects);
+        while let Some(job) = self.cut.pop() {
+            let effects = self.agent_gone(job, now);
+            persist |= self.perform_each(effects);
+        }
+        if persist {
+            if let Some(store) = &mut self.store {
+                store.save(self.alloc.snapshot());
+            }
+        }
+        self.confirm_ends();
+        persist
+    }
+
+    /// Performs effects in order; true when one of them asks for a save.
+    fn perform_each(&mut self, effects: Vec<Effect>) -> bool {
         let mut persist = false;
         for effect in effects {
             match effect {
@@ -761,7 +827,7 @@ impl JobDesk {
                             address,
                             instance,
                         };
-                        self.send(job, msg).await;
+                        self.send(job, msg);
                     }
                     None => warn!(job, req, alloc, %host, "granted a request no agent asked for"),
                 },
@@ -779,8 +845,7 @@ impl JobDesk {
                                 position: position as u32,
                                 reason: Some(reason),
                             },
-                        )
-                        .await;
+                        );
                     }
                 }
                 Effect::Refused { job, req, reason } => {
@@ -791,8 +856,7 @@ impl JobDesk {
                                 req: agent_req,
                                 message: reason,
                             },
-                        )
-                        .await;
+                        );
                     }
                 }
                 Effect::Reclaim {
@@ -809,8 +873,7 @@ impl JobDesk {
                             host,
                             grace_ms: grace.as_millis() as u64,
                         },
-                    )
-                    .await;
+                    );
                 }
                 Effect::ForceRelease { job, alloc, host } => {
                     warn!(job, alloc, %host, "release deadline passed; forcing");
@@ -821,8 +884,7 @@ impl JobDesk {
                             host,
                             grace_ms: 0,
                         },
-                    )
-                    .await;
+                    );
                 }
                 Effect::Freed { .. } => {}
                 Effect::PolicyError {
@@ -845,30 +907,44 @@ impl JobDesk {
                 Effect::Persist => persist = true,
             }
         }
-        if persist {
-            if let Some(store) = &mut self.store {
-                store.save(self.alloc.snapshot());
-            }
-        }
         persist
     }
 
-    /// Tells `job`'s agent that its end is saved, once everything queued for the disk so
-    /// far is written (the end was queued by [`JobDesk::perform`] just before). The agent
-    /// waits for this before it exits: a broker killed between the agent's `end_job` and
-    /// the save would otherwise bring the job back with its hosts held until
-    /// [`RESUME_WINDOW`] passed, with no agent to end it.
-    pub fn confirm_end(&self, job: JobId) {
-        let Some(tx) = self.agents.get(&job).cloned() else {
-            return;
-        };
-        let written = self.store.as_ref().map(|s| s.written());
-        tokio::spawn(async move {
-            if let Some(written) = written {
-                written.await;
-            }
-            let _ = tx.send(FromBroker::JobEnded { job }).await;
-        });
+    /// Tells each agent whose job ended by its word that the end is saved, once everything
+    /// queued for the disk up to it is written (the end was queued by [`Self::perform`]).
+    /// The agent waits for this before it exits: a broker killed between the agent's
+    /// `end_job` and the save would otherwise bring the job back with its hosts held until
+    /// [`RESUME_WINDOW`] passed, with no agent to end it. The core calls
+    /// [`Self::saved_up_to`] as the writer makes progress; nothing waits here.
+    fn confirm_ends(&mut self) {
+        let queued = self.store.as_ref().map_or(0, |s| s.queued());
+        for job in std::mem::take(&mut self.ended_by_agent) {
+            self.ends_unsaved.push((queued, job));
+        }
+        let written = self.store.as_ref().map_or(u64::MAX, |s| s.committed_now());
+        self.saved_up_to(written);
+    }
+
+    /// The store's writer has written every snapshot up to `written`: the ends waiting for
+    /// it are confirmed to their agents.
+    pub fn saved_up_to(&mut self, written: u64) {
+        let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.ends_unsaved)
+            .into_iter()
+            .partition(|(seq, _)| *seq <= written);
+        self.ends_unsaved = waiting;
+        for (_, job) in done {
+            self.send(job, FromBroker::JobEnded { job });
+        }
+    }
+
+    /// Whether an end waits for the disk (the core then watches the writer's progress).
+    pub fn ends_wait_for_disk(&self) -> bool {
+        !self.ends_unsaved.is_empty()
+    }
+
+    /// The writer's progress, which [`Self::saved_up_to`] is to be told of.
+    pub fn store_progress(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.store.as_ref().map(|s| s.progress())
     }
 
     fn forget_req(&mut self, req: RequestId) -> Option<(JobId, u64)> {
@@ -877,10 +953,30 @@ impl JobDesk {
         Some(found)
     }
 
-    async fn send(&self, job: JobId, msg: FromBroker) {
-        if let Some(tx) = self.agents.get(&job) {
-            let _ = tx.send(msg).await;
+    /// Queues `msg` for `job`'s agent without waiting; an agent whose outbox is full is
+    /// cut (its job ends in [`Self::perform`]).
+    fn send(&mut self, job: JobId, msg: FromBroker) {
+        let Some(outbox) = self.agents.get(&job) else {
+            return;
+        };
+        match outbox.push(msg) {
+            Ok(()) | Err(PushError::Closed) => {}
+            Err(PushError::Full) => self.cut_agent(job),
         }
+    }
+
+    /// Cuts `job`'s agent, which does not read what it is sent: its connection closes and
+    /// its job is ended as if the agent had gone.
+    fn cut_agent(&mut self, job: JobId) {
+        let Some(mut outbox) = self.agents.remove(&job) else {
+            return;
+        };
+        let reason = PushError::Full.to_string();
+        outbox.cut(&reason);
+        if self.cut_log.allow() {
+            warn!(job, %reason, "agent connection cut");
+        }
+        self.cut.push(job);
     }
 }
 
@@ -964,10 +1060,10 @@ mod tests {
         );
         let now = Instant::now();
         desk.host_changed(&status("node02", "10.0.0.2"), now);
-        let (tx, _rx) = mpsc::channel(16);
+        let (tx, _rx) = crate::outbox::channel(16);
         let mut reg = registration(None);
         reg.user = "bob".into();
-        let (job, _) = desk.register(reg, tx, now).await.expect("registered");
+        let (job, _) = desk.register(reg, tx, now).expect("registered");
         let allocate = ToBroker::Allocate {
             req: 1,
             symbolic: "anyLinux".into(),
@@ -1012,10 +1108,9 @@ mod tests {
         for host in &hosts {
             desk.host_changed(host, now);
         }
-        let (tx, _rx) = mpsc::channel(16);
+        let (tx, _rx) = crate::outbox::channel(16);
         let (pvm, _) = desk
-            .register(registration(Some("pvm")), tx.clone(), now)
-            .await
+            .register(registration(Some("pvm")), tx, now)
             .expect("no store: never refused");
         let allocate = |req| ToBroker::Allocate {
             req,
@@ -1033,9 +1128,9 @@ mod tests {
             None,
             "node01 and node03 in use: {effects:?}"
         );
+        let (tx, _rx2) = crate::outbox::channel(16);
         let (plain, _) = desk
             .register(registration(None), tx, now)
-            .await
             .expect("no store: never refused");
         let effects = desk.agent_message(plain, allocate(1), now);
         assert_eq!(granted_host(&effects).as_deref(), Some("node01"));

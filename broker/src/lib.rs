@@ -7,6 +7,9 @@
 //!   allocations, the policy seam) and its SQLite store.
 //! - [`jobs`]: the allocator's async edge: agents, their request ids, effects → messages.
 //! - [`core`]: the one task that owns broker state and applies events in order.
+//! - [`outbox`]: each agent's bounded outbox, which the core never waits on.
+//! - [`pace`]: the rate at which one agent's messages are read (a flood waits its turn).
+//! - [`log_limit`]: the rate limit on warnings a peer can trigger.
 //! - [`server`]: TCP and local-socket listeners, handshakes, per-connection tasks.
 //! - [`requests`]: what a client request does: authorize, carry out, audit.
 //! - [`authz`]: who may do what (the owner everything; a user reads, releases own hosts).
@@ -29,6 +32,9 @@ pub mod core;
 pub mod embedded;
 pub mod hosts;
 pub mod jobs;
+pub mod log_limit;
+pub mod outbox;
+pub mod pace;
 pub mod persist;
 pub mod pilots;
 pub mod reload;
@@ -84,6 +90,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     prepare_state_dir(&lab.broker.state_dir)?;
     let secret = Secret::load(&lab.broker.secret_file)?;
+    let secret_mark = secret.lab_mark();
     raise_fd_limit();
     let tcp = TcpListener::bind(lab.broker.listen)
         .await
@@ -128,20 +135,20 @@ pub async fn run(
         identity,
     );
     ctx.pilot_hosts = lab.overflow.is_some();
-    // Host daemons sweep leftovers only where each serves a machine of its own.
-    if matches!(
+    // Host daemons sweep leftovers only where each serves a machine of its own; they end
+    // the processes of allocations past their deadline on every transport.
+    let sweep = matches!(
         lab.broker.transport,
         config::Transport::Ssh | config::Transport::Rsh
-    ) {
-        ctx = ctx.with_live_allocs(live_rx);
-    }
+    );
+    ctx = ctx.with_live_allocs(live_rx, sweep);
     let ctx = Arc::new(ctx);
     let spec = LaunchSpec::new(&lab, listen);
     let pilots = pilots(&lab, &spec, events_tx.clone());
     let supervisors =
         SupervisorSet::spawn(&lab.hosts, &spec, events_tx, lab.broker.restart_backoff_max);
     let table = HostTable::new(&lab.hosts, lab.broker.down_after);
-    let desk = job_desk(&lab, &spec, policy)?;
+    let desk = job_desk(&lab, &spec, policy)?.with_lab_mark(Some(secret_mark));
     let desk = match (pilots, &lab.overflow) {
         (Some(p), Some(o)) => {
             p.find();
@@ -287,21 +294,8 @@ fn hosts_reach_broker_at(listen: SocketAddr, hosts: &[config::HostEntry]) -> Opt
 
 /// Unix seconds now and the local time zone's offset from UTC (for the policy's `now`).
 fn wall_clock() -> (i64, i64) {
-    let unix = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
-    let t = unix as libc::time_t;
-    // SAFETY: `tm` is a plain C struct that localtime_r fills; both pointers are valid for
-    // the call and localtime_r keeps neither.
-    let offset = unsafe {
-        let mut tm: libc::tm = std::mem::zeroed();
-        if libc::localtime_r(&t, &mut tm).is_null() {
-            0
-        } else {
-            tm.tm_gmtoff
-        }
-    };
-    (unix, offset)
+    let unix = localtime::unix_now();
+    (unix, localtime::utc_offset_s(unix).unwrap_or(0))
 }
 
 /// Creates the state dir (mode 0700) if missing and refuses one another user owns or

@@ -107,14 +107,19 @@ impl StoreWriter {
         }
     }
 
-    /// Resolves once everything queued so far has been written (or its save failed), or
-    /// the writer is gone.
-    pub fn written(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let target = self.queued;
-        let mut committed = self.committed.clone();
-        async move {
-            let _ = committed.wait_for(|seq| *seq >= target).await;
-        }
+    /// The sequence number of the newest snapshot queued.
+    pub fn queued(&self) -> u64 {
+        self.queued
+    }
+
+    /// The sequence number of the newest snapshot written (or that failed to be).
+    pub fn committed_now(&self) -> u64 {
+        *self.committed.borrow()
+    }
+
+    /// Follows [`Self::committed_now`] as the writer makes progress.
+    pub fn progress(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.committed.clone()
     }
 }
 

@@ -12,9 +12,9 @@ use std::{
     collections::HashSet,
     sync::{
         atomic::{AtomicU64, Ordering},
-        Arc, Mutex,
+        Arc,
     },
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use proto::{
@@ -27,21 +27,27 @@ use proto::{
 use tokio::{
     io::{AsyncRead, AsyncWrite},
     net::{TcpListener, UnixListener},
-    sync::{oneshot, watch},
+    sync::{oneshot, watch, Semaphore},
 };
-use tracing::{debug, warn};
+use tracing::warn;
 
 use crate::{
     audit::AuditLog,
     authz::{Actor, AdminError},
     core::{Event, EventSender},
     jobs::LiveAllocs,
+    log_limit::LogLimiter,
+    outbox::{self, OutboxRx},
+    pace::Pace,
     reload::PolicyHandle,
     requests::respond,
     users::{revoked_message, Revocation, Users},
 };
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Messages of one agent that may wait for the core at once (see `Event::AgentMessage`).
+const AGENT_IN_FLIGHT: usize = 1;
 
 /// Shared by every connection task.
 pub struct ServerCtx {
@@ -54,10 +60,14 @@ pub struct ServerCtx {
     pub stop: watch::Sender<bool>,
     /// The policy in force and its reloads.
     pub policy: Arc<PolicyHandle>,
-    /// The live allocations, forwarded to each host daemon as they change; `None` where
-    /// daemons share a machine (`local`, `manual`): they must not sweep each other's
-    /// processes (see `hostd::sweep`).
+    /// The live allocations, forwarded to each host daemon as they change: those past
+    /// their deadline on every transport (to daemons that end them), the live ones only
+    /// where `sweep_live`.
     pub live: Option<watch::Receiver<Option<LiveAllocs>>>,
+    /// Whether daemons are told the live allocations to sweep leftovers by: not where
+    /// daemons share a machine (`local`, `manual`), where they must not sweep each other's
+    /// processes (see `hostd::sweep`).
+    pub sweep_live: bool,
     /// The users with a credential.
     pub users: Arc<Users>,
     /// Admin actions and refusals.
@@ -67,6 +77,8 @@ pub struct ServerCtx {
     /// `[overflow.slurm]` is configured: daemons named `slurm-<node>` (Slurm pilots, with
     /// the lab secret) may join over TCP though the lab file does not list them.
     pub pilot_hosts: bool,
+    /// How many messages an agent's outbox holds ([`outbox::agent_outbox_size`]).
+    pub agent_outbox: usize,
     next_conn: AtomicU64,
     limiter: LogLimiter,
 }
@@ -100,15 +112,24 @@ impl ServerCtx {
             uid: nix::unistd::geteuid().as_raw(),
             stop,
             live: None,
+            sweep_live: false,
             pilot_hosts: false,
+            agent_outbox: outbox::agent_outbox_size(),
             next_conn: AtomicU64::new(1),
             limiter: LogLimiter::new(20, Duration::from_secs(10)),
         }
     }
 
-    /// Host daemons are told the live allocations (`FromBroker::LiveAllocs`) from `live`.
-    pub fn with_live_allocs(mut self, live: watch::Receiver<Option<LiveAllocs>>) -> Self {
+    /// Host daemons are told of the live allocations from `live`: those past their
+    /// deadline (`FromBroker::EndAllocs`), and the live ones (`FromBroker::LiveAllocs`)
+    /// when `sweep`.
+    pub fn with_live_allocs(
+        mut self,
+        live: watch::Receiver<Option<LiveAllocs>>,
+        sweep: bool,
+    ) -> Self {
         self.live = Some(live);
+        self.sweep_live = sweep;
         self
     }
 }
@@ -288,19 +309,29 @@ async fn hostd_session<S>(
     if let Some(rx) = live.as_mut() {
         rx.mark_changed(); // the current word goes out at once
     }
+    let mut told = Told::default();
     let reason = loop {
         tokio::select! {
             _ = shutdown.changed() => break "broker stopping".to_string(),
             why = &mut close_rx => break why.unwrap_or_else(|_| "closed by broker".into()),
             word = next_live(&mut live) => {
-                if conn.send(&word).await.is_err() {
+                if told.send(&mut conn, &word, ctx.sweep_live).await.is_err() {
                     break "connection closed".into();
                 }
             }
             msg = conn.recv_line() => match msg.and_then(|line| proto::msg::decode_from_hostd(&line)) {
                 Ok(ToBroker::Report(report)) => {
+                    let ends_allocs = report.allocs_running.is_some() && !told.ends_allocs;
                     if ctx.events.send(Event::Report { host: host.clone(), conn: id, report }).await.is_err() {
                         break "broker stopping".into();
+                    }
+                    // A daemon that ends allocations past their deadline hears of them from now.
+                    let word = live.as_ref().and_then(|rx| rx.borrow().clone());
+                    if let (true, Some(word)) = (ends_allocs, word) {
+                        told.ends_allocs = true;
+                        if told.send(&mut conn, &word, ctx.sweep_live).await.is_err() {
+                            break "connection closed".into();
+                        }
                     }
                 }
                 Ok(ToBroker::PilotLease { slurm_job, ending }) => {
@@ -332,9 +363,41 @@ async fn hostd_session<S>(
         .await;
 }
 
+/// What one host daemon has been told of the live allocations.
+#[derive(Debug, Default)]
+struct Told {
+    /// Its reports list the allocations running there: it ends those past their
+    /// deadline when told (`FromBroker::EndAllocs`).
+    ends_allocs: bool,
+    live: Option<(Vec<u64>, u64)>,
+    ending: Option<Vec<u64>>,
+}
+
+impl Told {
+    /// Sends what changed in `word`: the live allocations where daemons sweep (`sweep`),
+    /// those past their deadline to a daemon that ends them.
+    async fn send<S: AsyncRead + AsyncWrite + Unpin>(
+        &mut self,
+        conn: &mut FramedConn<S>,
+        word: &LiveAllocs,
+        sweep: bool,
+    ) -> Result<(), FrameError> {
+        let live = (word.live.clone(), word.issued_below);
+        if sweep && self.live.as_ref() != Some(&live) {
+            conn.send(&word.message()).await?;
+            self.live = Some(live);
+        }
+        if self.ends_allocs && self.ending.as_ref() != Some(&word.ending) {
+            conn.send(&word.end_message()).await?;
+            self.ending = Some(word.ending.clone());
+        }
+        Ok(())
+    }
+}
+
 /// The next word on live allocations for a host daemon; never without a channel, or once
 /// the core is gone.
-async fn next_live(live: &mut Option<watch::Receiver<Option<LiveAllocs>>>) -> FromBroker {
+async fn next_live(live: &mut Option<watch::Receiver<Option<LiveAllocs>>>) -> LiveAllocs {
     loop {
         let Some(rx) = live.as_mut() else {
             return std::future::pending().await;
@@ -344,7 +407,7 @@ async fn next_live(live: &mut Option<watch::Receiver<Option<LiveAllocs>>>) -> Fr
             continue;
         }
         if let Some(word) = rx.borrow_and_update().as_ref() {
-            return word.message();
+            return word.clone();
         }
     }
 }
@@ -353,8 +416,8 @@ async fn agent_session<S>(
     mut conn: FramedConn<S>,
     ctx: &ServerCtx,
     actor: &Actor,
-    mut revoked: Revocation,
-    mut shutdown: watch::Receiver<bool>,
+    revoked: Revocation,
+    shutdown: watch::Receiver<bool>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -375,7 +438,7 @@ async fn agent_session<S>(
     };
     // The job is the authenticated user's, whatever name the agent claims.
     reg.user = actor.name(&ctx.owner).to_string();
-    let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+    let (tx, outbox) = outbox::channel(ctx.agent_outbox);
     let (reply_tx, reply_rx) = oneshot::channel();
     if ctx
         .events
@@ -394,30 +457,81 @@ async fn agent_session<S>(
         Ok(Err(why)) => return refuse(&mut conn, ErrorCode::Failed, &why).await,
         Err(_) => return,
     };
-    loop {
-        tokio::select! {
-            _ = shutdown.changed() => return,
-            _ = revoked.revoked() => {
-                refuse(&mut conn, ErrorCode::Auth, &revoked_message(actor)).await;
+    let ended = agent_traffic(conn, ctx, job, outbox, actor, revoked, shutdown).await;
+    if ended != AgentEnd::CutByCore {
+        let _ = ctx.events.send(Event::AgentGone { job }).await;
+    }
+}
+
+/// How an agent's connection ended.
+#[derive(Debug, PartialEq, Eq)]
+enum AgentEnd {
+    /// It closed, failed, was refused or the broker stops.
+    Closed,
+    /// The core cut it (its outbox was full) and already ended its job.
+    CutByCore,
+}
+
+/// Carries a registered agent's traffic: its messages to the core, and what the core
+/// queued in its outbox to it, read and written at once, so that an agent that stops
+/// reading blocks only its own writes (and fills its outbox, whereupon the core cuts it).
+async fn agent_traffic<S>(
+    conn: FramedConn<S>,
+    ctx: &ServerCtx,
+    job: crate::alloc::JobId,
+    outbox: OutboxRx,
+    actor: &Actor,
+    mut revoked: Revocation,
+    mut shutdown: watch::Receiver<bool>,
+) -> AgentEnd
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let (mut reader, mut writer) = conn.split();
+    let OutboxRx {
+        mut messages,
+        mut cut,
+    } = outbox;
+    let writing = async {
+        while let Some(msg) = messages.recv().await {
+            if writer.send(&msg).await.is_err() {
                 break;
             }
-            out = rx.recv() => match out {
-                Some(msg) => if conn.send(&msg).await.is_err() { break },
-                None => break,
-            },
-            msg = conn.recv::<ToBroker>() => match msg {
-                Ok(msg) => {
-                    if ctx.events.send(Event::AgentMessage { job, msg }).await.is_err() { return; }
-                }
-                Err(FrameError::Closed) => break,
-                Err(e) => {
-                    refuse(&mut conn, ErrorCode::BadMessage, &e.to_string()).await;
-                    break;
-                }
-            },
         }
+    };
+    let turns = Arc::new(Semaphore::new(AGENT_IN_FLIGHT));
+    let mut pace = Pace::agent();
+    let reading = async {
+        loop {
+            pace.wait().await;
+            match reader.recv::<ToBroker>().await {
+                Ok(msg) => {
+                    let Ok(turn) = turns.clone().acquire_owned().await else {
+                        return None;
+                    };
+                    let turn = Some(turn);
+                    let event = Event::AgentMessage { job, msg, turn };
+                    if ctx.events.send(event).await.is_err() {
+                        return None;
+                    }
+                }
+                Err(FrameError::Closed) => return None,
+                Err(e) => return Some((ErrorCode::BadMessage, e.to_string())),
+            }
+        }
+    };
+    let refusal = tokio::select! {
+        _ = shutdown.changed() => None,
+        _ = revoked.revoked() => Some((ErrorCode::Auth, revoked_message(actor))),
+        _ = &mut cut => return AgentEnd::CutByCore,
+        () = writing => None,
+        refusal = reading => refusal,
+    };
+    if let Some((code, why)) = refusal {
+        // A peer that does not read is not waited for.
+        let _ = tokio::time::timeout(HANDSHAKE_TIMEOUT, refuse(&mut writer, code, &why)).await;
     }
-    let _ = ctx.events.send(Event::AgentGone { job }).await;
+    AgentEnd::Closed
 }
 
 async fn client_session<S>(
@@ -475,62 +589,4 @@ async fn client_session<S>(
 fn short(msg: &ToBroker) -> String {
     let text = format!("{msg:?}");
     text.chars().take(60).collect()
-}
-
-/// Rate limit for warnings a remote peer can trigger: at most `max` per `window`.
-struct LogLimiter {
-    max: u32,
-    window: Duration,
-    state: Mutex<(Instant, u32, u64)>,
-}
-
-impl LogLimiter {
-    fn new(max: u32, window: Duration) -> Self {
-        Self {
-            max,
-            window,
-            state: Mutex::new((Instant::now(), 0, 0)),
-        }
-    }
-
-    /// True if a message may be logged now.
-    fn allow(&self) -> bool {
-        let Ok(mut s) = self.state.lock() else {
-            return false;
-        };
-        if s.0.elapsed() > self.window {
-            if s.2 > 0 {
-                warn!(
-                    suppressed = s.2,
-                    "peer warnings suppressed by the rate limit"
-                );
-            }
-            *s = (Instant::now(), 0, 0);
-        }
-        s.1 += 1;
-        if s.1 > self.max {
-            s.2 += 1;
-        }
-        s.1 <= self.max
-    }
-
-    fn warn(&self, peer: &str, reason: &str) {
-        if self.allow() {
-            warn!(%peer, %reason, "dropped connection");
-        } else {
-            debug!(%peer, %reason, "dropped connection");
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn limiter_caps_messages_per_window() {
-        let limiter = LogLimiter::new(3, Duration::from_secs(60));
-        let allowed = (0..10).filter(|_| limiter.allow()).count();
-        assert_eq!(allowed, 3);
-    }
 }

@@ -67,7 +67,7 @@ impl SupervisorSet {
     }
 
     /// Asks `host`'s supervisor to kill and restart its daemon.
-    pub async fn restart(&self, host: &str, reason: &str) {
+    pub fn restart(&self, host: &str, reason: &str) {
         if let Some((tx, _)) = self.tasks.get(host) {
             let _ = tx.try_send(Command_::Restart(reason.to_string()));
         }

@@ -6,7 +6,10 @@
 //! once when [`detect_trigger`] sees a login or returning input (polled every
 //! [`ACTIVITY_POLL`], and at once at each of logind's signals). The broker's `LiveAllocs` feed the [`Sweeper`], which ends leftover
 //! processes of allocations that are over (see [`crate::sweep`]); its word is kept across
-//! reconnections (a stale word only spares processes, it never ends a live one).
+//! reconnections (a stale word only spares processes, it never ends a live one). On every
+//! transport the broker's `EndAllocs` (allocations past their reclaim deadline) feed it
+//! too, and each report lists the allocations with a process here (`allocs_running`):
+//! the broker frees such a host once they are gone.
 
 use std::{
     path::{Path, PathBuf},
@@ -253,6 +256,7 @@ async fn report_loop(
         seq,
         job_load,
         scope: &scope,
+        running: None,
     };
     reporter.send(conn, ReportTrigger::Start).await?;
     let mut activity: Activity = reporter.sensors.sample_activity();
@@ -285,7 +289,13 @@ async fn report_loop(
                 }
                 activity = now;
                 if sweeper.due(std::time::Instant::now()) {
-                    sweep::sweep(sweeper, &scope, std::time::Instant::now());
+                    let found = sweep::sweep(sweeper, &scope, std::time::Instant::now());
+                    // The broker holds a host past a deadline until it hears the
+                    // allocation's processes are gone: it hears it now, not at the next report.
+                    if sweeper.ends_allocs() && reporter.running.as_ref() != Some(&found) {
+                        reporter.send(conn, ReportTrigger::Interval).await?;
+                        next_report = Instant::now() + interval;
+                    }
                 }
             }
             () = lease_changed(&mut pilot) => {
@@ -298,6 +308,11 @@ async fn report_loop(
                 FromBroker::LiveAllocs { live, issued_below } => {
                     let word = Live { live: live.into_iter().collect(), issued_below };
                     if sweeper.set_live(word) {
+                        sweep::sweep(sweeper, &scope, std::time::Instant::now());
+                    }
+                }
+                FromBroker::EndAllocs { allocs } => {
+                    if sweeper.set_ending(allocs.into_iter().collect()) {
                         sweep::sweep(sweeper, &scope, std::time::Instant::now());
                     }
                 }
@@ -329,6 +344,8 @@ struct Reporter<'a> {
     seq: &'a mut u64,
     job_load: &'a mut JobLoad,
     scope: &'a sweep::Scope<'a>,
+    /// The allocations with a process here, as last reported.
+    running: Option<Vec<u64>>,
 }
 
 impl Reporter<'_> {
@@ -346,6 +363,9 @@ impl Reporter<'_> {
         if !report.overlaid.iter().any(|f| f == "job_load") {
             report.job_load = measured;
         }
+        let running = sweep::allocs_of(&sweep::scan(self.scope));
+        report.allocs_running = Some(running.clone());
+        self.running = Some(running);
         conn.send(&ToBroker::Report(Box::new(report))).await
     }
 }

@@ -78,6 +78,9 @@ pub struct Sweeper {
     live: Option<Live>,
     /// What was below a subagent of this lab, for processes that lost their tag.
     lineage: crate::lineage::Lineage,
+    /// Allocations whose reclaim deadline passed (`FromBroker::EndAllocs`): their
+    /// processes end whatever `live` says, on every transport.
+    ending: BTreeSet<u64>,
     /// (pid, start) → when it was sent SIGTERM.
     termed: BTreeMap<(i32, u64), Instant>,
     grace: Duration,
@@ -95,6 +98,7 @@ impl Sweeper {
         Self {
             live: None,
             lineage: Default::default(),
+            ending: BTreeSet::new(),
             termed: BTreeMap::new(),
             grace,
             last: None,
@@ -108,25 +112,46 @@ impl Sweeper {
         changed
     }
 
-    /// Whether a sweep is due at `now`: processes wait for their SIGKILL, or
-    /// [`SWEEP_EVERY`] has passed since the last one. Never before the broker's first word.
+    /// Takes the broker's word on the allocations past their deadline; true when it
+    /// changed (a sweep is due at once).
+    pub fn set_ending(&mut self, ending: BTreeSet<u64>) -> bool {
+        let changed = self.ending != ending;
+        self.ending = ending;
+        changed
+    }
+
+    /// Whether the broker waits for processes of allocations past their deadline to end
+    /// (the daemon then looks at every poll, and reports as soon as they are gone).
+    pub fn ends_allocs(&self) -> bool {
+        !self.ending.is_empty()
+    }
+
+    /// Whether a sweep is due at `now`: processes wait for their SIGKILL, allocations past
+    /// their deadline wait to end, or [`SWEEP_EVERY`] has passed since the last one. Never
+    /// before the broker's first word.
     pub fn due(&self, now: Instant) -> bool {
         let quiet_long = match self.last {
             None => true,
             Some(at) => now.saturating_duration_since(at) >= SWEEP_EVERY,
         };
-        self.live.is_some() && (!self.termed.is_empty() || quiet_long)
+        let told = self.live.is_some() || !self.ending.is_empty();
+        told && (!self.termed.is_empty() || !self.ending.is_empty() || quiet_long)
+    }
+
+    /// Whether the process of allocation `alloc` is to end.
+    fn is_over(&self, alloc: u64) -> bool {
+        self.ending.contains(&alloc) || self.live.as_ref().is_some_and(|l| l.is_over(alloc))
     }
 
     /// The signals to send now to the tagged processes `found` on the host.
     pub fn plan(&mut self, found: &[Tagged], now: Instant) -> Vec<Kill> {
-        let Some(live) = &self.live else {
+        if self.live.is_none() && self.ending.is_empty() {
             return Vec::new();
-        };
+        }
         self.last = Some(now);
         let over: Vec<Tagged> = found
             .iter()
-            .filter(|p| live.is_over(p.alloc))
+            .filter(|p| self.is_over(p.alloc))
             .copied()
             .collect();
         // Processes gone (or whose pid another process now has) are forgotten.
@@ -240,8 +265,8 @@ pub fn perform(proc_root: &Path, kills: &[Kill]) {
 }
 
 /// One sweep at `now`: scan (the tagged processes, and those noted below a subagent of
-/// this lab, [`crate::lineage`]), decide, signal.
-pub fn sweep(sweeper: &mut Sweeper, scope: &Scope, now: Instant) {
+/// this lab, [`crate::lineage`]), decide, signal. Returns the allocations found (ascending).
+pub fn sweep(sweeper: &mut Sweeper, scope: &Scope, now: Instant) -> Vec<u64> {
     let mut found = scan(scope);
     let own_alloc = scope
         .own_tag
@@ -256,6 +281,13 @@ pub fn sweep(sweeper: &mut Sweeper, scope: &Scope, now: Instant) {
     found.sort();
     let kills = sweeper.plan(&found, now);
     perform(scope.proc_root, &kills);
+    allocs_of(&found)
+}
+
+/// The allocations of `found`, ascending, each once.
+pub fn allocs_of(found: &[Tagged]) -> Vec<u64> {
+    let allocs: BTreeSet<u64> = found.iter().map(|p| p.alloc).collect();
+    allocs.into_iter().collect()
 }
 
 #[cfg(test)]

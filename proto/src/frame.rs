@@ -147,11 +147,41 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FramedConn<S> {
         Ok(())
     }
 
+    /// Splits the connection into a reading half and a writing half, to read and write
+    /// at once (a peer that stops reading then blocks only the writer). Bytes already read
+    /// stay with the reader, bytes not yet written with the writer.
+    pub fn split(self) -> (FrameReader<S>, FrameWriter<S>) {
+        let (read, write) = tokio::io::split(self.stream);
+        let reader = FramedConn {
+            stream: tokio::io::join(read, tokio::io::sink()),
+            rbuf: self.rbuf,
+            scanned: self.scanned,
+            wbuf: Vec::new(),
+            limit: self.limit,
+            refused: self.refused,
+        };
+        let writer = FramedConn {
+            stream: tokio::io::join(tokio::io::empty(), write),
+            rbuf: Vec::new(),
+            scanned: 0,
+            wbuf: self.wbuf,
+            limit: self.limit,
+            refused: false,
+        };
+        (reader, writer)
+    }
+
     /// The underlying stream (e.g. to read peer credentials).
     pub fn get_ref(&self) -> &S {
         &self.stream
     }
 }
+
+/// The reading half of a [`FramedConn::split`] connection (its writes go nowhere).
+pub type FrameReader<S> = FramedConn<tokio::io::Join<tokio::io::ReadHalf<S>, tokio::io::Sink>>;
+
+/// The writing half of a [`FramedConn::split`] connection (it reads nothing).
+pub type FrameWriter<S> = FramedConn<tokio::io::Join<tokio::io::Empty, tokio::io::WriteHalf<S>>>;
 
 /// A line's text: without its `\r` (if any), and UTF-8.
 fn line_text(line: &[u8]) -> Result<String, FrameError> {

@@ -323,6 +323,14 @@ pub enum FromBroker {
         live: Vec<u64>,
         issued_below: u64,
     },
+    /// To a host daemon that reports `allocs_running` (see [`crate::report::HostReport`]),
+    /// on connecting and whenever it changes: the allocations whose reclaim deadline has
+    /// passed (ascending). The daemon ends every process of its user tagged for one of them
+    /// on its machine (SIGTERM, then SIGKILL); the broker holds their hosts until the
+    /// daemon's reports no longer list them, or the host is down. Sent on every transport.
+    EndAllocs {
+        allocs: Vec<u64>,
+    },
     /// To an agent: the job is registered as `job`; reach hosts with `remote_shell`.
     /// `secret_file` is where the broker reads the lab secret (a path, never the secret):
     /// agents on the same machine or a shared home use it to authenticate their subagents.

@@ -161,6 +161,12 @@ pub struct HostReport {
     /// Why `logind` is `None` (`no system bus: …`), for `rb status`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logind_error: Option<String>,
+    /// The allocations of this lab with a process of the daemon's user on this machine
+    /// (ascending): sent by daemons that end an allocation's processes when the broker says
+    /// its deadline passed (`FromBroker::EndAllocs`); `None` from daemons that predate it,
+    /// whose hosts the broker frees at the deadline as before (older brokers ignore it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocs_running: Option<Vec<u64>>,
 }
 
 /// Whether the broker currently hears from a host.

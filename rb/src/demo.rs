@@ -9,7 +9,7 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::{Child, Command},
+    process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
@@ -28,12 +28,20 @@ pub async fn run(
     let broker = sibling("rb-broker");
     privdir::create_private(state_dir)?;
     let log = new_log(&log_path(state_dir))?;
+    let out = log
+        .try_clone()
+        .with_context(|| format!("cannot reopen the log {}", log_path(state_dir).display()))?;
+    // The broker (and the daemons it starts) hold none of the caller's descriptors: a
+    // broker kept running must not keep `rb demo --keep | cat` or `$(rb demo --keep)`
+    // waiting for the end of its output.
     let mut cmd = Command::new(&broker);
     cmd.arg("--embedded")
         .arg("--hosts")
         .arg(hosts.to_string())
         .arg("--state-dir")
         .arg(state_dir)
+        .stdin(Stdio::null())
+        .stdout(out)
         .stderr(log);
     let mut child = cmd
         .spawn()

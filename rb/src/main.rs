@@ -400,18 +400,7 @@ async fn cmd_jobs(target: client::Target, json: bool) -> anyhow::Result<ExitCode
 
 /// The local time zone's offset from UTC now, in seconds (0 when it cannot be read).
 fn local_utc_offset_s() -> i64 {
-    let now: libc::time_t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as libc::time_t);
-    // SAFETY: `tm` is plain data that localtime_r fills in; both pointers are valid for the
-    // call, and localtime_r is the thread-safe variant (no shared static buffer).
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    let filled = unsafe { libc::localtime_r(&now, &mut tm) };
-    if filled.is_null() {
-        0
-    } else {
-        tm.tm_gmtoff
-    }
+    localtime::utc_offset_now_s()
 }
 
 async fn cmd_admin(target: client::Target, req: Request) -> anyhow::Result<ExitCode> {

@@ -115,6 +115,8 @@ pub struct Broker {
     /// The `rb-broker` executable it runs (this workspace's unless started with
     /// [`start_program`](Self::start_program)).
     program: PathBuf,
+    /// Environment variables it runs with besides `RB_LOG` (test knobs).
+    env: Vec<(String, String)>,
 }
 
 impl Broker {
@@ -126,16 +128,27 @@ impl Broker {
     /// [`start`](Self::start), calling `prepare` with the state dir (not yet created) before
     /// the broker starts: e.g. to mount a small tmpfs there.
     pub fn start_prepared(lab_text: &str, prepare: impl FnOnce(&Path)) -> Broker {
-        Self::launch(bin("rb-broker"), lab_text, prepare)
+        Self::launch(bin("rb-broker"), lab_text, prepare, &[])
+    }
+
+    /// [`start`](Self::start) with environment variables set for the broker (test knobs
+    /// such as `RB_AGENT_OUTBOX`).
+    pub fn start_env(lab_text: &str, env: &[(&str, &str)]) -> Broker {
+        Self::launch(bin("rb-broker"), lab_text, |_| {}, env)
     }
 
     /// [`start`](Self::start) with another `rb-broker` executable: a benchmark's baseline
     /// built from an older commit (it must accept `lab_text` and serve `rb status --json`).
     pub fn start_program(program: &Path, lab_text: &str) -> Broker {
-        Self::launch(program.to_path_buf(), lab_text, |_| {})
+        Self::launch(program.to_path_buf(), lab_text, |_| {}, &[])
     }
 
-    fn launch(program: PathBuf, lab_text: &str, prepare: impl FnOnce(&Path)) -> Broker {
+    fn launch(
+        program: PathBuf,
+        lab_text: &str,
+        prepare: impl FnOnce(&Path),
+        env: &[(&str, &str)],
+    ) -> Broker {
         let dir = tempfile::Builder::new()
             .prefix("rb-test-")
             .tempdir_in("/var/tmp")
@@ -149,12 +162,17 @@ impl Broker {
             .replace("@SECRET@", &secret.display().to_string());
         let lab_file = dir.path().join("lab.toml");
         std::fs::write(&lab_file, text).expect("write lab");
-        let child = spawn_broker(&program, &lab_file, &dir.path().join("broker.log"));
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let child = spawn_broker(&program, &lab_file, &dir.path().join("broker.log"), &env);
         let broker = Broker {
             child,
             dir,
             lab_file,
             program,
+            env,
         };
         let sock = broker.socket();
         assert!(
@@ -192,6 +210,7 @@ impl Broker {
             &self.program,
             &self.lab_file,
             &self.dir.path().join("broker.log"),
+            &self.env,
         );
         let sock = self.socket();
         let up = wait_until(Duration::from_secs(10), || sock.exists().then_some(()));
@@ -336,7 +355,7 @@ impl Drop for Broker {
     }
 }
 
-fn spawn_broker(program: &Path, lab_file: &Path, log: &Path) -> Child {
+fn spawn_broker(program: &Path, lab_file: &Path, log: &Path, env: &[(String, String)]) -> Child {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -346,6 +365,7 @@ fn spawn_broker(program: &Path, lab_file: &Path, log: &Path) -> Child {
         .arg("--lab")
         .arg(lab_file)
         .env("RB_LOG", "info")
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)

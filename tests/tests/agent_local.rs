@@ -576,3 +576,69 @@ fn a_host_reclaimed_while_its_command_starts_is_free_only_once_that_command_is_g
         "the command ended at SIGTERM"
     );
 }
+
+/// A stopped agent cannot keep a released host busy on the `local` transport: the host's
+/// daemon ends the job's processes at the reclaim deadline, and the host goes to the next
+/// job only once they are gone. The next job's command checks, on the host, whether the
+/// first job's `sleep` still runs beside it.
+#[test]
+fn a_stopped_agents_processes_end_at_the_reclaim_deadline_before_the_host_goes_on() {
+    let broker = Broker::start(&local_lab(1));
+    broker.wait_all_up(Duration::from_secs(10));
+    let sleep = format!("sleep 1777.{}", std::process::id());
+    let pattern = format!("^{}$", sleep.replace('.', "[.]"));
+    let mut holder = broker
+        .agent(&["rsh", "anyLinux", &format!("exec {sleep}")])
+        .spawn()
+        .expect("holder");
+    let alive = || {
+        let out = Command::new("pgrep")
+            .args(["-f", &pattern])
+            .output()
+            .expect("pgrep");
+        out.status.success()
+    };
+    wait_until(Duration::from_secs(10), || alive().then_some(())).expect("the sleep started");
+    let agent = nix::unistd::Pid::from_raw(holder.id() as i32);
+    nix::sys::signal::kill(agent, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP");
+    let check = format!("pgrep -f '{pattern}' >/dev/null && echo BESIDE || echo ALONE");
+    let next = broker
+        .agent(&["rsh", "anyLinux", &check])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("next job");
+    wait_until(Duration::from_secs(10), || {
+        let waiting = jobs(&broker).iter().any(|j| {
+            j["state"] == "running" && j["hosts"].as_array().is_some_and(|h| h.is_empty())
+        });
+        waiting.then_some(())
+    })
+    .expect("the next job waits for vhost01");
+    let released = Instant::now();
+    let out = broker.rb(&["release", "vhost01", "--grace-s", "1"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let gone = wait_until(Duration::from_secs(10), || {
+        (!alive()).then(|| released.elapsed())
+    });
+    let next = next.wait_with_output().expect("next job");
+    let _ = nix::sys::signal::kill(agent, nix::sys::signal::Signal::SIGKILL);
+    let _ = nix::sys::signal::kill(agent, nix::sys::signal::Signal::SIGCONT);
+    let _ = holder.wait();
+    let gone = gone.expect("the stopped job's sleep ended");
+    eprintln!("the stopped job's sleep ended {gone:?} after the release");
+    assert!(
+        gone <= Duration::from_secs(2),
+        "the sleep ended {gone:?} after a release with 1 s of grace:\n{}",
+        broker.log()
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&next.stdout).trim(),
+        "ALONE",
+        "the next job ran beside the stopped job's sleep:\n{}",
+        broker.log()
+    );
+}

@@ -43,6 +43,53 @@ fn embedded_demo_brings_every_virtual_host_up() {
     );
 }
 
+/// `rb demo --keep` returns when its output goes to a pipe or a command substitution:
+/// the broker it keeps running holds none of the caller's descriptors.
+#[test]
+fn demo_keep_returns_through_a_pipe_and_a_command_substitution() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("demo");
+    let rb_path = tests::bin("rb");
+    for shape in [
+        "\"$RB\" demo --keep --hosts 1 --state-dir \"$STATE\" | cat",
+        "x=$(\"$RB\" demo --keep --hosts 1 --state-dir \"$STATE\") && printf '%s\\n' \"$x\"",
+    ] {
+        let mut child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(shape)
+            .env("RB", &rb_path)
+            .env("STATE", &state)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("sh");
+        let finished = wait_until(Duration::from_secs(60), || child.try_wait().ok().flatten());
+        let socket = state.join("broker.sock");
+        let stop = || {
+            let sock = socket.to_str().expect("utf8");
+            rb(&["--broker", sock, "shutdown"])
+        };
+        if finished.is_none() {
+            let _ = stop();
+            let _ = child.kill();
+            panic!("`{shape}` did not return within 60 s");
+        }
+        let out = child.wait_with_output().expect("output");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{shape}: {stdout}");
+        assert!(
+            stdout.contains("1 hosts: 1 up, 0 down"),
+            "{shape}: {stdout}"
+        );
+        assert!(socket.exists(), "the broker was kept");
+        let stopped = stop();
+        assert!(stopped.status.success(), "{stopped:?}");
+        wait_until(Duration::from_secs(20), || (!socket.exists()).then_some(()))
+            .expect("the kept broker stopped");
+    }
+}
+
 #[test]
 fn status_json_has_the_documented_fields() {
     let broker = Broker::start(&local_lab(2));

@@ -71,6 +71,13 @@ struct Args {
     /// policy section's footprint rows; `bench.sh` builds it.
     #[arg(long, value_name = "PATH")]
     broker_before_policy_files: Option<std::path::PathBuf>,
+    /// Another `rb-broker` (e.g. built from an earlier commit) whose paper-policy rows run
+    /// beside today's in the policy section's footprint.
+    #[arg(long, value_name = "PATH")]
+    broker_compared: Option<std::path::PathBuf>,
+    /// The name of `--broker-compared` in the rows (e.g. its commit).
+    #[arg(long, default_value = "compared")]
+    broker_compared_label: String,
     /// Rounds of the policy section's footprint rows (each broker once per round; their
     /// CPU windows pooled).
     #[arg(long, default_value_t = 3)]
@@ -179,6 +186,10 @@ fn main() -> anyhow::Result<()> {
             transports: args.agent_transports.clone(),
             parts: args.policy_parts.clone(),
             broker_before: args.broker_before_policy_files.clone(),
+            broker_compared: args
+                .broker_compared
+                .clone()
+                .map(|p| (args.broker_compared_label.clone(), p)),
             footprint_rounds: args.footprint_rounds,
         })?;
     }

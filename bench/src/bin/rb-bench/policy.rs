@@ -38,6 +38,9 @@ pub struct Options {
     /// An `rb-broker` built from [`BEFORE_POLICY_FILES`] (policy compiled in): the
     /// footprint's baseline rows run it (`bench.sh` builds it).
     pub broker_before: Option<PathBuf>,
+    /// Another `rb-broker` whose footprint rows (the paper policy, quiet and changing
+    /// reports) run beside today's, named by `.0` (e.g. the commit it was built from).
+    pub broker_compared: Option<(String, PathBuf)>,
     /// Rounds of the footprint rows (each row once per round, pooled).
     pub footprint_rounds: usize,
 }
@@ -403,6 +406,16 @@ fn footprint(opts: &Options) -> anyhow::Result<()> {
             String::new(),
             false,
         )),
+    }
+    if let Some((label, program)) = &opts.broker_compared {
+        for (name, changing) in [("", false), (", every report changing", true)] {
+            rows.push(FootprintRow::new(
+                format!("paper{name} ({label})"),
+                Some(program),
+                with_policy("paper"),
+                changing,
+            ));
+        }
     }
     let ours = tests::bin("rb-broker");
     let compiled = compiled.display().to_string();

@@ -7,6 +7,8 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use localtime::utc_offset_s;
+
 /// The Slurm commands the broker runs.
 pub const COMMANDS: [&str; 4] = ["sbatch", "squeue", "scancel", "scontrol"];
 
@@ -103,18 +105,6 @@ pub fn slurm_log_time_ns(line: &str) -> Option<i128> {
     let as_utc = bench::civil::civil_ns(stamp)?;
     let offset_s = utc_offset_s(i64::try_from(as_utc / 1_000_000_000).ok()?)?;
     Some(as_utc - i128::from(offset_s) * 1_000_000_000)
-}
-
-/// The local time zone's offset from UTC at `t` (seconds since the epoch), in seconds.
-// time_t and tm_gmtoff are i64 here, narrower on some 32-bit targets.
-#[allow(clippy::useless_conversion)]
-fn utc_offset_s(t: i64) -> Option<i64> {
-    let t: nix::libc::time_t = t.try_into().ok()?;
-    // SAFETY: an all-zero `tm` is a valid value of this plain C struct.
-    let mut tm: nix::libc::tm = unsafe { std::mem::zeroed() };
-    // SAFETY: both pointers are to live locals; localtime_r is the thread-safe variant.
-    let done = unsafe { nix::libc::localtime_r(&t, &mut tm) };
-    (!done.is_null()).then_some(i64::from(tm.tm_gmtoff))
 }
 
 /// The first line of `log` containing `what` stamped after `after_ns` (read by `time`):

@@ -1,0 +1,229 @@
+//! Tier 2: no peer can stall the broker. An authenticated agent connection that floods
+//! requests and never reads what it is sent must not slow other jobs' grants, `rb status`
+//! or the broker's memory: its outbox fills, and the broker cuts it. Through the real
+//! control socket, with the real broker and virtual hosts; no root needed.
+
+use std::{
+    io::{BufRead, BufReader, Write},
+    os::unix::net::UnixStream,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use proto::msg::{FromBroker, Hello, JobRegistration, Role, ToBroker};
+use tests::{local_lab, wait_until, Broker};
+
+/// The flooding agent's outbox (`RB_AGENT_OUTBOX`): small enough that the test ends
+/// soon, large enough that the flood lasts over many probes.
+const OUTBOX: &str = "2000";
+
+/// How long a read from the broker may take before the test calls the broker stalled.
+const ANSWER_WITHIN: Duration = Duration::from_secs(10);
+
+/// A raw agent on the control socket: its handshake and registration done.
+struct RawAgent {
+    stream: UnixStream,
+    reader: BufReader<UnixStream>,
+}
+
+impl RawAgent {
+    fn register(broker: &Broker, name: &str) -> RawAgent {
+        let stream = UnixStream::connect(broker.socket()).expect("connect");
+        stream
+            .set_read_timeout(Some(ANSWER_WITHIN))
+            .expect("read timeout");
+        let reader = BufReader::new(stream.try_clone().expect("clone"));
+        let mut agent = RawAgent { stream, reader };
+        agent.send(&ToBroker::Hello(Hello {
+            proto: proto::PROTOCOL_VERSION,
+            role: Role::Agent,
+            name: name.into(),
+            nonce: String::new(),
+            user: None,
+        }));
+        assert!(matches!(agent.recv(), FromBroker::Welcome { .. }));
+        agent.send(&ToBroker::Register(Box::new(JobRegistration {
+            user: "ignored".into(),
+            cwd: "/".into(),
+            argv: vec![name.into()],
+            spec: None,
+            adaptive: true,
+            resume: None,
+            runs_on: None,
+            module: None,
+        })));
+        assert!(matches!(agent.recv(), FromBroker::Registered { .. }));
+        agent
+    }
+
+    fn send(&mut self, msg: &ToBroker) {
+        let line = proto::frame::encode(msg).expect("encode");
+        self.stream
+            .write_all(format!("{line}\n").as_bytes())
+            .expect("write to the broker");
+    }
+
+    fn recv(&mut self) -> FromBroker {
+        let mut line = String::new();
+        match self.reader.read_line(&mut line) {
+            Ok(n) if n > 0 => proto::frame::decode(line.trim_end()).expect("a message"),
+            other => panic!("no answer from the broker within {ANSWER_WITHIN:?}: {other:?}"),
+        }
+    }
+
+    /// Asks for `host`, waits for the grant and gives it back; returns how long the grant
+    /// took.
+    fn grant_latency(&mut self, req: u64, host: &str) -> Duration {
+        let asked = Instant::now();
+        self.send(&ToBroker::Allocate {
+            req,
+            symbolic: host.into(),
+        });
+        loop {
+            match self.recv() {
+                FromBroker::Granted { req: r, alloc, .. } if r == req => {
+                    let took = asked.elapsed();
+                    self.send(&ToBroker::GiveBack { alloc });
+                    return took;
+                }
+                FromBroker::Refused { message, .. } => panic!("refused: {message}"),
+                _ => continue,
+            }
+        }
+    }
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+/// Resident set size of a process, in KiB (`VmRSS`).
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .expect("VmRSS");
+    line.split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .expect("a number")
+}
+
+/// Writes `allocate` requests for a name no host has as fast as the broker takes them,
+/// never reading, until the broker closes the connection; returns how many were written.
+fn flood(mut agent: RawAgent, limit: u64, done: &AtomicBool) -> (u64, bool) {
+    // The writing is the test's load, not the broker's: it yields the CPU to the broker
+    // and the prober (this thread only; Linux takes a thread id for the process).
+    // SAFETY: plain syscalls on this thread's own id.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, 19);
+    }
+    let mut written = 0;
+    let mut cut = false;
+    while written < limit {
+        let line = proto::frame::encode(&ToBroker::Allocate {
+            req: written + 1,
+            symbolic: "anyNoSuchLabel".into(),
+        })
+        .expect("encode");
+        if agent
+            .stream
+            .write_all(format!("{line}\n").as_bytes())
+            .is_err()
+        {
+            cut = true;
+            break;
+        }
+        written += 1;
+    }
+    done.store(true, Ordering::SeqCst);
+    (written, cut)
+}
+
+/// The broker's answer to an agent that floods and never reads: it is cut (logged), and
+/// meanwhile another job's grants take at most twice their quiet time (medians), `rb
+/// status` answers and the broker's RSS stays within a bound. The outbox is made small
+/// ([`OUTBOX`]) so that the unread answers fill it within seconds; the flood does not stop
+/// on its own before the broker cuts it.
+#[test]
+fn an_agent_that_floods_and_never_reads_is_cut_without_stalling_anyone() {
+    let broker = Broker::start_env(&local_lab(2), &[("RB_AGENT_OUTBOX", OUTBOX)]);
+    broker.wait_all_up(Duration::from_secs(20));
+    let mut prober = RawAgent::register(&broker, "prober");
+    let mut req = 0;
+    let mut probe = |prober: &mut RawAgent| {
+        req += 1;
+        prober.grant_latency(req, "anyLinux")
+    };
+    // The quiet grants are measured as the busy ones are: with `rb status` every tenth
+    // and the broker's RSS read after each (both take CPU the grants compete with).
+    let mut quiet = Vec::new();
+    let mut rss_before = 0;
+    while quiet.len() < 60 {
+        quiet.push(probe(&mut prober));
+        if quiet.len() % 10 == 0 {
+            assert!(broker.status().is_some(), "rb status answers");
+        }
+        rss_before = rss_before.max(rss_kib(broker.pid()));
+    }
+    let quiet = median(quiet);
+
+    let flooder = RawAgent::register(&broker, "flooder");
+    let done = Arc::new(AtomicBool::new(false));
+    let flooding = {
+        let done = done.clone();
+        std::thread::spawn(move || flood(flooder, 2_000_000, &done))
+    };
+    let mut busy = Vec::new();
+    let mut status_answered = 0;
+    let mut rss_peak = rss_before;
+    while !done.load(Ordering::SeqCst) {
+        busy.push(probe(&mut prober));
+        if busy.len() % 10 == 0 {
+            assert!(
+                broker.status().is_some(),
+                "rb status answers during the flood"
+            );
+            status_answered += 1;
+        }
+        rss_peak = rss_peak.max(rss_kib(broker.pid()));
+        assert!(busy.len() < 100_000, "the flood never ended");
+    }
+    let (written, cut) = flooding.join().expect("flooder");
+    eprintln!(
+        "flood: {written} requests, cut: {cut}; grants: quiet {quiet:?}, during the flood {:?} \
+         (median of {}); rb status answered {status_answered} times; RSS {rss_before} -> \
+         {rss_peak} KiB",
+        median(busy.clone()),
+        busy.len()
+    );
+    assert!(
+        cut,
+        "the broker never cut the flooding agent ({written} requests)"
+    );
+    assert!(
+        busy.len() >= 10 && status_answered >= 1,
+        "too short a flood to measure: {} grants, {status_answered} statuses",
+        busy.len()
+    );
+    let logged = wait_until(Duration::from_secs(10), || {
+        broker.log().contains("agent connection cut").then_some(())
+    });
+    assert!(logged.is_some(), "the cut is logged:\n{}", broker.log());
+    assert!(
+        median(busy.clone()) <= 2 * quiet,
+        "grants took {:?} during the flood against {quiet:?} quiet",
+        median(busy)
+    );
+    assert!(
+        rss_peak < rss_before + 64 * 1024,
+        "the broker grew from {rss_before} to {rss_peak} KiB"
+    );
+    assert!(broker.status().is_some(), "rb status answers after the cut");
+}
