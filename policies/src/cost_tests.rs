@@ -49,6 +49,7 @@ fn shipped_policies_cost_little() {
 fn a_let_fan_out_evaluates_each_let_once() {
     let p = load(include_str!("../tests/costly/let-fanout.toml")).expect("loads: it is cheap");
     assert!(p.cost(Hook::Start) < 1_000, "{}", p.cost(Hook::Start));
+    assert_eq!(p.fields_read(Hook::Start), ["host.cpus".to_string()].into());
     let h = host(0);
     let job = JobValue::new(&JobFacts::default());
     let d = p.start(Scope::new().host(&h).job(&job));
