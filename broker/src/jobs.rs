@@ -553,7 +553,7 @@ impl JobDesk {
 
     fn add_note(&mut self, job: JobId, text: &str) {
         let text: String = text.chars().take(NOTE_MAX_CHARS).collect();
-        info!(job, note = %text, "job note");
+        info!(job, note = ?text, "job note");
         let notes = self.notes.entry(job).or_default();
         if notes.len() == NOTES_KEPT {
             notes.pop_front();
