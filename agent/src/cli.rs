@@ -140,13 +140,16 @@ fn split_paper_form(mut app: Vec<String>) -> (Vec<String>, Option<String>) {
     (app, None)
 }
 
+/// The spec text: `@FILE` (or `@-`, standard input) read, at most
+/// [`rsl::input::MAX_SPEC_BYTES`].
 fn read_spec(arg: &str) -> anyhow::Result<String> {
-    match arg.strip_prefix('@') {
-        Some(path) => {
-            std::fs::read_to_string(path).with_context(|| format!("cannot read job spec {path}"))
-        }
-        None => Ok(arg.to_string()),
-    }
+    let (name, bytes) = rsl::input::read_spec_arg(arg).context("job spec")?;
+    String::from_utf8(bytes).map_err(|_| {
+        anyhow::anyhow!(
+            "job spec {}: not UTF-8 text",
+            name.as_deref().unwrap_or("argument")
+        )
+    })
 }
 
 /// Strict RSL → JobSpec JSON and the adaptive flag.

@@ -63,6 +63,11 @@ trap 'rm -f "$out"' EXIT
     echo
     printf '%s\n' "$violations"
   fi
+  # Cases no scenario injects (hostile or careless input), kept by hand.
+  if [ -f bench/faults/hand-kept.md ]; then
+    echo
+    cat bench/faults/hand-kept.md
+  fi
 } > "$out"
 mv "$out" RELIABILITY.md
 trap - EXIT

@@ -31,6 +31,9 @@ use crate::{
 
 /// Grace of `rb release` when none is given.
 pub const DEFAULT_RELEASE_GRACE: Duration = Duration::from_secs(5);
+/// The longest grace a `release` may ask for (`rb release --grace-s` allows 0–3600 s): a
+/// larger `grace_ms` on the wire is refused, not a reclaim that never ends.
+pub const MAX_RELEASE_GRACE: Duration = Duration::from_secs(3600);
 
 /// How long a job restored after a broker restart waits for its agent to come back.
 pub const RESUME_WINDOW: Duration = Duration::from_secs(60);
@@ -598,7 +601,7 @@ impl JobDesk {
 
     fn add_note(&mut self, job: JobId, text: &str) {
         let text: String = text.chars().take(NOTE_MAX_CHARS).collect();
-        info!(job, note = %text, "job note");
+        info!(job, note = ?text, "job note");
         let notes = self.notes.entry(job).or_default();
         if notes.len() == NOTES_KEPT {
             notes.pop_front();
@@ -738,6 +741,11 @@ impl JobDesk {
             }
             Request::Release { host, grace_ms } => {
                 let grace = grace_ms.map_or(DEFAULT_RELEASE_GRACE, Duration::from_millis);
+                if grace > MAX_RELEASE_GRACE {
+                    let max = MAX_RELEASE_GRACE.as_millis();
+                    let e = format!("grace_ms {} is out of range (0–{max})", grace.as_millis());
+                    return (Err(e), Vec::new());
+                }
                 let holder = self.alloc.holder(&host);
                 let input = Input::ReleaseHost {
                     host: host.clone(),

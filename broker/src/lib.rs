@@ -110,12 +110,15 @@ pub async fn run(
     let (stop_tx, mut stop_rx) = watch::channel(false);
     let names: HashSet<String> = lab.hosts.iter().map(|h| h.name.clone()).collect();
     let interval_ms = lab.broker.report_interval.as_millis() as u64;
-    let policy_handle = Arc::new(reload::PolicyHandle::new(
-        &lab.broker.policy,
-        &lab.policy_base(),
-        &policy,
-        events_tx.clone(),
-    ));
+    let policy_handle = Arc::new(
+        reload::PolicyHandle::new(
+            &lab.broker.policy,
+            &lab.policy_base(),
+            &policy,
+            events_tx.clone(),
+        )
+        .with_lab_file(lab.source.clone()),
+    );
     let watcher = reload::spawn_policy_watcher(policy_handle.clone(), stop_rx.clone())
         .context("cannot watch for SIGHUP")?;
     let (live_tx, live_rx) = watch::channel(None);

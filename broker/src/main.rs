@@ -96,6 +96,7 @@ fn load_lab(args: &Args) -> Result<config::LabConfig, String> {
     match lab_path {
         Some(path) => {
             let lab = config::LabConfig::load_checked(&path).map_err(|e| e.to_string())?;
+            lab.check_has_hosts().map_err(|e| e.to_string())?;
             lab.check_secret_file().map_err(|e| e.to_string())?;
             Ok(lab)
         }

@@ -9,6 +9,11 @@
 //! the hosts that reported while it was prepared are decided off the core as well), and
 //! the core puts the result in force ([`Event::SetPolicy`]), deciding again only the
 //! hosts that reported during that second, short pass.
+//!
+//! Each reload reads the lab file's `[broker] policy` again (when the broker was started
+//! from a lab file): pointing it at another file and running `rb policy reload` switches
+//! to that file, and the watcher then watches the new one. The rest of the lab file is not
+//! re-read (it needs a restart).
 
 use std::{
     path::{Path, PathBuf},
@@ -37,8 +42,10 @@ pub const QUIET: Duration = Duration::from_millis(200);
 
 /// The lab's policy setting, what is in force, and the reloads.
 pub struct PolicyHandle {
-    setting: String,
-    base: PathBuf,
+    /// `[broker] policy` and the directory a relative path is read from, as last loaded.
+    setting: Mutex<(String, PathBuf)>,
+    /// The lab file, read again by each reload for its `policy` key.
+    lab_file: Option<PathBuf>,
     events: EventSender,
     info: Mutex<PolicyInfo>,
     /// One reload at a time.
@@ -50,12 +57,46 @@ impl PolicyHandle {
     /// file's directory); `policy` is what was loaded from it at start.
     pub fn new(setting: &str, base: &Path, policy: &Policy, events: EventSender) -> Self {
         PolicyHandle {
-            setting: setting.to_string(),
-            base: base.to_path_buf(),
+            setting: Mutex::new((setting.to_string(), base.to_path_buf())),
+            lab_file: None,
             events,
             info: Mutex::new(info_of(policy)),
             serial: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// Each reload reads `[broker] policy` again from `lab_file` (the file the broker was
+    /// started with; `None`: the setting given to [`PolicyHandle::new`] stays).
+    pub fn with_lab_file(mut self, lab_file: Option<PathBuf>) -> Self {
+        self.lab_file = lab_file;
+        self
+    }
+
+    fn setting(&self) -> (String, PathBuf) {
+        self.setting
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_else(|e| e.into_inner().clone())
+    }
+
+    /// The setting a reload loads now: the lab file's `[broker] policy` as it is now.
+    async fn current_setting(&self) -> Result<(String, PathBuf), String> {
+        let Some(lab_file) = self.lab_file.clone() else {
+            return Ok(self.setting());
+        };
+        tokio::task::spawn_blocking(move || {
+            config::LabConfig::load(&lab_file)
+                .map(|lab| (lab.broker.policy.clone(), lab.policy_base()))
+                .map_err(|e| {
+                    format!(
+                        "the lab file cannot be read again for its policy setting: {e}\n\
+                         help: fix the lab file ({}); the policy in force stays",
+                        lab_file.display()
+                    )
+                })
+        })
+        .await
+        .map_err(|e| format!("the lab file reader failed: {e}"))?
     }
 
     /// The policy in force and the last reload error.
@@ -68,15 +109,20 @@ impl PolicyHandle {
 
     /// The file to watch: `None` for a shipped policy (built into the binary).
     pub fn file(&self) -> Option<PathBuf> {
-        policies::shipped_text(&self.setting)
+        let (setting, base) = self.setting();
+        policies::shipped_text(&setting)
             .is_none()
-            .then(|| self.base.join(&self.setting))
+            .then(|| base.join(&setting))
     }
 
     /// Loads the setting again and, when it is good, puts it in force. `cause` is logged.
     pub async fn reload(&self, cause: &'static str) -> Result<PolicyInfo, String> {
         let _one = self.serial.lock().await;
-        let (setting, base) = (self.setting.clone(), self.base.clone());
+        let (setting, base) = match self.current_setting().await {
+            Ok(s) => s,
+            Err(e) => return Err(self.refused(cause, e)),
+        };
+        let new_setting = (setting.clone(), base.clone());
         let loaded = tokio::task::spawn_blocking(move || Policy::from_setting(&setting, &base))
             .await
             .map_err(|e| format!("the policy loader failed: {e}"));
@@ -106,6 +152,13 @@ impl PolicyHandle {
             return Err(stopping());
         }
         let info = info_of(&policy);
+        let before = self.setting();
+        if before.0 != new_setting.0 {
+            info!(cause, from = %before.0, to = %new_setting.0, "the lab file names another policy");
+        }
+        if let Ok(mut s) = self.setting.lock() {
+            *s = new_setting;
+        }
         info!(cause, path = %info.path, sha256 = %info.sha256, "policy reloaded");
         if let Ok(mut i) = self.info.lock() {
             *i = info.clone();
@@ -157,8 +210,8 @@ pub fn spawn_policy_watcher(
     mut shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<JoinHandle<()>> {
     let mut hup = signal(SignalKind::hangup())?;
-    let file = handle.file();
     Ok(tokio::spawn(async move {
+        let mut file = handle.file();
         let mut last = file.as_deref().and_then(stamp);
         let mut poll = tokio::time::interval(POLL);
         loop {
@@ -168,6 +221,12 @@ pub fn spawn_policy_watcher(
                     let _ = handle.reload("SIGHUP").await;
                 }
                 _ = poll.tick() => {
+                    // A reload may have switched to another file (the lab file's setting).
+                    let now_file = handle.file();
+                    if now_file != file {
+                        last = now_file.as_deref().and_then(stamp);
+                        file = now_file;
+                    }
                     let Some(path) = file.as_deref() else { continue };
                     let now = stamp(path);
                     if now == last || now.is_none() {

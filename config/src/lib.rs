@@ -171,6 +171,20 @@ impl LabConfig {
         validate::validate(raw, text, path)
     }
 
+    /// A lab to run a broker on names at least one host, or grows onto Slurm: a file with
+    /// neither has nothing to allocate (`rb check` and `rb-broker` refuse it; a file parsed
+    /// for other reasons may have none).
+    pub fn check_has_hosts(&self) -> Result<(), ConfigError> {
+        if !self.hosts.is_empty() || self.overflow.is_some() {
+            return Ok(());
+        }
+        let path = self.source.as_deref();
+        Err(error::ConfigError::at("", path, None, "host").msg(
+            "the lab file names no host: there is nothing to allocate",
+            "add a [[host]] table per machine (name = \"node01\"), or [overflow.slurm]",
+        ))
+    }
+
     pub fn host(&self, name: &str) -> Option<&HostEntry> {
         self.hosts.iter().find(|h| h.name == name)
     }

@@ -36,6 +36,7 @@ pub(crate) fn validate(
 ) -> Result<LabConfig, ConfigError> {
     let ctx = Ctx { text, path };
     let broker = broker(&ctx, raw.broker)?;
+    check_names(&ctx, &raw.host)?;
     check_labels(&ctx, &raw.host)?;
     let hosts = hosts(&ctx, raw.host)?;
     let overflow = match raw.overflow.as_ref().and_then(|o| o.slurm.as_ref()) {
@@ -243,6 +244,21 @@ fn command(
     }
 }
 
+/// Every bad host name of the file, not only the first: one error, the others in `more`.
+fn check_names(ctx: &Ctx, raw: &[RawHost]) -> Result<(), ConfigError> {
+    let mut bad = raw.iter().enumerate().filter_map(|(i, host)| {
+        let key = format!("host[{i}].name");
+        check_name(ctx, &host.name, &key)
+            .and_then(|()| check_not_symbolic(ctx, &host.name, &key))
+            .err()
+    });
+    let Some(mut first) = bad.next() else {
+        return Ok(());
+    };
+    first.more.extend(bad);
+    Err(first)
+}
+
 fn hosts(ctx: &Ctx, raw: Vec<RawHost>) -> Result<Vec<HostEntry>, ConfigError> {
     let mut seen: HashMap<String, usize> = HashMap::new();
     let mut addresses: HashMap<String, usize> = HashMap::new();
@@ -391,15 +407,33 @@ fn check_name(ctx: &Ctx, value: &Spanned<String>, key: &str) -> Result<(), Confi
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'));
     if ok {
-        Ok(())
-    } else {
-        Err(ctx.err(
-            value,
-            key,
-            format!("`{s}` is not a valid name"),
-            "use letters, digits, '.', '-' and '_' only, not starting with '-'",
-        ))
+        return Ok(());
     }
+    let message = if s.len() > 253 {
+        format!(
+            "`{}` is not a valid name: {} bytes long, longer than 253",
+            excerpt(s),
+            s.len()
+        )
+    } else {
+        format!("`{}` is not a valid name", excerpt(s))
+    };
+    Err(ctx.err(
+        value,
+        key,
+        message,
+        "use letters, digits, '.', '-' and '_' only, not starting with '-', at most 253",
+    ))
+}
+
+/// The first 40 characters of `s` (and `…` when there are more), its control characters
+/// escaped: an error message never echoes a huge or hostile name whole.
+fn excerpt(s: &str) -> String {
+    let mut out: String = s.chars().take(40).flat_map(char::escape_debug).collect();
+    if s.chars().count() > 40 {
+        out.push('…');
+    }
+    out
 }
 
 #[cfg(test)]

@@ -171,6 +171,13 @@ fn run(args: Args, sensors: Sensors) -> anyhow::Result<()> {
         anyhow::bail!("--broker and --host are required");
     };
     let lock_dir = args.lock_dir.clone().unwrap_or_else(privdir::runtime_root);
+    if let Some(refused) = privdir::refused_tmp_root() {
+        tracing::warn!(
+            reason = %refused.to_string().lines().next().unwrap_or_default(),
+            using = %privdir::runtime_root().display(),
+            "the runtime directory in /tmp is refused; using the private one in the home directory"
+        );
+    }
     let _lock = daemon::take_over(&lock_dir, &host)
         .map_err(|e| anyhow::anyhow!("cannot take the host lock in {}: {e}", lock_dir.display()))?;
     // A pilot's daemon: Slurm's notices (SIGUSR1, SIGTERM) reach the daemon through `warned`.

@@ -17,7 +17,7 @@ use std::{
 use cel::{common::ast::SourceInfo, parser::Parser, IdedExpr};
 
 use crate::{
-    ast,
+    ast, cost,
     error::KeyError,
     hooks::{Hook, Var},
     parse_thread::{self, ThreadError},
@@ -54,6 +54,10 @@ pub(crate) struct Compiled {
     pub reads: BTreeSet<Var>,
     /// Where each node of `expr` is in the expression's source.
     pub offsets: SourceInfo,
+    /// Its estimated cost with the lets it uses ([`cost`]).
+    pub cost: u64,
+    /// A let's index among the file's lets (its slot in an evaluation's memo); 0 for a hook.
+    pub slot: usize,
 }
 
 impl Compiled {
@@ -149,6 +153,10 @@ fn compile_here(raw: RawPolicy) -> Result<CompiledPolicy, KeyError> {
     }
     let order = let_order(&lets)?;
     check_tree_depths(&order, &lets, &hooks)?;
+    check_costs(&order, &mut lets, &mut hooks)?;
+    for (slot, c) in lets.values_mut().enumerate() {
+        c.slot = slot;
+    }
     for name in &order {
         let inherited = inherited_reads(&lets, &lets[name].lets);
         if let Some(c) = lets.get_mut(name) {
@@ -212,6 +220,93 @@ fn check_tree_depths(
     Ok(())
 }
 
+/// Every expression's estimated cost, counting each let it uses (directly or through
+/// others) once, within [`cost::MAX_COST`]; sets [`Compiled::cost`].
+fn check_costs(
+    order: &[String],
+    lets: &mut BTreeMap<String, Compiled>,
+    hooks: &mut BTreeMap<Hook, Compiled>,
+) -> Result<(), KeyError> {
+    let mut own: BTreeMap<String, cost::Estimate> = BTreeMap::new();
+    let mut below: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for name in order {
+        let c = &lets[name];
+        let (est, per_item) = estimate_of(c, &own)?;
+        let mut used = BTreeSet::new();
+        for n in &c.lets {
+            used.insert(n.clone());
+            used.extend(below.get(n).into_iter().flatten().cloned());
+        }
+        own.insert(name.clone(), est);
+        below.insert(name.clone(), used);
+        if let Some(c) = lets.get_mut(name) {
+            cost::instrument(&mut c.expr, &per_item);
+        }
+    }
+    let total = |c: &Compiled, est: cost::Estimate| {
+        let mut used = BTreeSet::new();
+        for n in &c.lets {
+            used.insert(n.as_str());
+            used.extend(below.get(n).into_iter().flatten().map(String::as_str));
+        }
+        used.iter()
+            .filter_map(|n| own.get(*n))
+            .fold(est.cost, |sum, e| sum.saturating_add(e.cost))
+    };
+    let mut totals = Vec::new();
+    for name in order {
+        totals.push((name.clone(), total(&lets[name], own[name])));
+    }
+    for (name, cost) in totals {
+        let c = lets.get_mut(&name).expect("ordered lets exist");
+        c.cost = over_budget(c, cost)?;
+    }
+    for c in hooks.values_mut() {
+        let (est, per_item) = estimate_of(c, &own)?;
+        c.cost = over_budget(c, total(c, est))?;
+        cost::instrument(&mut c.expr, &per_item);
+    }
+    Ok(())
+}
+
+fn estimate_of(
+    c: &Compiled,
+    lets: &BTreeMap<String, cost::Estimate>,
+) -> Result<(cost::Estimate, cost::PerItem), KeyError> {
+    cost::estimate(&c.expr, &cost::Names { lets }).ok_or_else(|| {
+        c.entry.error(
+            "the expression is too complex to estimate its cost (comprehensions nested \
+             too deeply)"
+                .to_string(),
+            "split it into named parts under [let]; see \"Cost\" in policies/README.md",
+        )
+    })
+}
+
+fn over_budget(c: &Compiled, cost: u64) -> Result<u64, KeyError> {
+    if cost <= cost::MAX_COST {
+        return Ok(cost);
+    }
+    let shown = if cost == u64::MAX {
+        "unbounded".to_string()
+    } else {
+        cost.to_string()
+    };
+    Err(c.entry.error(
+        format!(
+            "the expression's estimated cost is {shown}, over the budget of {} (with the \
+             lets it uses, each counted once)",
+            cost::MAX_COST
+        ),
+        format!(
+            "a comprehension (all, exists, map, filter) costs its list's size times its body, \
+             and an input list or string counts as {} elements; iterate over fewer or \
+             smaller lists, and do not nest them (see \"Cost\" in policies/README.md)",
+            cost::INPUT_SIZE
+        ),
+    ))
+}
+
 /// Parses one expression; a syntax error points into the file.
 fn parse(entry: Entry) -> Result<Compiled, KeyError> {
     if entry.source.len() > MAX_EXPRESSION_BYTES {
@@ -250,6 +345,8 @@ fn parse(entry: Entry) -> Result<Compiled, KeyError> {
         lets,
         reads,
         offsets,
+        cost: 0,
+        slot: 0,
     })
 }
 

@@ -4,17 +4,27 @@
 //! caller can log it once per key and host.
 //!
 //! `[let]` names are resolved lazily: a let is evaluated where an expression reads it, so
-//! `a || expensive` never evaluates `expensive` when `a` holds.
+//! `a || expensive` never evaluates `expensive` when `a` holds. A let is evaluated at most
+//! once per evaluation (its value, or its error, is kept for the other uses): ten uses of a
+//! let that uses another ten times cost twenty evaluations, not a hundred.
+//!
+//! Every evaluation runs within the run-time cost budget of [`crate::cost`]: one that
+//! exhausts it fails with [`crate::cost::EXHAUSTED`].
 
 use std::{
     collections::BTreeMap,
-    sync::{Arc, Mutex},
+    sync::{Arc, Mutex, OnceLock},
 };
 
-use cel::{common::value::CowVal, context::VariableResolver, Context, Env, IdedExpr, Value};
+use cel::{
+    common::value::{CowVal, Val},
+    context::VariableResolver,
+    Context, Env, IdedExpr, Value,
+};
 
 use crate::{
     compile::Compiled,
+    cost::{self, Budget},
     hooks::{Answer, Hook, Kind, Var},
     value::{HostValue, JobValue, LabValue, NowValue, Prebuilt, UserValue},
 };
@@ -125,13 +135,36 @@ impl Evaluator<'_> {
 
     /// Evaluates `expr` with the variables `vars` of `scope` bound.
     pub fn value(&self, vars: &[Var], expr: &IdedExpr, scope: Scope<'_>) -> Result<Value, String> {
+        let budget = Budget::start();
+        let memo = Memo::default();
         let resolver = Resolver {
             scope,
             vars,
             eval: self,
+            memo: &memo,
             failed: Mutex::new(None),
         };
-        resolver.run(expr)
+        let value = resolver.run(expr);
+        if budget.exhausted() {
+            return Err(format!("{} of {}", cost::EXHAUSTED, cost::RUN_BUDGET));
+        }
+        value
+    }
+}
+
+/// The lets evaluated so far in one evaluation, by [`Compiled::slot`]; allocated when the
+/// first let is read.
+#[derive(Default)]
+struct Memo(OnceLock<Box<[Slot]>>);
+
+/// One let's value (or why it failed), once evaluated.
+type Slot = OnceLock<Result<Box<dyn Val>, String>>;
+
+impl Memo {
+    fn slot(&self, slot: usize, lets: usize) -> Option<&Slot> {
+        self.0
+            .get_or_init(|| (0..lets).map(|_| OnceLock::new()).collect())
+            .get(slot)
     }
 }
 
@@ -140,6 +173,7 @@ struct Resolver<'a> {
     scope: Scope<'a>,
     vars: &'a [Var],
     eval: &'a Evaluator<'a>,
+    memo: &'a Memo,
     /// The first let that failed, and why: a let's failure surfaces as an undeclared
     /// reference to its name, which [`Resolver::run`] turns back into this message.
     failed: Mutex<Option<(String, String)>>,
@@ -182,18 +216,25 @@ impl VariableResolver for Resolver<'_> {
             return self.scope.get(var).map(|p| CowVal::Borrowed(p.val()));
         }
         let c = self.eval.lets.get(name)?;
-        let inner = Resolver {
-            scope: self.scope,
-            vars: self.vars,
-            eval: self.eval,
-            failed: Mutex::new(None),
-        };
-        let built = inner.run(&c.expr).and_then(|v| {
-            Box::<dyn cel::common::value::Val>::try_from(v).map_err(|e| e.to_string())
-        });
+        let built = self
+            .memo
+            .slot(c.slot, self.eval.lets.len())?
+            .get_or_init(|| {
+                let inner = Resolver {
+                    scope: self.scope,
+                    vars: self.vars,
+                    eval: self.eval,
+                    memo: self.memo,
+                    failed: Mutex::new(None),
+                };
+                inner
+                    .run(&c.expr)
+                    .and_then(|v| Box::<dyn Val>::try_from(v).map_err(|e| e.to_string()))
+            });
         match built {
-            Ok(val) => Some(CowVal::Owned(val)),
+            Ok(val) => Some(CowVal::Borrowed(&**val)),
             Err(why) => {
+                let why = why.clone();
                 if let Ok(mut f) = self.failed.lock() {
                     f.get_or_insert((name.to_string(), why));
                 }

@@ -37,7 +37,7 @@ impl Policy {
     pub fn fields_read(&self, hook: Hook) -> BTreeSet<String> {
         let mut out = BTreeSet::new();
         if let Some(c) = self.active_expression(hook) {
-            collect(&c.expr, self.lets(), &mut out);
+            collect(&c.expr, self.lets(), &mut out, &mut BTreeSet::new());
         }
         out
     }
@@ -97,7 +97,14 @@ impl Policy {
 
 /// Adds the dotted paths of field selections rooted at a variable in `e` (and in the lets
 /// it uses) to `out`. `host.users.exists(u, ...)` reads `host.users`.
-fn collect(e: &IdedExpr, lets: &BTreeMap<String, Compiled>, out: &mut BTreeSet<String>) {
+/// Each let is walked once (`seen`): a let used ten times by a let used ten times... is
+/// not walked a million times.
+fn collect<'l>(
+    e: &IdedExpr,
+    lets: &'l BTreeMap<String, Compiled>,
+    out: &mut BTreeSet<String>,
+    seen: &mut BTreeSet<&'l str>,
+) {
     let mut used_lets = Vec::new();
     let mut paths = Vec::new();
     ast::walk(e, &mut |node| match &node.expr {
@@ -114,8 +121,10 @@ fn collect(e: &IdedExpr, lets: &BTreeMap<String, Compiled>, out: &mut BTreeSet<S
         }
     }
     for name in used_lets {
-        if let Some(c) = lets.get(&name) {
-            collect(&c.expr, lets, out);
+        if let Some((name, c)) = lets.get_key_value(&name) {
+            if seen.insert(name.as_str()) {
+                collect(&c.expr, lets, out, seen);
+            }
         }
     }
 }

@@ -15,6 +15,7 @@
 //! - [`parse_thread`]: the long-lived large-stack thread every parse runs on.
 //! - [`compile`]: TOML and CEL parsing on that thread, depth cap, lets and what each reads.
 //! - `samples` and [`check`]: the load-time check against sample inputs; [`check_file`].
+//! - [`cost`]: the static cost estimate checked at load and the run-time budget.
 //! - [`policy`]: [`Policy`], loading and the evaluation entry points.
 //! - [`eval`]: [`Scope`], [`Decision`], the evaluation itself.
 //! - [`explain`]: each hook's value and the input fields it read (`rb policy explain`).
@@ -37,6 +38,7 @@
 mod ast;
 pub mod check;
 pub mod compile;
+pub mod cost;
 pub mod error;
 pub mod eval;
 pub mod explain;
@@ -96,5 +98,7 @@ impl Policy {
     }
 }
 
+#[cfg(test)]
+mod cost_tests;
 #[cfg(test)]
 mod shipped_tests;

@@ -68,7 +68,7 @@ impl Policy {
         let mut policy = Policy {
             path: path.to_path_buf(),
             sha256: hex::encode(Sha256::digest(text.as_bytes())),
-            env: Arc::new(Env::stdlib()),
+            env: Arc::new(crate::cost::env()),
             compiled,
             host_fields: BTreeMap::new(),
         };
@@ -166,6 +166,12 @@ impl Policy {
             }
         };
         ev.answer(hook, &c.expr, scope).ok()
+    }
+
+    /// The estimated cost of the expression in force for `hook`, with the lets it uses
+    /// (0 for a default): what the load-time check held within [`crate::cost::MAX_COST`].
+    pub fn cost(&self, hook: Hook) -> u64 {
+        self.compiled.hooks.get(&hook).map_or(0, |c| c.cost)
     }
 
     pub(crate) fn active_expression(&self, hook: Hook) -> Option<&Compiled> {

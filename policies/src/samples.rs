@@ -5,10 +5,16 @@
 //! on the *sparse* ones (unknown loads, sessions, console; a free host; a bare job), where
 //! a run-time error is allowed: at run time it gives the hook's default.
 
-use std::collections::BTreeMap;
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::OnceLock,
+};
 
-use crate::facts::{
-    HostFacts, JobFacts, LabFacts, LoginSession, NowFacts, Session, SpecValue, UserFacts,
+use crate::{
+    facts::{
+        HostFacts, JobFacts, LabFacts, LoginSession, NowFacts, Session, SpecValue, UserFacts,
+    },
+    hooks::Var,
 };
 
 /// One set of sample inputs, named for error messages.
@@ -203,4 +209,53 @@ pub(crate) fn sparse() -> Vec<Sample> {
         lab: LabFacts::default(),
         now,
     }]
+}
+
+/// Whether `var.field` is a number or a bool (not a string, list or map) in the complete
+/// samples: what the cost estimate sizes as 1 (`cost`). A field null in every sample is
+/// not known to be scalar.
+pub(crate) fn scalar_field(var: Var, field: &str) -> bool {
+    static SCALAR: OnceLock<BTreeSet<(Var, String)>> = OnceLock::new();
+    SCALAR
+        .get_or_init(scalar_fields)
+        .contains(&(var, field.to_string()))
+}
+
+fn scalar_fields() -> BTreeSet<(Var, String)> {
+    let mut kinds: BTreeMap<(Var, String), (bool, bool)> = BTreeMap::new();
+    let mut note = |var: Var, facts: cel::Value| {
+        let cel::Value::Map(m) = facts else { return };
+        for (k, v) in m.map.iter() {
+            let cel::objects::Key::String(name) = k else {
+                continue;
+            };
+            let seen = kinds.entry((var, name.to_string())).or_default();
+            match v {
+                cel::Value::Null => {}
+                cel::Value::Bool(_) | cel::Value::Int(_) | cel::Value::UInt(_) => seen.0 = true,
+                cel::Value::Float(_) => seen.0 = true,
+                _ => seen.1 = true,
+            }
+        }
+    };
+    for s in complete().iter().chain(sparse().iter()) {
+        let facts = [
+            (Var::Host, cel::to_value(&s.host)),
+            (Var::Job, cel::to_value(&s.job)),
+            (Var::Holder, cel::to_value(&s.holder)),
+            (Var::User, cel::to_value(&s.user)),
+            (Var::Lab, cel::to_value(&s.lab)),
+            (Var::Now, cel::to_value(&s.now)),
+        ];
+        for (var, value) in facts {
+            if let Ok(value) = value {
+                note(var, value);
+            }
+        }
+    }
+    kinds
+        .into_iter()
+        .filter(|(_, (scalar, sized))| *scalar && !*sized)
+        .map(|(key, _)| key)
+        .collect()
 }

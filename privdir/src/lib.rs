@@ -14,7 +14,10 @@
 //! [`runtime_root`] is `$XDG_RUNTIME_DIR/rb` when `XDG_RUNTIME_DIR` names an absolute
 //! directory that is ours and private (set by `pam_systemd` on login; a variable kept
 //! across `su`/`sudo` that names someone else's directory is ignored), else
-//! `/tmp/rb-<euid>`.
+//! `/tmp/rb-<euid>`. When something in `/tmp` already has that name and is refused
+//! (another local user's directory, a symlink, a file: one `mkdir` by another user would
+//! otherwise deny us service), the root is `$HOME/.local/state/rb/run-<hostname>` instead
+//! ([`refused_tmp_root`] says why, for the logs); the name in `/tmp` is still never used.
 //!
 //! # Rules
 //! A directory we create ([`ensure_dir`], [`create_private`]) must be a real directory (not
@@ -89,15 +92,73 @@ fn runtime_root_from(xdg: Option<PathBuf>) -> PathBuf {
     };
     match xdg.filter(usable) {
         Some(dir) => dir.join("rb"),
-        None => PathBuf::from(format!("/tmp/rb-{}", euid())),
+        None => tmp_or_fallback(tmp_root(), std::env::var_os("HOME").map(PathBuf::from)),
+    }
+}
+
+/// `/tmp/rb-<euid>`.
+fn tmp_root() -> PathBuf {
+    PathBuf::from(format!("/tmp/rb-{}", euid()))
+}
+
+/// `tmp` unless it is refused ([`refusal`]); then the fallback under `home`, when there is
+/// an absolute one.
+fn tmp_or_fallback(tmp: PathBuf, home: Option<PathBuf>) -> PathBuf {
+    if refusal(&tmp).is_none() {
+        return tmp;
+    }
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "host".into());
+    match home.filter(|h| h.is_absolute()) {
+        Some(home) => home.join(".local/state/rb").join(format!("run-{host}")),
+        None => tmp,
+    }
+}
+
+/// Why `/tmp/rb-<euid>` cannot be our runtime root (`None`: it is absent, or ours): what a
+/// daemon logs when [`runtime_root`] fell back to the directory under `$HOME`.
+pub fn refused_tmp_root() -> Option<Error> {
+    refusal(&tmp_root())
+}
+
+/// Why `dir` is refused as a directory of ours, judged on `lstat` (`None`: absent, or ours
+/// and private or to be tightened).
+fn refusal(dir: &Path) -> Option<Error> {
+    match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(source) => Some(Error::Io {
+            path: dir.to_path_buf(),
+            source,
+        }),
+        Ok(meta) => verdict::judge(&Facts::of(&meta), euid(), Policy::Tighten)
+            .err()
+            .map(|kind| kind.at(dir)),
     }
 }
 
 /// Creates (mode 0700) or verifies [`runtime_root`]; returns it.
 pub fn ensure_root() -> Result<PathBuf, Error> {
     let root = runtime_root();
-    ensure_dir(&root)?;
+    ensure_root_dir(&root)?;
     Ok(root)
+}
+
+/// [`ensure_dir`] for a root, whose parents (under `$HOME` for the fallback) are created
+/// mode 0700 when missing.
+fn ensure_root_dir(root: &Path) -> Result<(), Error> {
+    if let Some(parent) = root.parent().filter(|p| !p.exists()) {
+        DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(parent)
+            .map_err(|source| Error::Io {
+                path: parent.to_path_buf(),
+                source,
+            })?;
+    }
+    ensure_dir(root)
 }
 
 /// Where `rb-broker --embedded` keeps its state by default: `embedded` in [`runtime_root`].
@@ -136,7 +197,7 @@ pub fn ensure_dir(dir: &Path) -> Result<(), Error> {
 pub fn create_private(dir: &Path) -> Result<(), Error> {
     let root = runtime_root();
     if let Ok(below) = dir.strip_prefix(&root) {
-        ensure_dir(&root)?;
+        ensure_root_dir(&root)?;
         let mut path = root;
         for part in below.components() {
             path.push(part);

@@ -126,3 +126,43 @@ fn runtime_root_prefers_a_private_xdg_runtime_dir() {
         "an XDG_RUNTIME_DIR others can write is not used"
     );
 }
+
+/// Another local user's directory, or a symlink, where `/tmp/rb-<uid>` would be: one
+/// `mkdir` by them took a host out of the lab (every daemon restart exited 1). The name is
+/// still refused, and the root falls back to a directory under our home.
+#[test]
+fn a_planted_tmp_root_falls_back_to_home_and_is_never_used() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = tmp.path().join("home");
+    std::fs::create_dir(&home).expect("home");
+    let target = tmp.path().join("elsewhere");
+    std::fs::create_dir(&target).expect("target");
+    let planted = tmp.path().join("rb-planted");
+    std::os::unix::fs::symlink(&target, &planted).expect("symlink");
+    let root = tmp_or_fallback(planted.clone(), Some(home.clone()));
+    assert!(
+        root.starts_with(home.join(".local/state/rb")),
+        "{}",
+        root.display()
+    );
+    assert!(refusal(&planted).is_some_and(|e| matches!(e, Error::Symlink { .. })));
+    ensure_root_dir(&root).expect("the fallback is created, parents too");
+    assert_eq!(mode(&root), 0o700);
+    assert_eq!(std::fs::read_dir(&target).expect("target").count(), 0);
+
+    // Absent, or ours: the name in /tmp is used as before.
+    let absent = tmp.path().join("rb-absent");
+    assert_eq!(tmp_or_fallback(absent.clone(), Some(home.clone())), absent);
+    // Without a home there is no fallback: the refusal stays the error it was.
+    assert_eq!(tmp_or_fallback(planted.clone(), None), planted);
+
+    if is_root() {
+        // Another user's 0777 directory.
+        let theirs = tmp.path().join("rb-theirs");
+        std::fs::create_dir(&theirs).expect("mkdir");
+        chmod(&theirs, 0o777);
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).expect("chown");
+        let root = tmp_or_fallback(theirs.clone(), Some(home.clone()));
+        assert!(root.starts_with(&home), "{}", root.display());
+    }
+}

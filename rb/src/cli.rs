@@ -100,6 +100,9 @@ pub enum Cmd {
         /// The lab file [env: RB_LAB] (default ~/.config/rb/lab.toml).
         #[arg(value_name = "FILE")]
         file: Option<PathBuf>,
+        /// The lab file, as the other commands' `--lab` names it (the same as FILE).
+        #[arg(long = "lab", value_name = "FILE", conflicts_with = "file")]
+        lab: Option<PathBuf>,
         /// Also ask the Slurm cluster of `[overflow.slurm]` once (`squeue`) and say what it
         /// found (exit 69 when it does not answer).
         #[arg(long)]

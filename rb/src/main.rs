@@ -43,6 +43,9 @@ fn main() -> ExitCode {
 /// 64 for bad flags or lab file; 77 for permission denied, and when a directory or socket
 /// is not this user's alone (issue 14); else 1.
 fn exit_code(e: &anyhow::Error) -> u8 {
+    if let Some(code) = e.chain().find_map(key_file_exit_code) {
+        return code;
+    }
     let usage = e.downcast_ref::<cli::UsageError>().is_some()
         || e.downcast_ref::<client::ResolveError>()
             .is_some_and(client::ResolveError::is_usage);
@@ -63,6 +66,37 @@ fn exit_code(e: &anyhow::Error) -> u8 {
         (true, _) => EXIT_USAGE,
         (false, true) => EXIT_PERMISSION,
         _ => 1,
+    }
+}
+
+/// A lab secret or credential file that cannot be used: 77 when reading it is not
+/// permitted, else 64 (mode, owner, length, contents: the configuration is wrong), as
+/// `rb check` says of the lab secret and as `agent` exits (docs/src/reference/exit-codes.md).
+fn key_file_exit_code(cause: &(dyn std::error::Error + 'static)) -> Option<u8> {
+    use proto::{
+        auth::SecretError,
+        credential::{CredentialError, TcpKeyError},
+    };
+    // `TcpKeyError` is transparent: the chain skips the error it wraps.
+    let (secret, credential) = match cause.downcast_ref::<TcpKeyError>() {
+        Some(TcpKeyError::Secret(e)) => (Some(e), None),
+        Some(TcpKeyError::Credential(e)) => (None, Some(e)),
+        None => (
+            cause.downcast_ref::<SecretError>(),
+            cause.downcast_ref::<CredentialError>(),
+        ),
+    };
+    let unreadable =
+        |source: &std::io::Error| source.kind() == std::io::ErrorKind::PermissionDenied;
+    match (secret, credential) {
+        (Some(SecretError::Read { source, .. }), _)
+        | (_, Some(CredentialError::Read { source, .. }))
+            if unreadable(source) =>
+        {
+            Some(EXIT_PERMISSION)
+        }
+        (Some(_), _) | (_, Some(_)) => Some(EXIT_USAGE),
+        _ => None,
     }
 }
 
@@ -94,8 +128,12 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let secret = secret_file.as_deref().or(before.secret_file.as_deref());
             cmd_init(lab.as_deref(), secret, *force)
         }
-        Cmd::Check { file, probe } => {
-            let file = file.clone().or_else(|| before.lab.clone()).or_else(env_lab);
+        Cmd::Check { file, lab, probe } => {
+            let file = file
+                .clone()
+                .or_else(|| lab.clone())
+                .or_else(|| before.lab.clone())
+                .or_else(env_lab);
             Ok(cmd_check(file.as_deref(), *probe))
         }
         Cmd::Status { json, broker: b } => block_on(cmd_status(broker(b)?, *json)),
@@ -226,6 +264,10 @@ fn cmd_policy_check(file: &Path) -> ExitCode {
 fn cmd_check(file: Option<&Path>, probe: bool) -> ExitCode {
     let path = file.map_or_else(config::default_lab_path, Path::to_path_buf);
     let checked = config::LabConfig::load_checked(&path).map_err(Box::new);
+    let checked = checked.and_then(|lab| match lab.check_has_hosts() {
+        Ok(()) => Ok(lab),
+        Err(e) => Err(Box::new(e)),
+    });
     let checked = checked.and_then(|lab| match lab.check_secret_file() {
         Ok(()) => Ok(lab),
         Err(e) => Err(Box::new(e)),

@@ -3,6 +3,11 @@
 //! a free host now, the reasons of down hosts underneath) and the `rb jobs`
 //! table (one row per job, its waiting requests and last note underneath). Columns are
 //! aligned to their widest cell.
+//!
+//! Every text in them comes from a peer (argv, notes, host and user names, reasons): a
+//! control character in it (a newline, an escape sequence) is shown escaped
+//! ([`printable`]), so that it can neither break a row into two (and shift the rows after
+//! it) nor reach the terminal. `--json` prints the texts exactly.
 
 use proto::report::{HostState, HostStatus, UserSession};
 
@@ -24,9 +29,24 @@ pub fn render(hosts: &[HostStatus]) -> String {
     for h in hosts.iter().filter(|h| h.state == HostState::Down) {
         out.push_str(&format!(
             "  {}: {}\n",
-            h.name,
-            h.down_reason.as_deref().unwrap_or("down")
+            printable(&h.name),
+            printable(h.down_reason.as_deref().unwrap_or("down"))
         ));
+    }
+    out
+}
+
+/// `text` with every control character escaped as Rust writes it (`\n`, `\u{1b}`), and a
+/// backslash doubled so that an escape cannot be forged: one line, nothing a terminal
+/// interprets.
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c == '\\' || c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
     }
     out
 }
@@ -34,15 +54,19 @@ pub fn render(hosts: &[HostStatus]) -> String {
 /// Left-aligned columns two spaces apart, each as wide as its widest cell (in characters);
 /// no trailing spaces.
 pub fn aligned(header: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| printable(c)).collect())
+        .collect();
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for r in rows {
+    for r in &rows {
         for (w, cell) in widths.iter_mut().zip(r) {
             *w = (*w).max(cell.chars().count());
         }
     }
     let mut out = String::new();
     let header: Vec<String> = header.iter().map(|h| h.to_string()).collect();
-    for cells in std::iter::once(&header).chain(rows) {
+    for cells in std::iter::once(&header).chain(&rows) {
         let line: Vec<String> = cells
             .iter()
             .zip(&widths)
@@ -205,7 +229,7 @@ pub fn render_jobs(jobs: &[serde_json::Value], utc_offset_s: i64) -> String {
         if r.len() > 2 {
             out.push_str(lines.next().unwrap_or_default());
         } else {
-            out.push_str(format!("{:<width$}  {}", "", r[1]).trim_end());
+            out.push_str(format!("{:<width$}  {}", "", printable(&r[1])).trim_end());
         }
         out.push('\n');
     }
@@ -366,6 +390,51 @@ mod tests {
             lines[2].starts_with("node03  up     drained      "),
             "{text}"
         );
+    }
+
+    /// A newline in one job's argv broke its row into two, and every later job fell off
+    /// the table; an escape sequence in a note reached the terminal raw.
+    #[test]
+    fn peer_texts_are_escaped_and_never_hide_later_rows() {
+        let jobs = serde_json::json!([
+            {"id": 1, "user": "eve", "state": "running", "started_at": 0, "ended_at": null,
+             "hosts": ["vhost01\nvhost09"], "queued": [], "argv": ["sh", "-c", "a\nb\r"],
+             "notes": ["\u{1b}[31mred\u{1b}[0m \\u001b"], "waiting": []},
+            {"id": 2, "user": "ann", "state": "running", "started_at": 0, "ended_at": null,
+             "hosts": [], "queued": [], "argv": ["sim"], "notes": [], "waiting": []},
+        ]);
+        let text = render_jobs(jobs.as_array().expect("array"), 0);
+        assert!(!text.contains('\u{1b}') && !text.contains('\r'), "{text:?}");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "header, two jobs, one note: {text}");
+        assert!(lines[1].contains("sh -c a\\nb\\r"), "{text}");
+        assert!(lines[1].contains("vhost01\\nvhost09"), "{text}");
+        assert!(
+            lines[2].contains("note: \\u{1b}[31mred\\u{1b}[0m \\\\u001b"),
+            "{text}"
+        );
+        assert!(lines[3].starts_with("2 "), "job 2 is shown: {text}");
+
+        let mut down = host("evil\u{1b}]0;title\u{7}", HostState::Down);
+        down.down_reason = Some("no report\nnode02: up".into());
+        down.policy_note = Some("x\ny".into());
+        let text = render(&[down, host("node02", HostState::Up)]);
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{7}'),
+            "{text:?}"
+        );
+        assert!(text.contains("no report\\nnode02: up"), "{text}");
+        assert_eq!(
+            text.lines().count(),
+            6,
+            "header, 2 hosts, blank, summary, 1 reason: {text}"
+        );
+    }
+
+    #[test]
+    fn printable_escapes_controls_and_backslashes_only() {
+        assert_eq!(printable("héllo wörld"), "héllo wörld");
+        assert_eq!(printable("a\tb\u{9b}c\\"), "a\\tb\\u{9b}c\\\\");
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! invalid job spec, an unreadable `@FILE` or standard input; 1 when the output cannot be
 //! written.
 
-use std::io::{Read, Write};
+use std::io::Write;
 
 use crate::{JobSpec, Mode, Rsl, RslError};
 
@@ -106,21 +106,10 @@ fn with_input(
     })
 }
 
-/// `@FILE` → the file, `@-` → standard input, anything else → itself.
+/// `@FILE` → the file, `@-` → standard input, anything else → itself; at most
+/// [`crate::input::MAX_SPEC_BYTES`].
 fn read_spec(spec: &str) -> Result<(Option<String>, Vec<u8>), String> {
-    match spec.strip_prefix('@') {
-        Some("-") => {
-            let mut bytes = Vec::new();
-            std::io::stdin()
-                .read_to_end(&mut bytes)
-                .map_err(|e| format!("cannot read standard input: {e}"))?;
-            Ok((Some("<stdin>".into()), bytes))
-        }
-        Some(path) => std::fs::read(path)
-            .map(|bytes| (Some(path.to_string()), bytes))
-            .map_err(|e| format!("cannot read {path}: {e}")),
-        None => Ok((None, spec.as_bytes().to_vec())),
-    }
+    crate::input::read_spec_arg(spec).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

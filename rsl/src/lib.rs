@@ -50,6 +50,7 @@ pub mod ast;
 pub mod cli;
 pub mod error;
 pub mod eval;
+pub mod input;
 mod lexer;
 mod parser;
 pub mod spec;

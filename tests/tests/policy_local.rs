@@ -587,3 +587,128 @@ fn a_trace_across_a_broker_restart_replays_the_same() {
     let (text, differ) = replay(&broker, &shipped_paper(), 2, |_| true);
     assert_eq!(differ, 0, "{text}");
 }
+
+/// `rb policy reload` reads the lab file's `[broker] policy` again: switching the lab file
+/// from a shipped policy to a file (and on to another) takes effect without a restart, and
+/// the new file is the one watched for edits.
+#[test]
+fn rb_policy_reload_follows_the_lab_files_policy_setting() {
+    let dir = policy_dir();
+    let broker = Broker::start(&lab_with_policy(1, "paper"));
+    let first = show(&broker);
+    assert_eq!(first["path"], "policies/paper.toml", "{first}");
+    let mine = write(dir.path(), "mine.toml", "start = 'host.cpus > 0'\n");
+    let lab = std::fs::read_to_string(&broker.lab_file).expect("lab file");
+    let switched = lab.replacen(
+        "policy = \"paper\"",
+        &format!("policy = {}", toml_string(mine.to_str().expect("utf8"))),
+        1,
+    );
+    assert_ne!(lab, switched, "the lab file names paper");
+    std::fs::write(&broker.lab_file, &switched).expect("edit the lab file");
+    let out = broker.rb(&["policy", "reload"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains(&mine.display().to_string()),
+        "{}",
+        stdout(&out)
+    );
+    let now = wait_sha(&broker, &short_sha(&mine), "the lab file's new policy");
+    assert_eq!(now["path"], mine.display().to_string());
+    // The new file is watched: an edit of it is picked up without a reload.
+    std::fs::write(&mine, "start = 'host.cpus > 1'\n").expect("edit");
+    wait_sha(&broker, &short_sha(&mine), "the edited new policy");
+    // A lab file that no longer parses: the reload is refused, saying so; the policy stays.
+    std::fs::write(&broker.lab_file, "[broker\n").expect("break the lab file");
+    let out = broker.rb(&["policy", "reload"]);
+    assert!(!out.status.success(), "a broken lab file fails the reload");
+    assert!(
+        stderr(&out).contains("the lab file cannot be read again"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(show(&broker)["path"], mine.display().to_string());
+}
+
+/// The resident memory of process `pid`, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmRSS")
+}
+
+fn costly(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../policies/tests/costly")
+        .join(name);
+    std::fs::read_to_string(&path).expect("a costly policy")
+}
+
+/// Reloads a costly policy while asking `rb status` over and over: the slowest answer
+/// (a whole `rb` process) and the broker's growth in resident memory.
+fn reload_while_asking(broker: &Broker, file: &Path, text: &str) -> (Output, Duration, u64) {
+    let before = rss_kib(broker.pid());
+    std::fs::write(file, text).expect("write the policy");
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let asker = s.spawn(|| {
+            let mut slowest = Duration::ZERO;
+            let mut grown = 0u64;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                let started = std::time::Instant::now();
+                let out = broker.rb(&["status", "--json"]);
+                assert!(out.status.success(), "{}", stderr(&out));
+                slowest = slowest.max(started.elapsed());
+                grown = grown.max(rss_kib(broker.pid()).saturating_sub(before));
+            }
+            (slowest, grown)
+        });
+        let out = broker.rb(&["policy", "reload"]);
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        let (slowest, grown) = asker.join().expect("asker");
+        (out, slowest, grown)
+    })
+}
+
+/// A policy of nested maps over a 1000-element list (it grew a broker by 800 MB until it
+/// aborted) is refused by its estimated cost, the old policy in force, while the broker
+/// keeps answering; a let fan-out (55 s to check, 11 minutes of the core when lets were
+/// inlined) is cheap now and goes into force.
+#[test]
+fn a_costly_policy_is_refused_on_reload_while_the_broker_keeps_answering() {
+    let dir = policy_dir();
+    let file = write(dir.path(), "p.toml", "start = 'true'\n");
+    let broker = Broker::start(&lab_with_policy(2, file.to_str().expect("utf8")));
+    broker.wait_all_up(Duration::from_secs(20));
+    let first = wait_sha(&broker, &short_sha(&file), "the first policy");
+
+    let (out, slowest, grown_kib) =
+        reload_while_asking(&broker, &file, &costly("nested-maps.toml"));
+    eprintln!("nested maps: slowest rb status {slowest:?}, RSS grew {grown_kib} KiB");
+    assert!(!out.status.success(), "refused");
+    assert!(stderr(&out).contains("estimated cost"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("over the budget of"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        show(&broker)["sha256"],
+        first["sha256"],
+        "the old policy stays"
+    );
+    // Generous bounds for a loaded machine: the broker this replaced did not answer for
+    // minutes and grew by 800 MB.
+    assert!(slowest < Duration::from_secs(2), "{slowest:?}");
+    assert!(grown_kib < 50 * 1024, "{grown_kib} KiB");
+
+    let (out, slowest, grown_kib) = reload_while_asking(&broker, &file, &costly("let-fanout.toml"));
+    eprintln!("let fan-out: slowest rb status {slowest:?}, RSS grew {grown_kib} KiB");
+    assert!(out.status.success(), "{}", stderr(&out));
+    wait_sha(&broker, &short_sha(&file), "the let fan-out");
+    assert!(slowest < Duration::from_secs(2), "{slowest:?}");
+    assert!(grown_kib < 50 * 1024, "{grown_kib} KiB");
+}

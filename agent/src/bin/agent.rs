@@ -28,6 +28,21 @@ fn main() {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
+    if let Some(flag) = args
+        .app
+        .first()
+        .filter(|a| a.starts_with('-') && a.len() > 1)
+    {
+        eprintln!(
+            "agent: error: unknown flag `{}`\nhelp: `agent --help` lists the flags; the app \
+             comes after them (agent [FLAGS] APP ARGS…)",
+            flag.chars()
+                .take(40)
+                .flat_map(char::escape_debug)
+                .collect::<String>()
+        );
+        std::process::exit(EXIT_USAGE);
+    }
     let cfg = match agent::cli::AgentConfig::from_args(args) {
         Ok(c) => c,
         Err(e) => {
@@ -64,8 +79,14 @@ fn exit_code(e: &anyhow::Error) -> i32 {
     if e.downcast_ref::<config::ConfigError>().is_some() {
         return EXIT_USAGE;
     }
+    if let Some(code) = e.chain().find_map(key_file_exit_code) {
+        return code;
+    }
     let denied = e.chain().any(|cause| {
-        cause.is::<privdir::Error>()
+        cause
+            .downcast_ref::<proto::handshake::HandshakeError>()
+            .is_some_and(is_auth_refusal)
+            || cause.is::<privdir::Error>()
             || cause.is::<proto::peercred::PeerError>()
             || cause
                 .downcast_ref::<std::io::Error>()
@@ -76,4 +97,46 @@ fn exit_code(e: &anyhow::Error) -> i32 {
     } else {
         1
     }
+}
+
+/// A lab secret or credential file that cannot be used: 77 when reading it is not
+/// permitted, else 64 (mode, owner, length, contents), as `rb` exits.
+fn key_file_exit_code(cause: &(dyn std::error::Error + 'static)) -> Option<i32> {
+    use proto::{
+        auth::SecretError,
+        credential::{CredentialError, TcpKeyError},
+    };
+    // `TcpKeyError` is transparent: the chain skips the error it wraps.
+    let (secret, credential) = match cause.downcast_ref::<TcpKeyError>() {
+        Some(TcpKeyError::Secret(e)) => (Some(e), None),
+        Some(TcpKeyError::Credential(e)) => (None, Some(e)),
+        None => (
+            cause.downcast_ref::<SecretError>(),
+            cause.downcast_ref::<CredentialError>(),
+        ),
+    };
+    let unreadable =
+        |source: &std::io::Error| source.kind() == std::io::ErrorKind::PermissionDenied;
+    match (secret, credential) {
+        (Some(SecretError::Read { source, .. }), _)
+        | (_, Some(CredentialError::Read { source, .. }))
+            if unreadable(source) =>
+        {
+            Some(EXIT_PERMISSION)
+        }
+        (Some(_), _) | (_, Some(_)) => Some(EXIT_USAGE),
+        _ => None,
+    }
+}
+
+/// The broker refused our identity (a wrong or revoked credential, another uid).
+fn is_auth_refusal(e: &proto::handshake::HandshakeError) -> bool {
+    use proto::{handshake::HandshakeError, msg::ErrorCode};
+    matches!(
+        e,
+        HandshakeError::Refused {
+            code: ErrorCode::Auth | ErrorCode::Denied,
+            ..
+        }
+    )
 }
