@@ -241,6 +241,7 @@ impl Writer {
                 if let Err(e) = self.write(&line) {
                     self.failed(&e);
                 } else if self.logged {
+                } else if self.logged {
                     let dropped = self.stats.dropped.load(Ordering::Relaxed);
                     warn!(
                         dropped,
@@ -259,7 +260,9 @@ impl Writer {
         let Some(f) = self.file.as_mut() else {
             return Ok(());
         };
-        f.write_all(line.as_bytes())
+        f.write_all(line.as_bytes())?;
+        crate::web::METRICS.trace_written(line.len());
+        Ok(())
     }
 
     fn flush(&mut self) {
