@@ -241,7 +241,6 @@ impl Writer {
                 if let Err(e) = self.write(&line) {
                     self.failed(&e);
                 } else if self.logged {
-                } else if self.logged {
                     let dropped = self.stats.dropped.load(Ordering::Relaxed);
                     warn!(
                         dropped,

@@ -90,10 +90,14 @@ pub(crate) fn validate(
 mod tests {
     use crate::{JobAccess, LabConfig};
 
-    const BASE: &str = "[broker]\nlisten = \"127.0.0.1:7700\"\ntransport = \"local\"\nstate_dir = \"/tmp/x\"\n";
+    const BASE: &str =
+        "[broker]\nlisten = \"127.0.0.1:7700\"\ntransport = \"local\"\nstate_dir = \"/tmp/x\"\n";
 
     fn parse(web: &str) -> Result<LabConfig, crate::ConfigError> {
-        LabConfig::parse(&format!("{BASE}{web}"), Some(std::path::Path::new("lab.toml")))
+        LabConfig::parse(
+            &format!("{BASE}{web}"),
+            Some(std::path::Path::new("lab.toml")),
+        )
     }
 
     #[test]

@@ -26,13 +26,18 @@ fn web_lab(n: usize) -> String {
 fn web_addr(broker: &Broker) -> SocketAddr {
     let info = std::fs::read_to_string(broker.state_dir().join("broker.json")).expect("info");
     let info: serde_json::Value = serde_json::from_str(&info).expect("json");
-    info["web"].as_str().expect("web address in broker.json").parse().expect("addr")
+    info["web"]
+        .as_str()
+        .expect("web address in broker.json")
+        .parse()
+        .expect("addr")
 }
 
 /// A plain HTTP/1.1 GET: (status, body).
 fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
     let mut s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
     let mut req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
@@ -43,12 +48,19 @@ fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> (u16, String) 
     s.read_to_end(&mut out).expect("read");
     let text = String::from_utf8_lossy(&out).into_owned();
     let (head, body) = text.split_once("\r\n\r\n").expect("http response");
-    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).expect("status");
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("status");
     (status, dechunk(head, body))
 }
 
 fn dechunk(head: &str, body: &str) -> String {
-    if !head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    if !head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         return body.to_string();
     }
     let mut out = String::new();
@@ -115,14 +127,21 @@ impl Prometheus {
         let addr = free_port();
         let child = Command::new(PROMETHEUS)
             .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
             .arg(format!("--web.listen-address={addr}"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.path().join("log")).expect("log"))
             .spawn()
             .expect("start prometheus");
-        Prometheus { child, addr, _dir: dir }
+        Prometheus {
+            child,
+            addr,
+            _dir: dir,
+        }
     }
 
     /// The value of instant query `q`, if it has exactly one sample.
@@ -173,7 +192,12 @@ fn wait_held(broker: &Broker, n: usize) {
     let held = wait_until(Duration::from_secs(60), || {
         (broker.held_hosts().len() == n).then_some(())
     });
-    assert!(held.is_some(), "{n} hosts never held: {:?}\n{}", broker.held_hosts(), broker.log());
+    assert!(
+        held.is_some(),
+        "{n} hosts never held: {:?}\n{}",
+        broker.held_hosts(),
+        broker.log()
+    );
 }
 
 fn prometheus_missing() -> bool {
@@ -201,7 +225,10 @@ fn prometheus_scrapes_what_rb_status_shows() {
     let prometheus = Prometheus::start(web);
 
     let status = broker.status().expect("rb status --json");
-    let up = status.iter().filter(|h| h.state.to_string() == "up").count() as f64;
+    let up = status
+        .iter()
+        .filter(|h| h.state.to_string() == "up")
+        .count() as f64;
     let held = status.iter().filter(|h| h.held_by.is_some()).count() as f64;
     // Nothing was released yet: every grant is a held host.
     let expect = [
@@ -224,7 +251,9 @@ fn prometheus_scrapes_what_rb_status_shows() {
             prometheus.log()
         );
     }
-    let reports = prometheus.query("rb_reports_total").expect("reports counted");
+    let reports = prometheus
+        .query("rb_reports_total")
+        .expect("reports counted");
     assert!(reports > 0.0, "{reports}");
 }
 
@@ -251,7 +280,12 @@ fn promtool_accepts_the_exposition_and_openmetrics_is_served_on_request() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("promtool");
-    check.stdin.take().expect("stdin").write_all(text.as_bytes()).expect("write");
+    check
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write");
     let out = check.wait_with_output().expect("promtool");
     assert!(
         out.status.success(),
@@ -278,16 +312,24 @@ fn job_details_need_the_web_token_host_states_do_not() {
     assert_eq!(status, 200, "{body}");
     let hosts: serde_json::Value = serde_json::from_str(&body).expect("json");
     assert_eq!(hosts["hosts"].as_array().map(Vec::len), Some(2), "{body}");
-    assert!(!body.contains("sleep"), "host view shows job details: {body}");
+    assert!(
+        !body.contains("sleep"),
+        "host view shows job details: {body}"
+    );
 
     let (status, body) = get(web, "/api/jobs", &[]);
     assert_eq!(status, 401, "{body}");
     assert!(body.contains("web-token"), "{body}");
-    let (status, _) = get(web, "/api/jobs", &[("Authorization", "Bearer 0123456789abcdef0123456789abcdef")]);
+    let (status, _) = get(
+        web,
+        "/api/jobs",
+        &[("Authorization", "Bearer 0123456789abcdef0123456789abcdef")],
+    );
     assert_eq!(status, 401);
 
     let token_file = broker.state_dir().join("web-token");
-    let mode = std::os::unix::fs::MetadataExt::mode(&std::fs::metadata(&token_file).expect("token"));
+    let mode =
+        std::os::unix::fs::MetadataExt::mode(&std::fs::metadata(&token_file).expect("token"));
     assert_eq!(mode & 0o077, 0, "web-token readable by others: {mode:o}");
     let token = std::fs::read_to_string(&token_file).expect("token");
     let bearer = format!("Bearer {}", token.trim());
@@ -315,9 +357,20 @@ fn rb_check_refuses_public_job_details_off_loopback() {
     let out = write("listen = \"0.0.0.0:9770\"\njobs = \"public\"\n");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "accepted: {err}");
-    assert!(err.contains("web.jobs") && err.contains("not a loopback address"), "{err}");
+    assert!(
+        err.contains("web.jobs") && err.contains("not a loopback address"),
+        "{err}"
+    );
     let out = write("listen = \"127.0.0.1:9770\"\njobs = \"public\"\n");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = write("listen = \"0.0.0.0:9770\"\n");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
