@@ -3,7 +3,9 @@
 //!
 //! - `GET /metrics`: every metric of [`metrics`], in Prometheus text format 0.0.4, or in
 //!   OpenMetrics when the `Accept` header asks for `application/openmetrics-text`. Public.
-//! - `GET /api/status`: each host's name, state, allocation state and holder. Public.
+//! - `GET /`: the status page ([`page`]), refreshing itself from `/api/status`. Public.
+//! - `GET /api/status`: each host's name, state, allocation state and holder, and the
+//!   waiting requests (job id, what they ask for, why they wait). Public.
 //! - `GET /api/jobs`: the `rb jobs` rows (argv, directory, user, notes): the same right as
 //!   `rb jobs`, i.e. `Authorization: Bearer TOKEN` with the token the broker keeps in
 //!   `STATE_DIR/web-token` (mode 0600, its owner's), unless the lab file says
@@ -14,6 +16,7 @@
 //! bumps. Nothing the core does waits for this listener.
 
 pub mod metrics;
+pub mod page;
 
 use std::{
     convert::Infallible, io::Read, os::unix::fs::OpenOptionsExt, path::Path, sync::Arc,
@@ -102,8 +105,16 @@ async fn handle(ctx: &WebCtx, req: &Request<Incoming>) -> Reply {
     }
     match req.uri().path() {
         "/metrics" => metrics(ctx, req).await,
-        "/api/status" => match hosts(&ctx.events).await {
-            Some(rows) => json(&serde_json::json!({ "hosts": public_rows(&rows) })),
+        "/api/status" => match public_status(&ctx.events).await {
+            Some(status) => json(&status),
+            None => unavailable(),
+        },
+        "/" => match public_status(&ctx.events).await {
+            Some(status) => respond(
+                StatusCode::OK,
+                "text/html; charset=utf-8",
+                page::render(&status).into(),
+            ),
             None => unavailable(),
         },
         "/api/jobs" => {
@@ -117,7 +128,7 @@ async fn handle(ctx: &WebCtx, req: &Request<Incoming>) -> Reply {
         }
         _ => text(
             StatusCode::NOT_FOUND,
-            "not found; this listener serves /metrics, /api/status and /api/jobs\n",
+            "not found; this listener serves /, /metrics, /api/status and /api/jobs\n",
         ),
     }
 }
@@ -179,6 +190,29 @@ async fn jobs(events: &EventSender) -> Option<Vec<serde_json::Value>> {
         .await
         .ok()
         .flatten()
+}
+
+/// The public view (`/api/status`, the page): hosts, and the waiting requests by job id
+/// with why they wait (no user, command line or directory).
+async fn public_status(events: &EventSender) -> Option<serde_json::Value> {
+    let hosts = hosts(events).await?;
+    let jobs = jobs(events).await?;
+    let waiting: Vec<serde_json::Value> = jobs
+        .iter()
+        .flat_map(|j| {
+            let id = j["id"].clone();
+            j["waiting"].as_array().into_iter().flatten().map(move |w| {
+                serde_json::json!({
+                    "job": id,
+                    "symbolic": w["symbolic"],
+                    "position": w["position"],
+                    "reason_code": w["reason_code"],
+                    "reason": w["reason"],
+                })
+            })
+        })
+        .collect();
+    Some(serde_json::json!({ "hosts": public_rows(&hosts), "waiting": waiting }))
 }
 
 /// What anyone may see of a host: no sessions, no user names.
