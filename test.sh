@@ -13,7 +13,7 @@ LAB_PACKAGES=(
   openmpi-bin libopenmpi-dev mpich libmpich-dev
   iproute2 util-linux psmisc procps gcc parallel
   slurmctld slurmd slurm-client munge
-  prometheus
+  prometheus chromium
 )
 
 install_packages() {

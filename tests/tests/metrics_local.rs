@@ -374,3 +374,99 @@ fn rb_check_refuses_public_job_details_off_loopback() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// Headless Chromium on `url` with its background work off and a proxy that goes nowhere
+/// (loopback bypasses proxies), in a fresh profile; `what` is e.g. `--dump-dom`.
+fn chromium(url: &str, what: &[&str]) -> std::process::Output {
+    let profile = tempfile::Builder::new()
+        .prefix("rb-chromium-")
+        .tempdir_in("/var/tmp")
+        .expect("profile dir");
+    Command::new(CHROMIUM)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--no-first-run",
+            "--disable-sync",
+            "--proxy-server=http://127.0.0.1:9",
+            "--virtual-time-budget=8000",
+            "--window-size=1100,700",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(what)
+        .arg(url)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run chromium")
+}
+
+#[test]
+fn the_status_page_shows_hosts_holders_and_why_a_request_waits() {
+    if !Path::new(CHROMIUM).exists() {
+        assert!(
+            !is_root(),
+            "{CHROMIUM} is missing: install Debian's `chromium` (test.sh's LAB_PACKAGES)"
+        );
+        eprintln!("skipped: {CHROMIUM} is not installed (test.sh installs it as root)");
+        return;
+    }
+    let broker = Broker::start(&web_lab(2));
+    broker.wait_all_up(Duration::from_secs(60));
+    let _jobs = [Job::start(&broker), Job::start(&broker)];
+    wait_held(&broker, 2);
+    let _third = Job::start(&broker);
+    let waiting = wait_until(Duration::from_secs(60), || {
+        broker.jobs().iter().find_map(|j| {
+            let w = j["waiting"].as_array()?.first()?.clone();
+            Some((j["id"].as_u64()?, w["reason_code"].as_str()?.to_string()))
+        })
+    });
+    let (waiting_job, code) = waiting.expect("a third job waits");
+    let url = format!("http://{}/", web_addr(&broker));
+
+    let out = chromium(&url, &["--dump-dom"]);
+    let dom = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        dom.contains("data-refreshed=\""),
+        "the page never refreshed from /api/status:\n{dom}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        dom.matches("class=\"host ").count(),
+        2,
+        "one cell per host:\n{dom}"
+    );
+    for h in broker.status().expect("status") {
+        let job = h.held_by.expect("both hosts held");
+        let cell = format!(
+            "data-host=\"{}\"><b>{}</b><span>job {job}</span>",
+            h.name, h.name
+        );
+        assert!(dom.contains(&cell), "{cell} missing:\n{dom}");
+    }
+    let row = format!("<tr data-job=\"{waiting_job}\">");
+    assert!(dom.contains(&row), "{row} missing:\n{dom}");
+    assert!(
+        dom.contains(&format!("<td class=\"code\">{code}</td>")),
+        "reason {code} missing:\n{dom}"
+    );
+    assert!(
+        !dom.contains("sleep"),
+        "the public page shows a command line:\n{dom}"
+    );
+
+    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("status-page.png");
+    let _ = std::fs::remove_file(&shot);
+    let out = chromium(&url, &[&format!("--screenshot={}", shot.display())]);
+    assert!(
+        shot.exists(),
+        "no screenshot: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("screenshot: {}", shot.display());
+}
