@@ -396,9 +396,14 @@ fn set_counts<'a>(
     }
 }
 
+/// Forgets requests timed over an hour ago (their jobs ended while they waited); all of them
+/// if that is not enough, so the map stays bounded and pruning stays rare.
 fn prune(map: &mut HashMap<u64, Instant>, now: Instant) {
     let hour = Duration::from_secs(3600);
     map.retain(|_, at| now.duration_since(*at) < hour);
+    if map.len() >= TIMED_REQUESTS_MAX / 2 {
+        map.clear();
+    }
 }
 
 /// OpenMetrics text → Prometheus text format 0.0.4 (what Debian 12's Prometheus and
