@@ -14,6 +14,7 @@ LAB_PACKAGES=(
   iproute2 util-linux psmisc procps gcc parallel pdsh rsync
   slurmctld slurmd slurm-client munge
   dbus
+  prometheus chromium
 )
 
 # Debian's elogind for the logind lab tests (a real logind inside a lab host), unpacked

@@ -47,6 +47,7 @@ pub fn lab(state_dir: &Path, hosts: usize) -> std::io::Result<LabConfig> {
         },
         hosts,
         overflow: None,
+        web: None,
     })
 }
 

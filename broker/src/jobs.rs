@@ -415,9 +415,10 @@ impl JobDesk {
                 && self.alloc.job_info(*j).is_some_and(|i| i.user == reg.user)
         });
         if let (None, Some(store)) = (resumable, &self.store) {
-            store
-                .check_writable()
-                .inspect_err(|e| warn!(error = %e, "job refused"))?;
+            store.check_writable().inspect_err(|e| {
+                crate::web::METRICS.refused("job");
+                warn!(error = %e, "job refused");
+            })?;
         }
         let own_host = self.own_lab_host(&reg);
         let front_end = reg
@@ -547,6 +548,7 @@ impl JobDesk {
                 );
                 self.by_agent_req.insert((job, req), id);
                 self.agent_req.insert(id, (job, req));
+                crate::web::METRICS.requested(id);
                 effects
             }
             ToBroker::Cancel { req } => match self.by_agent_req.remove(&(job, req)) {
@@ -817,6 +819,7 @@ impl JobDesk {
     fn perform_each(&mut self, effects: Vec<Effect>) -> bool {
         let mut persist = false;
         for effect in effects {
+            crate::web::METRICS.effect(&effect);
             match effect {
                 Effect::Granted {
                     job,

@@ -20,6 +20,7 @@
 //! - [`trace`]: the decision trace's edge: the sink the job desk records into, and the
 //!   writer thread appending to `STATE_DIR/trace/` (format and replay: `allocation`).
 //! - [`transport`]: the command line that starts a daemon on a host (ssh, rsh, local).
+//! - [`web`]: the `[web]` listener: `/metrics` for Prometheus and a JSON view.
 //! - [`embedded`]: the single-machine default lab (virtual hosts) used when none is configured.
 //!
 //! [`run`] wires them: bind listeners → spawn supervisors and the core → serve until
@@ -44,6 +45,7 @@ pub mod supervisor;
 pub mod trace;
 pub mod transport;
 pub mod users;
+pub mod web;
 
 use std::{
     collections::HashSet,
@@ -74,6 +76,9 @@ pub struct BrokerInfo {
     /// The bound TCP address (with the real port when the lab file said port 0).
     pub listen: SocketAddr,
     pub control_socket: PathBuf,
+    /// The bound `[web]` listener (`/metrics`), if the lab file has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub web: Option<SocketAddr>,
 }
 
 /// Path of the info file in a state dir.
@@ -101,8 +106,10 @@ pub async fn run(
     }
     let socket_path = lab.control_socket();
     refuse_a_live_broker(&socket_path).await?;
+    let web = bind_web(&lab).await?;
+    let web_addr = web.as_ref().and_then(|(l, _, _)| l.local_addr().ok());
     // Before the socket appears: whoever sees it finds this broker's address in broker.json.
-    write_info(&lab.broker.state_dir, listen, &socket_path)?;
+    write_info(&lab.broker.state_dir, listen, &socket_path, web_addr)?;
     let unix = bind_control_socket(&socket_path)?;
     info!(%listen, socket = %socket_path.display(), hosts = lab.hosts.len(), transport = lab.broker.transport.name(), "broker listening");
 
@@ -148,6 +155,7 @@ pub async fn run(
     let ctx = Arc::new(ctx);
     let spec = LaunchSpec::new(&lab, listen);
     let pilots = pilots(&lab, &spec, events_tx.clone());
+    let web_events = events_tx.clone();
     let supervisors =
         SupervisorSet::spawn(&lab.hosts, &spec, events_tx, lab.broker.restart_backoff_max);
     let table = HostTable::new(&lab.hosts, lab.broker.down_after);
@@ -175,6 +183,14 @@ pub async fn run(
     ));
     let tcp_task = tokio::spawn(server::serve_tcp(tcp, ctx.clone(), stop_rx.clone()));
     let unix_task = tokio::spawn(server::serve_unix(unix, ctx, stop_rx.clone()));
+    let web_task = web.map(|(listener, jobs, token)| {
+        let ctx = web::WebCtx {
+            events: web_events,
+            jobs,
+            token,
+        };
+        tokio::spawn(web::serve(listener, Arc::new(ctx), stop_rx.clone()))
+    });
 
     tokio::select! {
         _ = shutdown => info!("shutdown signal received"),
@@ -182,11 +198,35 @@ pub async fn run(
     }
     let _ = stop_tx.send(true);
     let _ = tokio::join!(tcp_task, unix_task, watcher);
+    if let Some(w) = web_task {
+        let _ = w.await;
+    }
     let _ = core.await;
     let _ = std::fs::remove_file(&socket_path);
     let _ = std::fs::remove_file(info_path(&lab.broker.state_dir));
     info!("broker stopped");
     Ok(())
+}
+
+/// The `[web]` listener, bound, and what it answers from (the token made if missing).
+async fn bind_web(
+    lab: &LabConfig,
+) -> anyhow::Result<Option<(TcpListener, config::JobAccess, Option<String>)>> {
+    let Some(w) = &lab.web else {
+        return Ok(None);
+    };
+    let listener = TcpListener::bind(w.listen)
+        .await
+        .with_context(|| format!("cannot listen on {} (web.listen)", w.listen))?;
+    let token = match w.jobs {
+        config::JobAccess::Public => None,
+        config::JobAccess::Token => Some(
+            web::load_or_create_token(&lab.broker.state_dir)
+                .context("cannot make STATE_DIR/web-token for [web]")?,
+        ),
+    };
+    info!(listen = %listener.local_addr()?, "web listener (/metrics)");
+    Ok(Some((listener, w.jobs, token)))
 }
 
 /// The login name of the broker's user (whose jobs are the owner's), else `uid N`.
@@ -346,11 +386,17 @@ fn bind_control_socket(path: &Path) -> anyhow::Result<UnixListener> {
     Ok(listener)
 }
 
-fn write_info(state_dir: &Path, listen: SocketAddr, socket: &Path) -> anyhow::Result<()> {
+fn write_info(
+    state_dir: &Path,
+    listen: SocketAddr,
+    socket: &Path,
+    web: Option<SocketAddr>,
+) -> anyhow::Result<()> {
     let info = BrokerInfo {
         pid: std::process::id(),
         listen,
         control_socket: socket.to_path_buf(),
+        web,
     };
     let tmp = state_dir.join("broker.json.tmp");
     std::fs::write(&tmp, serde_json::to_vec_pretty(&info)?)?;

@@ -160,6 +160,7 @@ impl PolicyHandle {
             *s = new_setting;
         }
         info!(cause, path = %info.path, sha256 = %info.sha256, "policy reloaded");
+        crate::web::METRICS.reload(true);
         if let Ok(mut i) = self.info.lock() {
             *i = info.clone();
         }
@@ -176,6 +177,7 @@ impl PolicyHandle {
 
     fn refused(&self, cause: &'static str, error: String) -> String {
         warn!(cause, %error, "policy reload refused; the old policy stays");
+        crate::web::METRICS.reload(false);
         if let Ok(mut i) = self.info.lock() {
             i.last_reload_error = Some(error.clone());
         }

@@ -322,6 +322,7 @@ async fn hostd_session<S>(
             msg = conn.recv_line() => match msg.and_then(|line| proto::msg::decode_from_hostd(&line)) {
                 Ok(ToBroker::Report(report)) => {
                     let ends_allocs = report.allocs_running.is_some() && !told.ends_allocs;
+                    crate::web::METRICS.report();
                     if ctx.events.send(Event::Report { host: host.clone(), conn: id, report }).await.is_err() {
                         break "broker stopping".into();
                     }

@@ -259,7 +259,9 @@ impl Writer {
         let Some(f) = self.file.as_mut() else {
             return Ok(());
         };
-        f.write_all(line.as_bytes())
+        f.write_all(line.as_bytes())?;
+        crate::web::METRICS.trace_written(line.len());
+        Ok(())
     }
 
     fn flush(&mut self) {

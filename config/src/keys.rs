@@ -13,7 +13,9 @@ use toml::Spanned;
 use crate::error::ConfigError;
 
 /// Top-level keys.
-pub const TOP_KEYS: &[&str] = &["broker", "host", "overflow"];
+pub const TOP_KEYS: &[&str] = &["broker", "host", "overflow", "web"];
+/// Keys of `[web]`.
+pub const WEB_KEYS: &[&str] = &["listen", "jobs"];
 /// Keys of `[overflow]`: the systems the lab can overflow onto.
 pub const OVERFLOW_KEYS: &[&str] = &["slurm"];
 /// Keys of `[overflow.slurm]`.
@@ -60,6 +62,8 @@ struct KeyTree {
     host: Vec<Keys>,
     #[serde(default)]
     overflow: Option<Keys>,
+    #[serde(default)]
+    web: Option<Keys>,
 }
 
 /// The key names of `[overflow.slurm]` (a second pass: `Spanned` keys do not survive
@@ -86,7 +90,7 @@ pub(crate) fn unknown_keys(text: &str, path: Option<&Path>) -> Option<ConfigErro
         &top,
         TOP_KEYS,
         "",
-        "a lab file has only [broker], [[host]] and [overflow.slurm]",
+        "a lab file has only [broker], [[host]], [overflow.slurm] and [web]",
     ));
     if let Some(overflow) = &tree.overflow {
         found.extend(unknown_in(
@@ -104,6 +108,9 @@ pub(crate) fn unknown_keys(text: &str, path: Option<&Path>) -> Option<ConfigErro
                 &expected(SLURM_KEYS),
             ));
         }
+    }
+    if let Some(web) = &tree.web {
+        found.extend(unknown_in(web, WEB_KEYS, "web.", &expected(WEB_KEYS)));
     }
     if let Some(broker) = &tree.broker {
         found.extend(unknown_in(

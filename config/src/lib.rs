@@ -20,6 +20,8 @@
 //! owner = "alice"                  # set = private machine of that user
 //! [overflow.slurm]                 # optional: grow onto a Slurm cluster (see `overflow`)
 //! max_nodes = 4
+//! [web]                           # optional: /metrics for Prometheus (see `web`)
+//! listen = "127.0.0.1:9770"
 //! ```
 
 // Config errors are built at most once per load, at start-up: their size does not matter,
@@ -34,6 +36,7 @@ pub mod pilot;
 pub mod raw;
 mod statedir;
 mod validate;
+mod web;
 
 use std::{
     net::SocketAddr,
@@ -43,6 +46,7 @@ use std::{
 
 pub use error::{ConfigError, ConfigWarning};
 pub use overflow::{SlurmOverflow, PILOT_JOB_PREFIX};
+pub use web::{JobAccess, WebSettings, WEB_TOKEN_FILE};
 
 /// How the broker starts host daemons.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,6 +148,8 @@ pub struct LabConfig {
     /// `[overflow.slurm]`: pilot jobs on a Slurm cluster while the lab is full; `None` when
     /// the table is absent (no overflow).
     pub overflow: Option<SlurmOverflow>,
+    /// `[web]`: the HTTP listener for `/metrics` and the JSON view; `None` = off.
+    pub web: Option<WebSettings>,
 }
 
 impl LabConfig {

@@ -11,6 +11,17 @@ pub struct RawLab {
     pub host: Vec<RawHost>,
     #[serde(default)]
     pub overflow: Option<RawOverflow>,
+    #[serde(default)]
+    pub web: Option<RawWeb>,
+}
+
+/// `[web]`: the HTTP listener for metrics and the JSON view.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWeb {
+    pub listen: Spanned<String>,
+    #[serde(default)]
+    pub jobs: Option<Spanned<String>>,
 }
 
 /// `[overflow]`: other systems the lab may grow onto when it is full.

@@ -50,11 +50,16 @@ pub(crate) fn validate(
             Some(crate::overflow::validate(&octx, slurm)?)
         }
     };
+    let web = match &raw.web {
+        None => None,
+        Some(w) => Some(crate::web::validate(text, path, w)?),
+    };
     Ok(LabConfig {
         source: path.map(Path::to_path_buf),
         broker,
         hosts,
         overflow,
+        web,
     })
 }
 

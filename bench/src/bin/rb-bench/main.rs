@@ -12,6 +12,7 @@ mod policy;
 mod reuse;
 mod ssh;
 mod take_back;
+mod web;
 
 use std::{
     path::Path,
@@ -115,7 +116,8 @@ struct Args {
     /// Seconds an idle pilot is watched for its cost in the overflow section.
     #[arg(long, default_value_t = 60)]
     overflow_idle_s: u64,
-    /// Run only these sections (resource, agent, ssh, modules, policy, jel, apps, overflow);
+    /// Run only these sections (resource, agent, ssh, modules, policy, jel, apps, overflow;
+    /// metrics: only the resource layer's "Metrics endpoint");
     /// default all.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -133,6 +135,10 @@ fn main() -> anyhow::Result<()> {
         } else {
             println!("### Lab latencies\n\nskipped: needs root (network namespaces)\n");
         }
+    }
+    // Part of the resource layer; `--only metrics` runs it alone.
+    if wanted("resource") || args.only.iter().any(|o| o == "metrics") {
+        web::run(args.hosts.iter().copied().max().unwrap_or(10_000))?;
     }
     if wanted("agent") {
         if tests::is_root() {
