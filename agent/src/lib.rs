@@ -42,6 +42,7 @@ pub mod program;
 pub mod run;
 pub mod simple_command;
 pub mod subagent;
+pub mod subagent_cli;
 pub mod subjel;
 pub mod watch;
 pub mod whereami;

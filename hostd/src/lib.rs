@@ -10,6 +10,7 @@
 //! - [`sweep`]: ends leftover processes of allocations the broker no longer has (pure
 //!   decision, `/proc` scan at the edge).
 
+pub mod cli;
 pub mod daemon;
 pub mod jobload;
 pub mod sensors;
