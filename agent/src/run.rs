@@ -65,7 +65,7 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
     let preload = preload_library(cfg.preload)?;
     let mut env = jobenv::prepare(
         &dir,
-        &link::sibling("rsh"),
+        &jobenv::find_shim(),
         job.job,
         &job.remote_shell,
         preload.as_deref(),

@@ -38,7 +38,7 @@ const ABOUT: &str =
 const LONG_ABOUT: &str = "\
 ResourceBroker's drop-in remote shell. Every job run under `agent` finds it first on its PATH
 (and in PVM_RSH, LAMRSH, OMPI_MCA_plm_rsh_agent, HYDRA_LAUNCHER_EXEC); the Debian package
-installs it in /usr/lib/resourcebroker/shims, never as /usr/bin/rsh.
+installs it as /usr/lib/rb/shims/rsh (this page as rb-rsh), never as /usr/bin/rsh.
 
 Grammar: `rsh [opts] host [opts] command…`, as netkit rsh: options may be clustered (-nx) and
 take attached values (-lbob); option parsing stops at the first word after the host that is
