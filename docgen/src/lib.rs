@@ -134,3 +134,48 @@ pub fn markdown() -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_books_command_reference_is_current() {
+        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/src/reference/commands.md");
+        let committed = std::fs::read_to_string(&file).unwrap_or_default();
+        assert!(
+            committed == markdown(),
+            "{} is out of date\nhelp: cargo run -p docgen -- --markdown docs/src/reference/commands.md",
+            file.display()
+        );
+    }
+
+    #[test]
+    fn every_program_and_subcommand_gets_a_man_page_and_completions() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pages = man_pages(dir.path()).expect("man pages");
+        for page in [
+            "rb.1",
+            "rb-jobs.1",
+            "rb-lab-up.1",
+            "agent.1",
+            "rb-broker.1",
+            "rb-hostd.1",
+            "rb-subagent.1",
+            "rb-jel-watch.1",
+            "rsh.1",
+        ] {
+            assert!(
+                pages.contains(&dir.path().join(page)),
+                "{page} missing: {pages:?}"
+            );
+        }
+        let jobs = std::fs::read_to_string(dir.path().join("rb-jobs.1")).expect("rb-jobs.1");
+        assert!(
+            jobs.contains("no_host_matches") && jobs.contains("QUEUED"),
+            "{jobs}"
+        );
+        let scripts = completions(dir.path()).expect("completions");
+        assert_eq!(scripts.len(), 3 * programs().len());
+    }
+}
