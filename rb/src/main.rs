@@ -118,7 +118,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let host = host.clone();
             block_on(cmd_admin(broker(b)?, Request::Resume { host }))
         }
-        Cmd::Lab(cmd) => lab::cli::run(cmd.clone()).map(|()| ExitCode::SUCCESS),
+        Cmd::Lab(cmd) => lab::cli::run(cmd.clone()).map(ExitCode::from),
         Cmd::Policy(cli::PolicyCommand::Check { file }) => Ok(cmd_policy_check(file)),
         Cmd::Policy(cli::PolicyCommand::Replay { trace_dir, policy }) => {
             Ok(rb::replay::run(trace_dir, policy, local_utc_offset_s()))

@@ -127,6 +127,9 @@ fn bare_lab_down_takes_down_only_labs_of_this_checkout() {
         "exec in their lab",
         &theirs.rb_lab(&["exec", "node02", "true"]),
     );
+    // `rb lab exec` exits with the command's own status, as the command would.
+    let failed = theirs.rb_lab(&["exec", "node02", "sh", "-c", "exit 3"]);
+    assert_eq!(failed.status.code(), Some(3), "{failed:?}");
     let status = ok("rb lab status", &theirs.rb_lab(&["status"]));
     assert!(
         status.contains(&format!("from {}", theirs.path().display())),
