@@ -3,7 +3,6 @@
 //! transport's remote shell) and `rb-subagent guard-job` (the job's guardian on the front
 //! end, started by the agent: [`agent::jobguard`]).
 
-
 use agent::subagent_cli::Args;
 use clap::Parser;
 
