@@ -14,7 +14,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 
 use crate::creator::default_candidates;
-use crate::{list_labs, plan_down, require_root, Creator, Lab, LabSpec, LabSummary};
+use crate::{list_labs, plan_down, require_root, Creator, Lab, LabSpec, LabSummary, SlurmCluster};
 
 /// The `rb lab` subcommands.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Subcommand)]
@@ -83,6 +83,19 @@ pub enum LabCommand {
         /// The host.
         host: String,
     },
+    /// Run a real Slurm cluster on lab hosts until interrupted: `slurmctld` on the first
+    /// node, a `slurmd` on each (Debian's slurmctld, slurmd, munge), to try overflow onto
+    /// Slurm by hand. Prints the `[overflow.slurm]` lines for the lab file; Ctrl-C (or
+    /// SIGTERM) stops the cluster.
+    Slurm {
+        /// Lab directory (default: your only lab of this checkout, else the only lab here).
+        #[arg(long = "dir", value_name = "DIR")]
+        lab: Option<PathBuf>,
+        /// The hosts that become Slurm nodes (leave them out of the lab file's [[host]]s:
+        /// pilots bring them in as slurm-NODE).
+        #[arg(required = true, value_name = "NODE")]
+        nodes: Vec<String>,
+    },
     /// Reconnect a partitioned host.
     Heal {
         /// Lab directory (default: your only lab of this checkout, else the only lab here).
@@ -140,6 +153,7 @@ fn run_other(cmd: LabCommand) -> anyhow::Result<()> {
         LabCommand::Boot { lab, host } => Ok(find(lab, &host)?.boot(&host)?),
         LabCommand::Partition { lab, host } => Ok(find(lab, &host)?.partition(&host)?),
         LabCommand::Heal { lab, host } => Ok(find(lab, &host)?.heal(&host)?),
+        LabCommand::Slurm { lab, nodes } => slurm(lab, &nodes),
     }
 }
 
@@ -313,6 +327,59 @@ fn choose(
             ))
         }
     }
+}
+
+/// `rb lab slurm`: the cluster up, what to put in the lab file, then wait for a stop signal.
+fn slurm(lab: Option<PathBuf>, nodes: &[String]) -> anyhow::Result<()> {
+    let first = nodes.first().map_or("", String::as_str);
+    let lab = find(lab, first)?;
+    // Blocked before the cluster starts, so a signal that comes early is waited for, not lost.
+    let stop = stop_signals();
+    stop.thread_block()
+        .context("blocking SIGINT/SIGTERM/SIGHUP")?;
+    let names: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    let started = Instant::now();
+    let cluster = SlurmCluster::start(&lab, &names)?;
+    let mut out = std::io::stdout();
+    let _ = out.write_all(slurm_summary(&cluster, started.elapsed().as_secs_f64()).as_bytes());
+    let _ = out.flush();
+    let signal = stop.wait().context("waiting for a stop signal")?;
+    println!("{signal}: stopping the Slurm cluster");
+    cluster.down()?;
+    println!("slurm down");
+    Ok(())
+}
+
+fn stop_signals() -> nix::sys::signal::SigSet {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        set.add(s);
+    }
+    set
+}
+
+/// What `rb lab slurm` prints once every node is idle.
+fn slurm_summary(cluster: &SlurmCluster, secs: f64) -> String {
+    let conf = cluster.conf();
+    let nodes = cluster.nodes().join(" ");
+    let mut s = format!(
+        "slurm up in {secs:.2} s: nodes {nodes} (controller {})\n",
+        cluster.nodes()[0]
+    );
+    let _ = writeln!(s, "clients:   SLURM_CONF={} sinfo", conf.display());
+    let _ = writeln!(s, "lab file:  leave {nodes} out of its [[host]]s, and add");
+    let _ = writeln!(s, "[overflow.slurm]");
+    let _ = writeln!(s, "partition = \"{}\"", crate::slurm::PARTITION);
+    for name in ["sbatch", "squeue", "scancel", "scontrol"] {
+        let _ = writeln!(
+            s,
+            "{name} = [\"env\", \"SLURM_CONF={}\", \"{name}\"]",
+            conf.display()
+        );
+    }
+    let _ = writeln!(s, "stop:      Ctrl-C or kill -TERM {}", std::process::id());
+    s
 }
 
 /// Runs `argv` inside `host`; returns its exit status as an exit code (128+N for signal N).
