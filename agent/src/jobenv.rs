@@ -36,7 +36,7 @@ pub struct JobEnv {
 /// Creates `dir` (mode 0700) with `bin/rsh` → the shim, and computes the variables;
 /// `preload` (the library's path) goes first in `LD_PRELOAD`. `dir`'s parent, `dir` and
 /// `bin` are each created or verified private ([`privdir::ensure_dir`]): a parent another
-/// user made or opened would let them swap the job's `rsh` (issue 14).
+/// user made or opened would let them swap the job's `rsh`.
 pub fn prepare(
     dir: &Path,
     shim_binary: &Path,

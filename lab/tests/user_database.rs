@@ -1,7 +1,7 @@
 //! Lab tier: the hosts keep their users when the machine's user database changes.
 //!
 //! `useradd`, `passwd`, `vipw` replace `/etc/passwd` by writing a copy and renaming it over
-//! the old file. Hosts must keep the lab user through that (issue 14, item 14).
+//! the old file. Hosts must keep the lab user through that.
 //!
 //! This test replaces the machine's real `/etc/passwd` (byte for byte the same content,
 //! same owner and mode, atomically by rename, under the shadow-utils lock), so it changes

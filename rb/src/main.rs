@@ -41,7 +41,7 @@ fn main() -> ExitCode {
 }
 
 /// 64 for bad flags or lab file; 77 for permission denied, and when a directory or socket
-/// is not this user's alone (issue 14); else 1.
+/// is not this user's alone; else 1.
 fn exit_code(e: &anyhow::Error) -> u8 {
     let usage = e.downcast_ref::<cli::UsageError>().is_some()
         || e.downcast_ref::<client::ResolveError>()

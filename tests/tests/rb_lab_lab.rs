@@ -91,8 +91,8 @@ fn ok(what: &str, out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Issue 14 item 20: `rb lab down` without arguments took down every lab made by `rb lab up`
-/// on the machine, other people's and other checkouts' included.
+/// `rb lab down` without arguments once took down every lab made by `rb lab up` on the
+/// machine, other people's and other checkouts' included: it takes only this checkout's.
 #[test]
 fn bare_lab_down_takes_down_only_labs_of_this_checkout() {
     if skip_unless_root("bare_lab_down_takes_down_only_labs_of_this_checkout") {
