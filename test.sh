@@ -15,6 +15,7 @@ LAB_PACKAGES=(
   slurmctld slurmd slurm-client munge
   dbus
   prometheus chromium
+  man-db adduser
 )
 
 # Debian's elogind for the logind lab tests (a real logind inside a lab host), unpacked
@@ -81,6 +82,15 @@ if [ "$(id -u)" = 0 ]; then
 else
   echo "test.sh: not root: lab-tier tests will be skipped (they need network namespaces)"
 fi
+
+# The book (docs/) is built and link-checked by tests/tests/book_local.rs with mdBook, pinned.
+MDBOOK_VERSION=0.4.40
+if [ "$(mdbook --version 2>/dev/null)" != "mdbook v$MDBOOK_VERSION" ] &&
+   [ "$("$HOME/.cargo/bin/mdbook" --version 2>/dev/null)" != "mdbook v$MDBOOK_VERSION" ]; then
+  echo "test.sh: installing mdbook $MDBOOK_VERSION"
+  cargo install mdbook --locked --version "$MDBOOK_VERSION" --no-default-features --quiet
+fi
+export PATH="$HOME/.cargo/bin:$PATH"
 
 # Tear down labs left behind by an earlier run that was killed before its cleanup.
 cargo build --workspace --quiet   # every binary and the job preload library

@@ -1,4 +1,4 @@
-//! The agent's side of the subagents' JEL relay (issue 16): which connection of the job's
+//! The agent's side of the subagents' JEL relay: which connection of the job's
 //! pool (`jel::pool::ConnId`) is which subagent's connection, and back. Pure: the shell tells
 //! it what opened, closed and was lost, and asks it where to send what.
 //!

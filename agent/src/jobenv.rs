@@ -40,7 +40,7 @@ pub struct JobEnv {
 /// Creates `dir` (mode 0700) with `bin/rsh` (and `ssh`, `scp`, `sftp`) → the shim, and computes the variables;
 /// `preload` (the library's path) goes first in `LD_PRELOAD`. `dir`'s parent, `dir` and
 /// `bin` are each created or verified private ([`privdir::ensure_dir`]): a parent another
-/// user made or opened would let them swap the job's `rsh` (issue 14).
+/// user made or opened would let them swap the job's `rsh`.
 pub fn prepare(
     dir: &Path,
     shim_binary: &Path,
@@ -121,6 +121,25 @@ pub fn prepare(
     })
 }
 
+/// Where an installed `<prefix>/bin/agent` finds its shims: `<prefix>/lib/rb/shims/` (the
+/// Debian package's `/usr/lib/rb/shims/`). Never `<prefix>/bin/rsh`: beside an installed
+/// agent that is the system's own remote shell.
+pub const INSTALLED_SHIM_DIR: &str = "lib/rb/shims";
+
+/// The `rsh` shim the job's `bin/rsh` links to: `<prefix>/lib/rb/shims/rsh` when this
+/// program is installed there, else next to this program (a cargo build's
+/// `target/<profile>/rsh`).
+pub fn find_shim() -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    shim_for(&exe).unwrap_or_else(|| config::sibling_program("rsh"))
+}
+
+/// The installed shim of the agent at `exe`, when it exists.
+fn shim_for(exe: &Path) -> Option<PathBuf> {
+    let prefix = exe.parent()?.parent()?;
+    Some(prefix.join(INSTALLED_SHIM_DIR).join("rsh")).filter(|p| p.is_file())
+}
+
 /// The job preload library: next to this program (a cargo build), else in
 /// `<prefix>/lib/rb/` for `<prefix>/bin/agent`.
 pub fn find_preload() -> Option<PathBuf> {
@@ -177,6 +196,19 @@ pub fn write_hosts(path: &Path, hosts: &[(String, String, u64)]) -> std::io::Res
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_installed_agent_uses_its_private_shim_never_the_system_rsh() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let prefix = root.path().join("usr");
+        std::fs::create_dir_all(prefix.join("bin")).expect("bin");
+        std::fs::write(prefix.join("bin/rsh"), "the system's rsh").expect("rsh");
+        let agent = prefix.join("bin/agent");
+        assert_eq!(shim_for(&agent), None, "no private shim installed yet");
+        std::fs::create_dir_all(prefix.join(INSTALLED_SHIM_DIR)).expect("shims");
+        std::fs::write(prefix.join(INSTALLED_SHIM_DIR).join("rsh"), "shim").expect("shim");
+        assert_eq!(shim_for(&agent), Some(prefix.join("lib/rb/shims/rsh")));
+    }
 
     #[test]
     fn the_preload_library_is_loaded_only_when_asked() {

@@ -1,4 +1,4 @@
-//! The job's own key: what its subagents prove to its agent (issue 17), instead of the lab
+//! The job's own key: what its subagents prove to its agent, instead of the lab
 //! secret, which users other than the broker's owner cannot and must not read.
 //!
 //! The agent makes 32 random bytes per job and writes them to a file only the job's user can

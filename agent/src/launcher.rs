@@ -1,7 +1,7 @@
 //! Watching the process that launches a remote command on a granted host.
 //!
 //! A shim that gets a grant runs the real remote shell as its child and waits for it (then
-//! asks whether the host was taken back, issue 17), so its pid is the launcher's. When that
+//! asks whether the host was taken back), so its pid is the launcher's. When that
 //! process is gone and no subagent ever attached for the allocation, the
 //! remote shell failed (host refused the login, command not found before the subagent ran,
 //! …) and the host would otherwise stay held until the job ends. [`exited`] resolves when the

@@ -50,6 +50,7 @@ pub mod reaper;
 pub mod run;
 pub mod simple_command;
 pub mod subagent;
+pub mod subagent_cli;
 pub mod subjel;
 pub mod watch;
 pub mod whereami;

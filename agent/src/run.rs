@@ -69,7 +69,7 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
     let preload = preload_library(cfg.preload)?;
     let mut env = jobenv::prepare(
         &dir,
-        &link::sibling("rsh"),
+        &jobenv::find_shim(),
         job.job,
         &job.remote_shell,
         preload.as_deref(),
@@ -85,7 +85,7 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
         .context("cannot open the subagent port")?;
     let sub_addr = subs.local_addr()?.to_string();
     info!(%sub_addr, "subagents reach the agent here");
-    // Subagents prove the job's own key, not the lab secret (issue 17; crate::jobkey).
+    // Subagents prove the job's own key, not the lab secret (crate::jobkey).
     let job_key = crate::jobkey::JobKey::create(job.job, &env.dir)?;
     let (secret_file, secret) = (
         job_key.path().to_path_buf(),

@@ -26,7 +26,7 @@
 //! whatever it does to its session; the guardian's [`Watch`] counts and ends processes of
 //! the same uid carrying the tag as well as the group.
 //!
-//! JEL (issue 16): the front binds the command's JEL socket before the command starts
+//! JEL: the front binds the command's JEL socket before the command starts
 //! ([`crate::subjel::bind`]) and names it in the command's `RB_JEL` (replacing any inherited
 //! one: under the `local` transport that would be the front end's); the guardian serves it
 //! and relays each connection over its agent link ([`crate::subjel::Relay`]).
@@ -64,7 +64,7 @@ const LOSS_END_GRACE: Duration = Duration::from_secs(1);
 /// it tries to reconnect until [`AGENT_LOSS_LIMIT`] has passed (the last try may take a
 /// connect and a handshake timeout), then gives the command [`LOSS_END_GRACE`]. Past this,
 /// a host whose subagents are all out of reach has certainly nothing of the job left
-/// running (JEL's `died{host_lost}`, issue 16).
+/// running (JEL's `died{host_lost}`).
 pub const ENDS_AFTER_LOSS: Duration = Duration::from_millis(
     (AGENT_LOSS_LIMIT.as_millis()
         + RETRY_PAUSE.as_millis()

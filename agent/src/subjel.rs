@@ -1,4 +1,4 @@
-//! The JEL socket of a remote command (issue 16): the subagent serves the job's pool to the
+//! The JEL socket of a remote command: the subagent serves the job's pool to the
 //! processes of its command on this host, relaying each connection over its authenticated
 //! link to the job's agent, which hosts the pool.
 //!

@@ -1,5 +1,5 @@
 //! Overflow onto Slurm in the pure core: when to ask Slurm for a node (a pilot job) and
-//! when to give one back (issue 19). The shell submits and cancels; it never decides.
+//! when to give one back. The shell submits and cancels; it never decides.
 //!
 //! # Model
 //! With overflow on ([`Allocator::set_overflow`], from `[overflow.slurm]`), every tick

@@ -209,7 +209,7 @@ fn labels_match_case_insensitively() {
     assert_eq!(position(&fx, req), Some(1), "all x86_64 hosts are held");
 }
 
-/// The MPICH start-up deadlock (issue 14, item 10): 4 idle hosts, 2 of them `public`;
+/// The MPICH start-up deadlock: 4 idle hosts, 2 of them `public`;
 /// `mpiexec -hosts anyLinux,anyHost,anyPublic` asks for the three at once and waits for all.
 #[test]
 fn broad_names_leave_the_scarce_public_hosts_for_any_public() {
@@ -278,7 +278,7 @@ fn a_waiting_request_does_not_lose_its_only_host_to_a_broad_one() {
     );
 }
 
-/// Issue 14, item 6: a PVM job on node01 that typed `add anyLinux` was granted node01.
+/// A PVM job on node01 that typed `add anyLinux` was granted node01.
 #[test]
 fn a_job_is_never_granted_a_host_it_uses_already() {
     let mut lab = Lab::new(hosts(&["node01", "node02", "node03"]));

@@ -1,6 +1,6 @@
 //! How well a run used its hosts, measured over a replayed decision trace: host-seconds in
 //! all, and host-seconds a host was free (up, not drained, held by no job) while some
-//! request waited — the paper's utilization experiment's "idle" (issue 18). Between two
+//! request waited — the paper's utilization experiment's "idle". Between two
 //! inputs the allocator's state does not change, so integrating the state after each input
 //! up to the next one is exact for what the trace recorded.
 //!

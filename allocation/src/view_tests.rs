@@ -173,7 +173,7 @@ fn job_rows_carry_start_end_and_each_waiting_request() {
     assert!(row.waiting.is_empty());
 }
 
-/// Issue 15: the decision "a restored request is not granted" is the allocator's (the job
+/// The decision "a restored request is not granted" is the allocator's (the job
 /// desk used to grant it and give it back); it never starts a reclaim either.
 #[test]
 fn restored_request_is_never_granted_and_never_reclaims() {

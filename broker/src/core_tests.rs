@@ -189,7 +189,7 @@ async fn next_decision(rx: &mut mpsc::Receiver<FromBroker>) -> FromBroker {
     }
 }
 
-/// Issue 15: a grant decided while another agent registers was thrown away
+/// A grant decided while another agent registers was thrown away
 /// (`let _ = desk.hosts_changed(..)`), and the waiting request was never answered.
 #[tokio::test(start_paused = true)]
 async fn grant_decided_while_an_agent_registers_is_sent() {
@@ -209,7 +209,7 @@ async fn grant_decided_while_an_agent_registers_is_sent() {
     core.stop().await;
 }
 
-/// Issue 17: host daemons learn which allocations are live (to end leftovers of the others)
+/// Host daemons learn which allocations are live (to end leftovers of the others)
 /// as soon as a grant or a give-back changes them, with every id issued so far.
 #[tokio::test(start_paused = true)]
 async fn host_daemons_are_told_each_change_of_the_live_allocations() {
@@ -297,7 +297,7 @@ async fn returns_of_allocations_not_held_by_the_job_change_nothing() {
     core.stop().await;
 }
 
-/// Issue 15: an owner-return reclaim decided while another agent registered was thrown
+/// An owner-return reclaim decided while another agent registered was thrown
 /// away; the adaptive holder was never warned.
 #[tokio::test(start_paused = true)]
 async fn owner_return_reclaim_decided_while_an_agent_registers_is_sent() {
@@ -327,7 +327,7 @@ async fn owner_return_reclaim_decided_while_an_agent_registers_is_sent() {
     core.stop().await;
 }
 
-/// Issue 14 item 8: on a fresh broker (no report, no job) drain and resume know the lab
+/// On a fresh broker (no report, no job) drain and resume know the lab
 /// file's hosts, and `rb status` shows the drain.
 #[tokio::test(start_paused = true)]
 async fn drain_and_resume_work_before_any_report_or_job() {
@@ -415,7 +415,7 @@ impl Core {
     }
 }
 
-/// Issue 15: a reloaded policy is in force at once: the waiting request the old one
+/// A reloaded policy is in force at once: the waiting request the old one
 /// refused every host to is granted the host the new one allows, and no other.
 #[tokio::test(start_paused = true)]
 async fn reload_changes_which_host_is_granted() {
@@ -442,7 +442,7 @@ async fn reload_changes_which_host_is_granted() {
     core.stop().await;
 }
 
-/// Issue 15: `rb policy explain` gives each hook's value and the inputs it read, and
+/// `rb policy explain` gives each hook's value and the inputs it read, and
 /// `rb status` says why a free host is not startable.
 #[tokio::test(start_paused = true)]
 async fn explain_and_status_say_why_a_host_is_not_startable() {

@@ -1060,7 +1060,7 @@ mod tests {
         })
     }
 
-    /// Issue 17: a user releases the hosts of their own jobs only, and drains nothing.
+    /// A user releases the hosts of their own jobs only, and drains nothing.
     #[tokio::test]
     async fn a_user_releases_only_their_own_jobs_hosts() {
         let mut desk = JobDesk::new(
@@ -1100,7 +1100,7 @@ mod tests {
         assert!(!effects.is_empty(), "the reclaim starts");
     }
 
-    /// Issue 14, item 6, as the broker sees it: the agent runs on node01 (found by its
+    /// A module job on a lab host, as the broker sees it: the agent runs on node01 (found by its
     /// address); a module job is never granted node01, a plain job may be.
     #[tokio::test]
     async fn a_module_job_is_never_granted_the_host_its_agent_runs_on() {

@@ -29,6 +29,7 @@
 pub mod alloc;
 pub mod audit;
 pub mod authz;
+pub mod cli;
 pub mod core;
 pub mod embedded;
 pub mod hosts;

@@ -1,32 +1,14 @@
 //! `rb-broker`: flags → validated lab config → [`broker::run`]. Exit 64 on bad configuration.
 
-use std::{io::IsTerminal, path::PathBuf, process::ExitCode};
+use std::{io::IsTerminal, process::ExitCode};
 
+use broker::cli::Args;
 use clap::Parser;
 
 /// See the note on `tikv-jemallocator` in Cargo.toml: the broker allocates and frees a
 /// report's strings for every report of every host.
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
-/// ResourceBroker manager: starts and watches a host daemon on every lab machine.
-#[derive(Debug, Parser)]
-#[command(name = "rb-broker", version)]
-struct Args {
-    /// The lab file (default: $RB_LAB, else ~/.config/rb/lab.toml, else the embedded lab).
-    #[arg(long, env = "RB_LAB")]
-    lab: Option<PathBuf>,
-    /// Run the single-machine embedded lab (virtual hosts on this machine).
-    #[arg(long, conflicts_with = "lab")]
-    embedded: bool,
-    /// Number of virtual hosts of the embedded lab.
-    #[arg(long, default_value_t = broker::embedded::DEFAULT_HOSTS, requires = "embedded")]
-    hosts: usize,
-    /// State dir of the embedded lab (default $XDG_RUNTIME_DIR/rb/embedded, else
-    /// /tmp/rb-<uid>/embedded); created 0700, refused if another user owns it.
-    #[arg(long, requires = "embedded")]
-    state_dir: Option<PathBuf>,
-}
 
 /// Bad flags or configuration.
 const EXIT_CONFIG: u8 = 64;

@@ -77,7 +77,7 @@ impl StoreWriter {
 
     /// Whether new durable state can be committed now: the last save succeeded and a probe
     /// file can be written and synced in the state dir (not full, not read-only). New jobs
-    /// are refused when it cannot (issue 17): their state would be lost in a crash.
+    /// are refused when it cannot: their state would be lost in a crash.
     pub fn check_writable(&self) -> Result<(), String> {
         let probe = self.dir.join(".rb-write-probe");
         let written = std::fs::File::create(&probe).and_then(|mut f| {

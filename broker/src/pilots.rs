@@ -1,4 +1,4 @@
-//! The shell side of overflow onto Slurm (issue 19): runs `sbatch` for the allocation
+//! The shell side of overflow onto Slurm: runs `sbatch` for the allocation
 //! core's [`Effect::SubmitPilot`](allocation::Effect) and `scancel` for its `CancelPilot`,
 //! and reports `sbatch`'s answer back to the core as an event. It decides nothing: what to
 //! submit or cancel, and when to retry, is the core's (`allocation/src/overflow.rs`).

@@ -1,5 +1,5 @@
 //! `[overflow.slurm]` of the lab file: the validated settings of overflow onto a Slurm
-//! cluster (issue 19) and their checks.
+//! cluster and their checks.
 //!
 //! ```toml
 //! [overflow.slurm]

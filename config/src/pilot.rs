@@ -1,5 +1,5 @@
 //! A Slurm pilot job's batch script: `rb-hostd` on the node for the job's lease, reporting
-//! to the broker as host `slurm-<node>` (issue 19).
+//! to the broker as host `slurm-<node>`.
 //!
 //! The script is plain POSIX sh, so any node runs it. It runs `rb-hostd` with the lab
 //! secret (a file the compute node reads from a shared file system, as the lab's hosts do)

@@ -12,6 +12,7 @@
 //! - [`lineage`]: the processes noted below a subagent of this lab, for the sweep to find
 //!   those that lost their tag.
 
+pub mod cli;
 pub mod daemon;
 pub mod jobload;
 pub mod lineage;

@@ -3,63 +3,15 @@
 //! Normally started by the broker over the lab's transport; can also be run by hand
 //! (`--once` prints one report as JSON and exits, handy to see what a machine reports).
 
-use std::{io::IsTerminal, path::PathBuf, process::ExitCode, time::Duration};
+use std::{io::IsTerminal, process::ExitCode, time::Duration};
 
 use clap::Parser;
+use hostd::cli::Args;
 use hostd::{
     daemon::{self, DaemonConfig, Exit, PilotJob},
     sensors::{SensorConfig, Sensors},
 };
 use tokio::sync::watch;
-
-/// ResourceBroker host daemon: reports this machine's load, users and idleness to the broker.
-#[derive(Debug, Parser)]
-#[command(name = "rb-hostd", version)]
-struct Args {
-    /// Broker address (IP:port) to report to.
-    #[arg(long, required_unless_present = "once")]
-    broker: Option<String>,
-    /// This machine's name in the lab file.
-    #[arg(long, required_unless_present = "once")]
-    host: Option<String>,
-    /// The lab secret file (mode 0600). `~/` is expanded on this machine.
-    #[arg(long, default_value = "~/.config/rb/secret")]
-    secret_file: String,
-    /// Report interval in milliseconds (default: what the broker says).
-    #[arg(long)]
-    interval_ms: Option<u64>,
-    /// Exit when stdin reaches end-of-file (set by the broker's transports).
-    #[arg(long)]
-    lifeline_stdin: bool,
-    /// Directory for the per-host lock that keeps one daemon per host (default
-    /// $XDG_RUNTIME_DIR/rb, else /tmp/rb-<uid>); created 0700, refused if another user owns it.
-    #[arg(long)]
-    lock_dir: Option<PathBuf>,
-    /// Sensor-overlay file (test and demo facility, see hostd/OVERLAY.md).
-    #[arg(long, env = "RB_SENSOR_OVERLAY")]
-    overlay: Option<PathBuf>,
-    /// utmp file to read logins from.
-    #[arg(long, default_value = "/run/utmp")]
-    utmp: PathBuf,
-    /// Glob of an input device whose access time is the last console input (repeatable;
-    /// replaces the defaults).
-    #[arg(long = "input-device")]
-    input_devices: Vec<String>,
-    /// Print one report as JSON on stdout, then a summary of the login sessions with the
-    /// source of each idle time on stderr, and exit.
-    #[arg(long)]
-    once: bool,
-    /// Do not read logind's sessions over the system bus (idle times then rest on utmp and
-    /// the console only).
-    #[arg(long)]
-    no_logind: bool,
-    /// Run as a Slurm pilot's daemon in this Slurm job (the pilot script passes
-    /// `$SLURM_JOB_ID`): the broker reads the lease's end from Slurm. SIGUSR1 (Slurm's lease
-    /// warning) and SIGTERM (Slurm's notice of preemption or scancel) tell the broker that
-    /// the lease ends; the daemon then runs on until Slurm's SIGKILL (SIGINT stops it).
-    #[arg(long, value_name = "JOB_ID")]
-    slurm_job: Option<String>,
-}
 
 /// Bad flags.
 const EXIT_USAGE: u8 = 64;

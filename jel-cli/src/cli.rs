@@ -1,4 +1,4 @@
-//! The command line: exactly the commands of issue 16.
+//! The command line: the commands of `rb-jel` (the book's JEL page, "rb-jel, for scripts").
 
 use clap::{Parser, Subcommand};
 

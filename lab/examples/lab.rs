@@ -10,6 +10,6 @@ struct Cli {
     cmd: lab::cli::LabCommand,
 }
 
-fn main() -> anyhow::Result<()> {
-    lab::cli::run(Cli::parse().cmd)
+fn main() -> anyhow::Result<std::process::ExitCode> {
+    lab::cli::run(Cli::parse().cmd).map(std::process::ExitCode::from)
 }

@@ -14,7 +14,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 
 use crate::creator::default_candidates;
-use crate::{list_labs, plan_down, require_root, Creator, Lab, LabSpec, LabSummary};
+use crate::{list_labs, plan_down, require_root, Creator, Lab, LabSpec, LabSummary, SlurmCluster};
 
 /// The `rb lab` subcommands.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Subcommand)]
@@ -83,6 +83,19 @@ pub enum LabCommand {
         /// The host.
         host: String,
     },
+    /// Run a real Slurm cluster on lab hosts until interrupted: `slurmctld` on the first
+    /// node, a `slurmd` on each (Debian's slurmctld, slurmd, munge), to try overflow onto
+    /// Slurm by hand. Prints the `[overflow.slurm]` lines for the lab file; Ctrl-C (or
+    /// SIGTERM) stops the cluster.
+    Slurm {
+        /// Lab directory (default: your only lab of this checkout, else the only lab here).
+        #[arg(long = "dir", value_name = "DIR")]
+        lab: Option<PathBuf>,
+        /// The hosts that become Slurm nodes (leave them out of the lab file's [[host]]s:
+        /// pilots bring them in as slurm-NODE).
+        #[arg(required = true, value_name = "NODE")]
+        nodes: Vec<String>,
+    },
     /// Reconnect a partitioned host.
     Heal {
         /// Lab directory (default: your only lab of this checkout, else the only lab here).
@@ -93,11 +106,25 @@ pub enum LabCommand {
     },
 }
 
-/// Runs one `rb lab` command.
-pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
+/// Runs one `rb lab` command; returns the exit code: 0, or for `exec` the command's own
+/// status (128+N when signal N ended it), so that `rb lab exec` stands in for the command.
+pub fn run(cmd: LabCommand) -> anyhow::Result<u8> {
     if cmd != LabCommand::Status {
         require_root()?;
     }
+    if let LabCommand::Exec {
+        lab,
+        user,
+        host,
+        argv,
+    } = cmd
+    {
+        return exec(lab, user, &host, &argv);
+    }
+    run_other(cmd).map(|()| 0)
+}
+
+fn run_other(cmd: LabCommand) -> anyhow::Result<()> {
     match cmd {
         LabCommand::Up { hosts, rsh } => up(hosts, rsh),
         LabCommand::Down { stale: true, .. } => {
@@ -121,16 +148,12 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
             status();
             Ok(())
         }
-        LabCommand::Exec {
-            lab,
-            user,
-            host,
-            argv,
-        } => exec(lab, user, &host, &argv),
-        LabCommand::Crash { lab, host } => Ok(find(lab)?.crash(&host)?),
-        LabCommand::Boot { lab, host } => Ok(find(lab)?.boot(&host)?),
-        LabCommand::Partition { lab, host } => Ok(find(lab)?.partition(&host)?),
-        LabCommand::Heal { lab, host } => Ok(find(lab)?.heal(&host)?),
+        LabCommand::Exec { .. } => unreachable!("handled by run"),
+        LabCommand::Crash { lab, host } => Ok(find(lab, &host)?.crash(&host)?),
+        LabCommand::Boot { lab, host } => Ok(find(lab, &host)?.boot(&host)?),
+        LabCommand::Partition { lab, host } => Ok(find(lab, &host)?.partition(&host)?),
+        LabCommand::Heal { lab, host } => Ok(find(lab, &host)?.heal(&host)?),
+        LabCommand::Slurm { lab, nodes } => slurm(lab, &nodes),
     }
 }
 
@@ -251,33 +274,132 @@ fn describe(l: &LabSummary) -> String {
 }
 
 /// The lab to act on: `--dir DIR`, or the only lab made by `rb lab up` from this checkout
-/// (see [`default_candidates`]).
-fn find(dir: Option<PathBuf>) -> anyhow::Result<Lab> {
+/// (see [`default_candidates`]); among several, the only one that has `host`.
+fn find(dir: Option<PathBuf>, host: &str) -> anyhow::Result<Lab> {
     if let Some(d) = dir {
         return Ok(Lab::attach(&d)?);
     }
-    let mut detached = default_candidates(&list_labs(), &Creator::current());
-    match detached.len() {
-        0 => bail!("no lab made by `rb lab up` on this machine\nhelp: start one with `rb lab up`, or name one with --dir DIR"),
-        1 => Ok(Lab::attach(&detached.remove(0))?),
-        _ => bail!(
-            "several labs on this machine: {}\nhelp: choose one with --dir DIR",
-            detached.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
-        ),
+    let labs = list_labs();
+    let candidates = default_candidates(&labs, &Creator::current());
+    match choose(&labs, candidates, host) {
+        Ok(dir) => Ok(Lab::attach(&dir)?),
+        Err(message) => bail!(message),
     }
 }
 
-fn exec(lab: Option<PathBuf>, user: bool, host: &str, argv: &[String]) -> anyhow::Result<()> {
-    let lab = find(lab)?;
+/// The one lab of `candidates` to act on, or what to tell the user.
+fn choose(
+    labs: &[LabSummary],
+    mut candidates: Vec<PathBuf>,
+    host: &str,
+) -> Result<PathBuf, String> {
+    if candidates.len() > 1 {
+        let with_host: Vec<PathBuf> = candidates
+            .iter()
+            .filter(|d| {
+                labs.iter()
+                    .any(|l| &l.dir == *d && l.hosts.iter().any(|h| h.name == host))
+            })
+            .cloned()
+            .collect();
+        if with_host.len() == 1 {
+            candidates = with_host;
+        }
+    }
+    match candidates.len() {
+        0 => Err("no lab made by `rb lab up` on this machine\nhelp: start one with `rb lab up`, or name one with --dir DIR".into()),
+        1 => Ok(candidates.remove(0)),
+        _ => {
+            let lines: Vec<String> = labs
+                .iter()
+                .filter(|l| candidates.contains(&l.dir))
+                .map(|l| {
+                    let by = l.made_by.as_ref().map_or("an earlier rb".to_string(), |c| {
+                        format!("{} from {}", c.user(), c.checkout.display())
+                    });
+                    format!("  {} (made by {by})", l.dir.display())
+                })
+                .collect();
+            Err(format!(
+                "several labs on this machine have {host}:\n{}\nhelp: choose one with --dir DIR, e.g. `rb lab exec --dir {} {host} …`",
+                lines.join("\n"),
+                candidates[0].display()
+            ))
+        }
+    }
+}
+
+/// `rb lab slurm`: the cluster up, what to put in the lab file, then wait for a stop signal.
+fn slurm(lab: Option<PathBuf>, nodes: &[String]) -> anyhow::Result<()> {
+    let first = nodes.first().map_or("", String::as_str);
+    let lab = find(lab, first)?;
+    // Blocked before the cluster starts, so a signal that comes early is waited for, not lost.
+    let stop = stop_signals();
+    stop.thread_block()
+        .context("blocking SIGINT/SIGTERM/SIGHUP")?;
+    let names: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    let started = Instant::now();
+    let cluster = SlurmCluster::start(&lab, &names)?;
+    let mut out = std::io::stdout();
+    let _ = out.write_all(slurm_summary(&cluster, started.elapsed().as_secs_f64()).as_bytes());
+    let _ = out.flush();
+    let signal = stop.wait().context("waiting for a stop signal")?;
+    println!("{signal}: stopping the Slurm cluster");
+    cluster.down()?;
+    println!("slurm down");
+    Ok(())
+}
+
+fn stop_signals() -> nix::sys::signal::SigSet {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        set.add(s);
+    }
+    set
+}
+
+/// What `rb lab slurm` prints once every node is idle.
+fn slurm_summary(cluster: &SlurmCluster, secs: f64) -> String {
+    let conf = cluster.conf();
+    let nodes = cluster.nodes().join(" ");
+    let mut s = format!(
+        "slurm up in {secs:.2} s: nodes {nodes} (controller {})\n",
+        cluster.nodes()[0]
+    );
+    let _ = writeln!(s, "clients:   SLURM_CONF={} sinfo", conf.display());
+    let _ = writeln!(s, "lab file:  leave {nodes} out of its [[host]]s, and add");
+    let _ = writeln!(s, "[overflow.slurm]");
+    let _ = writeln!(s, "partition = \"{}\"", crate::slurm::PARTITION);
+    for name in ["sbatch", "squeue", "scancel", "scontrol"] {
+        let _ = writeln!(
+            s,
+            "{name} = [\"env\", \"SLURM_CONF={}\", \"{name}\"]",
+            conf.display()
+        );
+    }
+    let _ = writeln!(s, "stop:      Ctrl-C or kill -TERM {}", std::process::id());
+    s
+}
+
+/// Runs `argv` inside `host`; returns its exit status as an exit code (128+N for signal N).
+fn exec(lab: Option<PathBuf>, user: bool, host: &str, argv: &[String]) -> anyhow::Result<u8> {
+    let lab = find(lab, host)?;
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
     let status = lab
         .command(host, &argv, user)?
         .status()
         .context("running nsenter")?;
-    if !status.success() {
-        bail!("`{}` on {host} {status}", argv.join(" "));
+    Ok(exit_code(status))
+}
+
+fn exit_code(status: std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code).unwrap_or(1),
+        (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(255),
+        (None, None) => 1,
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -296,6 +418,68 @@ mod tests {
         Cli::try_parse_from(std::iter::once("rb-lab").chain(args.iter().copied()))
             .expect("valid command line")
             .cmd
+    }
+
+    fn summary(dir: &str, hosts: &[&str]) -> LabSummary {
+        LabSummary {
+            dir: PathBuf::from(dir),
+            subnet: Some(1),
+            owner_pid: None,
+            owner_alive: true,
+            detached: true,
+            made_by: None,
+            hosts: hosts
+                .iter()
+                .map(|h| crate::registry::HostSummary {
+                    name: (*h).into(),
+                    address: std::net::Ipv4Addr::LOCALHOST,
+                    running: true,
+                    partitioned: false,
+                })
+                .collect(),
+            problem: None,
+        }
+    }
+
+    #[test]
+    fn among_several_labs_the_one_with_the_host_is_chosen_else_dir_is_asked_for() {
+        let labs = [
+            summary("/var/tmp/rb-lab-1", &["node02", "node03"]),
+            summary(
+                "/var/tmp/rb-lab-2",
+                &["node02", "node03", "node04", "node05"],
+            ),
+        ];
+        let all: Vec<PathBuf> = labs.iter().map(|l| l.dir.clone()).collect();
+        assert_eq!(
+            choose(&labs, all.clone(), "node05"),
+            Ok(PathBuf::from("/var/tmp/rb-lab-2"))
+        );
+        let both = choose(&labs, all.clone(), "node03").expect_err("ambiguous");
+        assert!(
+            both.contains("/var/tmp/rb-lab-1")
+                && both.contains("/var/tmp/rb-lab-2")
+                && both.contains("--dir"),
+            "{both}"
+        );
+        assert_eq!(
+            choose(&labs, all[..1].to_vec(), "node09"),
+            Ok(PathBuf::from("/var/tmp/rb-lab-1")),
+            "one candidate: it says itself that the host is unknown"
+        );
+        assert!(choose(&labs, Vec::new(), "node02").is_err());
+    }
+
+    #[test]
+    fn exec_passes_the_commands_status_through() {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(exit_code(std::process::ExitStatus::from_raw(3 << 8)), 3);
+        assert_eq!(exit_code(std::process::ExitStatus::from_raw(0)), 0);
+        assert_eq!(
+            exit_code(std::process::ExitStatus::from_raw(15)),
+            143,
+            "killed by SIGTERM"
+        );
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! A real Slurm cluster (Debian's `slurmctld`, `slurmd`, `munged`) made of lab hosts, for
-//! the overflow tests (issue 19).
+//! the overflow tests.
 //!
 //! # Choice: one `slurmd` inside each lab host, not several `slurmd -N` on the machine
 //! Debian's `slurmd` can run several daemons per machine (`slurmd -N NAME`, distinct ports,

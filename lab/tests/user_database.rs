@@ -1,7 +1,7 @@
 //! Lab tier: the hosts keep their users when the machine's user database changes.
 //!
 //! `useradd`, `passwd`, `vipw` replace `/etc/passwd` by writing a copy and renaming it over
-//! the old file. Hosts must keep the lab user through that (issue 14, item 14).
+//! the old file. Hosts must keep the lab user through that.
 //!
 //! This test replaces the machine's real `/etc/passwd` (byte for byte the same content,
 //! same owner and mode, atomically by rename, under the shadow-utils lock), so it changes
@@ -47,13 +47,14 @@ fn lab_user_survives_passwd_replaced_by_rename() {
     assert_ne!(old_ino, new_ino, "{PASSWD} was not replaced");
 
     // `rb lab exec --user` (this is its code path) and the library call behind it.
-    lab::cli::run(LabCommand::Exec {
+    let code = lab::cli::run(LabCommand::Exec {
         lab: Some(lab.dir().to_path_buf()),
         user: true,
         host: "node02".into(),
         argv: vec!["true".into()],
     })
     .expect("`rb lab exec --user node02 true` after /etc/passwd was replaced");
+    assert_eq!(code, 0, "`rb lab exec --user node02 true` exit code");
     assert_eq!(
         stdout(
             "exec --user",

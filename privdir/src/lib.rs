@@ -3,7 +3,7 @@
 //! mode 0700 and then verified, or refused with an error that names the path, the owner
 //! found and what to do. A directory another local user made, or a symbolic link planted in
 //! its place, would let that user replace our files (the job's `rsh`, sockets, the lab
-//! secret); see issue 14.
+//! secret).
 //!
 //! # Layout
 //! - [`verdict`]: the pure decision — given what `fstat` says, use, tighten or refuse.

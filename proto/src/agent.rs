@@ -36,7 +36,7 @@
 //! `lost` (the shim exits 255, as ssh does when it cannot reach a host: whatever ran there
 //! is gone) and the call after it binds a new host.
 //!
-//! `taken_back` (issue 17): a shim that ran a command on a granted host does not exec the
+//! `taken_back`: a shim that ran a command on a granted host does not exec the
 //! remote shell but waits for it. The remote status is lost over rsh (netkit rsh exits 0
 //! when the subagent ended the command for a reclaim), so when the remote shell exits 0
 //! the shim asks, on a new connection, whether the broker took that allocation back

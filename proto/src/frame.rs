@@ -5,7 +5,7 @@
 //!
 //! The reader never holds more than the connection's limit: each read asks for at most the
 //! room left below `limit + 1` bytes, so a peer streaming a line without end is refused
-//! after `limit + 1` bytes, whatever it sends after (issue 17). Reads and writes are
+//! after `limit + 1` bytes, whatever it sends after. Reads and writes are
 //! cancel-safe (both are used inside `tokio::select!`): bytes read or not yet written stay
 //! in the connection's buffers.
 
@@ -273,7 +273,7 @@ mod tests {
         }
     }
 
-    /// Issue 17: a peer streaming a line without end is refused after at most `limit + 1`
+    /// A peer streaming a line without end is refused after at most `limit + 1`
     /// bytes; the connection never reads (so never holds) more than its limit.
     #[tokio::test]
     async fn an_endless_line_is_refused_without_reading_past_the_limit() {

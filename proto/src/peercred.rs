@@ -1,7 +1,7 @@
 //! Peer credentials of local (unix-socket) connections, via SO_PEERCRED: servers learn
 //! who connected ([`peer_uid`]); clients check who serves before they send anything
 //! ([`check_server`]), because whoever controls the directory holding a socket could
-//! otherwise pose as the broker or the agent (issue 14). Only our own uid is accepted as a
+//! otherwise pose as the broker or the agent. Only our own uid is accepted as a
 //! server, root included: a root-run broker is not one a user's job may talk to locally.
 
 use std::{os::fd::AsFd, path::Path};

@@ -240,7 +240,7 @@ pub struct HostStatus {
     /// ago`); `None` when it would, or when the host is held, drained or down.
     #[serde(default)]
     pub policy_note: Option<String>,
-    /// A Slurm pilot's node: its Slurm job id (issue 19).
+    /// A Slurm pilot's node: its Slurm job id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm_job: Option<String>,
     /// A Slurm pilot's node: seconds until Slurm takes it back, as Slurm last said.

@@ -18,6 +18,52 @@ pub const EXIT_USAGE: u8 = 64;
 /// Exit code for permission denied.
 pub const EXIT_PERMISSION: u8 = 77;
 
+/// What `rb jobs --help` and `man rb-jobs` say about the table (see `table::render_jobs`).
+const JOBS_HELP: &str = "\
+Columns: JOB (the job id), USER (who the broker authenticated), STATE (running, ended),
+STARTED and ENDED (local time; `-` when unknown, e.g. a job restored after a broker restart),
+HOSTS (the hosts the job holds), QUEUED (symbolic names of its waiting requests, in queue
+order), COMMAND (the app and its arguments).
+
+Under a job, one line per waiting request: `waits: NAME #POSITION for AGE: REASON`, e.g.
+`waits: anyLinux #1 for 12s: 2 matching host(s): 1 held by jobs, 1 owner active`, then the
+job's last note (module failures, …). With overflow onto Slurm the line ends with what
+overflow does for it (`waits for Slurm: 1 pilot(s) queued`).
+
+Reasons (--json: `reason_code` of each `waiting` entry):
+  reclaiming       taking a host back from another job for it
+  no_host_matches  no host matches (yet: a host has not reported)
+  max_hosts        the job holds the policy's max_hosts already
+  all_held         every matching host is held by a job
+  owner_active     every matching host's owner is active
+  drained          every matching host is drained (rb drain)
+  down             every matching host is down
+  reserved         every matching host is reserved for an
+                   earlier request
+  policy           the policy's `start` declines every one
+  mixed            several of these: the text counts each
+
+For each host the name matches, the first cause that keeps it from the request counts.
+
+--json: an array of objects with id, user, state, started_at, ended_at (unix seconds or
+null), hosts, queued, waiting ([{req, symbolic, position, age_s, reason, reason_code, slurm}]),
+notes, argv, cwd, spec.";
+
+/// What `rb status --help` and `man rb-status` say about the table.
+const STATUS_HELP: &str = "\
+Per host: state, ALLOC (free; held(N) by job N; releasing(N) being taken back; reserved(N)
+taken back for a waiting request; draining(N) drained while job N holds it; drained; leaving:
+a Slurm pilot's lease ends), 1-minute load, CPUs, memory (available/total), logged-in users
+with their tty idle time, console idle time (`?` = unknown: never read as idle), labels (lab
+file and sensors), owner, the age of the last report, and NOTE: why the policy starts no job
+on a free host now, or a Slurm pilot's job and lease. Down hosts are listed underneath with
+the reason.
+
+--json: an array of objects with name, state (up/down), alloc_state, held_by, drained, cpus,
+load1, users ([{user, tty, idle_s}]), console_idle_s, labels, owner, last_report_age_s,
+down_reason, hostname, load5, load15, cpu_util, mem_*, managed_procs, job_load,
+daemon_starts, policy_note, slurm_job, lease_left_s, lease_ending.";
+
 /// ResourceBroker: hand idle lab machines to adaptive parallel jobs.
 #[derive(Debug, Parser)]
 #[command(name = "rb", version)]
@@ -110,6 +156,7 @@ pub enum Cmd {
     },
     /// Show every host: state, allocation (free, held by a job, drained…), load, CPUs, users,
     /// idleness, labels, owner.
+    #[command(after_long_help = STATUS_HELP)]
     Status {
         /// Machine-readable output: a JSON array of host objects.
         #[arg(long)]
@@ -124,6 +171,7 @@ pub enum Cmd {
     },
     /// Show jobs: id, user, state, start and end times, hosts, and each waiting request's
     /// position, age and why it waits.
+    #[command(after_long_help = JOBS_HELP)]
     Jobs {
         /// Machine-readable output: a JSON array of job objects.
         #[arg(long)]

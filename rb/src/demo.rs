@@ -5,7 +5,7 @@
 //! Everything lives in one private state dir (created or verified by
 //! [`privdir::create_private`]: another user's directory or symlink there is refused), the
 //! broker's log included (`broker.log`, opened `O_NOFOLLOW | O_EXCL`), so no fixed `/tmp`
-//! path is ever followed or written by whoever made it first (issue 14).
+//! path is ever followed or written by whoever made it first.
 
 use std::{
     path::{Path, PathBuf},

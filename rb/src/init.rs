@@ -82,6 +82,8 @@ state_dir = "{state_dir}"   # database, sockets, logs
 secret_file = "{secret}"
 # report_interval_s = 2
 # down_after_s = 6                 # silence after which a host is down and its daemon restarted
+# hostd_path: default the rb-hostd next to rb-broker (/usr/bin with the Debian package): the
+#   programs must be installed at the same paths on every host, and on the users' PATH there
 # ssh_command = ["ssh", "-F", "/path/to/ssh_config"]
 
 [[host]]

@@ -41,7 +41,7 @@ fn main() -> ExitCode {
 }
 
 /// 64 for bad flags or lab file; 77 for permission denied, and when a directory or socket
-/// is not this user's alone (issue 14); else 1.
+/// is not this user's alone; else 1.
 fn exit_code(e: &anyhow::Error) -> u8 {
     if let Some(code) = e.chain().find_map(key_file_exit_code) {
         return code;
@@ -156,7 +156,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             let host = host.clone();
             block_on(cmd_admin(broker(b)?, Request::Resume { host }))
         }
-        Cmd::Lab(cmd) => lab::cli::run(cmd.clone()).map(|()| ExitCode::SUCCESS),
+        Cmd::Lab(cmd) => lab::cli::run(cmd.clone()).map(ExitCode::from),
         Cmd::Policy(cli::PolicyCommand::Check { file }) => Ok(cmd_policy_check(file)),
         Cmd::Policy(cli::PolicyCommand::Replay { trace_dir, policy }) => {
             Ok(rb::replay::run(trace_dir, policy, local_utc_offset_s()))

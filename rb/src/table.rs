@@ -327,7 +327,7 @@ mod tests {
         }
     }
 
-    /// A Slurm pilot's node shows its Slurm job and the lease left in NOTE (issue 19).
+    /// A Slurm pilot's node shows its Slurm job and the lease left in NOTE.
     #[test]
     fn a_pilots_node_shows_its_slurm_job_and_lease() {
         let mut pilot = host("slurm-node04", HostState::Up);

@@ -1,4 +1,4 @@
-//! The remote shell of a granted host as the shim's child (issue 17): started with the
+//! The remote shell of a granted host as the shim's child: started with the
 //! caller's stdio (inherited, nothing copied), SIGTERM, SIGINT and SIGHUP passed on to it, its
 //! end awaited; and the shim ending as it did ([`Ended::exit`]).
 //!

@@ -10,7 +10,7 @@
 //! call with an instance name whose host the broker took back, which exits 255 as ssh does
 //! for a host it cannot reach ([`ShimError::exit_code`]).
 //!
-//! A granted host taken back (issue 17): netkit rsh exits 0 whatever the remote command
+//! A granted host taken back: netkit rsh exits 0 whatever the remote command
 //! did, so when the subagent ended the command for a reclaim the caller would take it for
 //! a success (Open MPI's `mpirun` then waits for ever for the orted's callback). When the
 //! remote shell exits 0, the shim asks the agent (`taken_back`, one more local round trip)

@@ -315,7 +315,7 @@ fn symbolic_host_is_allocated_and_runs_under_the_subagent() {
     );
 }
 
-/// Issue 17: the remote shell exits 0 (netkit rsh does when the subagent ended the command
+/// The remote shell exits 0 (netkit rsh does when the subagent ended the command
 /// for a reclaim): the shim asks the agent, which says the broker took the host back: exit
 /// 143 and one line on stderr. Not taken back: the 0 stands, nothing on stderr.
 #[test]
@@ -409,7 +409,7 @@ fn signals_reach_the_remote_shell_and_its_death_by_signal_is_ours() {
     assert_eq!(out.status.signal(), Some(libc::SIGUSR1), "{:?}", out.status);
 }
 
-/// Issue 14 item 15: off a terminal, a waiting call says why it waits once, and only when
+/// Off a terminal, a waiting call says why it waits once, and only when
 /// `RB_VERBOSE` is set.
 #[test]
 fn waiting_call_logs_the_reason_once_off_a_terminal_with_rb_verbose() {

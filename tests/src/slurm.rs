@@ -1,5 +1,5 @@
 //! Overflow-onto-Slurm support shared by `tests/tests/slurm_lab.rs` and rb-bench's overflow
-//! section (issue 19): a lab whose last hosts form a real Slurm cluster
+//! section: a lab whose last hosts form a real Slurm cluster
 //! ([`lab::SlurmCluster`]), a broker whose lab file has `[overflow.slurm]` pointing at it,
 //! and agents run by the broker's owner (pilots serve the owner's jobs only).
 

@@ -1,4 +1,4 @@
-//! `rb-bnb`, the branch-and-bound example application (issue 18), lab tier: the master on the
+//! `rb-bnb`, the branch-and-bound example application, lab tier: the master on the
 //! gateway, workers on real namespaced hosts started over the real remote shell by
 //! `rsh anyLinux`, each a member of the job's pool through its subagent. The answer is checked
 //! against `rb-bnb --brute-force` while a host is taken back mid-run: released

@@ -1,4 +1,4 @@
-//! `rb-bnb`, the branch-and-bound example application (issue 18), local tier: a real agent
+//! `rb-bnb`, the branch-and-bound example application, local tier: a real agent
 //! with virtual hosts. The answer is checked against `rb-bnb --brute-force` (every tour
 //! tried) while the job grows onto granted hosts, loses one to `rb release` (its `vacate`
 //! hands the task on), and loses a worker to SIGKILL (`died`).

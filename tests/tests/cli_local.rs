@@ -1,6 +1,6 @@
 //! Tier 2, the command lines: what `rb`, `agent` and `rb-broker` say and which exit code
-//! they give for bad input, bad configuration and a missing broker (issue 14, items 4, 9,
-//! 16–19). The real binaries; no root needed.
+//! they give for bad input, bad configuration and a missing broker. The real binaries; no
+//! root needed.
 
 use std::{
     os::unix::fs::PermissionsExt,

@@ -1,4 +1,4 @@
-//! The example applications on the lab tier (issue 18): real namespaced hosts over real
+//! The example applications on the lab tier: real namespaced hosts over real
 //! ssh, the broker and the job's agent on the gateway (this machine). rb-mw (examples/mw):
 //! its master on the gateway grows onto 3 lab hosts with `rsh anyLinux` and counts right;
 //! a host taken back mid-run has its tasks redone, each counted once, whether it is

@@ -1,4 +1,4 @@
-//! The example applications on the local tier (issue 18): a real broker with virtual hosts
+//! The example applications on the local tier: a real broker with virtual hosts
 //! on this machine (`local` transport), the job under a real `agent`, workers started by
 //! the application itself with `rsh anyLinux`. rb-mw (examples/mw): the right count of
 //! primes (against a plain sieve) on one host and growing onto several; a worker killed

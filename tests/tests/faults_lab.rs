@@ -1,4 +1,4 @@
-//! The fault-injection suite (issue 17): a seeded stream of real jobs on a real lab (agents on
+//! The fault-injection suite: a seeded stream of real jobs on a real lab (agents on
 //! the gateway, `rsh anyLinux-N` over ssh to namespaced hosts, releases, owner returns, job
 //! ends) with faults injected at random points, and the invariants checked after each:
 //! no host in two live allocations, running jobs keep their hosts and queued requests, no
@@ -168,7 +168,7 @@ fn front_pid(env: &LabWithBroker, host: &str) -> Option<String> {
     (!pid.is_empty() && !pid.contains('\n')).then_some(pid)
 }
 
-/// Issue 17 (found by `hostd_subagent_and_agent_sigkilled…`, seed 1795507071920840295): the
+/// Found by `hostd_subagent_and_agent_sigkilled…`, seed 1795507071920840295: the
 /// subagent's front SIGKILLed, then its guardian: nothing watches the command any more, the
 /// agent (its subagent gone) answers a reclaim at once, and the host goes to the next job
 /// with the first job's command still running there. The host daemon ends it once the

@@ -1,4 +1,4 @@
-//! Issue 17, fuzzing on stable: the seed corpus of every cargo-fuzz target
+//! Fuzzing on stable: the seed corpus of every cargo-fuzz target
 //! (`*/fuzz/seeds/TARGET/`) and a few hundred proptest cases per target (fixed seed: the
 //! same inputs on every run) go through the very harness the fuzz targets call (included
 //! below), each input within [`PER_INPUT`]. No panic, no slow input.

@@ -1,4 +1,4 @@
-//! `examples/jacobi/jacobi.py` (issue 18), lab tier: the master on the gateway, workers on
+//! `examples/jacobi/jacobi.py`, lab tier: the master on the gateway, workers on
 //! real namespaced hosts over the real remote shell, each a pool member through its
 //! subagent. A host is taken back mid-run — released (`rb release`), taken by another job,
 //! taken back by its returning owner (each a `vacate` first: the block there is freed at

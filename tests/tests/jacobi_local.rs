@@ -1,4 +1,4 @@
-//! `examples/jacobi/jacobi.py`, asynchronous Jacobi with `jel.py` (issue 18), local tier: a
+//! `examples/jacobi/jacobi.py`, asynchronous Jacobi with `jel.py`, local tier: a
 //! real agent with virtual hosts. The solution it writes is checked here, independently of
 //! the program's own residual, while workers join and leave mid-run and a host is released.
 

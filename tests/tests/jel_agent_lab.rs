@@ -1,4 +1,4 @@
-//! JEL hosted by the job's agent, lab tier (issue 16): the agent on the gateway machine, the
+//! JEL hosted by the job's agent, lab tier: the agent on the gateway machine, the
 //! broker over TCP, the remote command on a real namespaced host over real ssh under a
 //! subagent. `rb release HOST` puts `vacate` (with its deadline) in the job's stream before
 //! the subagent ends the command there, then `host_released`.

@@ -1,4 +1,4 @@
-//! JEL hosted by the job's agent, local tier (issue 16): a real `agent` with the local
+//! JEL hosted by the job's agent, local tier: a real `agent` with the local
 //! virtual-host lab hosts its job's pool on `RB_JEL`; a watcher started by the app sees the
 //! hosts the broker grants and takes back (`host_granted`, `vacate` with its deadline before
 //! the remote command is told to end, `host_released`) and the job's end (`terminated`).

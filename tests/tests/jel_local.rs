@@ -1,4 +1,4 @@
-//! JEL, local tier (issue 16): a pool hosted by `jel::host::PoolHost` (the `rb-jel-host`
+//! JEL, local tier: a pool hosted by `jel::host::PoolHost` (the `rb-jel-host`
 //! example, until the agent hosts pools) driven by real client processes: `rb-jel` (shell),
 //! `jel.py`, the C library. Joins, leaves, deaths within 100 ms of a member's exit,
 //! re-election when the winner is killed, `watch --from` resuming with no gap or duplicate,

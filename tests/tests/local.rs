@@ -203,7 +203,7 @@ fn garbage_on_the_broker_port_leaves_it_unaffected() {
     assert!(logged.is_some(), "bad peers must be logged");
 }
 
-/// Issue 17: a peer streaming 100 MiB without a newline is dropped at the frame limit
+/// A peer streaming 100 MiB without a newline is dropped at the frame limit
 /// (its writes fail long before 100 MiB), and the broker's peak RSS does not grow by
 /// anything near what was sent.
 fn endless_line_is_dropped_without_growing_the_broker(broker: &Broker) {
@@ -422,7 +422,7 @@ fn status_of_a_lab_bigger_than_one_frame_is_served() {
     assert_eq!(rows.len(), 4000);
 }
 
-/// Issue 14 item 8: on a fresh broker (no job ever ran) `rb drain` and `rb resume` know the
+/// On a fresh broker (no job ever ran) `rb drain` and `rb resume` know the
 /// lab file's hosts, and `rb status` shows the drain (column and `--json`).
 #[test]
 fn drain_and_resume_on_a_fresh_broker_show_in_rb_status() {
@@ -483,7 +483,7 @@ impl Drop for Reap {
     }
 }
 
-/// Issue 14 item 15: `rb status` names the job holding a host; `rb jobs` shows start and
+/// `rb status` names the job holding a host; `rb jobs` shows start and
 /// end times and why a request waits, in aligned columns; a waiting `rsh` off a terminal
 /// with `RB_VERBOSE` says the same reason once on stderr.
 #[test]

@@ -349,7 +349,7 @@ fn pvm_grow_answers_alike_with_the_pvm_task_and_with_the_console() {
     }
 }
 
-/// The usual lab (issue 14, item 6): every workstation is a lab host, so the broker
+/// The usual lab: every workstation is a lab host, so the broker
 /// manages node02, the front end the job runs on, as well as node03 and node04.
 fn lab_with_the_front_end_inside() -> LabWithBroker {
     LabWithBroker::start_with_managed_front_end(3)
@@ -365,7 +365,7 @@ fn job_notes(env: &LabWithBroker) -> String {
         .collect()
 }
 
-/// Issue 14, item 6: with the front end managed by the broker, a PVM job on node02 that
+/// With the front end managed by the broker, a PVM job on node02 that
 /// typed `add anyLinux` was granted node02 itself; PVM refused the duplicate and the job
 /// never grew. It must grow onto another host; a host it added by name (node03, through
 /// the shim) is never granted to it either.
@@ -450,7 +450,7 @@ fn pvm_add_any_linux_with_the_front_end_inside_grows_onto_another_host() {
     assert_nothing_left(&env, "pvmd3?", &out);
 }
 
-/// Issue 14, item 6 for LAM: `lamgrow anyLinux` in a universe booted on node02 (managed
+/// The same for LAM: `lamgrow anyLinux` in a universe booted on node02 (managed
 /// by the broker) grows onto another host, and a host of the boot schema (node03, booted
 /// through the shim) is never granted to the job.
 #[test]

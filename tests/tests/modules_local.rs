@@ -198,7 +198,7 @@ rsh "$1" "echo \$\$ >$SCRATCH/daemon.pid; exec sleep 300" </dev/null >/dev/null 
     assert!(scratch.log().contains("halt 0"), "{}", scratch.log());
 }
 
-/// Issue 14, item 6: a grow that finds the granted host in the job's virtual machine
+/// A grow that finds the granted host in the job's virtual machine
 /// already (exit 6, e.g. PVM's "Duplicate host") used to count as the job having grown:
 /// the job held a host it could not use and never grew. The host must go back, the request
 /// be served by another host, and `rb jobs` say what happened.

@@ -182,7 +182,7 @@ fn open_mpi_daemon_is_ended_when_the_broker_takes_its_host_back() {
     assert_all_given_back(&env, "orted|sleep");
 }
 
-/// Issue 17: a host taken back before its daemon called back. Over rsh the remote status
+/// A host taken back before its daemon called back. Over rsh the remote status
 /// is lost (netkit rsh exits 0 whatever the remote command did): mpirun takes its launcher's
 /// exit for a success and waits for the orted's callback for ever. It must end with an error
 /// within the grace + 10 s. The orted starts late (a wrapper sleeps first), so the host is
@@ -307,7 +307,7 @@ fn mpich_hydra_with_any_linux_hosts_runs_on_granted_hosts() {
 
 #[test]
 fn instance_names_put_mpi_ranks_on_distinct_hosts() {
-    // Issue 14 item 11: `--host anyLinux,anyLinux` is one node for both launchers, so N
+    // `--host anyLinux,anyLinux` is one node for both launchers, so N
     // hosts need N names; the instance form gives them: `anyLinux-1,anyLinux-2`.
     if skip_unless_root("instance_names_put_mpi_ranks_on_distinct_hosts") {
         return;
@@ -333,7 +333,7 @@ fn instance_names_put_mpi_ranks_on_distinct_hosts() {
     }
 }
 
-/// Issue 14, item 10: with 4 idle hosts of which 2 are `public`, the broad names of
+/// With 4 idle hosts of which 2 are `public`, the broad names of
 /// `-hosts anyLinux,anyHost,anyPublic` took both public hosts, `anyPublic` waited while two
 /// hosts sat idle, and the ranks waited in MPI_Init for ever. Every name must get a host
 /// (three distinct ones), `anyPublic` a public one, and the run must complete.

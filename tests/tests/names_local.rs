@@ -1,4 +1,4 @@
-//! Tier 2 for symbolic names (issue 14 items 11 and 12): instance names (`anyLinux-1`)
+//! Tier 2 for symbolic names: instance names (`anyLinux-1`)
 //! bound to one host per job, and names launchers refuse (`anyX86_64`). `agent` + the `rsh`
 //! shim + subagents against a broker with virtual hosts (local transport). No root needed.
 //!

@@ -1,4 +1,4 @@
-//! Tier 2, overflow onto Slurm (issue 19): who may join the lab as a Slurm pilot's host.
+//! Tier 2, overflow onto Slurm: who may join the lab as a Slurm pilot's host.
 //! Real `rb-broker` and `rb-hostd` on this machine (manual transport), no Slurm and no
 //! root needed; the real cluster is in `slurm_lab.rs`.
 

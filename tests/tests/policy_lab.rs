@@ -1,4 +1,4 @@
-//! Tier 3, policies (issue 15): the shipped `paper` policy on real namespaced hosts. An
+//! Tier 3, policies: the shipped `paper` policy on real namespaced hosts. An
 //! owner logging in on their private machine (a real utmp entry) sends the adaptive job
 //! there away: its processes on that host are gone within the grace plus a second. Root
 //! only; each test prints why it is skipped otherwise.

@@ -1,4 +1,4 @@
-//! Tier 2, policies (issue 15): the lab file's `[broker] policy`, `rb check` and `rb-broker`
+//! Tier 2, policies: the lab file's `[broker] policy`, `rb check` and `rb-broker`
 //! refusing a bad one, and the broker granting by the policy in force. The real binaries
 //! on virtual hosts of this machine; no root needed.
 
@@ -455,7 +455,7 @@ fn replay(
     })
 }
 
-/// Issue 15, decision trace: a real broker grants three hosts to three jobs; replaying its
+/// The decision trace: a real broker grants three hosts to three jobs; replaying its
 /// trace under the shipped paper policy (the one in force) changes nothing, and under a
 /// one-line policy refusing vhost03 the grant of vhost03 differs.
 #[test]
@@ -493,7 +493,7 @@ fn rb_policy_replay_of_a_real_trace_finds_the_grant_another_policy_refuses() {
         .unwrap_or_else(|| panic!("no difference on vhost03's grant:\n{text}"));
     assert!(line.contains("host vhost03"), "{line}");
     assert!(line.contains("replayed: waits ("), "{line}");
-    // Issue 18's utilization: under the paper policy every request was granted at once, so
+    // The paper's utilization measure: under the paper policy every request was granted at once, so
     // no host was ever free while one waited; under refuse.toml vhost03 stays free while the
     // third job waits.
     assert!(idle_host_s(&paper_text) == 0.0, "{paper_text}");

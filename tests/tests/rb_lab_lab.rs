@@ -91,8 +91,8 @@ fn ok(what: &str, out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Issue 14 item 20: `rb lab down` without arguments took down every lab made by `rb lab up`
-/// on the machine, other people's and other checkouts' included.
+/// `rb lab down` without arguments once took down every lab made by `rb lab up` on the
+/// machine, other people's and other checkouts' included: it takes only this checkout's.
 #[test]
 fn bare_lab_down_takes_down_only_labs_of_this_checkout() {
     if skip_unless_root("bare_lab_down_takes_down_only_labs_of_this_checkout") {
@@ -127,6 +127,9 @@ fn bare_lab_down_takes_down_only_labs_of_this_checkout() {
         "exec in their lab",
         &theirs.rb_lab(&["exec", "node02", "true"]),
     );
+    // `rb lab exec` exits with the command's own status, as the command would.
+    let failed = theirs.rb_lab(&["exec", "node02", "sh", "-c", "exit 3"]);
+    assert_eq!(failed.status.code(), Some(3), "{failed:?}");
     let status = ok("rb lab status", &theirs.rb_lab(&["status"]));
     assert!(
         status.contains(&format!("from {}", theirs.path().display())),
@@ -135,4 +138,80 @@ fn bare_lab_down_takes_down_only_labs_of_this_checkout() {
     // Named: taken down whoever made it.
     ok("rb lab down DIR", &ours.rb_lab(&["down", &d]));
     assert!(!their_lab.exists());
+}
+
+/// `rb lab slurm`: a Slurm cluster of lab hosts that runs until it is told to stop, so that
+/// overflow onto Slurm can be tried by hand on one machine.
+#[test]
+fn lab_slurm_runs_a_cluster_until_it_is_stopped() {
+    if skip_unless_root("lab_slurm_runs_a_cluster_until_it_is_stopped") {
+        return;
+    }
+    use std::io::BufRead;
+    use std::time::Duration;
+
+    let mut ours = Checkout::new("slurm");
+    let lab = ours.up();
+    let d = lab.to_string_lossy().into_owned();
+    let mut child = Command::new(ours.path().join("rb"))
+        .args(["lab", "slurm", "--dir", &d, "node02"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("rb lab slurm");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut printed = Vec::new();
+    let conf = loop {
+        match rx.recv_timeout(Duration::from_secs(180)) {
+            Ok(line) => {
+                let conf = line
+                    .strip_prefix("clients:   SLURM_CONF=")
+                    .and_then(|l| l.split_whitespace().next())
+                    .map(PathBuf::from);
+                printed.push(line);
+                if let Some(conf) = conf {
+                    break conf;
+                }
+            }
+            Err(e) => {
+                let _ = child.kill();
+                let out = child.wait_with_output().expect("wait");
+                panic!(
+                    "no cluster ({e}): {printed:?}\n{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+    };
+    let sinfo = Command::new("sinfo")
+        .args(["-h", "-N", "-o", "%N %t"])
+        .env("SLURM_CONF", &conf)
+        .output()
+        .expect("sinfo");
+    let nodes = String::from_utf8_lossy(&sinfo.stdout);
+    assert!(nodes.lines().any(|l| l == "node02 idle"), "sinfo: {nodes}");
+
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    let ended = tests::wait_until(Duration::from_secs(60), || child.try_wait().ok().flatten());
+    let status = ended.unwrap_or_else(|| {
+        let _ = child.kill();
+        panic!("rb lab slurm did not stop at SIGTERM")
+    });
+    assert!(status.success(), "rb lab slurm: {status}");
+    assert!(
+        !lab.join("slurm").exists(),
+        "the cluster's directory is left behind"
+    );
 }

@@ -1,4 +1,4 @@
-//! Issue 14, items 1–3: another local user must not be able to make our programs use a
+//! Another local user must not be able to make our programs use a
 //! directory or a socket they control. Each test plays the attacker as root (user B) and
 //! runs the victim's real program (user A) as a fresh uid of the 47xx range, which no other
 //! test uses and which has no passwd entry, with `XDG_RUNTIME_DIR` unset, so the victim's

@@ -1,4 +1,4 @@
-//! Tier 3, overflow onto Slurm (issue 19): a real Slurm cluster (Debian's munged,
+//! Tier 3, overflow onto Slurm: a real Slurm cluster (Debian's munged,
 //! slurmctld, slurmd) whose nodes are lab hosts (`lab::SlurmCluster`). Root only; each test
 //! prints why it is skipped otherwise. The cluster and the lab are torn down on drop.
 
@@ -583,7 +583,7 @@ fn holds_for(window: Duration, mut cond: impl FnMut() -> Result<(), String>) -> 
     }
 }
 
-/// A broker restart while a job holds a pilot's node (issue 19). The lab is full and a
+/// A broker restart while a job holds a pilot's node. The lab is full and a
 /// job's `rsh anyLinux sleep 300` runs on the pilot's node `slurm-node04`; the broker is
 /// SIGKILLed (nothing cancelled) and restarted on the same address, as a production broker
 /// on its fixed `listen` is. The pilot's daemon reconnects and the host is up, still the

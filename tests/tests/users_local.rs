@@ -1,4 +1,4 @@
-//! Issue 17, "Per-user identity", end to end with a real broker (run by root, the owner)
+//! Per-user identity, end to end with a real broker (run by root, the owner)
 //! and a second real uid playing user `bob` (4720: the 47xx range of security_local.rs, no
 //! passwd entry, as a credential's user need not have one). Bob holds no lab secret: his
 //! `agent` and `rb` reach the broker over TCP with the credential `rb user add bob` made.

@@ -74,7 +74,7 @@ fn main() {
 }
 
 /// The exit code of an agent failure: 64 for a bad lab file; 77 for permission denied,
-/// and when a directory or socket is not this user's alone (issue 14); else 1.
+/// and when a directory or socket is not this user's alone; else 1.
 fn exit_code(e: &anyhow::Error) -> i32 {
     if e.downcast_ref::<config::ConfigError>().is_some() {
         return EXIT_USAGE;

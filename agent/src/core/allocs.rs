@@ -180,7 +180,7 @@ impl AgentCore {
         let Some(a) = self.allocs.get_mut(&alloc) else {
             return self.tell_broker(ToBroker::Released { alloc }, out);
         };
-        // issue 17: `released` when no subagent is attached to a host that had one, even if
+        // `released` when no subagent is attached to a host that had one, even if
         // an orphaned process group of the job still runs there.
         if a.subs.is_empty() && a.used {
             self.remove_alloc(alloc, out);

@@ -8,7 +8,7 @@
 //!   and the dispatch of inputs by the job's [`Phase`].
 //! - `shims`: shim calls of a plain job: a request per call, instance names bound to one
 //!   host ([`crate::instances`] decides which), grants offered to the waiting shims; the
-//!   `taken_back` question of a shim whose remote shell exited 0 (issue 17).
+//!   `taken_back` question of a shim whose remote shell exited 0.
 //! - `allocs`: the job's allocations: subagents attaching and leaving, reclaims, hand-backs,
 //!   launchers that ended without starting a subagent, the hosts file.
 //! - `module_job`: module jobs (DESIGN.md flow 6): phase 1 at the broker, `NAME-grow` on a
@@ -54,7 +54,7 @@
 //!   subagent that attaches is told to end its command at once, broker messages other than
 //!   `job_ended` and signals are ignored: the job is ending.
 //!
-//! # The JEL pool (issue 16) in this core
+//! # The JEL pool in this core
 //! The pure `jel::pool::Pool` (its module doc, "Hosting a pool") becomes one more part of
 //! [`AgentCore`], fed from the places below, so that pool events come from one place:
 //! The core says what the pool must learn as [`Output::Pool`] ([`PoolEvent`]); the shell

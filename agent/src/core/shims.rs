@@ -1,7 +1,7 @@
 //! Shim calls in a plain (non-module) job: a request per call for `anyLinux`, and for an
 //! instance name (`anyLinux-1`) one bound host for the job ([`crate::instances`] decides,
 //! this turns its answers into outputs); grants offered to the shims that wait for them;
-//! `taken_back` answered from the allocations the broker took back (issue 17).
+//! `taken_back` answered from the allocations the broker took back.
 
 use proto::{agent::ShimReply, msg::ToBroker};
 use tracing::info;

@@ -334,7 +334,7 @@ fn reclaims_by_the_state_of_the_host() {
             |_| vec![broker(ToBroker::Released { alloc: 7 })],
         ),
         (
-            // issue 17: released even if an orphaned process group still runs there.
+            // Released even if an orphaned process group still runs there.
             "an instance's host, its subagent gone",
             |j| {
                 j.ask(1, "anyLinux-1");
@@ -1092,7 +1092,7 @@ fn pool_the_job_end_terminates_the_pool_after_the_end_sequence_right_before_the_
     );
 }
 
-/// Issue 17: the answer to a shim whose remote shell for `alloc` exited 0.
+/// The answer to a shim whose remote shell for `alloc` exited 0.
 fn taken_back_answer(job: &mut Job, shim: ShimId, alloc: AllocId) -> Vec<Output> {
     job.feed(Input::ShimTakenBack { shim, alloc })
 }

@@ -1,4 +1,4 @@
-//! The "Example applications" section (issue 18, "Experiments"), lab only (root):
+//! The "Example applications" section, lab only (root):
 //! - the paper's utilization experiment, time-compressed: an adaptive application soaks up
 //!   the lab while a sequential job (`rsh anyLinux sleep T`) starts every 100 s / scale,
 //!   T uniform in [1, 10] min / scale (seeded); host usage read from the broker's decision

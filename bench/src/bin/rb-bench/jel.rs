@@ -1,4 +1,4 @@
-//! The JEL section (issue 16): its lab part (latency: a job's members on 4 lab hosts,
+//! The JEL section: its lab part (latency: a job's members on 4 lab hosts,
 //! [`crate::jel_lab`]) and its scale part, on one host: a pool hosted by `jel::host::PoolHost`
 //! in a process of its own (the `rb-jel-host` example, the same host the agent runs), and N
 //! members in this process, each with a member connection and a watch connection from seq 1,

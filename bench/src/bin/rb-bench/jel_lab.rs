@@ -1,4 +1,4 @@
-//! The JEL section's lab part (issue 16, "Benchmarks": latency on the lab), root only: a real
+//! The JEL section's lab part (latency on the lab), root only: a real
 //! job under `agent` on the lab user's front end (node02), its pool hosted by the agent, and
 //! members on the front end and on 3 granted lab hosts, each host's members under the
 //! subagent there and relayed over its agent link.

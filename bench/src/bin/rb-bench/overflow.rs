@@ -1,4 +1,4 @@
-//! The "Overflow onto Slurm" section (issue 19, "Benchmarks"), lab only (root): a real Slurm
+//! The "Overflow onto Slurm" section, lab only (root): a real Slurm
 //! cluster made of a lab host (`tests::slurm::SlurmLab`: munged, slurmctld and slurmd inside
 //! node03) beside one managed lab host (node02), and a broker whose lab file has
 //! `[overflow.slurm]` with the default policy (`overflow` once a request waited 1 s):

@@ -1,4 +1,4 @@
-//! The "Policies" section (issue 15, "Benchmarks"): the allocator's grant decision and a
+//! The "Policies" section: the allocator's grant decision and a
 //! policy reload with each shipped policy file at 1k and 10k simulated hosts, in-process
 //! and pure (the `Allocator` fed realistic `HostView`s), beside the compiled policy's; the
 //! broker's footprint with the paper policy; and, in the lab (root), owner return → the
@@ -45,9 +45,9 @@ pub struct Options {
     pub footprint_rounds: usize,
 }
 
-/// The commit whose broker footprint issue 15 quotes as today's (11 % of a core and 213 MiB
-/// at 10k hosts: BENCHMARKS.md of 2026-11-22, the allocation policy compiled in), on the
-/// machine of the day.
+/// The commit whose broker footprint is the baseline before policy files (11 % of a core
+/// and 213 MiB at 10k hosts: BENCHMARKS.md of 2026-11-22, the allocation policy compiled
+/// in), on the machine of the day.
 pub const BEFORE_POLICY_FILES: &str = "ba708db";
 
 impl Options {
