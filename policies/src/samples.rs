@@ -11,9 +11,7 @@ use std::{
 };
 
 use crate::{
-    facts::{
-        HostFacts, JobFacts, LabFacts, LoginSession, NowFacts, Session, SpecValue, UserFacts,
-    },
+    facts::{HostFacts, JobFacts, LabFacts, LoginSession, NowFacts, Session, SpecValue, UserFacts},
     hooks::Var,
 };
 
