@@ -507,7 +507,8 @@ fn rb_check_reads_overflow_slurm_and_the_broker_refuses_a_bad_one() {
 
 #[test]
 fn rb_check_probe_says_when_slurm_cannot_be_asked() {
-    let lab = LabFile::new(HEADER);
+    // A lab file must name a host (or overflow onto Slurm) to pass `rb check` at all.
+    let lab = LabFile::new(&format!("{HEADER}\n[[host]]\nname = \"node02\"\n"));
     let out = rb(&["check", "--probe", lab.arg()]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stdout(&out).contains("has no [overflow.slurm]: nothing to ask"));
