@@ -224,9 +224,12 @@ pub fn spawn_policy_watcher(
                 }
                 _ = poll.tick() => {
                     // A reload may have switched to another file (the lab file's setting).
+                    // That file may have changed since the reload read it and before this
+                    // tick: no stamp to compare with, so it is read once more (the same
+                    // content is the same policy).
                     let now_file = handle.file();
                     if now_file != file {
-                        last = now_file.as_deref().and_then(stamp);
+                        last = None;
                         file = now_file;
                     }
                     let Some(path) = file.as_deref() else { continue };

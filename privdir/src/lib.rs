@@ -147,7 +147,17 @@ pub fn ensure_root() -> Result<PathBuf, Error> {
 
 /// [`ensure_dir`] for a root, whose parents (under `$HOME` for the fallback) are created
 /// mode 0700 when missing.
+///
+/// When `root` is the fallback under `$HOME` and it cannot be made either (no home, not
+/// writable), the refused `/tmp/rb-<euid>` is the error: it names what to remove.
 fn ensure_root_dir(root: &Path) -> Result<(), Error> {
+    make_root_dir(root).map_err(|fallback| match refused_tmp_root() {
+        Some(refused) if root != tmp_root() => refused,
+        _ => fallback,
+    })
+}
+
+fn make_root_dir(root: &Path) -> Result<(), Error> {
     if let Some(parent) = root.parent().filter(|p| !p.exists()) {
         DirBuilder::new()
             .recursive(true)
