@@ -233,6 +233,49 @@ pub fn write_new_private(path: &Path, contents: &str) -> std::io::Result<()> {
     file.sync_all()
 }
 
+/// The exit code for a lab secret or credential file that cannot be used, if `cause` (one
+/// error of a chain) is about one: 77 when reading it is not permitted, else 64 (mode,
+/// owner, length, contents: the configuration is wrong). `rb` and `agent` both exit so
+/// (docs/src/reference/exit-codes.md).
+pub fn key_file_exit_code(cause: &(dyn std::error::Error + 'static)) -> Option<u8> {
+    use crate::auth::SecretError;
+    const EXIT_USAGE: u8 = 64;
+    const EXIT_PERMISSION: u8 = 77;
+    // `TcpKeyError` is transparent: the chain skips the error it wraps.
+    let (secret, credential) = match cause.downcast_ref::<TcpKeyError>() {
+        Some(TcpKeyError::Secret(e)) => (Some(e), None),
+        Some(TcpKeyError::Credential(e)) => (None, Some(e)),
+        None => (
+            cause.downcast_ref::<SecretError>(),
+            cause.downcast_ref::<CredentialError>(),
+        ),
+    };
+    let unreadable =
+        |source: &std::io::Error| source.kind() == std::io::ErrorKind::PermissionDenied;
+    match (secret, credential) {
+        (Some(SecretError::Read { source, .. }), _)
+        | (_, Some(CredentialError::Read { source, .. }))
+            if unreadable(source) =>
+        {
+            Some(EXIT_PERMISSION)
+        }
+        (Some(_), _) | (_, Some(_)) => Some(EXIT_USAGE),
+        _ => None,
+    }
+}
+
+/// Whether the broker refused our identity (a wrong or revoked credential, another uid).
+pub fn is_auth_refusal(e: &crate::handshake::HandshakeError) -> bool {
+    use crate::{handshake::HandshakeError, msg::ErrorCode};
+    matches!(
+        e,
+        HandshakeError::Refused {
+            code: ErrorCode::Auth | ErrorCode::Denied,
+            ..
+        }
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -43,7 +43,7 @@ fn main() -> ExitCode {
 /// 64 for bad flags or lab file; 77 for permission denied, and when a directory or socket
 /// is not this user's alone; else 1.
 fn exit_code(e: &anyhow::Error) -> u8 {
-    if let Some(code) = e.chain().find_map(key_file_exit_code) {
+    if let Some(code) = e.chain().find_map(proto::credential::key_file_exit_code) {
         return code;
     }
     let usage = e.downcast_ref::<cli::UsageError>().is_some()
@@ -57,7 +57,7 @@ fn exit_code(e: &anyhow::Error) -> u8 {
                 .is_some_and(client::BrokerError::is_permission)
             || cause
                 .downcast_ref::<proto::handshake::HandshakeError>()
-                .is_some_and(is_auth_refusal)
+                .is_some_and(proto::credential::is_auth_refusal)
             || cause
                 .downcast_ref::<std::io::Error>()
                 .is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied)
@@ -67,49 +67,6 @@ fn exit_code(e: &anyhow::Error) -> u8 {
         (false, true) => EXIT_PERMISSION,
         _ => 1,
     }
-}
-
-/// A lab secret or credential file that cannot be used: 77 when reading it is not
-/// permitted, else 64 (mode, owner, length, contents: the configuration is wrong), as
-/// `rb check` says of the lab secret and as `agent` exits (docs/src/reference/exit-codes.md).
-fn key_file_exit_code(cause: &(dyn std::error::Error + 'static)) -> Option<u8> {
-    use proto::{
-        auth::SecretError,
-        credential::{CredentialError, TcpKeyError},
-    };
-    // `TcpKeyError` is transparent: the chain skips the error it wraps.
-    let (secret, credential) = match cause.downcast_ref::<TcpKeyError>() {
-        Some(TcpKeyError::Secret(e)) => (Some(e), None),
-        Some(TcpKeyError::Credential(e)) => (None, Some(e)),
-        None => (
-            cause.downcast_ref::<SecretError>(),
-            cause.downcast_ref::<CredentialError>(),
-        ),
-    };
-    let unreadable =
-        |source: &std::io::Error| source.kind() == std::io::ErrorKind::PermissionDenied;
-    match (secret, credential) {
-        (Some(SecretError::Read { source, .. }), _)
-        | (_, Some(CredentialError::Read { source, .. }))
-            if unreadable(source) =>
-        {
-            Some(EXIT_PERMISSION)
-        }
-        (Some(_), _) | (_, Some(_)) => Some(EXIT_USAGE),
-        _ => None,
-    }
-}
-
-/// The broker refused our identity (a revoked credential, a wrong one, another uid).
-fn is_auth_refusal(e: &proto::handshake::HandshakeError) -> bool {
-    use proto::{handshake::HandshakeError, msg::ErrorCode};
-    matches!(
-        e,
-        HandshakeError::Refused {
-            code: ErrorCode::Auth | ErrorCode::Denied,
-            ..
-        }
-    )
 }
 
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {

@@ -79,13 +79,13 @@ fn exit_code(e: &anyhow::Error) -> i32 {
     if e.downcast_ref::<config::ConfigError>().is_some() {
         return EXIT_USAGE;
     }
-    if let Some(code) = e.chain().find_map(key_file_exit_code) {
-        return code;
+    if let Some(code) = e.chain().find_map(proto::credential::key_file_exit_code) {
+        return i32::from(code);
     }
     let denied = e.chain().any(|cause| {
         cause
             .downcast_ref::<proto::handshake::HandshakeError>()
-            .is_some_and(is_auth_refusal)
+            .is_some_and(proto::credential::is_auth_refusal)
             || cause.is::<privdir::Error>()
             || cause.is::<proto::peercred::PeerError>()
             || cause
@@ -97,46 +97,4 @@ fn exit_code(e: &anyhow::Error) -> i32 {
     } else {
         1
     }
-}
-
-/// A lab secret or credential file that cannot be used: 77 when reading it is not
-/// permitted, else 64 (mode, owner, length, contents), as `rb` exits.
-fn key_file_exit_code(cause: &(dyn std::error::Error + 'static)) -> Option<i32> {
-    use proto::{
-        auth::SecretError,
-        credential::{CredentialError, TcpKeyError},
-    };
-    // `TcpKeyError` is transparent: the chain skips the error it wraps.
-    let (secret, credential) = match cause.downcast_ref::<TcpKeyError>() {
-        Some(TcpKeyError::Secret(e)) => (Some(e), None),
-        Some(TcpKeyError::Credential(e)) => (None, Some(e)),
-        None => (
-            cause.downcast_ref::<SecretError>(),
-            cause.downcast_ref::<CredentialError>(),
-        ),
-    };
-    let unreadable =
-        |source: &std::io::Error| source.kind() == std::io::ErrorKind::PermissionDenied;
-    match (secret, credential) {
-        (Some(SecretError::Read { source, .. }), _)
-        | (_, Some(CredentialError::Read { source, .. }))
-            if unreadable(source) =>
-        {
-            Some(EXIT_PERMISSION)
-        }
-        (Some(_), _) | (_, Some(_)) => Some(EXIT_USAGE),
-        _ => None,
-    }
-}
-
-/// The broker refused our identity (a wrong or revoked credential, another uid).
-fn is_auth_refusal(e: &proto::handshake::HandshakeError) -> bool {
-    use proto::{handshake::HandshakeError, msg::ErrorCode};
-    matches!(
-        e,
-        HandshakeError::Refused {
-            code: ErrorCode::Auth | ErrorCode::Denied,
-            ..
-        }
-    )
 }
