@@ -33,7 +33,6 @@ case "$profile" in
 esac
 
 PROGRAMS=(rb agent rb-broker rb-hostd rb-subagent rb-jel rb-pvm-add rb-lam-add)
-SHIMS=(rsh ssh)   # ssh: when the workspace builds an ssh shim
 bin_dir="target/$profile"
 
 if [ "$build" = 1 ]; then
@@ -62,9 +61,10 @@ install -d "$root/DEBIAN" "$root/usr/bin" "$root/usr/lib/rb/shims" "$root/usr/sh
   "$root/usr/lib/systemd/user" "$root/etc/rb" "$root/usr/include/rb"
 
 for p in "${PROGRAMS[@]}"; do install -m 755 "$bin_dir/$p" "$root/usr/bin/$p"; done
-for s in "${SHIMS[@]}"; do
-  [ -x "$bin_dir/$s" ] && install -m 755 "$bin_dir/$s" "$root/usr/lib/rb/shims/$s"
-done
+install -m 755 "$bin_dir/rsh" "$root/usr/lib/rb/shims/rsh"
+# One program under four names: it reads ssh's grammar as ssh, and runs the real scp/sftp
+# with -S the shim's ssh (a job links the same four names into its own bin directory).
+for name in ssh scp sftp; do ln -s rsh "$root/usr/lib/rb/shims/$name"; done
 # The agent links rb-jel into each job's bin dir from beside the shim.
 ln -s ../../../bin/rb-jel "$root/usr/lib/rb/shims/rb-jel"
 install -m 644 "$bin_dir/librb_preload.so" "$root/usr/lib/rb/librb_preload.so"
@@ -80,10 +80,13 @@ install -m 644 policies/{paper,desktop,nights-and-weekends,dedicated}.toml "$roo
 # Man pages and completions, rendered from the programs' own clap definitions.
 gen="$stage/gen"
 "$bin_dir/rb-docgen" --out "$gen" >/dev/null
-# The shim's page and completions never take the system rsh's names (rsh.1.gz is an
-# alternative of rsh-client): its page is rb-rsh(1), and it gets no completion.
-mv "$gen/man/rsh.1" "$gen/man/rb-rsh.1"
-rm -f "$gen"/completions/*/rsh "$gen"/completions/*/_rsh "$gen"/completions/*/rsh.fish
+# The shims' pages and completions never take the system's names (rsh.1.gz is an
+# alternative of rsh-client, ssh.1.gz is openssh-client's): their pages are rb-rsh(1) and
+# rb-ssh(1), and they get no completion (the system's own completes ssh).
+for shim in rsh ssh; do
+  mv "$gen/man/$shim.1" "$gen/man/rb-$shim.1"
+  rm -f "$gen/completions/bash/$shim" "$gen/completions/zsh/_$shim" "$gen/completions/fish/$shim.fish"
+done
 cp "$gen"/man/*.1 "$root/usr/share/man/man1/"
 gzip -9n "$root"/usr/share/man/man1/*.1
 install -m 644 "$gen"/completions/bash/* "$root/usr/share/bash-completion/completions/"

@@ -4,14 +4,13 @@
 //! Layout:
 //! - [`programs`]: every documented program's [`Command`], taken from its library
 //!   (`rb::cli`, `agent::cli`, `agent::subagent_cli`, `broker::cli`, `hostd::cli`,
-//!   `jel_cli::cli`) and, for the `rsh` shim, which parses argv by hand, from [`rsh`].
+//!   `jel_cli::cli`) and, for the shims, which parse argv by hand, from [`rsh`] and [`ssh`].
 //! - [`man_pages`]: one roff page per program and per subcommand (`rb-jobs.1`, `rb-lab-up.1`).
 //! - [`completions`]: bash, zsh and fish scripts per program.
 //! - [`markdown`]: `docs/src/reference/commands.md`, every command's long help.
-//!
-//! The `ssh` shim's grammar is ssh's own and is not described here.
 
 pub mod rsh;
+pub mod ssh;
 
 use std::path::{Path, PathBuf};
 
@@ -28,6 +27,7 @@ pub fn programs() -> Vec<Command> {
         hostd::cli::Args::command(),
         jel_cli::cli::Args::command(),
         rsh::command(),
+        ssh::command(),
     ]
     .into_iter()
     .map(stable)
@@ -164,6 +164,7 @@ mod tests {
             "rb-subagent.1",
             "rb-jel-watch.1",
             "rsh.1",
+            "ssh.1",
         ] {
             assert!(
                 pages.contains(&dir.path().join(page)),

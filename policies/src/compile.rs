@@ -220,50 +220,27 @@ fn check_tree_depths(
     Ok(())
 }
 
-/// Every expression's estimated cost, counting each let it uses (directly or through
-/// others) once, within [`cost::MAX_COST`]; sets [`Compiled::cost`].
+/// Every expression's estimated cost, each use of a let counted at the let's own estimate
+/// (`order`: each let after those it uses), within [`cost::MAX_COST`]; sets
+/// [`Compiled::cost`].
 fn check_costs(
     order: &[String],
     lets: &mut BTreeMap<String, Compiled>,
     hooks: &mut BTreeMap<Hook, Compiled>,
 ) -> Result<(), KeyError> {
     let mut own: BTreeMap<String, cost::Estimate> = BTreeMap::new();
-    let mut below: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for name in order {
-        let c = &lets[name];
+        let Some(c) = lets.get_mut(name) else {
+            continue;
+        };
         let (est, per_item) = estimate_of(c, &own)?;
-        let mut used = BTreeSet::new();
-        for n in &c.lets {
-            used.insert(n.clone());
-            used.extend(below.get(n).into_iter().flatten().cloned());
-        }
+        c.cost = over_budget(c, est.cost)?;
+        cost::instrument(&mut c.expr, &per_item);
         own.insert(name.clone(), est);
-        below.insert(name.clone(), used);
-        if let Some(c) = lets.get_mut(name) {
-            cost::instrument(&mut c.expr, &per_item);
-        }
-    }
-    let total = |c: &Compiled, est: cost::Estimate| {
-        let mut used = BTreeSet::new();
-        for n in &c.lets {
-            used.insert(n.as_str());
-            used.extend(below.get(n).into_iter().flatten().map(String::as_str));
-        }
-        used.iter()
-            .filter_map(|n| own.get(*n))
-            .fold(est.cost, |sum, e| sum.saturating_add(e.cost))
-    };
-    let mut totals = Vec::new();
-    for name in order {
-        totals.push((name.clone(), total(&lets[name], own[name])));
-    }
-    for (name, cost) in totals {
-        let c = lets.get_mut(&name).expect("ordered lets exist");
-        c.cost = over_budget(c, cost)?;
     }
     for c in hooks.values_mut() {
         let (est, per_item) = estimate_of(c, &own)?;
-        c.cost = over_budget(c, total(c, est))?;
+        c.cost = over_budget(c, est.cost)?;
         cost::instrument(&mut c.expr, &per_item);
     }
     Ok(())
@@ -295,13 +272,14 @@ fn over_budget(c: &Compiled, cost: u64) -> Result<u64, KeyError> {
     Err(c.entry.error(
         format!(
             "the expression's estimated cost is {shown}, over the budget of {} (with the \
-             lets it uses, each counted once)",
+             uses of lets, each counted at the let's own cost)",
             cost::MAX_COST
         ),
         format!(
             "a comprehension (all, exists, map, filter) costs its list's size times its body, \
-             and an input list or string counts as {} elements; iterate over fewer or \
-             smaller lists, and do not nest them (see \"Cost\" in policies/README.md)",
+             an input list or string counts as {} elements, and each use of a let costs the \
+             whole let; iterate over fewer or smaller lists, do not nest them, and name a \
+             costly let once (see \"Cost\" in policies/README.md)",
             cost::INPUT_SIZE
         ),
     ))

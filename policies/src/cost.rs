@@ -7,8 +7,11 @@
 //!
 //! - **At load** ([`estimate`]): an upper bound of the work of one evaluation, in cost
 //!   units (about one per node visited and one per element or byte copied or compared),
-//!   counting every let the expression uses once (lets are evaluated once per evaluation,
-//!   see `eval`). Input fields that are lists, maps or strings are assumed to hold at most
+//!   counting each use of a let at the let's own whole estimate, as if it were written out
+//!   there (Kubernetes' estimator does the same for its variables). Lets are evaluated once
+//!   per evaluation (see `eval`), so this is an upper bound; it keeps a file's cost
+//!   readable from its text, and refuses a let fan-out (ten uses of a let that uses another
+//!   ten times, six levels deep) whatever the evaluator would make of it. Input fields that are lists, maps or strings are assumed to hold at most
 //!   [`INPUT_SIZE`] elements or bytes; a comprehension costs its range's size times its
 //!   body. A file whose expression (with its lets) is estimated above [`MAX_COST`] is
 //!   refused, the estimate and the budget in the message.
@@ -109,7 +112,10 @@ impl Estimator<'_> {
         }
         match &e.expr {
             Expr::Literal(l) => leaf(literal_size(l)),
-            Expr::Ident(name) => leaf(self.ident_size(name)),
+            Expr::Ident(name) => Estimate {
+                cost: self.let_cost(name).saturating_add(1),
+                size: self.ident_size(name),
+            },
             Expr::Select(s) => {
                 let operand = self.node(&s.operand);
                 let size = match ast::var_field(e) {
@@ -135,6 +141,15 @@ impl Estimator<'_> {
             Expr::Comprehension(c) => self.comprehension(e.id, c),
             Expr::Unspecified => leaf(1),
         }
+    }
+
+    /// What a use of `name` costs beyond the lookup: a let's whole estimate (each use
+    /// counted as if the let were written out there), nothing for anything else.
+    fn let_cost(&self, name: &str) -> u64 {
+        if self.bound.iter().any(|(n, _)| n == name) {
+            return 0;
+        }
+        self.names.lets.get(name).map_or(0, |est| est.cost)
     }
 
     fn ident_size(&self, name: &str) -> u64 {

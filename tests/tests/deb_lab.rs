@@ -152,6 +152,9 @@ fn check_layout() {
         "/usr/bin/rb-subagent",
         "/usr/bin/rb-jel",
         "/usr/lib/rb/shims/rsh",
+        "/usr/lib/rb/shims/ssh",
+        "/usr/lib/rb/shims/scp",
+        "/usr/lib/rb/shims/sftp",
         "/usr/lib/rb/librb_preload.so",
         "/usr/share/rb/modules/pvm-grow",
         "/usr/share/rb/modules/lam-grow",
@@ -161,6 +164,7 @@ fn check_layout() {
         "/usr/share/man/man1/agent.1.gz",
         "/usr/share/man/man1/rb-broker.1.gz",
         "/usr/share/man/man1/rb-rsh.1.gz",
+        "/usr/share/man/man1/rb-ssh.1.gz",
         "/usr/share/bash-completion/completions/rb",
         "/usr/share/zsh/vendor-completions/_rb",
         "/usr/share/fish/vendor_completions.d/rb.fish",
@@ -173,6 +177,20 @@ fn check_layout() {
             || std::fs::canonicalize("/usr/share/man/man1/rsh.1.gz")
                 .is_ok_and(|p| !p.ends_with("rb-rsh.1.gz")),
         "the package must not take rsh(1)"
+    );
+    for taken in ["/usr/bin/ssh", "/usr/share/man/man1/ssh.1.gz"] {
+        assert!(
+            std::fs::canonicalize(taken).map_or(true, |p| !p.starts_with("/usr/lib/rb")
+                && !p.ends_with("rb-ssh.1.gz")),
+            "the package must not take {taken}"
+        );
+    }
+    assert!(
+        !Path::new("/usr/share/bash-completion/completions/ssh").exists()
+            || !std::fs::read_to_string("/usr/share/bash-completion/completions/ssh")
+                .unwrap_or_default()
+                .contains("ResourceBroker"),
+        "the package must not take ssh's completion"
     );
 }
 
@@ -399,7 +417,10 @@ fn run_a_lab_job() {
         .arg("--secret-file")
         .arg(broker.secret())
         .args(["--grace-s", "1", "--", "sh", "-c"])
-        .arg("readlink -f \"$(command -v rsh)\"; rsh anyLinux hostname")
+        .arg(
+            "readlink -f \"$(command -v rsh)\"; rsh anyLinux hostname; \
+             readlink -f \"$(command -v ssh)\"; ssh anyLinux hostname",
+        )
         .env_remove("RB_AGENT")
         .env_remove("RB_LAB")
         .env_remove("RB_JEL"));
@@ -410,5 +431,10 @@ fn run_a_lab_job() {
     assert!(
         lines.get(1).is_some_and(|h| names.contains(h)),
         "rsh anyLinux hostname printed {text:?}, not one of {names:?}"
+    );
+    assert_eq!(lines.get(2), Some(&"/usr/lib/rb/shims/rsh"), "ssh: {text}");
+    assert!(
+        lines.get(3).is_some_and(|h| names.contains(h)),
+        "ssh anyLinux hostname printed {text:?}, not one of {names:?}"
     );
 }

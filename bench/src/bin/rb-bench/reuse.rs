@@ -24,8 +24,8 @@ pub struct Reuse {
 pub fn measure(env: &LabWithBroker, reps: usize, real_ssh: &str) -> anyhow::Result<Reuse> {
     let timeit = bin("rb-timeit").display().to_string();
     let script = format!(
-        "{timeit} 1 rsh anyLinux-1 true; \
-         exec {timeit} {reps} {real_ssh} {TARGET} true --then rsh anyLinux-1 true"
+        "{timeit} 1 ssh anyLinux-1 true; \
+         exec {timeit} {reps} {real_ssh} {TARGET} true --then ssh anyLinux-1 true"
     );
     let out = env
         .agent_as_user(FRONT_END, &[], &["sh", "-c", &script])
@@ -54,7 +54,7 @@ pub fn measure(env: &LabWithBroker, reps: usize, real_ssh: &str) -> anyhow::Resu
     };
     Ok(Reuse {
         first: summary(&first, "the held host's first call")?,
-        held: summary(&held, "rsh anyLinux-1 true")?,
+        held: summary(&held, "ssh anyLinux-1 true")?,
         plain: summary(&plain, "ssh node03 true")?,
         failures,
     })
@@ -73,12 +73,12 @@ pub fn print(r: &Reuse) {
         r.plain.n
     );
     println!(
-        "| `rsh anyLinux-1 true`, held host, later calls (job over ssh, shared connection) | {} | {} |",
+        "| `ssh anyLinux-1 true`, held host, later calls (job over ssh, shared connection) | {} | {} |",
         show(&r.held),
         r.held.n
     );
     println!(
-        "| `rsh anyLinux-1 true`, the host's first call (grant + master's handshake) | {} | {} |",
+        "| `ssh anyLinux-1 true`, the host's first call (grant + master's handshake) | {} | {} |",
         show(&r.first),
         r.first.n
     );
