@@ -212,8 +212,16 @@ fn whose_sessions_count_on_the_owners_machine() {
         ss.len() == 2
     });
     let job1 = Job::start(&env, dir.path(), 1);
+    let asked = wait_until(Duration::from_secs(20), || {
+        (queued(&env) || job1.on_private(&env) > 0).then_some(())
+    });
+    assert_eq!(
+        job1.on_private(&env),
+        0,
+        "lent while someone else is at its console"
+    );
     assert!(
-        wait_until(Duration::from_secs(20), || queued(&env).then_some(())).is_some(),
+        asked.is_some(),
         "the job's request never queued\n{:#?}\n{}",
         broker.jobs(),
         broker.log()
