@@ -138,9 +138,12 @@ pub fn run(reps: usize) -> anyhow::Result<()> {
     let events = dir.path().join("events");
     let marker = format!("rbbenchlogind{}", std::process::id());
     let mut job = holder(&env, &events, &marker)?;
+    // Held again: granted anew (not the vacated allocation, whose process may outlive its
+    // `vacate` by the grace) and the process running.
     let held = |env: &LabWithBroker| {
         wait_until(Duration::from_secs(30), || {
-            running(env, &marker).then_some(())
+            let host = env.broker.host(PRIVATE)?;
+            (host.alloc_state == "held" && running(env, &marker)).then_some(())
         })
         .ok_or_else(|| anyhow::anyhow!("the job never ran on {PRIVATE}\n{}", env.broker.log()))
     };
