@@ -86,8 +86,10 @@ pub enum IdleSource {
     /// Now − the access time of the session's terminal (as `w` reads it).
     TtyAtime,
     /// No source: the session has no terminal and no desktop that says (a remote command,
-    /// a background service), or `IdleHint` without `IdleSinceHint`.
+    /// a background service), or `IdleHint` without `IdleSinceHint`. A source this broker
+    /// does not know (from a newer daemon) reads as this: unknown, never away.
     #[default]
+    #[serde(other)]
     None,
 }
 
@@ -285,6 +287,15 @@ mod tests {
         let back: HostReport =
             serde_json::from_str(&serde_json::to_string(&new).expect("json")).expect("parse");
         assert_eq!(back.job_load, Some(0.5));
+    }
+
+    /// An idle source from a newer daemon is no source (never away), not a bad report.
+    #[test]
+    fn unknown_idle_source_reads_as_none() {
+        let s: IdleSource = serde_json::from_str(r#""logind_unlock""#).expect("known");
+        assert_eq!(s, IdleSource::LogindUnlock);
+        let s: IdleSource = serde_json::from_str(r#""from_the_future""#).expect("unknown");
+        assert_eq!(s, IdleSource::None);
     }
 
     /// Who is a person, with the sessions `pam_systemd` registers for each kind of login (as
