@@ -27,7 +27,7 @@ pub fn sessions_summary(r: &proto::report::HostReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "console idle: {} (input devices, X)",
+        "console idle: {} (input devices)",
         secs(r.console_idle_s)
     );
     match &r.users {

@@ -214,7 +214,8 @@ impl HostFacts {
         let who = |user: &str| if user == owner { "owner" } else { "someone" };
         Some(match (logind, utmp) {
             (Some(s), _) => {
-                let place = s.seat.as_deref().or(s.tty.as_deref()).unwrap_or("remote");
+                let seatless = if s.local { "local" } else { "remote" };
+                let place = s.seat.as_deref().or(s.tty.as_deref()).unwrap_or(seatless);
                 let what = if s.idle_source == LOGIND_ACTIVE {
                     "active".to_string()
                 } else {

@@ -80,11 +80,16 @@ pub enum IdleSource {
     LogindActive,
     /// `IdleHint` is true: now − `IdleSinceHint`.
     LogindIdleSince,
+    /// `IdleHint` is true, but the screen was unlocked since `IdleSinceHint`: now − the
+    /// unlock the host daemon saw (an unlock is someone typing a password).
+    LogindUnlock,
     /// Now − the access time of the session's terminal (as `w` reads it).
     TtyAtime,
     /// No source: the session has no terminal and no desktop that says (a remote command,
-    /// a background service), or `IdleHint` without `IdleSinceHint`.
+    /// a background service), or `IdleHint` without `IdleSinceHint`. A source this broker
+    /// does not know (from a newer daemon) reads as this: unknown, never away.
     #[default]
+    #[serde(other)]
     None,
 }
 
@@ -94,6 +99,7 @@ impl IdleSource {
         match self {
             IdleSource::LogindActive => "logind IdleHint=no",
             IdleSource::LogindIdleSince => "logind IdleSinceHint",
+            IdleSource::LogindUnlock => "logind unlock",
             IdleSource::TtyAtime => "tty atime",
             IdleSource::None => "no source",
         }
@@ -105,11 +111,16 @@ impl LogindSession {
     /// `lock-screen` (a greeter is nobody, a background service neither), with a terminal or a
     /// desktop (a remote command without a terminal, such as the broker's transport or a
     /// job's remote shell, has no keyboard), and not the host daemon's own.
+    ///
+    /// Type `tty` alone is no terminal: `pam_systemd` registers every `ssh host command`
+    /// login (sshd's `PAM_TTY` is `ssh`) as type `tty` with no tty device, and such a
+    /// session has no idle time either, so counting it would make its user's idle time
+    /// unknown for as long as a job's command runs there.
     pub fn is_person(&self) -> bool {
         let class = matches!(self.class.as_str(), "user" | "lock-screen");
         let terminal = self.tty.is_some()
             || self.display.is_some()
-            || matches!(self.kind.as_str(), "x11" | "wayland" | "mir" | "tty");
+            || matches!(self.kind.as_str(), "x11" | "wayland" | "mir");
         class && terminal && !self.own
     }
 
@@ -276,5 +287,49 @@ mod tests {
         let back: HostReport =
             serde_json::from_str(&serde_json::to_string(&new).expect("json")).expect("parse");
         assert_eq!(back.job_load, Some(0.5));
+    }
+
+    /// An idle source from a newer daemon is no source (never away), not a bad report.
+    #[test]
+    fn unknown_idle_source_reads_as_none() {
+        let s: IdleSource = serde_json::from_str(r#""logind_unlock""#).expect("known");
+        assert_eq!(s, IdleSource::LogindUnlock);
+        let s: IdleSource = serde_json::from_str(r#""from_the_future""#).expect("unknown");
+        assert_eq!(s, IdleSource::None);
+    }
+
+    /// Who is a person, with the sessions `pam_systemd` registers for each kind of login (as
+    /// a real elogind lists them).
+    #[test]
+    fn person_needs_a_user_class_and_a_terminal_or_desktop() {
+        let ssh = |tty: Option<&str>| LogindSession {
+            user: "ann".into(),
+            tty: tty.map(str::to_string),
+            class: "user".into(),
+            kind: "tty".into(),
+            remote: true,
+            remote_host: Some("10.0.0.2".into()),
+            active: true,
+            ..LogindSession::default()
+        };
+        assert!(ssh(Some("pts/0")).is_person(), "an interactive ssh login");
+        assert!(
+            !ssh(None).is_person(),
+            "`ssh host command`: type tty, no tty device (a job's command, the transport)"
+        );
+        let desktop = |class: &str| LogindSession {
+            class: class.into(),
+            kind: "wayland".into(),
+            ..ssh(None)
+        };
+        assert!(desktop("user").is_person());
+        assert!(desktop("lock-screen").is_person());
+        assert!(!desktop("greeter").is_person(), "a login screen is nobody");
+        assert!(!desktop("background").is_person());
+        let own = LogindSession {
+            own: true,
+            ..ssh(Some("pts/1"))
+        };
+        assert!(!own.is_person(), "the host daemon's own login");
     }
 }

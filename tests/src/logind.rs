@@ -8,8 +8,11 @@
 //! `XDG_SESSION_TYPE=wayland` it is a graphical one whose owner sets its idle and lock hints
 //! with logind's own calls.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Child;
+use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::wait_until;
@@ -110,40 +113,130 @@ fn list_sessions() -> Vec<&'static str> {
     ]
 }
 
-/// A graphical (Wayland) session of the lab user, registered with logind through PAM.
+/// Makes `host`'s sshd open a PAM session for every login (`UsePAM yes`, as Debian ships
+/// it), so that each ssh login — the broker's transport, a job's remote commands, a person's
+/// shell — registers with logind there, and reboots the host for it. Call it before
+/// [`start`] (a boot gives the host a fresh /run).
+pub fn use_pam_sshd(lab: &lab::Lab, host: &str) -> Result<(), String> {
+    let conf = lab
+        .host_dir(host)
+        .map_err(|e| e.to_string())?
+        .join("sshd_config");
+    let text = std::fs::read_to_string(&conf).map_err(|e| format!("{}: {e}", conf.display()))?;
+    if !text.contains("UsePAM no\n") {
+        return Err(format!(
+            "{}: no `UsePAM no` line to turn on",
+            conf.display()
+        ));
+    }
+    std::fs::write(&conf, text.replace("UsePAM no\n", "UsePAM yes\n"))
+        .map_err(|e| format!("{}: {e}", conf.display()))?;
+    lab.crash(host).map_err(|e| e.to_string())?;
+    lab.boot(host).map_err(|e| e.to_string())
+}
+
+/// Adds a local account `name` (uid = gid = `uid`, home in the host's /tmp) to `host`'s own
+/// passwd, group and shadow (the host's overlaid /etc; the machine's stay as they are).
+pub fn add_user(lab: &lab::Lab, host: &str, name: &str, uid: u32) -> Result<(), String> {
+    let script = format!(
+        "set -e; echo '{name}:x:{uid}:{uid}:{name}:/tmp/{name}:/bin/sh' >> /etc/passwd; \
+         echo '{name}:x:{uid}:' >> /etc/group; echo '{name}:*:19000:0:99999:7:::' >> /etc/shadow; \
+         mkdir -p /tmp/{name}; chown {uid}:{uid} /tmp/{name}"
+    );
+    let out = lab
+        .exec(host, &["sh", "-c", &script])
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "adding {name} in {host}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// Someone who logs in inside a lab host: a name and uid known there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Person {
+    pub name: String,
+    pub uid: u32,
+}
+
+impl Person {
+    /// root.
+    pub fn root() -> Person {
+        Person {
+            name: "root".into(),
+            uid: 0,
+        }
+    }
+
+    /// The lab user.
+    pub fn lab_user(lab: &lab::Lab) -> Person {
+        Person {
+            name: lab.user().name.clone(),
+            uid: lab.user().uid,
+        }
+    }
+}
+
+/// A local session registered with logind through PAM (`su -l`): a desktop (`wayland`,
+/// class `user`) by default, or a greeter (class `greeter`).
 pub struct DesktopSession {
     child: Child,
     /// logind's session id.
     pub id: String,
+    user: Person,
 }
 
 impl DesktopSession {
     /// `su -l LABUSER` as root inside `host`, with `XDG_SESSION_TYPE=wayland` for PAM.
     pub fn open(lab: &lab::Lab, host: &str) -> Result<DesktopSession, String> {
-        let user = lab.user().name.clone();
-        let mark = format!("/tmp/rb-desktop-session-{}", std::process::id());
+        DesktopSession::open_as(lab, host, &Person::lab_user(lab), "user")
+    }
+
+    /// `su -l USER` as root inside `host`, with `XDG_SESSION_TYPE=wayland` and
+    /// `XDG_SESSION_CLASS=class` for PAM.
+    pub fn open_as(
+        lab: &lab::Lab,
+        host: &str,
+        user: &Person,
+        class: &str,
+    ) -> Result<DesktopSession, String> {
+        let name = &user.name;
+        let mark = format!(
+            "/tmp/rb-desktop-session-{}-{name}-{class}",
+            std::process::id()
+        );
         let body =
             format!("echo $XDG_SESSION_ID > {mark}.new && mv {mark}.new {mark}; exec sleep 100000");
+        let class_var = format!("XDG_SESSION_CLASS={class}");
         let argv = [
             "env",
             "XDG_SESSION_TYPE=wayland",
-            "XDG_SESSION_CLASS=user",
+            &class_var,
             "su",
             "-l",
-            &user,
+            name,
             "-s",
             "/bin/sh",
             "-c",
             &body,
         ];
+        let _ = lab.exec(host, &["rm", "-f", &mark]);
         let child = lab.spawn(host, &argv, false).map_err(|e| e.to_string())?;
         let id = wait_until(Duration::from_secs(20), || {
             let out = lab.exec(host, &["cat", &mark]).ok()?;
             let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
             (!id.is_empty()).then_some(id)
         });
-        let id = id.ok_or_else(|| format!("no logind session for {user} in {host}"))?;
-        Ok(DesktopSession { child, id })
+        let id = id.ok_or_else(|| format!("no logind session for {name} in {host}"))?;
+        Ok(DesktopSession {
+            child,
+            id,
+            user: user.clone(),
+        })
     }
 
     /// The session's idle hint, set by its owner with logind's own call.
@@ -169,7 +262,21 @@ impl DesktopSession {
             &method,
             &arg,
         ];
-        let out = lab.exec_as_user(host, &argv).map_err(|e| e.to_string())?;
+        let uid = self.user.uid.to_string();
+        let as_user = [
+            &[
+                "setpriv",
+                "--reuid",
+                &uid,
+                "--regid",
+                &uid,
+                "--clear-groups",
+                "--",
+            ][..],
+            &argv[..],
+        ]
+        .concat();
+        let out = lab.exec(host, &as_user).map_err(|e| e.to_string())?;
         if out.status.success() {
             Ok(())
         } else {
@@ -184,5 +291,66 @@ impl DesktopSession {
     /// Ends the session (its `su` and shell).
     pub fn close(mut self, lab: &lab::Lab) {
         let _ = lab.kill_spawned(&mut self.child);
+    }
+}
+
+/// An interactive ssh login (with a pty, so a session with a terminal) from the root
+/// namespace into a host, whose person keeps typing: a line every half second, which the
+/// remote `cat` reads from the pty (the kernel then updates the pty's access time, in steps
+/// of 8 s).
+pub struct RemoteLogin {
+    child: Child,
+    typing: Arc<AtomicBool>,
+    typist: Option<std::thread::JoinHandle<()>>,
+}
+
+impl RemoteLogin {
+    /// `ssh -tt HOST 'cat > /dev/null'` as root (`as_user` false) or as the lab user.
+    pub fn open(lab: &lab::Lab, host: &str, as_user: bool) -> Result<RemoteLogin, String> {
+        let mut c = lab.ssh(host, as_user).map_err(|e| e.to_string())?;
+        c.args(["-tt", "cat > /dev/null"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = c.spawn().map_err(|e| format!("ssh -tt {host}: {e}"))?;
+        let mut stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| "ssh without stdin".to_string())?;
+        let typing = Arc::new(AtomicBool::new(true));
+        let on = typing.clone();
+        let typist = std::thread::spawn(move || {
+            while on.load(Ordering::Relaxed) {
+                if stdin.write_all(b"typing\n").is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        });
+        Ok(RemoteLogin {
+            child,
+            typing,
+            typist: Some(typist),
+        })
+    }
+
+    /// Ends the login (the ssh client, so its session ends too).
+    pub fn close(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        self.typing.store(false, Ordering::Relaxed);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some(t) = self.typist.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for RemoteLogin {
+    fn drop(&mut self) {
+        self.stop();
     }
 }

@@ -2,46 +2,32 @@
 //!
 //! - **tty idle** of a login session: now − atime of `<dev_dir>/<ut_line>` (what `who -u` and
 //!   `w` show; the kernel updates a tty's atime on input, with 8-second granularity).
-//! - **console idle**: the minimum over (a) the input-device files matching
+//! - **console idle**: the minimum over the input-device files matching
 //!   [`SensorConfig::input_devices`](super::SensorConfig::input_devices), each idle since
-//!   max(atime, mtime), and (b) X idle from `xprintidle` (milliseconds) for the configured
-//!   display. A source that cannot be read is left out; with no source at all the answer is
-//!   `None` (unknown), never "idle".
+//!   max(atime, mtime). A file that cannot be read is left out; with none at all the answer
+//!   is `None` (unknown), never "idle".
+//!
+//! There is no X source: the daemon runs as the broker's user, started over the transport
+//! without a display, and every display manager starts its X server with an authority file
+//! only the owner can read, so asking the X server (`xprintidle`) needs the owner's cookie;
+//! Wayland desktops have no X server's idle counter at all. Desktops say their idle time to
+//! logind ([`super::logind`]), which any user may read.
 //!
 //! Cost control for the 250 ms activity poll: glob patterns are re-expanded at most every
-//! [`DEVICE_RESCAN`], and `xprintidle` runs at most every [`X_IDLE_MIN_INTERVAL`] (between runs
-//! the last answer is aged by the time elapsed since it was taken) with a [`X_IDLE_TIMEOUT`].
+//! [`DEVICE_RESCAN`].
 
-use std::io::Read;
-use std::os::fd::AsRawFd;
+use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant, SystemTime};
-use std::{env, fs, thread};
-
-use nix::fcntl::{fcntl, FcntlArg, OFlag};
-use tracing::debug;
 
 use super::glob;
 
 /// How often input-device glob patterns are re-expanded (device hot-plug).
 pub const DEVICE_RESCAN: Duration = Duration::from_secs(10);
-/// Minimum time between two runs of `xprintidle`.
-pub const X_IDLE_MIN_INTERVAL: Duration = Duration::from_secs(1);
-/// How long `xprintidle` may take before it is killed and X idle is unknown.
-pub const X_IDLE_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Whole seconds from `then` to `now`; 0 when `then` lies in the future.
 pub fn seconds_since(now: SystemTime, then: SystemTime) -> u64 {
     now.duration_since(then).map_or(0, |d| d.as_secs())
-}
-
-/// The smaller of two optional idle times; unknown only when both are unknown.
-pub fn min_known(a: Option<u64>, b: Option<u64>) -> Option<u64> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
 }
 
 /// Idle seconds of a login tty: now − atime of `<dev_dir>/<line>`; `None` if it cannot be
@@ -97,120 +83,9 @@ impl InputDevices {
     }
 }
 
-/// X idle time from `xprintidle`, rate-limited to one run per [`X_IDLE_MIN_INTERVAL`].
-#[derive(Debug)]
-pub struct XIdle {
-    display: Option<String>,
-    program: Option<PathBuf>,
-    /// When the last run finished and what it answered, in milliseconds.
-    last: Option<(Instant, Option<u64>)>,
-}
-
-impl XIdle {
-    /// X idle for `display` using `xprintidle` from `PATH`; always unknown without a display
-    /// or when the program is not installed (looked up once, here).
-    pub fn new(display: Option<String>) -> Self {
-        let program = display.as_ref().and_then(|_| find_in_path("xprintidle"));
-        Self::with_program(display, program)
-    }
-
-    /// X idle using a given program that behaves like `xprintidle`.
-    pub fn with_program(display: Option<String>, program: Option<PathBuf>) -> Self {
-        Self {
-            display,
-            program,
-            last: None,
-        }
-    }
-
-    /// Seconds since the last X input; `None` when unknown.
-    pub fn idle_s(&mut self) -> Option<u64> {
-        let (display, program) = (self.display.as_deref()?, self.program.as_deref()?);
-        if let Some((at, answer)) = self.last {
-            if at.elapsed() < X_IDLE_MIN_INTERVAL {
-                let aged = u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX);
-                return answer.map(|ms| ms.saturating_add(aged) / 1000);
-            }
-        }
-        let answer = run_xprintidle(program, display, X_IDLE_TIMEOUT);
-        self.last = Some((Instant::now(), answer));
-        answer.map(|ms| ms / 1000)
-    }
-}
-
-/// Runs `program` with `DISPLAY=display`; its stdout must be one number of milliseconds.
-fn run_xprintidle(program: &Path, display: &str, timeout: Duration) -> Option<u64> {
-    let spawned = Command::new(program)
-        .env("DISPLAY", display)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn();
-    let mut child = match spawned {
-        Ok(child) => child,
-        Err(err) => {
-            debug!(program = %program.display(), error = %err, "cannot run X idle program");
-            return None;
-        }
-    };
-    let status = wait_with_deadline(&mut child, timeout)?;
-    if !status.success() {
-        debug!(program = %program.display(), %status, "X idle program failed");
-        return None;
-    }
-    let out = read_available(child.stdout.take()?)?;
-    out.trim().parse().ok()
-}
-
-/// Reads what the exited child left in its stdout pipe without blocking (a grandchild that
-/// kept the pipe open must not stall the sensors).
-fn read_available(mut pipe: ChildStdout) -> Option<String> {
-    let flags = fcntl(pipe.as_raw_fd(), FcntlArg::F_GETFL).ok()?;
-    let flags = OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK;
-    fcntl(pipe.as_raw_fd(), FcntlArg::F_SETFL(flags)).ok()?;
-    let mut out = Vec::new();
-    match pipe.read_to_end(&mut out) {
-        Ok(_) => {}
-        Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {}
-        Err(_) => return None,
-    }
-    String::from_utf8(out).ok()
-}
-
-/// Waits for `child` until `timeout`; past it, kills and reaps the child and answers `None`.
-fn wait_with_deadline(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
-    let deadline = Instant::now() + timeout;
-    let mut pause = Duration::from_millis(1);
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) => return Some(status),
-            Ok(None) if Instant::now() < deadline => {
-                thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(20));
-            }
-            _ => {
-                debug!(pid = child.id(), "X idle program timed out; killing it");
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-        }
-    }
-}
-
-/// The first executable file called `name` in `PATH`.
-fn find_in_path(name: &str) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let path = env::var_os("PATH")?;
-    env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|p| fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
-}
-
 #[cfg(test)]
 mod tests {
     use std::fs::{File, FileTimes};
-    use std::os::unix::fs::PermissionsExt;
 
     use super::*;
 
@@ -270,77 +145,5 @@ mod tests {
         assert!((90..=92).contains(&idle), "got {idle}");
         let mut none = InputDevices::new(vec![format!("{base}/kbd*")]);
         assert_eq!(none.idle_s(SystemTime::now()), None);
-    }
-
-    #[test]
-    fn min_known_ignores_unknown() {
-        assert_eq!(min_known(Some(5), Some(3)), Some(3));
-        assert_eq!(min_known(None, Some(3)), Some(3));
-        assert_eq!(min_known(Some(5), None), Some(5));
-        assert_eq!(min_known(None, None), None);
-    }
-
-    fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
-        let path = dir.join(name);
-        fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("write script");
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).expect("chmod");
-        path
-    }
-
-    #[test]
-    fn x_idle_from_program_output() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let ok = script(dir.path(), "ok", r#"[ "$DISPLAY" = ":7" ] && echo 12345"#);
-        let mut x = XIdle::with_program(Some(":7".into()), Some(ok));
-        assert_eq!(x.idle_s(), Some(12));
-        assert_eq!(x.idle_s(), Some(12), "cached answer within the interval");
-        let fail = script(dir.path(), "fail", "echo 'no display' >&2; exit 1");
-        assert_eq!(
-            XIdle::with_program(Some(":7".into()), Some(fail)).idle_s(),
-            None
-        );
-        let junk = script(dir.path(), "junk", "echo twelve");
-        assert_eq!(
-            XIdle::with_program(Some(":7".into()), Some(junk)).idle_s(),
-            None
-        );
-        assert_eq!(XIdle::with_program(None, None).idle_s(), None);
-        let missing = dir.path().join("absent");
-        assert_eq!(
-            XIdle::with_program(Some(":7".into()), Some(missing)).idle_s(),
-            None
-        );
-    }
-
-    #[test]
-    fn x_idle_output_read_even_if_a_grandchild_keeps_the_pipe() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let forks = script(dir.path(), "forks", "echo 4000; sleep 3 &");
-        let started = Instant::now();
-        assert_eq!(
-            XIdle::with_program(Some(":0".into()), Some(forks)).idle_s(),
-            Some(4)
-        );
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "{:?}",
-            started.elapsed()
-        );
-    }
-
-    #[test]
-    fn x_idle_program_that_hangs_is_killed() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let hang = script(dir.path(), "hang", "exec sleep 30");
-        let started = Instant::now();
-        assert_eq!(
-            XIdle::with_program(Some(":0".into()), Some(hang)).idle_s(),
-            None
-        );
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "{:?}",
-            started.elapsed()
-        );
     }
 }

@@ -14,8 +14,9 @@
 //!
 //! [`to_report`] turns a raw session into the report's [`LogindSession`] at sampling time
 //! (idle seconds need `now`): a graphical session's idle is 0 while `IdleHint` is false,
-//! else now − `IdleSinceHint`; a terminal session's is now − its tty's access time (as `w`
-//! shows it), else logind's `IdleSinceHint` (which logind takes from the tty).
+//! else now − `IdleSinceHint`, or now − its last unlock the watch saw when that is later
+//! ([`mark_unlocks`]); a terminal session's is now − its tty's access time (as `w` shows
+//! it), else logind's `IdleSinceHint` (which logind takes from the tty).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -58,6 +59,8 @@ pub struct RawSession {
     pub idle_hint: bool,
     /// `IdleSinceHint`: microseconds since the epoch, 0 when unset.
     pub idle_since_us: u64,
+    /// When this watch last saw `LockedHint` go from true to false ([`mark_unlocks`]).
+    pub unlocked_at: Option<SystemTime>,
     /// The session this daemon runs in.
     pub own: bool,
 }
@@ -101,10 +104,7 @@ impl LogindWatch {
 
     /// The last snapshot.
     pub fn snapshot(&self) -> Snapshot {
-        match self.snapshot.lock() {
-            Ok(s) => s.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        }
+        lock(&self.snapshot).clone()
     }
 
     /// Resolves at the next new snapshot (never, once the thread is gone).
@@ -127,11 +127,15 @@ impl LogindWatch {
     }
 }
 
-fn set(shared: &Mutex<Snapshot>, tx: Option<&watch::Sender<u64>>, new: Snapshot) {
-    let mut guard = match shared.lock() {
+fn lock(shared: &Mutex<Snapshot>) -> std::sync::MutexGuard<'_, Snapshot> {
+    match shared.lock() {
         Ok(g) => g,
         Err(poisoned) => poisoned.into_inner(),
-    };
+    }
+}
+
+fn set(shared: &Mutex<Snapshot>, tx: Option<&watch::Sender<u64>>, new: Snapshot) {
+    let mut guard = lock(shared);
     if *guard == new {
         return;
     }
@@ -190,7 +194,12 @@ async fn follow(shared: &Mutex<Snapshot>, tx: &watch::Sender<u64>) -> String {
     let own = own_session(&conn).await;
     loop {
         match tokio::time::timeout(CALL_TIMEOUT, list(&conn, own.as_ref())).await {
-            Ok(Ok(sessions)) => set(shared, Some(tx), Snapshot::Read(sessions)),
+            Ok(Ok(mut sessions)) => {
+                if let Snapshot::Read(before) = &*lock(shared) {
+                    mark_unlocks(before, &mut sessions, SystemTime::now());
+                }
+                set(shared, Some(tx), Snapshot::Read(sessions))
+            }
             Ok(Err(e)) => return format!("logind: {e}"),
             Err(_) => return "logind: listing the sessions timed out".into(),
         }
@@ -298,7 +307,25 @@ pub fn from_properties(props: &HashMap<String, OwnedValue>) -> RawSession {
             .get("IdleSinceHint")
             .and_then(|v| v.downcast_ref::<u64>().ok())
             .unwrap_or(0),
+        unlocked_at: None,
         own: false,
+    }
+}
+
+/// Carries each session's last unlock from the previous listing `before` into `after`, and
+/// marks the sessions unlocked since then with `now`. logind keeps no time for
+/// `LockedHint`, and a desktop may clear `IdleHint` only a while after its owner typed the
+/// password: the unlock itself is the owner's return.
+pub fn mark_unlocks(before: &[RawSession], after: &mut [RawSession], now: SystemTime) {
+    for s in after {
+        let Some(old) = before.iter().find(|o| o.id == s.id) else {
+            continue;
+        };
+        s.unlocked_at = if old.locked && !s.locked {
+            Some(now)
+        } else {
+            old.unlocked_at
+        };
     }
 }
 
@@ -332,10 +359,12 @@ fn idle_of(s: &RawSession, dev_dir: &Path, now: SystemTime) -> (Option<u64>, Idl
         .map(|t| seconds_since(now, t));
     let graphical = matches!(s.kind.as_str(), "x11" | "wayland" | "mir");
     if graphical {
-        return match (s.idle_hint, since) {
-            (false, _) => (Some(0), IdleSource::LogindActive),
-            (true, Some(secs)) => (Some(secs), IdleSource::LogindIdleSince),
-            (true, None) => (None, IdleSource::None),
+        let unlocked = s.unlocked_at.map(|t| seconds_since(now, t));
+        return match (s.idle_hint, since, unlocked) {
+            (false, _, _) => (Some(0), IdleSource::LogindActive),
+            (true, Some(secs), Some(u)) if u < secs => (Some(u), IdleSource::LogindUnlock),
+            (true, Some(secs), _) => (Some(secs), IdleSource::LogindIdleSince),
+            (true, None, _) => (None, IdleSource::None),
         };
     }
     if !s.tty.is_empty() {
@@ -392,6 +421,51 @@ mod tests {
         );
         assert_eq!(active.seat.as_deref(), Some("seat0"));
         assert_eq!(active.tty, None, "empty strings are absent");
+    }
+
+    /// An unlock is input: the idle time restarts there even while the desktop still says
+    /// `IdleHint`, and the mark is carried over later listings until the next unlock.
+    #[test]
+    fn an_unlock_restarts_the_idle_time() {
+        let dev = Path::new("/nonexistent");
+        let t0 = SystemTime::now();
+        let locked = RawSession {
+            locked: true,
+            ..raw("wayland", true, Some(900))
+        };
+        let unlocked = RawSession {
+            locked: false,
+            ..locked.clone()
+        };
+        let mut after = vec![unlocked.clone()];
+        mark_unlocks(std::slice::from_ref(&locked), &mut after, t0);
+        assert_eq!(after[0].unlocked_at, Some(t0));
+        let r = to_report(&after[0], dev, t0 + Duration::from_secs(20));
+        assert_eq!(
+            (r.idle_s, r.idle_source),
+            (Some(20), IdleSource::LogindUnlock)
+        );
+        let mut later = vec![unlocked.clone()];
+        mark_unlocks(&after, &mut later, t0 + Duration::from_secs(5));
+        assert_eq!(later[0].unlocked_at, Some(t0), "carried, not renewed");
+        let mut relocked = vec![locked.clone()];
+        mark_unlocks(&later, &mut relocked, t0 + Duration::from_secs(6));
+        assert_eq!(relocked[0].unlocked_at, Some(t0), "a lock is no input");
+        let mut fresh = vec![unlocked.clone()];
+        mark_unlocks(&[], &mut fresh, t0);
+        assert_eq!(fresh[0].unlocked_at, None, "a new session was not unlocked");
+        let r = to_report(&unlocked, dev, t0);
+        assert_eq!(r.idle_source, IdleSource::LogindIdleSince, "{r:?}");
+        let older = RawSession {
+            unlocked_at: Some(t0 - Duration::from_secs(2000)),
+            ..unlocked
+        };
+        let r = to_report(&older, dev, t0);
+        assert_eq!(
+            r.idle_source,
+            IdleSource::LogindIdleSince,
+            "an unlock before the idle hint's time says nothing new: {r:?}"
+        );
     }
 
     #[test]

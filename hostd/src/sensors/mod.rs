@@ -12,15 +12,15 @@
 //! - [`proc`]: `/proc/stat` (CPU count, utilisation counters), `/proc/loadavg`,
 //!   `/proc/meminfo`, process liveness, broker-managed process count.
 //! - [`utmp`]: logins from utmp, and the record encoder test harnesses use for fake logins.
-//! - [`idle`]: tty idle, console idle from input-device files and `xprintidle`.
+//! - [`idle`]: tty idle, console idle from input-device files (no X: see there why).
 //! - [`logind`]: logind's sessions over the system D-Bus, watched by a thread of its own.
 //! - [`glob`]: the small glob used for input-device patterns.
 //! - [`overlay`]: the sensor-overlay file (test and demo facility; format in `hostd/OVERLAY.md`).
 //! - [`trigger`]: the rule behind [`detect_trigger`].
 //!
-//! Footprint: no threads, no async, no network; a full sample reads a handful of small files
-//! plus each process's `environ`; an activity sample reads utmp, stats a few files and runs
-//! `xprintidle` at most once a second (only when a display is configured and it is installed).
+//! Footprint: no async and no network here (the logind watch is a thread of its own, with
+//! one bus connection); a full sample reads a handful of small files plus each process's
+//! `environ`; an activity sample reads utmp and stats a few files.
 
 pub mod glob;
 pub mod idle;
@@ -35,7 +35,7 @@ use std::time::SystemTime;
 
 use proto::report::{HostReport, LogindSession, UserSession};
 
-use self::idle::{InputDevices, XIdle};
+use self::idle::InputDevices;
 use self::logind::{LogindWatch, Snapshot};
 use self::overlay::OverlayCache;
 pub use self::overlay::{Overlay, OverlayError};
@@ -56,8 +56,6 @@ pub struct SensorConfig {
     /// [`DEFAULT_INPUT_DEVICES`] (evdev devices, mice, virtual consoles). `/dev/console` is not
     /// a default: system messages written to it would look like input.
     pub input_devices: Vec<String>,
-    /// X display whose idle time `xprintidle` reports (default: `$DISPLAY`; `None` = no X).
-    pub x_display: Option<String>,
     /// The sensor-overlay file (default none).
     pub overlay_path: Option<PathBuf>,
     /// Processes whose environment has `<marker>=` belong to broker jobs (default `RB_JOB`).
@@ -86,7 +84,6 @@ impl Default for SensorConfig {
                 .iter()
                 .map(|s| s.to_string())
                 .collect(),
-            x_display: std::env::var("DISPLAY").ok().filter(|d| !d.is_empty()),
             overlay_path: None,
             managed_env_marker: "RB_JOB".to_owned(),
             logind: true,
@@ -142,7 +139,6 @@ pub struct Sensors {
     last_util: Option<f64>,
     overlay: OverlayCache,
     input: InputDevices,
-    x_idle: XIdle,
     logind: Option<LogindWatch>,
 }
 
@@ -154,7 +150,6 @@ impl Sensors {
             last_util: None,
             overlay: OverlayCache::new(cfg.overlay_path.clone()),
             input: InputDevices::new(cfg.input_devices.clone()),
-            x_idle: XIdle::new(cfg.x_display.clone()),
             logind: cfg.logind.then(LogindWatch::spawn),
             cfg,
         }
@@ -205,7 +200,7 @@ impl Sensors {
     fn read_activity(&mut self, now: SystemTime) -> Activity {
         let cfg = &self.cfg;
         let users = utmp::read_sessions(&cfg.utmp_path, &cfg.proc_dir, &cfg.dev_dir, now);
-        let console_idle_s = idle::min_known(self.input.idle_s(now), self.x_idle.idle_s());
+        let console_idle_s = self.input.idle_s(now);
         let logind = match self.logind.as_ref().map(LogindWatch::snapshot) {
             Some(Snapshot::Read(sessions)) => Some(
                 sessions
@@ -350,7 +345,6 @@ mod tests {
             utmp_path: dir.join("utmp"),
             dev_dir: dir.join("dev"),
             input_devices: vec![format!("{}/kbd", dir.display())],
-            x_display: None,
             overlay_path: Some(dir.join("overlay.toml")),
             managed_env_marker: "RB_JOB".into(),
             logind: false,
@@ -411,7 +405,6 @@ mod tests {
             utmp_path: absent.join("utmp"),
             dev_dir: absent.clone(),
             input_devices: vec![format!("{}/input/*", absent.display())],
-            x_display: None,
             overlay_path: None,
             managed_env_marker: "RB_JOB".into(),
             logind: false,

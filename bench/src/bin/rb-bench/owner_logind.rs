@@ -74,14 +74,25 @@ fn holder(env: &LabWithBroker, events: &Path, marker: &str) -> anyhow::Result<Ch
 }
 
 /// Milliseconds from `back()` to the next `vacate` for node03 in the job's stream.
-fn one(events: &Path, back: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<f64> {
+fn one(
+    env: &LabWithBroker,
+    events: &Path,
+    path: &str,
+    back: impl FnOnce() -> anyhow::Result<()>,
+) -> anyhow::Result<f64> {
     let before = vacates(events);
     let t0 = Instant::now();
     back()?;
     let seen = wait_until(Duration::from_secs(15), || {
         (vacates(events) > before).then(|| t0.elapsed())
     });
-    let seen = seen.ok_or_else(|| anyhow::anyhow!("no vacate for {PRIVATE} within 15 s"))?;
+    let seen = seen.ok_or_else(|| {
+        anyhow::anyhow!(
+            "no vacate for {PRIVATE} within 15 s of the owner's return through {path}\n{:?}\n{}",
+            env.broker.host(PRIVATE),
+            env.broker.log()
+        )
+    })?;
     Ok(seen.as_secs_f64() * 1e3)
 }
 
@@ -127,16 +138,19 @@ pub fn run(reps: usize) -> anyhow::Result<()> {
     let events = dir.path().join("events");
     let marker = format!("rbbenchlogind{}", std::process::id());
     let mut job = holder(&env, &events, &marker)?;
+    // Held again: granted anew (not the vacated allocation, whose process may outlive its
+    // `vacate` by the grace) and the process running.
     let held = |env: &LabWithBroker| {
         wait_until(Duration::from_secs(30), || {
-            running(env, &marker).then_some(())
+            let host = env.broker.host(PRIVATE)?;
+            (host.alloc_state == "held" && running(env, &marker)).then_some(())
         })
         .ok_or_else(|| anyhow::anyhow!("the job never ran on {PRIVATE}\n{}", env.broker.log()))
     };
     let (mut through_logind, mut through_utmp) = (Vec::new(), Vec::new());
     for _ in 0..reps {
         held(&env)?;
-        through_logind.push(one(&events, || {
+        through_logind.push(one(&env, &events, "logind", || {
             session
                 .set_idle(&env.lab, PRIVATE, false)
                 .map_err(|e| anyhow::anyhow!(e))
@@ -146,7 +160,7 @@ pub fn run(reps: usize) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!(e))?;
         held(&env)?;
         let mut login = None;
-        through_utmp.push(one(&events, || {
+        through_utmp.push(one(&env, &events, "utmp", || {
             login = Some(
                 env.lab
                     .fake_login(PRIVATE, &owner, "rbtty-owner", Duration::ZERO)?,
