@@ -150,7 +150,6 @@ pub struct Timeline {
 #[derive(Debug, Clone, Copy)]
 struct Sample {
     t_us: u64,
-    unix_ms: i64,
     hosts: usize,
     held: usize,
     /// Free hosts, when a request waits; `None` when none waits.
@@ -224,7 +223,6 @@ impl UsageMeter {
         let idle_wanted = (!alloc.queue.is_empty()).then(|| free_hosts(alloc));
         self.last = Some(Sample {
             t_us,
-            unix_ms,
             hosts: alloc.hosts.len(),
             held: alloc.by_host.len(),
             idle_wanted,

@@ -7,7 +7,6 @@ fn at(t_s: u64, held: usize, idle_wanted: Option<usize>) -> Sample {
     counts[HostUse::Down.index()] = 4 - held.max(3);
     Sample {
         t_us: t_s * 1_000_000,
-        unix_ms: 0,
         hosts: 4,
         held,
         idle_wanted,
