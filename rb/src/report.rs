@@ -63,6 +63,7 @@ fn report(args: &ReportArgs) -> Result<String, Failure> {
         let code = if e.is_missing() { EXIT_NO_INPUT } else { EXIT_USAGE };
         Failure(code, e.to_string())
     };
+    check_output(args.svg)?;
     let files = trace_files(args.trace_dir).map_err(trace_error)?;
     let policy = choose_policy(args.policy, &files)?;
     let mut replay = Replay::new(Arc::new(policy));
@@ -102,13 +103,17 @@ fn choose_policy(given: Option<&Path>, files: &[PathBuf]) -> Result<Policy, Fail
             Failure(code, e.to_string())
         });
     }
-    let recorded = recorded_policy(files);
+    let Some(recorded) = recorded_policy(files) else {
+        // The newest file does not open with a readable `start` record: the replay says
+        // where the trace is wrong.
+        return Ok(Policy::shipped("paper").expect("the paper policy is shipped"));
+    };
     policies::SHIPPED
         .iter()
         .filter_map(|(name, _)| Policy::shipped(name))
-        .find(|p| Some(p.sha256()) == recorded.as_deref())
+        .find(|p| p.sha256() == recorded)
         .ok_or_else(|| {
-            let which = recorded.as_deref().unwrap_or("unknown");
+            let which = &recorded;
             Failure(
                 EXIT_USAGE,
                 format!(
@@ -117,6 +122,32 @@ fn choose_policy(given: Option<&Path>, files: &[PathBuf]) -> Result<Policy, Fail
                 ),
             )
         })
+}
+
+/// Refuses at once (before a long replay) an output path that cannot be a file: a
+/// directory, or a file in a directory that does not exist.
+fn check_output(path: &Path) -> Result<(), Failure> {
+    if path == Path::new("-") {
+        return Ok(());
+    }
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let why = if path.is_dir() {
+        "it is a directory"
+    } else if !parent.is_dir() {
+        "its directory does not exist"
+    } else {
+        return Ok(());
+    };
+    Err(Failure(
+        EXIT_CANT_CREATE,
+        format!(
+            "cannot write {}: {why}\nhelp: name a file in a directory you can write (or `-` for standard output)",
+            path.display()
+        ),
+    ))
 }
 
 /// Writes `doc` to `path` (`-`: standard output), through a temporary file renamed into
@@ -138,12 +169,6 @@ fn write_svg(path: &Path, doc: &str) -> Result<(), Failure> {
     };
     if path == Path::new("-") {
         return std::io::stdout().write_all(doc.as_bytes()).map_err(fail);
-    }
-    if path.is_dir() {
-        return Err(fail(std::io::Error::new(
-            ErrorKind::IsADirectory,
-            "it is a directory",
-        )));
     }
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
