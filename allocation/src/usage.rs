@@ -125,8 +125,9 @@ pub struct Span {
     /// Index into [`Timeline::hosts`].
     pub host: usize,
     pub state: HostUse,
-    /// Wall time it began (Unix milliseconds, from the trace).
-    pub from_unix_ms: i64,
+    /// Wall time it began (Unix milliseconds: the run's wall clock at its start plus the
+    /// run's monotonic clock, so that spans meet exactly).
+    pub from_unix_ms: f64,
     /// How long it lasted, seconds (on the run's monotonic clock, as [`Usage`] counts).
     pub seconds: f64,
 }
@@ -142,8 +143,8 @@ pub struct Timeline {
     /// live lab up to now.
     pub last: Vec<Option<HostUse>>,
     /// Wall time of the first and the last input integrated from (Unix milliseconds).
-    pub first_unix_ms: Option<i64>,
-    pub last_unix_ms: Option<i64>,
+    pub first_unix_ms: Option<f64>,
+    pub last_unix_ms: Option<f64>,
 }
 
 /// The state integrated from one input to the next.
@@ -172,6 +173,8 @@ pub(crate) struct UsageMeter {
     states: BTreeMap<String, HostState>,
     counts: [usize; 5],
     timeline: Option<Timeline>,
+    /// Wall time (Unix ms) of the current run's `t_us` 0.
+    epoch_unix_ms: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -179,7 +182,7 @@ struct HostState {
     index: usize,
     state: HostUse,
     since_us: u64,
-    since_unix_ms: i64,
+    since_unix_ms: f64,
 }
 
 impl UsageMeter {
@@ -192,6 +195,7 @@ impl UsageMeter {
     pub(crate) fn new_run(&mut self) {
         self.close_spans();
         self.last = None;
+        self.epoch_unix_ms = None;
     }
 
     /// The allocator's state right after the input at `t_us` (wall time `unix_ms`), which
@@ -200,6 +204,10 @@ impl UsageMeter {
         if let Some(prev) = self.last {
             self.advance(prev, t_us);
         }
+        let epoch = *self
+            .epoch_unix_ms
+            .get_or_insert(unix_ms as f64 - t_us as f64 / 1000.0);
+        let wall_ms = epoch + t_us as f64 / 1000.0;
         match touched {
             Touched::All => {
                 let gone: Vec<String> = self
@@ -209,12 +217,12 @@ impl UsageMeter {
                     .cloned()
                     .collect();
                 for host in gone.iter().chain(alloc.hosts.keys()) {
-                    self.classify(host, alloc, t_us, unix_ms);
+                    self.classify(host, alloc, t_us, wall_ms);
                 }
             }
             Touched::Named(hosts) => {
                 for host in hosts {
-                    self.classify(host, alloc, t_us, unix_ms);
+                    self.classify(host, alloc, t_us, wall_ms);
                 }
             }
         }
@@ -229,8 +237,8 @@ impl UsageMeter {
             counts: self.counts,
         });
         if let Some(tl) = &mut self.timeline {
-            tl.first_unix_ms.get_or_insert(unix_ms);
-            tl.last_unix_ms = Some(unix_ms);
+            tl.first_unix_ms.get_or_insert(wall_ms);
+            tl.last_unix_ms = Some(wall_ms);
         }
     }
 
@@ -250,7 +258,7 @@ impl UsageMeter {
     }
 
     /// Sets `host`'s state from the allocator (none for a host it no longer knows).
-    fn classify(&mut self, host: &str, alloc: &Allocator, t_us: u64, unix_ms: i64) {
+    fn classify(&mut self, host: &str, alloc: &Allocator, t_us: u64, wall_ms: f64) {
         let now = host_use(alloc, host);
         let was = self.states.get(host).map(|s| s.state);
         if was == now {
@@ -267,7 +275,7 @@ impl UsageMeter {
                 index,
                 state,
                 since_us: t_us,
-                since_unix_ms: unix_ms,
+                since_unix_ms: wall_ms,
             };
             self.states.insert(host.to_string(), since);
         }

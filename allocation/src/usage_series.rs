@@ -145,6 +145,7 @@ fn spans_until(timeline: &Timeline, until: Option<i64>) -> Vec<Span> {
     let (Some(until), Some(last)) = (until, timeline.last_unix_ms) else {
         return spans;
     };
+    let until = until as f64;
     if until <= last {
         return spans;
     }
@@ -154,7 +155,7 @@ fn spans_until(timeline: &Timeline, until: Option<i64>) -> Vec<Span> {
                 host,
                 state: *state,
                 from_unix_ms: last,
-                seconds: (until - last) as f64 / 1000.0,
+                seconds: (until - last) / 1000.0,
             });
         }
     }
@@ -165,7 +166,7 @@ fn spans_until(timeline: &Timeline, until: Option<i64>) -> Vec<Span> {
 fn window(spans: &[Span], opts: &SeriesOptions) -> (f64, f64) {
     let first = spans
         .iter()
-        .map(|s| s.from_unix_ms as f64)
+        .map(|s| s.from_unix_ms)
         .fold(f64::INFINITY, f64::min);
     let last = spans.iter().map(end_ms).fold(f64::NEG_INFINITY, f64::max);
     let from = opts
@@ -182,7 +183,7 @@ fn window(spans: &[Span], opts: &SeriesOptions) -> (f64, f64) {
 }
 
 fn end_ms(s: &Span) -> f64 {
-    s.from_unix_ms as f64 + s.seconds * 1000.0
+    s.from_unix_ms + s.seconds * 1000.0
 }
 
 /// Calls `add(bucket, seconds)` for each of the `n` buckets `span` overlaps, with the
@@ -190,10 +191,7 @@ fn end_ms(s: &Span) -> f64 {
 /// rounding only, as the window is then the spans' own extent).
 fn spread(span: &Span, from: f64, grid: (f64, usize, bool), mut add: impl FnMut(usize, f64)) {
     let (bucket_ms, n, open_end) = grid;
-    let (start, end) = (
-        (span.from_unix_ms as f64 - from).max(0.0),
-        end_ms(span) - from,
-    );
+    let (start, end) = ((span.from_unix_ms - from).max(0.0), end_ms(span) - from);
     if end <= start {
         return;
     }

@@ -1,6 +1,6 @@
 use super::*;
 
-fn span(host: usize, state: HostUse, from_unix_ms: i64, seconds: f64) -> Span {
+fn span(host: usize, state: HostUse, from_unix_ms: f64, seconds: f64) -> Span {
     Span {
         host,
         state,
@@ -13,13 +13,13 @@ fn timeline() -> Timeline {
     Timeline {
         hosts: vec!["b".into(), "a".into()],
         spans: vec![
-            span(0, HostUse::Free, 0, 4.0),
-            span(0, HostUse::Lent, 4_000, 6.0),
-            span(1, HostUse::Down, 0, 10.0),
+            span(0, HostUse::Free, 0.0, 4.0),
+            span(0, HostUse::Lent, 4_000.0, 6.0),
+            span(1, HostUse::Down, 0.0, 10.0),
         ],
         last: vec![Some(HostUse::Lent), Some(HostUse::Down)],
-        first_unix_ms: Some(0),
-        last_unix_ms: Some(10_000),
+        first_unix_ms: Some(0.0),
+        last_unix_ms: Some(10_000.0),
     }
 }
 

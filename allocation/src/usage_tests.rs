@@ -88,7 +88,7 @@ fn a_host_is_in_the_first_state_that_applies() {
     assert_eq!(from_spans, u.by_use);
     assert_eq!(
         (tl.first_unix_ms, tl.last_unix_ms),
-        (Some(1_000), Some(5_000))
+        (Some(1_000.0), Some(5_000.0))
     );
     let a_index = tl.hosts.iter().position(|h| h == "a").expect("a");
     assert_eq!(tl.last[a_index], Some(HostUse::Lent));

@@ -60,7 +60,11 @@ pub fn run(args: &ReportArgs) -> ExitCode {
 
 fn report(args: &ReportArgs) -> Result<String, Failure> {
     let trace_error = |e: usage_report::TraceError| {
-        let code = if e.is_missing() { EXIT_NO_INPUT } else { EXIT_USAGE };
+        let code = if e.is_missing() {
+            EXIT_NO_INPUT
+        } else {
+            EXIT_USAGE
+        };
         Failure(code, e.to_string())
     };
     check_output(args.svg)?;

@@ -39,8 +39,7 @@ fn values<'a>(doc: &'a str, attr: &str) -> Vec<&'a str> {
 }
 
 fn number(v: &str) -> f64 {
-    v.parse()
-        .unwrap_or_else(|_| panic!("not a number: {v:?}"))
+    v.parse().unwrap_or_else(|_| panic!("not a number: {v:?}"))
 }
 
 /// `host states: lent L, free F, owner O, drained D, down W host-s` of `rb policy replay`.
@@ -130,7 +129,11 @@ fn recorded_run() -> Broker {
     let stopped = wait_until(Duration::from_secs(30), || {
         broker.child.try_wait().ok().flatten()
     });
-    assert!(stopped.is_some(), "the broker did not stop:\n{}", broker.log());
+    assert!(
+        stopped.is_some(),
+        "the broker did not stop:\n{}",
+        broker.log()
+    );
     broker
 }
 
@@ -153,7 +156,10 @@ fn the_chart_carries_the_replays_host_seconds_per_state() {
     let keep = Path::new(env!("CARGO_TARGET_TMPDIR")).join("report-usage.svg");
     let _ = std::fs::write(&keep, &doc);
     eprintln!("chart kept as {}", keep.display());
-    assert!(doc.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""), "{doc}");
+    assert!(
+        doc.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""),
+        "{doc}"
+    );
     assert!(doc.contains("<title>a &lt;test&gt; lab</title>"), "{doc}");
 
     // The areas: one per state, in order, with the replay's host-seconds (printed to 0.1).
@@ -163,7 +169,10 @@ fn the_chart_carries_the_replays_host_seconds_per_state() {
         .collect();
     for ((state, got), (name, want)) in areas.iter().zip(STATES.iter().zip(&want)) {
         assert_eq!(state, name);
-        assert!((got - want).abs() <= 0.051, "{state}: chart {got}, replay {want}");
+        assert!(
+            (got - want).abs() <= 0.051,
+            "{state}: chart {got}, replay {want}"
+        );
     }
     assert_eq!(areas.len(), 5, "{doc}");
     for (i, state) in ["lent", "owner", "drained", "down"].iter().enumerate() {
@@ -197,7 +206,10 @@ fn the_chart_carries_the_replays_host_seconds_per_state() {
     let desc: serde_json::Value = serde_json::from_str(desc).expect("desc is JSON");
     for (state, total) in &areas {
         let got = desc["host_s"][state].as_f64().expect("a number");
-        assert!((got - total).abs() <= 1e-9 * total.max(1.0), "{state}: {desc}");
+        assert!(
+            (got - total).abs() <= 1e-9 * total.max(1.0),
+            "{state}: {desc}"
+        );
     }
     assert_eq!(desc["hosts"], 4, "{desc}");
 }
@@ -217,7 +229,11 @@ fn rb_report_says_what_is_wrong_with_its_input_and_output() {
     };
     let out = run(&dir.join("no-such-dir"), &svg);
     assert_eq!(out.status.code(), Some(66), "{}", text(&out));
-    assert!(text(&out).contains("cannot read the trace directory"), "{}", text(&out));
+    assert!(
+        text(&out).contains("cannot read the trace directory"),
+        "{}",
+        text(&out)
+    );
     let out = run(dir, &svg);
     assert_eq!(out.status.code(), Some(66), "{}", text(&out));
     assert!(text(&out).contains("no trace files"), "{}", text(&out));
@@ -226,7 +242,11 @@ fn rb_report_says_what_is_wrong_with_its_input_and_output() {
     std::fs::write(trace.join("trace-000001.jsonl"), "{\"t_us\": oops\n").expect("write");
     let out = run(&trace, &svg);
     assert_eq!(out.status.code(), Some(64), "{}", text(&out));
-    assert!(text(&out).contains("trace-000001.jsonl:1:"), "{}", text(&out));
+    assert!(
+        text(&out).contains("trace-000001.jsonl:1:"),
+        "{}",
+        text(&out)
+    );
     assert!(!svg.exists(), "no chart from a bad trace");
     for (bad, why) in [
         (dir.join("no-dir/u.svg"), "its directory does not exist"),

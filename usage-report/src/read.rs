@@ -179,7 +179,11 @@ mod tests {
     #[test]
     fn files_since_keeps_the_file_that_covers_the_start() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let names = ["trace-000001.jsonl", "trace-000002.jsonl", "trace-000003.jsonl"];
+        let names = [
+            "trace-000001.jsonl",
+            "trace-000002.jsonl",
+            "trace-000003.jsonl",
+        ];
         for n in names {
             fs::write(tmp.path().join(n), "").expect("write");
         }
@@ -187,7 +191,11 @@ mod tests {
         let long_ago = SystemTime::UNIX_EPOCH;
         assert_eq!(files_since(&files, long_ago).len(), 3);
         let future = SystemTime::now() + std::time::Duration::from_secs(3600);
-        assert_eq!(files_since(&files, future), &files[2..], "the newest always");
+        assert_eq!(
+            files_since(&files, future),
+            &files[2..],
+            "the newest always"
+        );
         let now = SystemTime::now() - std::time::Duration::from_secs(60);
         assert_eq!(files_since(&files, now).len(), 3, "all written since");
     }

@@ -114,7 +114,8 @@ fn plot_w() -> f64 {
 
 /// The y scale: whole hosts, at least 1.
 fn scale_hosts(s: &Series) -> f64 {
-    s.peak_hosts().ceil().max(1.0)
+    // A hair above a whole number is float rounding, not one more host.
+    (s.peak_hosts() - 1e-6).ceil().max(1.0)
 }
 
 /// One stacked area per state: average hosts in that state in each bucket, as steps.
@@ -135,7 +136,13 @@ fn areas(out: &mut String, s: &Series) {
         let mut d = String::new();
         for (b, top) in above.iter().enumerate() {
             let x = LEFT + b as f64 * bw;
-            let _ = write!(d, "{}{x:.2},{:.2}H{:.2}", if b == 0 { "M" } else { "L" }, y(*top), x + bw);
+            let _ = write!(
+                d,
+                "{}{x:.2},{:.2}H{:.2}",
+                if b == 0 { "M" } else { "L" },
+                y(*top),
+                x + bw
+            );
         }
         for b in (0..n).rev() {
             let x = LEFT + b as f64 * bw;
@@ -177,9 +184,9 @@ fn axes(out: &mut String, s: &Series, utc_offset_s: i64) {
     }
     let _ = writeln!(
         out,
-        "<text x=\"14\" y=\"{:.0}\" transform=\"rotate(-90 14 {:.0})\" text-anchor=\"middle\">hosts</text>",
-        TOP + AREA_H / 2.0,
-        TOP + AREA_H / 2.0
+        "<text x=\"{x:.0}\" y=\"{y:.0}\" transform=\"rotate(-90 {x:.0} {y:.0})\" text-anchor=\"middle\">hosts</text>",
+        x = LEFT - 34.0,
+        y = TOP + AREA_H / 2.0,
     );
     time_ticks(out, s, utc_offset_s);
 }
@@ -210,7 +217,12 @@ fn time_ticks(out: &mut String, s: &Series, utc_offset_s: i64) {
     }
     let zone = match utc_offset_s {
         0 => "UTC".to_string(),
-        o => format!("UTC{}{:02}:{:02}", if o < 0 { '-' } else { '+' }, o.abs() / 3600, o.abs() % 3600 / 60),
+        o => format!(
+            "UTC{}{:02}:{:02}",
+            if o < 0 { '-' } else { '+' },
+            o.abs() / 3600,
+            o.abs() % 3600 / 60
+        ),
     };
     let _ = writeln!(
         out,
@@ -221,8 +233,8 @@ fn time_ticks(out: &mut String, s: &Series, utc_offset_s: i64) {
 }
 
 const TIME_STEPS_S: [f64; 16] = [
-    1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0,
-    10_800.0, 21_600.0, 86_400.0,
+    1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0, 10_800.0,
+    21_600.0, 86_400.0,
 ];
 
 /// `HH:MM` (`HH:MM:SS` for steps under a minute; `MM-DD` first for spans over a day).
@@ -252,33 +264,52 @@ fn nice_step(x: f64) -> f64 {
         .unwrap_or(10.0 * p)
 }
 
-/// A swatch and each state's share of the host-seconds.
+/// A swatch and each state's share of the host-seconds, then the totals.
 fn legend(out: &mut String, s: &Series, y: f64) {
     let sum = s.sum();
     let all = sum.total();
     let _ = writeln!(out, "<g class=\"legend\">");
-    for (i, state) in HostUse::ALL.iter().enumerate() {
-        let x = LEFT + i as f64 * 150.0;
-        let pct = if all > 0.0 { 100.0 * sum.get(*state) / all } else { 0.0 };
+    let mut x = LEFT;
+    for state in HostUse::ALL {
+        let pct = if all > 0.0 {
+            100.0 * sum.get(state) / all
+        } else {
+            0.0
+        };
+        let text = format!("{} {pct:.1} %", label(state));
         let _ = writeln!(
             out,
-            "<rect x=\"{x}\" y=\"{}\" width=\"12\" height=\"12\" fill=\"{}\"/>\
-             <text x=\"{}\" y=\"{}\" data-state=\"{}\">{} {pct:.1} %</text>",
+            "<rect x=\"{x:.0}\" y=\"{}\" width=\"12\" height=\"12\" fill=\"{}\"/>\
+             <text x=\"{:.0}\" y=\"{}\" data-state=\"{}\">{}</text>",
             y + 10.0,
-            colour(*state),
+            colour(state),
             x + 16.0,
             y + 20.0,
             state.name(),
-            label(*state)
+            escape(&text)
         );
+        x += 16.0 + 6.5 * text.chars().count() as f64 + 18.0;
     }
+    let secs = (s.until_unix_ms() - s.from_unix_ms) / 1000.0;
     let _ = writeln!(
         out,
-        "<text x=\"{LEFT}\" y=\"{}\">{:.1} host-hours over {:.1} h</text></g>",
+        "<text x=\"{LEFT}\" y=\"{}\">{} over {}</text></g>",
         y + 42.0,
-        all / 3600.0,
-        (s.until_unix_ms() - s.from_unix_ms) / 3_600_000.0
+        amount(all, "host-"),
+        amount(secs, "")
     );
+}
+
+/// `3.2 hours`, `12.5 minutes`, `0.8 seconds` (with `host-` before the unit when asked).
+fn amount(secs: f64, prefix: &str) -> String {
+    let (value, unit) = if secs >= 3600.0 {
+        (secs / 3600.0, "hours")
+    } else if secs >= 60.0 {
+        (secs / 60.0, "minutes")
+    } else {
+        (secs, "seconds")
+    };
+    format!("{value:.1} {prefix}{unit}")
 }
 
 /// One row per host: its main state in each bucket, runs of one state as one rectangle.
@@ -288,7 +319,11 @@ fn rows(out: &mut String, s: &Series, y0: f64) {
     for (i, row) in s.hosts.iter().enumerate() {
         let y = y0 + i as f64 * ROW_H;
         let sum = row.sum();
-        let _ = write!(out, "<g class=\"host-row\" data-host=\"{}\"", escape(&row.name));
+        let _ = write!(
+            out,
+            "<g class=\"host-row\" data-host=\"{}\"",
+            escape(&row.name)
+        );
         for state in HostUse::ALL {
             let _ = write!(out, " data-{}-s=\"{}\"", state.name(), sum.get(state));
         }
@@ -348,7 +383,9 @@ fn main_state(b: &ByUse) -> Option<HostUse> {
 
 /// XML text escaping (element content: quotes stay readable).
 fn escape_text(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// XML text and attribute escaping.

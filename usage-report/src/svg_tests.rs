@@ -15,14 +15,14 @@ fn timeline() -> Timeline {
     Timeline {
         hosts: vec!["<n1>".into(), "n2".into()],
         spans: vec![
-            span(0, HostUse::Free, 1_000_000, 600.0),
-            span(0, HostUse::Lent, 1_600_000, 3000.0),
-            span(1, HostUse::Owner, 1_000_000, 1800.0),
-            span(1, HostUse::Down, 2_800_000, 1800.0),
+            span(0, HostUse::Free, 1_000_000.0, 600.0),
+            span(0, HostUse::Lent, 1_600_000.0, 3000.0),
+            span(1, HostUse::Owner, 1_000_000.0, 1800.0),
+            span(1, HostUse::Down, 2_800_000.0, 1800.0),
         ],
         last: vec![None, None],
-        first_unix_ms: Some(1_000_000),
-        last_unix_ms: Some(4_600_000),
+        first_unix_ms: Some(1_000_000.0),
+        last_unix_ms: Some(4_600_000.0),
     }
 }
 
@@ -45,7 +45,10 @@ fn the_areas_and_rows_carry_the_host_seconds_and_names_are_escaped() {
         series: &s,
         utc_offset_s: 3600,
     });
-    assert!(doc.contains("<title>lab &lt;a&gt; &amp; b</title>"), "{doc}");
+    assert!(
+        doc.contains("<title>lab &lt;a&gt; &amp; b</title>"),
+        "{doc}"
+    );
     let states = values(&doc, "data-state");
     let host_s: Vec<f64> = values(&doc, "data-host-s")
         .iter()
