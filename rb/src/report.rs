@@ -112,10 +112,7 @@ fn choose_policy(given: Option<&Path>, files: &[PathBuf]) -> Result<Policy, Fail
         // where the trace is wrong.
         return Ok(Policy::shipped("paper").expect("the paper policy is shipped"));
     };
-    policies::SHIPPED
-        .iter()
-        .filter_map(|(name, _)| Policy::shipped(name))
-        .find(|p| p.sha256() == recorded)
+    usage_report::shipped_with_sha(&recorded)
         .ok_or_else(|| {
             let which = &recorded;
             Failure(

@@ -7,12 +7,16 @@
 //! # Layout
 //! - [`read`]: a trace directory's files, oldest first, fed to a replay (the files are
 //!   read here, the replay is pure); [`TraceError`] says what is wrong with them.
+//! - [`live`]: the chart of a running broker's last hours (the status page), and the shipped
+//!   policy a trace names by its hash.
 //! - [`svg`]: the chart: stacked areas of hosts by state over time (lent, free, owner's own
 //!   use, drained, down), axes, legend and title, then one row per host; every number it
 //!   draws is also in the document (`data-*` attributes, a `<desc>` with the totals).
 
+pub mod live;
 pub mod read;
 pub mod svg;
 
+pub use live::{recent_chart, shipped_with_sha, Recent};
 pub use read::{files_since, recorded_policy, replay_dir, replay_files, trace_files, TraceError};
-pub use svg::{render, Chart};
+pub use svg::{message, render, Chart};

@@ -90,6 +90,16 @@ pub fn render(chart: &Chart) -> String {
     out
 }
 
+/// A chart-sized SVG saying `text` instead (no trace to draw, say).
+pub fn message(text: &str) -> String {
+    format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"utilization empty\" width=\"{WIDTH}\" \
+         height=\"40\" viewBox=\"0 0 {WIDTH} 40\" font-family=\"sans-serif\" font-size=\"12\">\
+         <text x=\"{LEFT}\" y=\"24\">{}</text></svg>\n",
+        escape(text)
+    )
+}
+
 /// The totals, as JSON: host-seconds per state, the window and the hosts.
 fn desc(s: &Series) -> String {
     let sum = s.sum();
