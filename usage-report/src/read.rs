@@ -118,7 +118,7 @@ pub fn files_since(files: &[PathBuf], since: SystemTime) -> &[PathBuf] {
     let modified = |p: &PathBuf| fs::metadata(p).and_then(|m| m.modified()).ok();
     let first_recent = files
         .iter()
-        .position(|f| modified(f).map_or(true, |m| m >= since))
+        .position(|f| modified(f).is_none_or(|m| m >= since))
         .map_or(files.len().saturating_sub(1), |i| i.saturating_sub(1));
     &files[first_recent..]
 }

@@ -63,12 +63,12 @@ pub fn render(chart: &Chart) -> String {
     let rows_h = ROW_H * s.hosts.len() as f64 + if s.hosts_left_out > 0 { ROW_H } else { 0.0 };
     let height = TOP + AREA_H + 30.0 + LEGEND_H + rows_h + 10.0;
     let mut out = String::new();
-    let _ = write!(
+    let _ = writeln!(
         out,
         "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"utilization\" width=\"{WIDTH}\" \
          height=\"{height}\" viewBox=\"0 0 {WIDTH} {height}\" font-family=\"sans-serif\" \
          font-size=\"11\" data-from-unix-ms=\"{:.0}\" data-until-unix-ms=\"{:.0}\" \
-         data-buckets=\"{}\">\n",
+         data-buckets=\"{}\">",
         s.from_unix_ms,
         s.until_unix_ms(),
         s.total.len()
