@@ -106,3 +106,52 @@ fn a_new_run_is_not_joined_to_the_last() {
     // No hosts: nothing; the point is that the gap (and the earlier t_us) adds nothing.
     assert_eq!(m.usage().host_s, 0.0);
 }
+
+/// A replayed trace (hosts seen, a grant, a host down and back, the job's end): each
+/// host's spans sum to the usage by state, which sums to all host-seconds; and the states
+/// kept by touched hosts only match a full walk after every input (`check`).
+#[test]
+fn a_replayed_timeline_sums_to_the_usage_by_state() {
+    use crate::{host::tests::view, trace::tests::Traced, Replay};
+    let mut t = Traced::new(u64::MAX);
+    for h in ["n1", "n2", "n3"] {
+        t.host(view(h));
+    }
+    let job = t.job(true);
+    t.advance(1.0);
+    t.request(job, "anyHost");
+    t.advance(2.0);
+    let mut n3 = view("n3");
+    n3.up = false;
+    t.host(n3.clone());
+    t.advance(3.0);
+    n3.up = true;
+    t.host(n3);
+    t.advance(1.5);
+    t.end(job);
+    t.advance(1.0);
+    t.tick();
+    let mut r = Replay::new(t.a.policy().clone());
+    r.keep_timeline();
+    for l in t.lines() {
+        r.feed(&l).expect("a trace line");
+    }
+    let out = r.finish();
+    let (u, tl) = (out.usage, out.timeline);
+    let mut from_spans = ByUse::default();
+    for span in &tl.spans {
+        from_spans.add(span.state, span.seconds);
+    }
+    for s in HostUse::ALL {
+        let (a, b) = (from_spans.get(s), u.by_use.get(s));
+        assert!((a - b).abs() < 1e-9, "{}: spans {a}, usage {b}", s.name());
+    }
+    assert!((u.by_use.total() - u.host_s).abs() < 1e-9, "{u:?}");
+    assert!(
+        (u.by_use.get(HostUse::Lent) - u.held_host_s).abs() < 1e-9,
+        "{u:?}"
+    );
+    assert!((u.by_use.get(HostUse::Down) - 3.0).abs() < 1e-6, "{u:?}");
+    assert!((u.by_use.get(HostUse::Lent) - 6.5).abs() < 1e-6, "{u:?}");
+    assert_eq!(tl.hosts.len(), 3);
+}
