@@ -39,15 +39,19 @@ pub(crate) fn run(n: usize) -> anyhow::Result<()> {
         .arg(broker.secret())
         .stdout(Stdio::null())
         .spawn()?;
+    let mut seen_up = 0;
     let up = wait_until(up_within, || {
-        broker
-            .status()
-            .filter(|r| r.iter().filter(|h| h.state == HostState::Up).count() == n)
+        let rows = broker.status()?;
+        seen_up = rows.iter().filter(|h| h.state == HostState::Up).count();
+        (seen_up == n).then_some(())
     });
     let Some(_) = up else {
         let _ = gen.kill();
         let _ = gen.wait();
-        anyhow::bail!("not all {n} hosts up within {} s", up_within.as_secs());
+        anyhow::bail!(
+            "not all {n} hosts up within {} s ({seen_up} up at the last look)",
+            up_within.as_secs()
+        );
     };
     let web = web_addr(&broker)?;
     let pid = broker.child.id();
