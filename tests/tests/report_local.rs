@@ -161,6 +161,20 @@ fn the_chart_carries_the_replays_host_seconds_per_state() {
         "{doc}"
     );
     assert!(doc.contains("<title>a &lt;test&gt; lab</title>"), "{doc}");
+    let out = rb(&[
+        "report",
+        dir.to_str().expect("utf8"),
+        "--svg",
+        "-",
+        "--title",
+        "a <test> lab",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        doc,
+        "`--svg -`: the same chart"
+    );
 
     // The areas: one per state, in order, with the replay's host-seconds (printed to 0.1).
     let areas: Vec<(&str, f64)> = values(&doc, "data-state")

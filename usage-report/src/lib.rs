@@ -18,5 +18,8 @@ pub mod read;
 pub mod svg;
 
 pub use live::{recent_chart, shipped_with_sha, Recent};
-pub use read::{files_since, recorded_policy, replay_dir, replay_files, trace_files, TraceError};
+pub use read::{
+    files_since, recorded_policy, replay_dir, replay_files, replay_files_noting, trace_files,
+    TraceError,
+};
 pub use svg::{message, render, Chart};

@@ -11,7 +11,7 @@ use allocation::{
 use policies::Policy;
 
 use crate::{
-    read::{files_since, recorded_policy, replay_files, trace_files},
+    read::{files_since, recorded_policy, replay_files_noting, trace_files},
     svg::{render, Chart},
     TraceError,
 };
@@ -42,7 +42,7 @@ pub fn recent_chart(
     let policy = choose(recorded_policy(files).as_deref());
     let mut replay = Replay::new(Arc::new(policy));
     replay.keep_timeline();
-    let outcome = replay_files(files, replay)?;
+    let outcome = replay_files_noting(files, replay, &mut |_| {})?;
     let unix_ms = |t: SystemTime| {
         t.duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))

@@ -51,17 +51,33 @@ pub fn replay_dir(dir: &Path, replay: Replay) -> Result<Outcome, TraceError> {
     replay_files(&trace_files(dir)?, replay)
 }
 
-/// Feeds every line of `files` (oldest first) to `replay`.
-pub fn replay_files(files: &[PathBuf], mut replay: Replay) -> Result<Outcome, TraceError> {
+/// Feeds every line of `files` (oldest first) to `replay`; notes (a last line cut short)
+/// go to standard error.
+pub fn replay_files(files: &[PathBuf], replay: Replay) -> Result<Outcome, TraceError> {
+    replay_files_noting(files, replay, &mut |note| eprintln!("{note}"))
+}
+
+/// [`replay_files`], each note given to `note` (a live trace's last line is often being
+/// written: the status page skips it without a word).
+pub fn replay_files_noting(
+    files: &[PathBuf],
+    mut replay: Replay,
+    note: &mut dyn FnMut(String),
+) -> Result<Outcome, TraceError> {
     for file in files {
-        replay_file(&mut replay, file)?;
+        replay_file(&mut replay, file, note)?;
     }
     Ok(replay.finish())
 }
 
 /// Feeds the lines of one file. A last line without its newline was cut short (the broker
-/// was killed, or the disk filled, while writing it): it is skipped with a note.
-fn replay_file(replay: &mut Replay, file: &Path) -> Result<(), TraceError> {
+/// was killed, or the disk filled, while writing it; or it is being written): it is skipped
+/// with a note.
+fn replay_file(
+    replay: &mut Replay,
+    file: &Path,
+    note: &mut dyn FnMut(String),
+) -> Result<(), TraceError> {
     let read_error = |source| TraceError::Read {
         file: file.to_path_buf(),
         source,
@@ -74,10 +90,10 @@ fn replay_file(replay: &mut Replay, file: &Path) -> Result<(), TraceError> {
             break;
         }
         let Some(text) = line.strip_suffix('\n') else {
-            eprintln!(
+            note(format!(
                 "note: {}:{number}: the last line is incomplete (cut short while being written); skipped",
                 file.display()
-            );
+            ));
             break;
         };
         if text.trim().is_empty() {
