@@ -31,6 +31,10 @@
 //!   trace file.
 //! - [`replay`]: [`Replay`], a trace played again under another policy, and the decisions
 //!   that would have differed (`rb policy replay`).
+//! - `usage`: host-seconds of a replayed run, in all and per host state ([`Usage`],
+//!   [`HostUse`]), and each host's states as spans ([`Timeline`]), for `rb policy replay`.
+//! - [`usage_series`]: a [`Timeline`] cut into time buckets ([`usage_series::Series`]), what
+//!   the utilization chart draws.
 //! - [`snapshot`]: [`Snapshot`], the plain-data form of the durable state; snapshot/restore and
 //!   the invariant checker.
 //!
@@ -114,6 +118,7 @@ mod state;
 pub mod trace;
 pub mod trace_state;
 mod usage;
+pub mod usage_series;
 mod view;
 
 use std::time::Duration;
@@ -129,7 +134,7 @@ pub use snapshot::{AllocRecord, JobRecord, ReleasingRecord, RequestRecord, Snaps
 pub use state::Allocator;
 pub use trace::{Recorder, TraceClock};
 pub use trace_state::TraceState;
-pub use usage::Usage;
+pub use usage::{ByUse, HostUse, Span, Timeline, Usage};
 pub use view::{Blocked, HostAlloc, WaitReason, WaitingRow};
 
 pub type JobId = u64;

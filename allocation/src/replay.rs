@@ -34,8 +34,8 @@ use policies::Policy;
 use crate::{
     state::AllocState,
     trace::{apply_delta, find_alloc, Body, Input, Line, Start, TraceClock, What},
-    usage::UsageMeter,
-    Allocator, Effect, JobId, RequestId, Usage,
+    usage::{touched_hosts, Touched, UsageMeter},
+    Allocator, Effect, JobId, RequestId, Timeline, Usage,
 };
 
 /// How far behind an input the deadlines of reclaims are checked (see the module docs).
@@ -165,6 +165,8 @@ pub struct Outcome {
     pub skipped: usize,
     /// How the replayed run used its hosts ([`Usage`]).
     pub usage: Usage,
+    /// Each host's states over the run (empty unless [`Replay::keep_timeline`]).
+    pub timeline: Timeline,
 }
 
 /// A trace being replayed under one policy. Feed it every line of every file, oldest first.
@@ -222,6 +224,12 @@ impl Replay {
         }
     }
 
+    /// Keep each host's states over the run too ([`Outcome::timeline`], for the
+    /// utilization chart).
+    pub fn keep_timeline(&mut self) {
+        self.usage.keep_timeline();
+    }
+
     /// One line of a trace file; `Err` says what is wrong with it (the caller adds where).
     pub fn feed(&mut self, text: &str) -> Result<(), String> {
         self.seq += 1;
@@ -231,7 +239,8 @@ impl Replay {
             Body::Start(start) => {
                 self.start(*start);
                 if let Some(alloc) = &self.alloc {
-                    self.usage.sample(line.t_us, alloc);
+                    self.usage
+                        .sample(line.t_us, line.unix_ms, alloc, Touched::All);
                 }
                 Ok(())
             }
@@ -263,6 +272,7 @@ impl Replay {
             differences: differences.into_iter().map(|(_, d)| d).collect(),
             skipped: self.skipped,
             usage: self.usage.usage(),
+            timeline: self.usage.timeline(),
         }
     }
 
@@ -271,6 +281,7 @@ impl Replay {
         if continues {
             return;
         }
+        self.usage.new_run();
         let alloc = Allocator::from_trace_state(start.state, self.policy.clone(), &self.clock);
         self.alloc = Some(alloc);
         self.run = Some(start.run);
@@ -283,12 +294,17 @@ impl Replay {
             return Err("an input before any `start` record: a trace file opens with one".into());
         };
         let now = self.clock.instant(t_us);
+        let mut ticked = Vec::new();
         if let Some(before) = now.checked_sub(TICK_LAG).filter(|_| t_us > 1_000_000) {
-            let effects = alloc.tick(before);
-            self.note_replayed(&effects, unix_ms);
+            ticked = alloc.tick(before);
+            self.note_replayed(&ticked, unix_ms);
         }
+        let named = touched_hosts(&input, &ticked);
         let applied = self.apply(&mut alloc, input, now);
-        self.usage.sample(t_us, &alloc);
+        let mut touched = touched_hosts(&Input::Tick, applied.iter().flatten());
+        touched.extend(named);
+        self.usage
+            .sample(t_us, unix_ms, &alloc, Touched::Named(&touched));
         self.alloc = Some(alloc);
         let effects = applied?;
         self.note_replayed(&effects, unix_ms);

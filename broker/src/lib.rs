@@ -185,10 +185,16 @@ pub async fn run(
     let tcp_task = tokio::spawn(server::serve_tcp(tcp, ctx.clone(), stop_rx.clone()));
     let unix_task = tokio::spawn(server::serve_unix(unix, ctx, stop_rx.clone()));
     let web_task = web.map(|(listener, jobs, token)| {
+        let usage = web::usage::UsageChart::new(
+            trace::trace_dir(&lab.broker.state_dir),
+            lab.broker.policy.clone(),
+            lab.policy_base(),
+        );
         let ctx = web::WebCtx {
             events: web_events,
             jobs,
             token,
+            usage,
         };
         tokio::spawn(web::serve(listener, Arc::new(ctx), stop_rx.clone()))
     });

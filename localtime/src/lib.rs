@@ -1,7 +1,8 @@
 //! The local time zone's offset from UTC, from the C library's `localtime_r` (which reads
 //! `TZ` and the zone files as every other program on the machine does). The one `unsafe`
 //! call the broker (the policy's wall clock), `rb` (`rb jobs` times) and the benchmarks
-//! (Slurm's local-time log stamps) share.
+//! (Slurm's local-time log stamps) share; and the civil date of a day number, which `rb`'s
+//! tables and the utilization chart's time axis print.
 
 /// The local time zone's offset from UTC at `t` (seconds since the epoch), in seconds;
 /// `None` when the C library cannot tell (or `t` does not fit its `time_t`).
@@ -27,6 +28,20 @@ pub fn unix_now() -> i64 {
 /// The local time zone's offset from UTC now, in seconds (0 when it cannot be read).
 pub fn utc_offset_now_s() -> i64 {
     utc_offset_s(unix_now()).unwrap_or(0)
+}
+
+/// (year, month, day) of a day count since 1970-01-01 (Howard Hinnant's algorithm).
+pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
 }
 
 #[cfg(test)]

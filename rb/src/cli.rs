@@ -6,8 +6,9 @@
 //! `rb lab`, `rb demo`) they are refused instead of being silently ignored, and they are not
 //! listed in those subcommands' help.
 //!
-//! Exit codes of `rb`: 0 success; 64 bad flags, lab file, job spec or RSL; 77 permission
-//! denied (e.g. on the broker's socket); 1 anything else (the broker is not running, …).
+//! Exit codes of `rb`: 0 success; 64 bad flags, lab file, job spec or RSL; 66 an input
+//! file missing; 73 an output file that cannot be made; 77 permission denied (e.g. on the
+//! broker's socket); 1 anything else (the broker is not running, …).
 
 use std::path::PathBuf;
 
@@ -15,6 +16,10 @@ use clap::{Args, Parser, Subcommand};
 
 /// Exit code for bad flags, configuration or input.
 pub const EXIT_USAGE: u8 = 64;
+/// Exit code for an input file that is missing or cannot be read.
+pub const EXIT_NO_INPUT: u8 = 66;
+/// Exit code for an output file that cannot be created.
+pub const EXIT_CANT_CREATE: u8 = 73;
 /// Exit code for permission denied.
 pub const EXIT_PERMISSION: u8 = 77;
 
@@ -216,6 +221,33 @@ pub enum Cmd {
     /// Users with a credential of their own (the broker's owner only): add, list, revoke.
     #[command(subcommand)]
     User(UserCommand),
+    /// Draw the lab's utilization from the broker's decision trace (TRACE_DIR: its
+    /// STATE_DIR/trace) as an SVG chart: hosts lent to jobs, free, in their owner's use,
+    /// drained and down over time, in total and per host. The trace is replayed as `rb
+    /// policy replay` does, so the chart's host-seconds are those of its `host states:`
+    /// line. Exit 0; 64 for a bad trace line or policy file; 66 when TRACE_DIR is missing
+    /// or holds no trace; 73 when FILE cannot be written (77: permission denied).
+    Report {
+        /// The trace directory (`STATE_DIR/trace` of the broker's lab file).
+        trace_dir: PathBuf,
+        /// Where to write the SVG (`-`: standard output).
+        #[arg(long, value_name = "FILE")]
+        svg: PathBuf,
+        /// The policy to replay with (default: the shipped policy the trace was recorded
+        /// under; required when that was a policy file of its own).
+        #[arg(long, value_name = "FILE")]
+        policy: Option<PathBuf>,
+        /// Time buckets across the chart.
+        #[arg(long, value_name = "N", default_value_t = 120,
+              value_parser = clap::value_parser!(u16).range(1..=2000))]
+        buckets: u16,
+        /// Per-host rows drawn at most (the total counts every host).
+        #[arg(long, value_name = "N", default_value_t = 64)]
+        max_hosts: usize,
+        /// The chart's title (default: `Lab utilization: TRACE_DIR`).
+        #[arg(long, value_name = "TEXT")]
+        title: Option<String>,
+    },
     /// Run the embedded single-machine lab: start a broker with virtual hosts, show them up.
     Demo {
         /// Number of virtual hosts.
@@ -248,6 +280,7 @@ impl Cmd {
             Cmd::Policy(_) => "policy",
             Cmd::User(_) => "user",
             Cmd::Demo { .. } => "demo",
+            Cmd::Report { .. } => "report",
         }
     }
 

@@ -7,6 +7,8 @@
 //! - [`init`]: `rb init` (secret and example lab file).
 //! - [`policy`]: `rb policy show|reload|explain`.
 //! - [`probe`]: `rb check --probe`, asking the Slurm cluster of `[overflow.slurm]` once.
+//! - [`replay`]: `rb policy replay`, a decision trace replayed under another policy.
+//! - [`report`]: `rb report`, the utilization chart of a decision trace (SVG).
 //! - [`demo`]: `rb demo`, the embedded single-machine lab end to end.
 
 pub mod cli;
@@ -16,4 +18,5 @@ pub mod init;
 pub mod policy;
 pub mod probe;
 pub mod replay;
+pub mod report;
 pub mod table;

@@ -114,6 +114,22 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             block_on(cmd_admin(broker(b)?, Request::Resume { host }))
         }
         Cmd::Lab(cmd) => lab::cli::run(cmd.clone()).map(ExitCode::from),
+        Cmd::Report {
+            trace_dir,
+            svg,
+            policy,
+            buckets,
+            max_hosts,
+            title,
+        } => Ok(rb::report::run(&rb::report::ReportArgs {
+            trace_dir,
+            svg,
+            policy: policy.as_deref(),
+            buckets: usize::from(*buckets),
+            max_hosts: *max_hosts,
+            title: title.as_deref(),
+            utc_offset_s: local_utc_offset_s(),
+        })),
         Cmd::Policy(cli::PolicyCommand::Check { file }) => Ok(cmd_policy_check(file)),
         Cmd::Policy(cli::PolicyCommand::Replay { trace_dir, policy }) => {
             Ok(rb::replay::run(trace_dir, policy, local_utc_offset_s()))

@@ -258,27 +258,13 @@ fn list(v: &serde_json::Value, sep: &str) -> String {
 pub fn clock(unix_s: i64, utc_offset_s: i64) -> String {
     let t = unix_s + utc_offset_s;
     let (days, secs) = (t.div_euclid(86_400), t.rem_euclid(86_400));
-    let (_, month, day) = civil_from_days(days);
+    let (_, month, day) = localtime::civil_from_days(days);
     format!(
         "{month:02}-{day:02} {:02}:{:02}:{:02}",
         secs / 3600,
         secs % 3600 / 60,
         secs % 60
     )
-}
-
-/// (year, month, day) of a day count since 1970-01-01 (Howard Hinnant's algorithm).
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }
 
 #[cfg(test)]

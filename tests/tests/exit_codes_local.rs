@@ -126,6 +126,24 @@ const ROWS: &[Row] = &[
     },
     Row {
         program: "rb",
+        args: &["report", "@DIR@/no-trace", "--svg", "@DIR@/u.svg"],
+        code: 66,
+        says: "cannot read the trace directory",
+    },
+    Row {
+        program: "rb",
+        args: &["report", "@DIR@/bad-trace", "--svg", "@DIR@/u.svg"],
+        code: 64,
+        says: "trace-000001.jsonl:1: not a decision-trace line",
+    },
+    Row {
+        program: "rb",
+        args: &["report", "@DIR@/bad-trace", "--svg", "@DIR@/no-dir/u.svg"],
+        code: 73,
+        says: "its directory does not exist",
+    },
+    Row {
+        program: "rb",
         args: &["status", "--broker", "@DIR@/no-broker.sock"],
         code: 1,
         says: "cannot reach the broker",
@@ -261,6 +279,8 @@ fn prepare(dir: &Path) {
     std::fs::write(dir.join("badnames.toml"), lab("secret", &bad)).expect("lab");
     std::fs::write(dir.join("secret0644.toml"), lab("secret0644", one)).expect("lab");
     std::fs::write(dir.join("bad-policy.toml"), "start = 'host.lod1 > 1'\n").expect("policy");
+    std::fs::create_dir(dir.join("bad-trace")).expect("mkdir");
+    std::fs::write(dir.join("bad-trace/trace-000001.jsonl"), "{oops\n").expect("trace");
 }
 
 fn run(row: &Row, dir: &Path, addr: &str) -> (Option<i32>, String) {

@@ -395,7 +395,7 @@ fn chromium(url: &str, what: &[&str]) -> std::process::Output {
             "--disable-sync",
             "--proxy-server=http://127.0.0.1:9",
             "--virtual-time-budget=8000",
-            "--window-size=1100,700",
+            "--window-size=1100,1000",
         ])
         .arg(format!("--user-data-dir={}", profile.path().display()))
         .args(what)
@@ -458,6 +458,28 @@ fn the_status_page_shows_hosts_holders_and_why_a_request_waits() {
     assert!(
         !dom.contains("sleep"),
         "the public page shows a command line:\n{dom}"
+    );
+    // The utilization chart, refreshed from /api/usage.svg: per-host rows, in total areas.
+    assert!(
+        dom.contains("<div id=\"usage\" data-refreshed=\""),
+        "the chart never refreshed from /api/usage.svg:\n{dom}"
+    );
+    let chart = &dom[dom.find("<div id=\"usage\"").expect("usage")..];
+    assert!(
+        chart.contains("class=\"utilization\""),
+        "no chart:\n{chart}"
+    );
+    for h in broker.status().expect("status") {
+        let row = format!("<g class=\"host-row\" data-host=\"{}\"", h.name);
+        assert!(chart.contains(&row), "{row} missing:\n{chart}");
+    }
+    assert_eq!(chart.matches("class=\"host-row\"").count(), 2, "{chart}");
+    assert!(chart.contains("data-state=\"lent\""), "{chart}");
+    let (status, svg) = get(web_addr(&broker), "/api/usage.svg", &[]);
+    assert_eq!(status, 200, "{svg}");
+    assert!(
+        svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""),
+        "{svg}"
     );
 
     let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("status-page.png");

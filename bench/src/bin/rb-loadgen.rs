@@ -118,13 +118,7 @@ async fn simulate(
     stop_at: tokio::time::Instant,
 ) -> anyhow::Result<()> {
     let (broker, secret, connected, sent, gate) = ctx;
-    let mut conn = {
-        let _permit = gate.acquire().await?;
-        let stream = TcpStream::connect(&broker).await?;
-        let mut conn = FramedConn::new(stream);
-        client_handshake(&mut conn, Role::Hostd, &name, ClientAuth::Secret(&secret)).await?;
-        conn
-    };
+    let mut conn = connect(&broker, &secret, &name, &gate, stop_at).await?;
     connected.fetch_add(1, Ordering::Relaxed);
     tokio::time::sleep(offset).await;
     let mut seq = 0;
@@ -137,6 +131,36 @@ async fn simulate(
         sent.fetch_add(1, Ordering::Relaxed);
     }
     Ok(())
+}
+
+/// Connects and completes the handshake as `name`, trying again after a failure (a broker
+/// busy with thousands of handshakes at once times some out, as a real daemon's supervisor
+/// would start it again) until `stop_at`.
+async fn connect(
+    broker: &str,
+    secret: &Secret,
+    name: &str,
+    gate: &Semaphore,
+    stop_at: tokio::time::Instant,
+) -> anyhow::Result<FramedConn<TcpStream>> {
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        let attempt = async {
+            let _permit = gate.acquire().await?;
+            let stream = TcpStream::connect(broker).await?;
+            let mut conn = FramedConn::new(stream);
+            client_handshake(&mut conn, Role::Hostd, name, ClientAuth::Secret(secret)).await?;
+            anyhow::Ok(conn)
+        };
+        match attempt.await {
+            Ok(conn) => return Ok(conn),
+            Err(e) if tokio::time::Instant::now() + backoff >= stop_at => return Err(e),
+            Err(_) => {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
 }
 
 /// A report the size and shape of a real one (one logged-in user).

@@ -4,6 +4,8 @@
 //! - `GET /metrics`: every metric of [`metrics`], in Prometheus text format 0.0.4, or in
 //!   OpenMetrics when the `Accept` header asks for `application/openmetrics-text`. Public.
 //! - `GET /`: the status page ([`page`]), refreshing itself from `/api/status`. Public.
+//! - `GET /api/usage.svg`: the utilization chart of the last hours, from the broker's own
+//!   decision trace ([`usage`]); the page shows it too. Public (host states only).
 //! - `GET /api/status`: each host's name, state, allocation state and holder, and the
 //!   waiting requests (job id, what they ask for, why they wait). Public.
 //! - `GET /api/jobs`: the `rb jobs` rows (argv, directory, user, notes): the same right as
@@ -17,6 +19,7 @@
 
 pub mod metrics;
 pub mod page;
+pub mod usage;
 
 use std::{
     convert::Infallible, io::Read, os::unix::fs::OpenOptionsExt, path::Path, sync::Arc,
@@ -60,6 +63,8 @@ pub struct WebCtx {
     pub jobs: JobAccess,
     /// The bearer token for job details (`None` with `jobs = "public"`).
     pub token: Option<String>,
+    /// The utilization chart.
+    pub usage: usage::UsageChart,
 }
 
 type Reply = Response<Full<Bytes>>;
@@ -113,10 +118,15 @@ async fn handle(ctx: &WebCtx, req: &Request<Incoming>) -> Reply {
             Some(status) => respond(
                 StatusCode::OK,
                 "text/html; charset=utf-8",
-                page::render(&status).into(),
+                page::render(&status, &ctx.usage.svg().await).into(),
             ),
             None => unavailable(),
         },
+        "/api/usage.svg" => respond(
+            StatusCode::OK,
+            "image/svg+xml",
+            Bytes::from(ctx.usage.svg().await.as_bytes().to_vec()),
+        ),
         "/api/jobs" => {
             if !allowed(ctx, req) {
                 return unauthorized();
@@ -128,7 +138,7 @@ async fn handle(ctx: &WebCtx, req: &Request<Incoming>) -> Reply {
         }
         _ => text(
             StatusCode::NOT_FOUND,
-            "not found; this listener serves /, /metrics, /api/status and /api/jobs\n",
+            "not found; this listener serves /, /metrics, /api/status, /api/usage.svg and /api/jobs\n",
         ),
     }
 }

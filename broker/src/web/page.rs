@@ -1,15 +1,17 @@
 //! The status page at `/`: server-rendered HTML (the lab as a grid of hosts coloured by
-//! state, the waiting requests with their reasons), and a small script that refreshes it
-//! from `/api/status` every few seconds. Public: it shows only what `/api/status` does
-//! (host states, holding job ids, wait reasons; no users, command lines or directories).
+//! state, the waiting requests with their reasons, the utilization chart of the last hours
+//! inline), and a small script that refreshes it from `/api/status` and `/api/usage.svg`
+//! every few seconds. Public: it shows only what `/api/status` does (host states, holding
+//! job ids, wait reasons; no users, command lines or directories) and the chart (host
+//! states over time).
 
 use serde_json::Value;
 
 /// How often the page refreshes, milliseconds.
 const REFRESH_MS: u32 = 3000;
 
-/// The page, rendered from the `/api/status` document.
-pub fn render(status: &Value) -> String {
+/// The page, rendered from the `/api/status` document and the chart (our own SVG text).
+pub fn render(status: &Value, chart: &str) -> String {
     let mut grid = String::new();
     for h in status["hosts"].as_array().into_iter().flatten() {
         grid.push_str(&cell(h));
@@ -21,6 +23,7 @@ pub fn render(status: &Value) -> String {
     PAGE.replace("@SUMMARY@", &escape(&summary(status)))
         .replace("@GRID@", &grid)
         .replace("@WAITING@", &waiting)
+        .replace("@USAGE@", chart)
         .replace("@REFRESH_MS@", &REFRESH_MS.to_string())
 }
 
@@ -102,6 +105,8 @@ table{border-collapse:collapse}td,th{border-bottom:1px solid #ccc;padding:.2em .
 <h2>Waiting requests</h2>
 <table><thead><tr><th>job</th><th>asks for</th><th>code</th><th>why it waits</th></tr></thead>
 <tbody id="waiting">@WAITING@</tbody></table>
+<h2>Utilization</h2>
+<div id="usage">@USAGE@</div>
 <script>
 "use strict";
 function label(h){
@@ -130,7 +135,9 @@ function render(s){
   document.getElementById("summary").textContent=s.hosts.length+" hosts, "+held+" lent to jobs, "+s.waiting.length+" requests waiting";
   document.body.dataset.refreshed=String(Number(document.body.dataset.refreshed||0)+1);
 }
-async function refresh(){try{const r=await fetch("/api/status",{cache:"no-store"});if(r.ok)render(await r.json());}catch(e){}}
+let lastChart=null;
+async function chart(){try{const r=await fetch("/api/usage.svg",{cache:"no-store"});if(!r.ok)return;const t=await r.text();const u=document.getElementById("usage");if(t!==lastChart){u.innerHTML=t;lastChart=t;}u.dataset.refreshed=String(Number(u.dataset.refreshed||0)+1);}catch(e){}}
+async function refresh(){try{const r=await fetch("/api/status",{cache:"no-store"});if(r.ok)render(await r.json());}catch(e){}chart();}
 refresh();setInterval(refresh,@REFRESH_MS@);
 </script>
 </body></html>
@@ -149,7 +156,7 @@ mod tests {
             ],
             "waiting": [{"job": 8, "symbolic": "anyLinux", "reason_code": "all_held", "reason": "1 matching host(s): 1 held by jobs"}],
         });
-        let page = render(&status);
+        let page = render(&status, "<svg class=\"utilization\"></svg>");
         assert!(
             page.contains(
                 r#"<div class="host held" data-host="n1"><b>n1</b><span>job 7</span></div>"#
@@ -161,6 +168,10 @@ mod tests {
             "{page}"
         );
         assert!(page.contains(r#"<td class="code">all_held</td>"#), "{page}");
+        assert!(
+            page.contains(r#"<div id="usage"><svg class="utilization"></svg></div>"#),
+            "{page}"
+        );
         assert!(
             page.contains("2 hosts, 1 lent to jobs, 1 requests waiting"),
             "{page}"
