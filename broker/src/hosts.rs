@@ -291,6 +291,7 @@ fn repeats(last: &HostReport, new: &HostReport) -> bool {
         overlaid,
         logind,
         logind_error,
+        warnings,
         // Goes to the allocator apart from the host's row (see `core`).
         allocs_running: _,
     } = new;
@@ -312,6 +313,7 @@ fn repeats(last: &HostReport, new: &HostReport) -> bool {
         && last.overlaid == *overlaid
         && last.logind == *logind
         && last.logind_error == *logind_error
+        && last.warnings == *warnings
 }
 
 /// Why a host counts as silent now, if it does.
@@ -378,6 +380,7 @@ fn status_row(rec: &HostRecord, now: Instant, down_after: Duration) -> HostStatu
         console_idle_s: r.and_then(|r| r.console_idle_s),
         logind: r.and_then(|r| r.logind.clone()),
         logind_error: r.and_then(|r| r.logind_error.clone()),
+        warnings: r.map(|r| r.warnings.clone()).unwrap_or_default(),
         managed_procs: r.and_then(|r| r.managed_procs),
         job_load: r.and_then(|r| r.job_load),
         labels,

@@ -1021,6 +1021,7 @@ mod tests {
             console_idle_s: None,
             logind: None,
             logind_error: None,
+            warnings: Vec::new(),
             managed_procs: None,
             job_load: None,
             labels: vec!["linux".into(), "public".into()],

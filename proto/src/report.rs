@@ -172,6 +172,11 @@ pub struct HostReport {
     /// Why `logind` is `None` (`no system bus: …`), for `rb status`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logind_error: Option<String>,
+    /// What is wrong on the host that the daemon works around, for `rb status` (e.g. its
+    /// runtime directory in /tmp refused, and where it runs instead). Older brokers
+    /// ignore it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     /// The allocations of this lab with a process of the daemon's user on this machine
     /// (ascending): sent by daemons that end an allocation's processes when the broker says
     /// its deadline passed (`FromBroker::EndAllocs`); `None` from daemons that predate it,
@@ -225,6 +230,9 @@ pub struct HostStatus {
     /// [`HostReport::logind_error`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logind_error: Option<String>,
+    /// [`HostReport::warnings`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     pub managed_procs: Option<u32>,
     /// The load of the lab's job processes there ([`HostReport::job_load`]).
     #[serde(default)]

@@ -33,6 +33,15 @@ pub fn render(hosts: &[HostStatus]) -> String {
             printable(h.down_reason.as_deref().unwrap_or("down"))
         ));
     }
+    for h in hosts {
+        for warning in &h.warnings {
+            out.push_str(&format!(
+                "  {}: warning: {}\n",
+                printable(&h.name),
+                printable(warning)
+            ));
+        }
+    }
     out
 }
 
@@ -297,6 +306,7 @@ mod tests {
             console_idle_s: None,
             logind: None,
             logind_error: None,
+            warnings: Vec::new(),
             managed_procs: Some(0),
             job_load: None,
             labels: vec!["linux".into(), "public".into()],
@@ -349,6 +359,18 @@ mod tests {
         assert!(lines[1].contains("1.0/2.0G"), "{text}");
         assert!(text.contains("2 hosts: 1 up, 1 down"), "{text}");
         assert!(text.contains("node03: no report for 6.2 s"), "{text}");
+    }
+
+    #[test]
+    fn a_hosts_warnings_are_lines_under_the_table_escaped() {
+        let mut warned = host("node02", HostState::Up);
+        warned.warnings = vec!["runtime directory /tmp/rb-1000 refused\u{1b}[31m".into()];
+        let text = render(&[warned, host("node03", HostState::Up)]);
+        assert!(
+            text.contains("  node02: warning: runtime directory /tmp/rb-1000 refused\\u{1b}[31m\n"),
+            "{text}"
+        );
+        assert_eq!(text.matches("warning:").count(), 1, "{text}");
     }
 
     #[test]

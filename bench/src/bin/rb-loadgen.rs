@@ -202,6 +202,7 @@ fn report(name: &str, seq: u64, shape: Shape) -> HostReport {
         overlaid: Vec::new(),
         logind: None,
         logind_error: None,
+        warnings: Vec::new(),
         // Simulated daemons run no job processes: they list none, as a real one would.
         allocs_running: Some(Vec::new()),
     }
