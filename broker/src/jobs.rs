@@ -16,7 +16,10 @@ use proto::{
 };
 use tracing::{debug, info, warn};
 
-use allocation::trace::{host_delta, Input};
+use allocation::{
+    trace::{host_delta, Input, RunsOn},
+    Answer, Handled,
+};
 
 use crate::{
     alloc::{
@@ -35,8 +38,7 @@ pub const DEFAULT_RELEASE_GRACE: Duration = Duration::from_secs(5);
 /// larger `grace_ms` on the wire is refused, not a reclaim that never ends.
 pub const MAX_RELEASE_GRACE: Duration = Duration::from_secs(3600);
 
-/// How long a job restored after a broker restart waits for its agent to come back.
-pub const RESUME_WINDOW: Duration = Duration::from_secs(60);
+pub use allocation::RESUME_WINDOW;
 
 /// Which allocations are live, as host daemons are told (`FromBroker::LiveAllocs`): they
 /// end leftover processes of the others. `ending`: those past their reclaim deadline,
@@ -78,8 +80,6 @@ pub struct JobDesk {
     /// Jobs that ended by their agent's word during the current event: their end is
     /// confirmed once saved.
     ended_by_agent: Vec<JobId>,
-    /// Jobs restored from the store whose agents have not reconnected yet, with a deadline.
-    awaiting_agent: HashMap<JobId, Instant>,
     store: Option<crate::persist::StoreWriter>,
     by_agent_req: HashMap<(JobId, u64), RequestId>,
     agent_req: HashMap<RequestId, (JobId, u64)>,
@@ -119,7 +119,6 @@ impl JobDesk {
             cut_log: LogLimiter::new(20, Duration::from_secs(10)),
             ends_unsaved: Vec::new(),
             ended_by_agent: Vec::new(),
-            awaiting_agent: HashMap::new(),
             store: None,
             by_agent_req: HashMap::new(),
             agent_req: HashMap::new(),
@@ -211,8 +210,7 @@ impl JobDesk {
             host: host.to_string(),
             grace_us: grace.as_micros() as u64,
         };
-        self.traced_admin(now, |a| a.lease_ends(host, grace, now), input)
-            .unwrap_or_default()
+        self.handle(input, now).0
     }
 
     /// Cancels every pilot Slurm knows of (at shutdown).
@@ -222,32 +220,24 @@ impl JobDesk {
         }
     }
 
-    /// Calls the allocator (`call`) and, when a trace is kept, records what it was given
-    /// (`input`, built from the call's value) and the decisions among its effects.
-    fn traced<T>(
-        &mut self,
-        now: Instant,
-        call: impl FnOnce(&mut Allocator) -> (T, Vec<Effect>),
-        input: impl FnOnce(&T) -> Input,
-    ) -> (T, Vec<Effect>) {
+    /// The one way into the allocator: [`Allocator::handle`]. When a trace is kept, the
+    /// input as handled and the decisions among its effects are recorded (unless it
+    /// changed nothing: see [`Handled::recorded`]).
+    fn handle(&mut self, input: Input, now: Instant) -> (Vec<Effect>, Answer) {
         if let Some(t) = &mut self.trace {
             t.begin(&self.alloc, now);
         }
-        let (value, effects) = call(&mut self.alloc);
-        if let Some(t) = &mut self.trace {
-            t.record(&self.alloc, input(&value), &effects, now);
+        let handled = self.alloc.handle(input, now);
+        let recorded = handled.recorded();
+        let Handled {
+            input,
+            effects,
+            answer,
+        } = handled;
+        if let (Some(t), true) = (&mut self.trace, recorded) {
+            t.record(&self.alloc, input, &effects, now);
         }
-        (value, effects)
-    }
-
-    /// [`Self::traced`] for entry points that return only effects.
-    fn traced_fx(
-        &mut self,
-        now: Instant,
-        call: impl FnOnce(&mut Allocator) -> Vec<Effect>,
-        input: impl FnOnce() -> Input,
-    ) -> Vec<Effect> {
-        self.traced(now, |a| ((), call(a)), |_| input()).1
+        (effects, answer)
     }
 
     /// Agents are told `ip`, the broker's address as its hosts reach it: an agent that
@@ -260,11 +250,7 @@ impl JobDesk {
     /// Restored running jobs get [`RESUME_WINDOW`] for their agents to reconnect; durable
     /// changes go to `store` from now on.
     pub fn with_store(mut self, store: crate::persist::StoreWriter, now: Instant) -> Self {
-        for row in self.alloc.jobs(now) {
-            if row.state == "running" {
-                self.awaiting_agent.insert(row.id, now + RESUME_WINDOW);
-            }
-        }
+        self.alloc.await_agents(RESUME_WINDOW, now);
         self.store = Some(store);
         self
     }
@@ -293,9 +279,9 @@ impl JobDesk {
         }
         let input = Input::AllocsRunning {
             host: host.to_string(),
-            allocs: running.clone(),
+            allocs: running,
         };
-        self.traced_fx(now, |a| a.allocs_running(host, &running, now), || input)
+        self.handle(input, now).0
     }
 
     /// Tells the allocator that one host's row changed (as it happens).
@@ -307,12 +293,12 @@ impl JobDesk {
         } else {
             Default::default()
         };
-        let host = view.name.clone();
-        self.traced_fx(
-            now,
-            |a| a.host_changed(view, now),
-            || Input::Host { host, changed },
-        )
+        let input = Input::Host {
+            host: view.name.clone(),
+            changed,
+            view: Some(Box::new(view)),
+        };
+        self.handle(input, now).0
     }
 
     /// A report repeated `host`'s last one (its row changed only in age). True when the
@@ -325,20 +311,13 @@ impl JobDesk {
         if !self.alloc.same_view_decides_nothing(host) {
             return false;
         }
-        let input = || Input::Host {
+        let input = Input::Host {
             host: host.to_string(),
             changed: Default::default(),
+            view: None,
         };
-        let mut taken = false;
-        self.traced_fx(
-            now,
-            |a| {
-                taken = a.host_repeated(host, now);
-                Vec::new()
-            },
-            input,
-        );
-        taken
+        self.handle(input, now);
+        true
     }
 
     /// Adds what the allocator does with each host (`alloc_state`, `held_by`, `drained`,
@@ -369,17 +348,17 @@ impl JobDesk {
     /// Puts a reloaded policy in force ([`Allocator::set_prepared_policy`]): recorded as
     /// the same input as [`Allocator::set_policy`], which a replay calls. Also returns what
     /// the change replaced, to drop off the core.
-    pub fn set_policy(&mut self, prepared: PreparedPolicy, now: Instant) -> (Vec<Effect>, Retired) {
+    pub fn set_policy(
+        &mut self,
+        prepared: PreparedPolicy,
+        now: Instant,
+    ) -> (Vec<Effect>, Option<Retired>) {
         let sha256 = prepared.policy().sha256().to_string();
-        let (retired, effects) = self.traced(
-            now,
-            |a| {
-                let (effects, retired) = a.set_prepared_policy(prepared, now);
-                (retired, effects)
-            },
-            |_| Input::Policy { sha256 },
-        );
-        (effects, retired)
+        self.alloc.stage_policy(prepared);
+        match self.handle(Input::Policy { sha256 }, now) {
+            (effects, Answer::Retired(retired)) => (effects, Some(retired)),
+            (effects, _) => (effects, None),
+        }
     }
 
     /// `rb policy explain` ([`Allocator::explain`]).
@@ -389,68 +368,43 @@ impl JobDesk {
         job: Option<JobId>,
         now: Instant,
     ) -> Result<serde_json::Value, String> {
-        let (answer, _) = self.traced(
-            now,
-            |a| (a.explain(host, job, now), Vec::new()),
-            |_| Input::Explain {
-                host: host.to_string(),
-                job,
-            },
-        );
-        answer
+        let input = Input::Explain {
+            host: host.to_string(),
+            job,
+        };
+        match self.handle(input, now).1 {
+            Answer::Explained(answer) => answer,
+            other => Err(format!("the allocator did not explain: {other:?}")),
+        }
     }
 
     /// Registers a job for a newly connected agent; a new job (not a resumed one) is refused
-    /// with the reason when the state dir cannot take it (full, read-only).
+    /// with the reason when the state dir cannot take it (full, read-only). Whether the job
+    /// is resumed, and which host is its front end, the allocator decides.
     pub fn register(
         &mut self,
         reg: JobRegistration,
         tx: Outbox,
         now: Instant,
     ) -> Result<(JobId, Vec<Effect>), String> {
-        // Only the job's own user resumes it (`reg.user` is the authenticated one).
-        let resumable = reg.resume.filter(|j| {
-            self.awaiting_agent.contains_key(j)
-                && self.alloc.is_running(*j)
-                && self.alloc.job_info(*j).is_some_and(|i| i.user == reg.user)
-        });
-        if let (None, Some(store)) = (resumable, &self.store) {
+        let resumes = reg
+            .resume
+            .is_some_and(|j| self.alloc.may_resume(j, &reg.user));
+        if let (false, Some(store)) = (resumes, &self.store) {
             store.check_writable().inspect_err(|e| {
                 crate::web::METRICS.refused("job");
                 warn!(error = %e, "job refused");
             })?;
         }
-        let own_host = self.own_lab_host(&reg);
-        let front_end = reg
-            .runs_on
-            .as_ref()
-            .and_then(|on| self.alloc.lab_host_of(&on.hostname, &on.addresses));
-        let (job, mut effects) = match resumable {
-            Some(job) => {
-                self.awaiting_agent.remove(&job);
-                info!(job, "agent reconnected; job resumed");
-                let effects =
-                    self.traced_fx(now, |a| a.resumed(job, now), || Input::Resumed { job });
-                (job, effects)
-            }
-            None => {
-                let info = JobInfo {
-                    user: reg.user,
-                    cwd: reg.cwd,
-                    argv: reg.argv,
-                    spec: reg.spec,
-                    adaptive: reg.adaptive,
-                };
-                let recorded = info.clone();
-                self.traced(
-                    now,
-                    |a| a.register_job(info, now),
-                    |&job| Input::Register {
-                        job,
-                        info: recorded,
-                    },
-                )
-            }
+        let (effects, answer) = self.handle(registration_input(reg), now);
+        let Answer::Job {
+            job,
+            resumed,
+            front_end,
+            own_host,
+        } = answer
+        else {
+            return Err(format!("the allocator registered no job: {answer:?}"));
         };
         let msg = FromBroker::Registered {
             job,
@@ -464,126 +418,78 @@ impl JobDesk {
         // A new outbox has room: this cannot be refused as full.
         let _ = tx.push(msg);
         self.agents.insert(job, tx);
-        info!(job, "job registered");
+        match resumed {
+            true => info!(job, "agent reconnected; job resumed"),
+            false => info!(job, "job registered"),
+        }
         if let Some(host) = own_host {
             info!(job, %host, "a module job runs on this lab host: never granted to it");
-            effects.extend(self.uses_hosts(job, vec![host], now));
         }
         Ok((job, effects))
     }
 
-    /// [`Allocator::uses_hosts`].
-    fn uses_hosts(&mut self, job: JobId, hosts: Vec<String>, now: Instant) -> Vec<Effect> {
-        let recorded = hosts.clone();
-        self.traced_fx(
-            now,
-            |a| a.uses_hosts(job, hosts, now),
-            || Input::UsesHosts {
-                job,
-                hosts: recorded,
-            },
-        )
-    }
-
-    /// Gives `alloc` back (`confirmed`: after a reclaim) through [`Self::traced`].
-    fn give_back(
+    /// A give-back (`confirmed`: a confirmed release after a reclaim) of allocation `alloc`
+    /// by `job`'s agent; the allocator applies it only to an allocation of the job's own.
+    fn return_alloc(
         &mut self,
         job: JobId,
         alloc: AllocId,
         confirmed: bool,
         now: Instant,
     ) -> Vec<Effect> {
-        let (host, req) = self.alloc.alloc_host(alloc).unwrap_or_default();
-        self.traced_fx(
-            now,
-            |a| match confirmed {
-                true => a.release_confirmed(alloc, now),
-                false => a.give_back(alloc, now),
-            },
-            || match confirmed {
-                true => Input::Released { job, host, req },
-                false => Input::GiveBack { job, host, req },
-            },
-        )
-    }
-
-    /// [`Allocator::end_job`].
-    fn end_job(&mut self, job: JobId, now: Instant) -> Vec<Effect> {
-        self.traced_fx(now, |a| a.end_job(job, now), || Input::End { job })
-    }
-
-    /// For a module job: the lab host its agent runs on, if it is one of the lab's.
-    fn own_lab_host(&self, reg: &JobRegistration) -> Option<String> {
-        reg.module.as_ref()?;
-        let on = reg.runs_on.as_ref()?;
-        self.alloc.lab_host_of(&on.hostname, &on.addresses)
-    }
-
-    /// The lab hosts among `names` (names or addresses), for [`ToBroker::HostsInUse`].
-    fn lab_hosts(&self, job: JobId, names: &[String]) -> Vec<String> {
-        names
-            .iter()
-            .filter_map(|n| {
-                let host = self.alloc.lab_host(n);
-                if host.is_none() {
-                    debug!(job, name = %n, "a host in use that is not in the lab; ignored");
-                }
-                host
-            })
-            .collect()
+        // A late answer about an allocation that is over: the broker forced the release at
+        // its deadline, or the agent answered both the reclaim and its re-sending after a
+        // broker restart.
+        let Some(input) = self.alloc.return_input(job, alloc, confirmed) else {
+            debug!(
+                job,
+                alloc, "ignoring the return of an allocation the job no longer holds"
+            );
+            return Vec::new();
+        };
+        let (effects, answer) = self.handle(input, now);
+        if let Answer::Ignored(why) = answer {
+            warn!(job, alloc, %why, "ignoring the return of an allocation");
+        }
+        effects
     }
 
     /// A message from `job`'s agent.
     pub fn agent_message(&mut self, job: JobId, msg: ToBroker, now: Instant) -> Vec<Effect> {
         match msg {
             ToBroker::Allocate { req, symbolic } => {
-                let (id, effects) = self.traced(
-                    now,
-                    |a| a.request(job, &symbolic, now),
-                    |&req| Input::Allocate {
-                        job,
-                        req,
-                        symbolic: symbolic.clone(),
-                    },
-                );
-                self.by_agent_req.insert((job, req), id);
-                self.agent_req.insert(id, (job, req));
-                crate::web::METRICS.requested(id);
+                let input = Input::Allocate {
+                    job,
+                    req: 0,
+                    symbolic,
+                };
+                let (effects, answer) = self.handle(input, now);
+                if let Answer::Request(id) = answer {
+                    self.by_agent_req.insert((job, req), id);
+                    self.agent_req.insert(id, (job, req));
+                    crate::web::METRICS.requested(id);
+                }
                 effects
             }
             ToBroker::Cancel { req } => match self.by_agent_req.remove(&(job, req)) {
                 Some(id) => {
                     self.agent_req.remove(&id);
-                    self.traced_fx(now, |a| a.cancel(id), || Input::Cancel { job, req: id })
+                    self.handle(Input::Cancel { job, req: id }, now).0
                 }
                 None => Vec::new(),
             },
-            ToBroker::GiveBack { alloc } if self.owns(job, alloc) => {
-                self.give_back(job, alloc, false, now)
-            }
-            ToBroker::Released { alloc } if self.owns(job, alloc) => {
-                self.give_back(job, alloc, true, now)
-            }
-            // A late answer about an allocation that is over: the broker forced the release
-            // at its deadline, or the agent answered both the reclaim and its re-sending
-            // after a broker restart. (Another job's live allocation falls through: warned.)
-            ToBroker::GiveBack { alloc } | ToBroker::Released { alloc }
-                if self.alloc.alloc_host(alloc).is_none() =>
-            {
-                debug!(
-                    job,
-                    alloc, "ignoring the return of an allocation the job no longer holds"
-                );
-                Vec::new()
-            }
+            ToBroker::GiveBack { alloc } => self.return_alloc(job, alloc, false, now),
+            ToBroker::Released { alloc } => self.return_alloc(job, alloc, true, now),
             ToBroker::HostsInUse { hosts } => {
-                let hosts = self.lab_hosts(job, &hosts);
-                info!(
-                    job,
-                    ?hosts,
-                    "hosts the job uses by name: never granted to it"
-                );
-                self.uses_hosts(job, hosts, now)
+                let (effects, answer) = self.handle(Input::UsesHosts { job, hosts }, now);
+                if let Answer::Uses(hosts) = answer {
+                    info!(
+                        job,
+                        ?hosts,
+                        "hosts the job uses by name: never granted to it"
+                    );
+                }
+                effects
             }
             ToBroker::JobNote { text } => {
                 self.add_note(job, &text);
@@ -592,7 +498,7 @@ impl JobDesk {
             ToBroker::EndJob { status } => {
                 info!(job, status, "job ended");
                 self.ended_by_agent.push(job);
-                self.end_job(job, now)
+                self.handle(Input::End { job }, now).0
             }
             other => {
                 warn!(job, ?other, "ignoring a message an agent should not send");
@@ -638,21 +544,15 @@ impl JobDesk {
             .collect()
     }
 
-    fn owns(&self, job: JobId, alloc: AllocId) -> bool {
-        self.alloc
-            .allocations_of(job)
-            .iter()
-            .any(|(id, _, _)| *id == alloc)
-    }
-
-    /// The agent's connection closed: the job ends (its subagents end their processes).
+    /// The agent's connection closed: the allocator ends its job if it runs (its
+    /// subagents end their processes).
     pub fn agent_gone(&mut self, job: JobId, now: Instant) -> Vec<Effect> {
         self.agents.remove(&job);
-        if self.alloc.is_running(job) {
-            warn!(job, "agent disconnected; ending its job");
-            return self.end_job(job, now);
+        let (effects, answer) = self.handle(Input::AgentGone { job }, now);
+        if let Answer::Ended { was_running: true } = answer {
+            warn!(job, "agent disconnected; its job ended");
         }
-        Vec::new()
+        effects
     }
 
     /// Whether the core should tick faster: it may ask Slurm for a pilot soon
@@ -661,53 +561,17 @@ impl JobDesk {
         self.alloc.pilot_may_be_due(now)
     }
 
+    /// The allocator's clock: reclaim deadlines, resume windows, pilots.
     pub fn tick(&mut self, now: Instant) -> Vec<Effect> {
-        let mut effects = self.tick_alloc(now);
-        let expired: Vec<JobId> = self
-            .awaiting_agent
-            .iter()
-            .filter(|(_, d)| **d <= now)
-            .map(|(j, _)| *j)
-            .collect();
-        for job in expired {
-            warn!(
-                job,
-                "agent did not come back after the broker restarted; ending its job"
-            );
-            self.awaiting_agent.remove(&job);
-            effects.extend(self.end_job(job, now));
-        }
-        effects
+        self.handle(Input::Tick, now).0
     }
 
-    /// An admin entry point through the trace; a refused one (unknown host…) changed
-    /// nothing and is not recorded.
-    fn traced_admin(
-        &mut self,
-        now: Instant,
-        call: impl FnOnce(&mut Allocator) -> Result<Vec<Effect>, crate::alloc::AllocError>,
-        input: Input,
-    ) -> Result<Vec<Effect>, crate::alloc::AllocError> {
-        if let Some(t) = &mut self.trace {
-            t.begin(&self.alloc, now);
+    /// An admin input: its effects, or why the allocator refused it.
+    fn admin_input(&mut self, input: Input, now: Instant) -> Result<Vec<Effect>, String> {
+        match self.handle(input, now) {
+            (_, Answer::Refused(e)) => Err(e.to_string()),
+            (effects, _) => Ok(effects),
         }
-        let effects = call(&mut self.alloc)?;
-        if let Some(t) = &mut self.trace {
-            t.record(&self.alloc, input, &effects, now);
-        }
-        Ok(effects)
-    }
-
-    /// [`Allocator::tick`], recorded in the trace only when it decided something.
-    fn tick_alloc(&mut self, now: Instant) -> Vec<Effect> {
-        if let Some(t) = &mut self.trace {
-            t.begin(&self.alloc, now);
-        }
-        let effects = self.alloc.tick(now);
-        if let (Some(t), false) = (&mut self.trace, effects.is_empty()) {
-            t.record(&self.alloc, Input::Tick, &effects, now);
-        }
-        effects
     }
 
     /// The user of the job holding `host`, if a job holds it.
@@ -753,7 +617,7 @@ impl JobDesk {
                     host: host.clone(),
                     grace_us: grace.as_micros() as u64,
                 };
-                match self.traced_admin(now, |a| a.release_host(&host, grace, now), input) {
+                match self.admin_input(input, now) {
                     Ok(effects) => {
                         let message = match holder {
                             Some((job, _)) => format!(
@@ -764,35 +628,31 @@ impl JobDesk {
                         };
                         (Ok(Response::Done { message }), effects)
                     }
-                    Err(e) => (Err(e.to_string()), Vec::new()),
+                    Err(e) => (Err(e), Vec::new()),
                 }
             }
-            Request::Drain { host } => match self.traced_admin(
-                now,
-                |a| a.drain(&host),
-                Input::Drain { host: host.clone() },
-            ) {
-                Ok(effects) => (
-                    Ok(Response::Done {
-                        message: format!("{host} drained: no new grants"),
-                    }),
-                    effects,
-                ),
-                Err(e) => (Err(e.to_string()), Vec::new()),
-            },
-            Request::Resume { host } => match self.traced_admin(
-                now,
-                |a| a.resume(&host, now),
-                Input::Resume { host: host.clone() },
-            ) {
-                Ok(effects) => (
-                    Ok(Response::Done {
-                        message: format!("{host} resumed"),
-                    }),
-                    effects,
-                ),
-                Err(e) => (Err(e.to_string()), Vec::new()),
-            },
+            Request::Drain { host } => {
+                match self.admin_input(Input::Drain { host: host.clone() }, now) {
+                    Ok(effects) => (
+                        Ok(Response::Done {
+                            message: format!("{host} drained: no new grants"),
+                        }),
+                        effects,
+                    ),
+                    Err(e) => (Err(e), Vec::new()),
+                }
+            }
+            Request::Resume { host } => {
+                match self.admin_input(Input::Resume { host: host.clone() }, now) {
+                    Ok(effects) => (
+                        Ok(Response::Done {
+                            message: format!("{host} resumed"),
+                        }),
+                        effects,
+                    ),
+                    Err(e) => (Err(e), Vec::new()),
+                }
+            }
             other => (Err(format!("not a job request: {other:?}")), Vec::new()),
         }
     }
@@ -898,6 +758,10 @@ impl JobDesk {
                     );
                 }
                 Effect::Freed { .. } => {}
+                Effect::AgentLate { job } => warn!(
+                    job,
+                    "agent did not come back after the broker restarted; its job ended"
+                ),
                 Effect::PolicyError {
                     key,
                     host,
@@ -988,6 +852,27 @@ impl JobDesk {
             warn!(job, %reason, "agent connection cut");
         }
         self.cut.push(job);
+    }
+}
+
+/// The allocator's input for an agent's registration (`reg.user` is the authenticated
+/// user).
+fn registration_input(reg: JobRegistration) -> Input {
+    Input::Register {
+        job: 0,
+        info: JobInfo {
+            user: reg.user,
+            cwd: reg.cwd,
+            argv: reg.argv,
+            spec: reg.spec,
+            adaptive: reg.adaptive,
+        },
+        resume: reg.resume,
+        runs_on: reg.runs_on.map(|on| RunsOn {
+            hostname: on.hostname,
+            addresses: on.addresses,
+        }),
+        module: reg.module.is_some(),
     }
 }
 
