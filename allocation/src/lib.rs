@@ -4,7 +4,8 @@
 //! makes its state survive a broker restart stays in the broker (`broker::alloc::store`).
 //!
 //! # Layout
-//! - `host`: [`HostView`], the core's view of one host (built from a `HostStatus` row), and
+//! - `host`: [`HostView`], the core's view of one host (its own type: the broker builds it
+//!   from a host's status row), and
 //!   the per-host predicates: symbolic-name matching, "owner away", the choice order.
 //! - `state`: [`Allocator`], the pure state machine (jobs, requests, allocations) and its
 //!   operations, each returning the [`Effect`]s the async shell must perform.

@@ -13,6 +13,7 @@ use std::{
 use proto::{
     msg::{FromBroker, JobRegistration, Request, Response, ToBroker},
     report::HostStatus,
+    symbolic::label_name,
 };
 use tracing::{debug, info, warn};
 
@@ -286,7 +287,7 @@ impl JobDesk {
 
     /// Tells the allocator that one host's row changed (as it happens).
     pub fn host_changed(&mut self, row: &HostStatus, now: Instant) -> Vec<Effect> {
-        let view = HostView::from(row);
+        let view = host_view(row);
         // The delta costs a serialization: only when a trace is kept.
         let changed = if self.trace.is_some() {
             host_delta(self.alloc.host_view(&view.name), &view)
@@ -852,6 +853,30 @@ impl JobDesk {
             warn!(job, %reason, "agent connection cut");
         }
         self.cut.push(job);
+    }
+}
+
+/// The allocator's view of a host, from the host's status row (the core's input is its
+/// own type, not the row `rb status` shows).
+pub fn host_view(s: &HostStatus) -> HostView {
+    HostView {
+        name: s.name.clone(),
+        address: s.address.clone(),
+        up: s.state == proto::report::HostState::Up,
+        reported: s.last_report_age_s.is_some(),
+        labels: s.labels.iter().map(|l| label_name(l)).collect(),
+        os: s.os.clone(),
+        owner: s.owner.clone(),
+        load1: s.load1,
+        load5: s.load5,
+        load15: s.load15,
+        mem_avail_mb: s.mem_available_kb.map(|kb| kb / 1024),
+        cpus: s.cpus,
+        users: s.users_known.then(|| s.users.clone()),
+        console_idle_s: s.console_idle_s,
+        logind: s.logind.clone(),
+        logind_error: s.logind_error.clone(),
+        job_load: s.job_load,
     }
 }
 
