@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 /// Exit code for bad flags, configuration or input.
-pub const EXIT_USAGE: u8 = 64;
+pub const EXIT_USAGE: u8 = startup::EXIT_USAGE;
 /// Exit code for permission denied.
 pub const EXIT_PERMISSION: u8 = 77;
 

@@ -2,13 +2,11 @@
 //! input; 77 permission denied; 1 other errors).
 
 use std::{
-    io::IsTerminal,
     path::{Path, PathBuf},
     process::ExitCode,
     time::Duration,
 };
 
-use clap::Parser;
 use proto::msg::{Request, Response};
 use rb::{
     cli::{self, BrokerFlags, Cli, Cmd, EXIT_PERMISSION, EXIT_USAGE},
@@ -16,21 +14,7 @@ use rb::{
 };
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) if e.use_stderr() => {
-            let _ = e.print();
-            return ExitCode::from(EXIT_USAGE);
-        }
-        Err(e) => e.exit(),
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("RB_LOG").unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    let cli: Cli = startup::start("warn");
     match dispatch(cli) {
         Ok(code) => code,
         Err(e) => {
