@@ -98,48 +98,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             block_on(cmd_admin(broker(b)?, Request::Resume { host }))
         }
         Cmd::Lab(cmd) => lab::cli::run(cmd.clone()).map(ExitCode::from),
-        Cmd::Policy(cli::PolicyCommand::Check { file }) => Ok(cmd_policy_check(file)),
-        Cmd::Policy(cli::PolicyCommand::Replay { trace_dir, policy }) => {
-            Ok(rb::replay::run(trace_dir, policy, local_utc_offset_s()))
-        }
-        Cmd::Policy(cli::PolicyCommand::Show { json, broker: b }) => {
-            let offset = local_utc_offset_s();
-            block_on(async { rb::policy::show(&broker(b)?, *json, offset).await })
-        }
-        Cmd::Policy(cli::PolicyCommand::Reload { broker: b }) => {
-            block_on(async { rb::policy::reload(&broker(b)?).await })
-        }
-        Cmd::Policy(cli::PolicyCommand::Explain {
-            host,
-            job,
-            json,
-            broker: b,
-        }) => {
-            let host = host.clone();
-            block_on(async { rb::policy::explain(&broker(b)?, host, *job, *json).await })
-        }
-        Cmd::User(cli::UserCommand::Add {
-            name,
-            out,
-            broker: b,
-        }) => {
-            let out = match out {
-                Some(path) => Some(std::path::absolute(path)?.display().to_string()),
-                None => None,
-            };
-            let req = Request::UserAdd {
-                name: name.clone(),
-                out,
-            };
-            block_on(cmd_user_add(broker(b)?, req))
-        }
-        Cmd::User(cli::UserCommand::List { json, broker: b }) => {
-            block_on(cmd_user_list(broker(b)?, *json))
-        }
-        Cmd::User(cli::UserCommand::Revoke { name, broker: b }) => {
-            let name = name.clone();
-            block_on(cmd_admin(broker(b)?, Request::UserRevoke { name }))
-        }
+        Cmd::Policy(cmd) => dispatch_policy(cmd, &broker),
+        Cmd::User(cmd) => dispatch_user(cmd, &broker),
         Cmd::Rsl(cmd) => {
             let code = rsl::cli::run(cmd, &mut std::io::stdout(), &mut std::io::stderr());
             Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
@@ -151,6 +111,61 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         } => {
             let dir = state_dir.clone().unwrap_or_else(demo::default_state_dir);
             block_on(cmd_demo(*hosts, dir, *keep))
+        }
+    }
+}
+
+/// How a subcommand finds the broker it talks to, from its own flags.
+type BrokerOf<'a> = dyn Fn(&BrokerFlags) -> anyhow::Result<client::Target> + 'a;
+
+/// `rb policy …`.
+fn dispatch_policy(cmd: &cli::PolicyCommand, broker: &BrokerOf) -> anyhow::Result<ExitCode> {
+    match cmd {
+        cli::PolicyCommand::Check { file } => Ok(cmd_policy_check(file)),
+        cli::PolicyCommand::Replay { trace_dir, policy } => {
+            Ok(rb::replay::run(trace_dir, policy, local_utc_offset_s()))
+        }
+        cli::PolicyCommand::Show { json, broker: b } => {
+            let offset = local_utc_offset_s();
+            block_on(async { rb::policy::show(&broker(b)?, *json, offset).await })
+        }
+        cli::PolicyCommand::Reload { broker: b } => {
+            block_on(async { rb::policy::reload(&broker(b)?).await })
+        }
+        cli::PolicyCommand::Explain {
+            host,
+            job,
+            json,
+            broker: b,
+        } => {
+            let host = host.clone();
+            block_on(async { rb::policy::explain(&broker(b)?, host, *job, *json).await })
+        }
+    }
+}
+
+/// `rb user …`.
+fn dispatch_user(cmd: &cli::UserCommand, broker: &BrokerOf) -> anyhow::Result<ExitCode> {
+    match cmd {
+        cli::UserCommand::Add {
+            name,
+            out,
+            broker: b,
+        } => {
+            let out = match out {
+                Some(path) => Some(std::path::absolute(path)?.display().to_string()),
+                None => None,
+            };
+            let req = Request::UserAdd {
+                name: name.clone(),
+                out,
+            };
+            block_on(cmd_user_add(broker(b)?, req))
+        }
+        cli::UserCommand::List { json, broker: b } => block_on(cmd_user_list(broker(b)?, *json)),
+        cli::UserCommand::Revoke { name, broker: b } => {
+            let name = name.clone();
+            block_on(cmd_admin(broker(b)?, Request::UserRevoke { name }))
         }
     }
 }
