@@ -97,11 +97,11 @@ impl Allocator {
                 changed,
                 view,
             } => {
-                let (effects, answer) = match self.host_input(&host, &changed, view.as_deref(), now)
-                {
-                    Ok(effects) => (effects, Answer::Done),
-                    Err(e) => (Vec::new(), Answer::Invalid(e)),
-                };
+                let (effects, answer) =
+                    match self.host_input(&host, &changed, view.map(|v| *v), now) {
+                        Ok(effects) => (effects, Answer::Done),
+                        Err(e) => (Vec::new(), Answer::Invalid(e)),
+                    };
                 let input = Input::Host {
                     host,
                     changed,
@@ -173,11 +173,11 @@ impl Allocator {
         &mut self,
         host: &str,
         changed: &serde_json::Map<String, serde_json::Value>,
-        view: Option<&crate::HostView>,
+        view: Option<crate::HostView>,
         now: Instant,
     ) -> Result<Vec<Effect>, String> {
         if let Some(view) = view {
-            return Ok(self.host_changed(view.clone(), now));
+            return Ok(self.host_changed(view, now));
         }
         if changed.is_empty() && self.host_repeated(host, now) {
             return Ok(Vec::new());
