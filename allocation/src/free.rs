@@ -160,7 +160,7 @@ mod tests {
     use std::{path::Path, sync::Arc, time::Instant};
 
     use policies::Policy;
-    use proto::report::UserSession;
+    use proto_types::report::UserSession;
 
     use super::*;
     use crate::{tests::job_info, Effect, HostView};

@@ -1,19 +1,20 @@
 //! [`HostView`]: what the allocation core knows about one host, and the per-host rules —
-//! symbolic-name parsing and matching ([`Want`]; the naming rules are `proto::symbolic`'s),
+//! symbolic-name parsing and matching ([`Want`]; the naming rules are `proto_types::symbolic`'s),
 //! "owner away" for private machines (for wait reasons; decisions are the policy's).
 //!
 //! Unknown sensor values are never idle: a session whose idle time is unknown counts as
 //! active, and a host whose sessions could not be read is not quiet.
 
-use proto::{
-    report::{HostState, HostStatus, LogindSession, UserSession},
+use proto_types::{
+    report::{LogindSession, UserSession},
     symbolic::{check_name, label_name, split_instance},
 };
 
 /// A session or console is idle once it has seen no input for this many seconds.
 pub const IDLE_AFTER: u64 = 5 * 60;
 
-/// The core's view of one host, rebuilt from each status row. Serializable for the
+/// The core's view of one host: its own input type (the broker builds it from the host's
+/// status row as it changes; the core never reads that row). Serializable for the
 /// decision trace (`trace`), which records the fields that changed.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct HostView {
@@ -22,7 +23,7 @@ pub struct HostView {
     pub up: bool,
     /// Whether a report ever arrived (before that, sensor labels such as `linux` are missing).
     pub reported: bool,
-    /// Lab-file and sensor labels in their name form (`proto::symbolic::label_name`:
+    /// Lab-file and sensor labels in their name form (`proto_types::symbolic::label_name`:
     /// lower case, `_` read as `-`), as symbolic names spell them.
     pub labels: Vec<String>,
     pub os: Option<String>,
@@ -48,30 +49,6 @@ pub struct HostView {
     /// unknown. Absent from traces that predate it.
     #[serde(default)]
     pub job_load: Option<f64>,
-}
-
-impl From<&HostStatus> for HostView {
-    fn from(s: &HostStatus) -> Self {
-        HostView {
-            name: s.name.clone(),
-            address: s.address.clone(),
-            up: s.state == HostState::Up,
-            reported: s.last_report_age_s.is_some(),
-            labels: s.labels.iter().map(|l| label_name(l)).collect(),
-            os: s.os.clone(),
-            owner: s.owner.clone(),
-            load1: s.load1,
-            load5: s.load5,
-            load15: s.load15,
-            mem_avail_mb: s.mem_available_kb.map(|kb| kb / 1024),
-            cpus: s.cpus,
-            users: s.users_known.then(|| s.users.clone()),
-            console_idle_s: s.console_idle_s,
-            logind: s.logind.clone(),
-            logind_error: s.logind_error.clone(),
-            job_load: s.job_load,
-        }
-    }
 }
 
 /// What a symbolic host name asks for.

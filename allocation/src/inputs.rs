@@ -428,7 +428,7 @@ fn secs(n: u64) -> i64 {
 }
 
 /// `host.sessions[i]` from a host daemon's report of one logind session.
-fn login_session(s: &proto::report::LogindSession) -> policies::facts::LoginSession {
+fn login_session(s: &proto_types::report::LogindSession) -> policies::facts::LoginSession {
     policies::facts::LoginSession {
         user: s.user.clone(),
         seat: s.seat.clone(),

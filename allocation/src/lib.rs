@@ -4,10 +4,15 @@
 //! makes its state survive a broker restart stays in the broker (`broker::alloc::store`).
 //!
 //! # Layout
-//! - `host`: [`HostView`], the core's view of one host (built from a `HostStatus` row), and
+//! - `host`: [`HostView`], the core's view of one host (its own type: the broker builds it
+//!   from a host's status row), and
 //!   the per-host predicates: symbolic-name matching, "owner away", the choice order.
 //! - `state`: [`Allocator`], the pure state machine (jobs, requests, allocations) and its
-//!   public entry points, each returning the [`Effect`]s the async shell must perform.
+//!   operations, each returning the [`Effect`]s the async shell must perform.
+//! - `handle`: [`Allocator::handle`], the one entry point the broker and `rb policy replay`
+//!   drive it through ([`trace::Input`] in, [`Handled`] out), and the rules about agents'
+//!   jobs: the resume window, who may resume, a module job's front end, agent gone,
+//!   ownership of what a job gives back.
 //! - `policy`: serving the queue, choosing a host, choosing what to reclaim: the mechanism,
 //!   asking the policy file (`policies` crate) for each decision.
 //! - `inputs`: the policy's inputs (a pre-built value per host and per job, cached with the
@@ -104,6 +109,7 @@
 mod decide;
 mod explain;
 mod free;
+mod handle;
 mod held;
 mod host;
 mod in_use;
@@ -126,6 +132,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use decide::POLICY_ERROR_EVERY;
+pub use handle::{Answer, Handled, RESUME_WINDOW};
 pub use host::{HostView, IDLE_AFTER};
 pub use overflow::{OverflowSettings, PilotId};
 pub use prepare::{HostInputs, PreparedPolicy, Retired};
@@ -229,6 +236,9 @@ pub enum Effect {
     SubmitPilot { pilot: PilotId },
     /// Nobody waits for pilot `pilot` any more and it has not started: `scancel` it.
     CancelPilot { pilot: PilotId, slurm_id: String },
+    /// A job restored after a restart ended: its agent did not come back within the
+    /// resume window ([`RESUME_WINDOW`]). For the log; its other effects follow.
+    AgentLate { job: JobId },
     /// Durable state changed: write [`Allocator::snapshot`] to the store (the broker's).
     Persist,
 }

@@ -13,12 +13,16 @@
 //! - A decision present on one side only differs; a request granted different hosts
 //!   differs once. `N decisions` counts the keys of both sides.
 //!
+//! # One mapping
+//! Each input goes through [`Allocator::handle`], the entry point the broker drove, with the
+//! recorded job and request ids replaced by the replay's.
+//!
 //! # Inputs that name an allocation
 //! A give-back or a confirmed release names the host and the request it was granted for;
-//! the replay applies it to the allocation of that job granted for that request, else to
-//! the job's allocation of that host, else skips it (counted in [`Outcome::skipped`]: the
+//! `handle` applies it to the allocation of that job granted for that request, else to
+//! the job's allocation of that host, else ignores it (counted in [`Outcome::skipped`]: the
 //! other policy never gave the job that host). A confirmed release is applied only to an
-//! allocation the replay is taking back. A reclaim only the replay made is never confirmed:
+//! allocation being taken back. A reclaim only the replay made is never confirmed:
 //! its deadline forces it, checked before each input (an input at `t` first ticks the
 //! allocator at `t − 1 s`, so that a deadline the broker's own 250 ms tick met is met there
 //! first, as recorded).
@@ -33,9 +37,9 @@ use policies::Policy;
 
 use crate::{
     state::AllocState,
-    trace::{apply_delta, find_alloc, Body, Input, Line, Start, TraceClock, What},
+    trace::{Body, Input, Line, Start, TraceClock, What},
     usage::{touched_hosts, Touched, UsageMeter},
-    Allocator, Effect, JobId, RequestId, Timeline, Usage,
+    Allocator, Answer, Effect, JobId, RequestId, Timeline, Usage,
 };
 
 /// How far behind an input the deadlines of reclaims are checked (see the module docs).
@@ -296,7 +300,7 @@ impl Replay {
         let now = self.clock.instant(t_us);
         let mut ticked = Vec::new();
         if let Some(before) = now.checked_sub(TICK_LAG).filter(|_| t_us > 1_000_000) {
-            ticked = alloc.tick(before);
+            ticked = alloc.handle(Input::Tick, before).effects;
             self.note_replayed(&ticked, unix_ms);
         }
         let named = touched_hosts(&input, &ticked);
@@ -311,71 +315,99 @@ impl Replay {
         Ok(())
     }
 
-    /// Makes one recorded call again.
+    /// Makes one recorded input again, through [`Allocator::handle`] as the broker did.
     fn apply(
         &mut self,
         a: &mut Allocator,
         input: Input,
         now: Instant,
     ) -> Result<Vec<Effect>, String> {
-        Ok(match input {
-            Input::Host { host, changed } => {
-                let view = apply_delta(a.host_view(&host), &host, &changed)?;
-                a.host_changed(view, now)
-            }
-            Input::Register { job, info } => {
-                let (id, effects) = a.register_job(info, now);
-                self.jobs.insert(job, id);
-                effects
-            }
-            Input::Allocate { job, req, symbolic } => {
-                let (id, effects) = a.request(self.jobs.replay(job), &symbolic, now);
-                self.reqs.insert(req, id);
-                effects
-            }
-            Input::Cancel { req, .. } => a.cancel(self.reqs.replay(req)),
-            Input::GiveBack { job, host, req } => match self.find(a, job, &host, req) {
-                Some(id) => a.give_back(id, now),
-                None => self.skip(),
-            },
-            Input::Released { job, host, req } => match self.find(a, job, &host, req) {
-                Some(id) if a.is_releasing(id) => a.release_confirmed(id, now),
-                _ => self.skip(),
-            },
-            Input::End { job } => a.end_job(self.jobs.replay(job), now),
-            Input::Resumed { job } => a.resumed(self.jobs.replay(job), now),
-            Input::UsesHosts { job, hosts } => a.uses_hosts(self.jobs.replay(job), hosts, now),
-            Input::ReleaseHost { host, grace_us } => {
-                let grace = Duration::from_micros(grace_us);
-                a.release_host(&host, grace, now)
-                    .unwrap_or_else(|_| self.skip())
-            }
-            Input::LeaseEnds { host, grace_us } => {
-                let grace = Duration::from_micros(grace_us);
-                a.lease_ends(&host, grace, now)
-                    .unwrap_or_else(|_| self.skip())
-            }
-            Input::Drain { host } => a.drain(&host).unwrap_or_default(),
-            Input::Resume { host } => a.resume(&host, now).unwrap_or_default(),
-            Input::Tick => a.tick(now),
-            Input::Policy { .. } => a.set_policy(self.policy.clone(), now),
-            Input::AllocsRunning { host, allocs } => a.allocs_running(&host, &allocs, now),
-            Input::Explain { host, job } => {
-                // Only its refresh of the policy's inputs matters here, not the answer.
-                let _explanation = a.explain(&host, job.map(|j| self.jobs.replay(j)), now);
-                Vec::new()
-            }
-        })
+        let created = match &input {
+            Input::Register { job, .. } => Some(*job),
+            Input::Allocate { req, .. } => Some(*req),
+            _ => None,
+        };
+        let handled = a.handle(self.to_replay(input), now);
+        match handled.answer {
+            Answer::Job { job, .. } => self.jobs.insert(created.unwrap_or(job), job),
+            Answer::Request(req) => self.reqs.insert(created.unwrap_or(req), req),
+            Answer::Ignored(_) | Answer::Refused(_) => self.skipped += 1,
+            Answer::Invalid(e) => return Err(e),
+            Answer::Done
+            | Answer::Ended { .. }
+            | Answer::Uses(_)
+            | Answer::Explained(_)
+            | Answer::Retired(_) => {}
+        }
+        Ok(handled.effects)
     }
 
-    fn find(&self, a: &Allocator, job: JobId, host: &str, req: Option<RequestId>) -> Option<u64> {
-        let req = req.map(|r| self.reqs.replay(r));
-        find_alloc(a, self.jobs.replay(job), host, req)
-    }
-
-    fn skip(&mut self) -> Vec<Effect> {
-        self.skipped += 1;
-        Vec::new()
+    /// `input` with the recorded side's job and request ids replaced by the replay's.
+    fn to_replay(&self, input: Input) -> Input {
+        let job = |j: JobId| self.jobs.replay(j);
+        let req = |r: RequestId| self.reqs.replay(r);
+        match input {
+            Input::Register {
+                job: id,
+                info,
+                resume,
+                runs_on,
+                module,
+            } => Input::Register {
+                job: id,
+                info,
+                resume: resume.map(job),
+                runs_on,
+                module,
+            },
+            Input::Allocate {
+                job: j,
+                req,
+                symbolic,
+            } => Input::Allocate {
+                job: job(j),
+                req,
+                symbolic,
+            },
+            Input::Cancel { job: j, req: r } => Input::Cancel {
+                job: job(j),
+                req: req(r),
+            },
+            Input::GiveBack {
+                job: j,
+                host,
+                req: r,
+            } => Input::GiveBack {
+                job: job(j),
+                host,
+                req: r.map(req),
+            },
+            Input::Released {
+                job: j,
+                host,
+                req: r,
+            } => Input::Released {
+                job: job(j),
+                host,
+                req: r.map(req),
+            },
+            Input::End { job: j } => Input::End { job: job(j) },
+            Input::AgentGone { job: j } => Input::AgentGone { job: job(j) },
+            Input::Resumed { job: j } => Input::Resumed { job: job(j) },
+            Input::UsesHosts { job: j, hosts } => Input::UsesHosts { job: job(j), hosts },
+            Input::Explain { host, job: j } => Input::Explain {
+                host,
+                job: j.map(job),
+            },
+            other @ (Input::Host { .. }
+            | Input::ReleaseHost { .. }
+            | Input::LeaseEnds { .. }
+            | Input::Drain { .. }
+            | Input::Resume { .. }
+            | Input::Tick
+            | Input::Policy { .. }
+            | Input::AllocsRunning { .. }) => other,
+        }
     }
 
     /// Notes the replay's decisions, with the recorded side's ids.

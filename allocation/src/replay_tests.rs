@@ -145,3 +145,46 @@ fn an_owner_back_reclaim_is_kept_by_the_paper_and_dropped_by_a_policy_without_va
         "{out:#?}"
     );
 }
+
+/// Traces written before `Allocator::handle` took the front-end rule, resumes and lost
+/// agents recorded them as separate inputs (`uses_hosts` after a module job's `register`,
+/// `resumed`, `end` for an agent gone): such a trace still replays, the same policy deciding
+/// the same; and a `register` without the new fields is written as before.
+#[test]
+fn a_trace_in_the_older_form_still_replays() {
+    let mut t = Traced::new(u64::MAX);
+    for h in ["node01", "node02", "node03"] {
+        t.host(view(h));
+    }
+    let module = t.job(true);
+    t.step(Input::UsesHosts {
+        job: module,
+        hosts: vec!["node01".into()],
+    });
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        t.advance(0.2);
+        held.extend(granted(&t.request(module, "anyLinux").1));
+    }
+    let hosts: Vec<&str> = held.iter().map(|(_, h)| h.as_str()).collect();
+    assert_eq!(hosts, ["node02", "node03"], "never the front end");
+    t.step(Input::Resumed { job: module });
+    let plain = t.job(false);
+    t.advance(0.5);
+    t.step(Input::End { job: module });
+    t.advance(0.5);
+    let (_, fx) = t.request(plain, "anyLinux");
+    assert!(granted(&fx).is_some(), "{fx:?}");
+    let lines = t.lines();
+    let register = lines
+        .iter()
+        .find(|l| l.contains(r#""kind":"register""#))
+        .expect("a register line");
+    for new in ["resume", "runs_on", "module"] {
+        assert!(!register.contains(new), "{register}");
+    }
+    let out = replay(&lines, t.a.policy().clone());
+    assert_eq!(out.differences, Vec::new());
+    assert_eq!(out.skipped, 0);
+    assert!(out.decisions >= 3, "{out:?}");
+}

@@ -132,6 +132,12 @@ pub struct Allocator {
     /// Hosts whose daemon reports the allocations running there and ends those it is told
     /// to (soft state: until the host goes down; its next daemon says so again).
     pub(crate) ends_allocs: BTreeSet<String>,
+    /// Jobs restored after a restart whose agents have not come back, with the instant
+    /// their resume window closes ([`Allocator::await_agents`]).
+    pub(crate) awaiting: BTreeMap<JobId, Instant>,
+    /// A policy worked out off the core, put in force by the next `Input::Policy`
+    /// ([`Allocator::stage_policy`]).
+    pub(crate) staged: Option<Arc<crate::PreparedPolicy>>,
 }
 
 impl Default for Allocator {
@@ -166,6 +172,8 @@ impl Allocator {
             ending: BTreeSet::new(),
             ending_changes: 0,
             ends_allocs: BTreeSet::new(),
+            awaiting: BTreeMap::new(),
+            staged: None,
         }
     }
 
@@ -480,7 +488,8 @@ impl Allocator {
         // Before `Persist`, which comes last.
         let at = out.len() - usize::from(out.last() == Some(&Effect::Persist));
         out.splice(at..at, pilots);
-        out
+        let late = self.end_late_agents(now);
+        crate::handle::merge(out, late)
     }
 
     /// `host`'s daemon found processes of the allocations `running` on its machine (and

@@ -14,11 +14,13 @@
 //!   a reclaim, a forced release — with the sha256 of the policy that took it. Decisions
 //!   follow their input.
 //!
-//! # Choice: the shell records inputs and effects
-//! The allocator stays as it was: the shell (`broker::jobs`) calls an entry point and then
-//! hands the [`Recorder`] the input it gave and the effects it got back. Inputs are what the
-//! allocator saw (a host view, not the raw report), so a replay feeds the same entry points
-//! the same values at the same instants and, under the same policy, decides the same. The
+//! # Choice: one entry point, its inputs recorded
+//! An [`Input`] is what the allocator is driven by: the shell (`broker::jobs`) and the
+//! replay (`rb policy replay`) both call [`Allocator::handle`] with one, and the shell then
+//! hands the [`Recorder`] the input as handled (with the ids it got) and the effects it got
+//! back. Inputs are what the allocator saw (a host view, not the raw report), so a replay
+//! feeds the same values at the same instants through the same mapping and, under the same
+//! policy, decides the same. The
 //! [`Recorder`] is pure (no I/O, the clock passed in): it turns inputs and effects into
 //! lines and decides when a file is full; writing them is the broker's edge.
 //!
@@ -108,13 +110,33 @@ pub struct Start {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Input {
     /// [`Allocator::host_changed`]; `changed` holds the view's fields that differ from the
-    /// host's previous view (all of them for a host seen for the first time).
+    /// host's previous view (all of them for a host seen for the first time). With no field
+    /// changed, a report that repeated the last one ([`Allocator::host_repeated`] when the
+    /// same view decides nothing). `view`, never recorded, is the whole new view when the
+    /// shell has it (then `changed` is only for the trace and may be left empty).
     Host {
         host: String,
         changed: Map<String, Value>,
+        #[serde(skip)]
+        view: Option<Box<HostView>>,
     },
-    /// [`Allocator::register_job`], which gave the job id `job`.
-    Register { job: JobId, info: JobInfo },
+    /// An agent registers its job, which got the id `job` (a new one from
+    /// [`Allocator::register_job`], or the resumed one). `resume`: the job the agent asks to
+    /// take up again after a broker restart (granted to the job's own user within the
+    /// resume window; else a new job is registered). `runs_on`: the machine the agent
+    /// runs on; for a `module` job that machine, when it is a lab host, is never granted
+    /// to it (its front end). Traces that predate these fields recorded a separate
+    /// `resumed` or `uses_hosts` input instead.
+    Register {
+        job: JobId,
+        info: JobInfo,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        resume: Option<JobId>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        runs_on: Option<RunsOn>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        module: bool,
+    },
     /// [`Allocator::request`], which gave the request id `req`.
     Allocate {
         job: JobId,
@@ -135,11 +157,15 @@ pub enum Input {
         host: String,
         req: Option<RequestId>,
     },
-    /// [`Allocator::end_job`].
+    /// [`Allocator::end_job`]: the agent says its job ended.
     End { job: JobId },
-    /// [`Allocator::resumed`]: the job's agent came back after a broker restart.
+    /// The job's agent is gone (its connection closed or was cut): a running job ends.
+    AgentGone { job: JobId },
+    /// [`Allocator::resumed`]: the job's agent came back after a broker restart (traces
+    /// that predate `Register`'s `resume`).
     Resumed { job: JobId },
-    /// [`Allocator::uses_hosts`].
+    /// [`Allocator::uses_hosts`]: `hosts` as the agent named them (names or addresses;
+    /// those that are no lab host are ignored).
     UsesHosts { job: JobId, hosts: Vec<String> },
     /// [`Allocator::release_host`] (`rb release`).
     ReleaseHost { host: String, grace_us: u64 },
@@ -158,6 +184,13 @@ pub enum Input {
     /// [`Allocator::allocs_running`]: `host`'s daemon found processes of `allocs`
     /// (recorded when it changed something).
     AllocsRunning { host: String, allocs: Vec<AllocId> },
+}
+
+/// The machine an agent runs on, as it said when it registered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunsOn {
+    pub hostname: String,
+    pub addresses: Vec<String>,
 }
 
 /// A decision, with the sha256 of the policy that took it.
@@ -240,6 +273,7 @@ impl What {
             | Effect::PolicyError { .. }
             | Effect::SubmitPilot { .. }
             | Effect::CancelPilot { .. }
+            | Effect::AgentLate { .. }
             | Effect::Persist => return None,
         })
     }

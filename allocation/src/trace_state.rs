@@ -41,6 +41,10 @@ pub struct TraceState {
     /// Hosts each job uses without holding them.
     pub in_use: Vec<(JobId, Vec<String>)>,
     pub wall: Option<TraceWall>,
+    /// Jobs restored after a restart whose agents have not come back, with the end of
+    /// their resume window (absent from traces that predate it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub awaiting: Vec<(JobId, u64)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -129,6 +133,11 @@ impl Allocator {
                 unix,
                 utc_offset_s,
             }),
+            awaiting: self
+                .awaiting
+                .iter()
+                .map(|(&j, &deadline)| (j, clock.us(deadline)))
+                .collect(),
         }
     }
 
@@ -171,6 +180,11 @@ impl Allocator {
             .in_use
             .into_iter()
             .map(|(j, h)| (j, h.into_iter().collect::<BTreeSet<_>>()))
+            .collect();
+        a.awaiting = s
+            .awaiting
+            .into_iter()
+            .map(|(j, t)| (j, clock.instant(t)))
             .collect();
         if let Some(w) = s.wall {
             a.set_wall_clock(clock.instant(w.at_us), w.unix, w.utc_offset_s);

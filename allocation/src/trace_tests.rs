@@ -30,24 +30,26 @@ impl Traced {
         self.now += Duration::from_secs_f64(secs);
     }
 
-    fn step<T>(
-        &mut self,
-        call: impl FnOnce(&mut Allocator, Instant) -> (T, Vec<Effect>, Input),
-    ) -> (T, Vec<Effect>) {
+    /// One input through [`Allocator::handle`], recorded as the broker records it.
+    pub(crate) fn step(&mut self, input: Input) -> crate::Handled {
         self.rec.begin(&self.a, self.now, &mut self.out);
-        let (value, effects, input) = call(&mut self.a, self.now);
-        self.rec
-            .record(&self.a, input, &effects, self.now, &mut self.out);
-        (value, effects)
+        let handled = self.a.handle(input, self.now);
+        if handled.recorded() {
+            let input = handled.input.clone();
+            self.rec
+                .record(&self.a, input, &handled.effects, self.now, &mut self.out);
+        }
+        handled
     }
 
     pub(crate) fn host(&mut self, v: HostView) -> Vec<Effect> {
-        self.step(|a, now| {
-            let changed = host_delta(a.host_view(&v.name), &v);
-            let host = v.name.clone();
-            ((), a.host_changed(v, now), Input::Host { host, changed })
-        })
-        .1
+        let changed = host_delta(self.a.host_view(&v.name), &v);
+        let input = Input::Host {
+            host: v.name.clone(),
+            changed,
+            view: Some(Box::new(v)),
+        };
+        self.step(input).effects
     }
 
     pub(crate) fn job(&mut self, adaptive: bool) -> JobId {
@@ -58,59 +60,57 @@ impl Traced {
             spec: None,
             adaptive,
         };
-        self.step(|a, now| {
-            let (job, fx) = a.register_job(info.clone(), now);
-            (job, fx, Input::Register { job, info })
-        })
-        .0
+        let input = Input::Register {
+            job: 0,
+            info,
+            resume: None,
+            runs_on: None,
+            module: false,
+        };
+        match self.step(input).answer {
+            crate::Answer::Job { job, .. } => job,
+            other => panic!("no job registered: {other:?}"),
+        }
     }
 
     pub(crate) fn request(&mut self, job: JobId, symbolic: &str) -> (RequestId, Vec<Effect>) {
-        self.step(|a, now| {
-            let (req, fx) = a.request(job, symbolic, now);
-            let input = Input::Allocate {
-                job,
-                req,
-                symbolic: symbolic.into(),
-            };
-            (req, fx, input)
-        })
+        let input = Input::Allocate {
+            job,
+            req: 0,
+            symbolic: symbolic.into(),
+        };
+        let handled = self.step(input);
+        match handled.answer {
+            crate::Answer::Request(req) => (req, handled.effects),
+            other => panic!("no request id: {other:?}"),
+        }
+    }
+
+    fn returned(&mut self, alloc: AllocId, confirmed: bool) -> Vec<Effect> {
+        let (host, req) = self.a.alloc_host(alloc).unwrap_or_default();
+        let job = self.a.holder(&host).map_or(0, |h| h.0);
+        let input = match confirmed {
+            true => Input::Released { job, host, req },
+            false => Input::GiveBack { job, host, req },
+        };
+        self.step(input).effects
     }
 
     pub(crate) fn give_back(&mut self, alloc: AllocId) -> Vec<Effect> {
-        self.step(|a, now| {
-            let (host, req) = a.alloc_host(alloc).unwrap_or_default();
-            let job = a.holder(&host).map_or(0, |h| h.0);
-            let fx = a.give_back(alloc, now);
-            ((), fx, Input::GiveBack { job, host, req })
-        })
-        .1
+        self.returned(alloc, false)
     }
 
     pub(crate) fn confirm(&mut self, alloc: AllocId) -> Vec<Effect> {
-        self.step(|a, now| {
-            let (host, req) = a.alloc_host(alloc).unwrap_or_default();
-            let job = a.holder(&host).map_or(0, |h| h.0);
-            let fx = a.release_confirmed(alloc, now);
-            ((), fx, Input::Released { job, host, req })
-        })
-        .1
+        self.returned(alloc, true)
     }
 
     pub(crate) fn end(&mut self, job: JobId) -> Vec<Effect> {
-        self.step(|a, now| ((), a.end_job(job, now), Input::End { job }))
-            .1
+        self.step(Input::End { job }).effects
     }
 
     /// A tick, recorded only when it decided something (as the broker does).
     pub(crate) fn tick(&mut self) -> Vec<Effect> {
-        self.rec.begin(&self.a, self.now, &mut self.out);
-        let fx = self.a.tick(self.now);
-        if !fx.is_empty() {
-            self.rec
-                .record(&self.a, Input::Tick, &fx, self.now, &mut self.out);
-        }
-        fx
+        self.step(Input::Tick).effects
     }
 
     /// The lines written, per file.
@@ -180,7 +180,7 @@ fn a_host_record_holds_only_the_fields_that_changed() {
     busy.load1 = Some(2.5);
     t.host(busy.clone());
     let last = t.lines().pop().expect("a line");
-    let Body::Input(Input::Host { host, changed }) = parse(&last).body else {
+    let Body::Input(Input::Host { host, changed, .. }) = parse(&last).body else {
         panic!("not a host record: {last}");
     };
     assert_eq!(host, "node01");

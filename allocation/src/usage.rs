@@ -402,6 +402,7 @@ pub(crate) fn touched_hosts<'a>(
         | Input::Allocate { .. }
         | Input::Cancel { .. }
         | Input::End { .. }
+        | Input::AgentGone { .. }
         | Input::Resumed { .. }
         | Input::UsesHosts { .. }
         | Input::Tick

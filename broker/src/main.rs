@@ -1,9 +1,8 @@
 //! `rb-broker`: flags → validated lab config → [`broker::run`]. Exit 64 on bad configuration.
 
-use std::{io::IsTerminal, process::ExitCode};
+use std::process::ExitCode;
 
 use broker::cli::Args;
-use clap::Parser;
 
 /// See the note on `tikv-jemallocator` in Cargo.toml: the broker allocates and frees a
 /// report's strings for every report of every host.
@@ -11,25 +10,10 @@ use clap::Parser;
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// Bad flags or configuration.
-const EXIT_CONFIG: u8 = 64;
-const EXIT_USAGE: u8 = EXIT_CONFIG;
+const EXIT_CONFIG: u8 = startup::EXIT_USAGE;
 
 fn main() -> ExitCode {
-    let args = match Args::try_parse() {
-        Ok(args) => args,
-        Err(e) if e.use_stderr() => {
-            let _ = e.print();
-            return ExitCode::from(EXIT_USAGE);
-        }
-        Err(e) => e.exit(),
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("RB_LOG").unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    let args: Args = startup::start("info");
     let lab = match load_lab(&args) {
         Ok(lab) => {
             for warning in lab.warnings() {

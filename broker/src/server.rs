@@ -7,6 +7,9 @@
 //! Requests are answered by [`crate::requests`] (authorized, carried out, audited); a
 //! user's jobs are theirs by authentication, whatever name the agent claims; revoking a
 //! user ends their connections at once ([`crate::users::Revocation`]).
+//!
+//! The listeners, the handshake and clients' sessions are here; a host daemon's session is
+//! in `hostd`, an agent's in `agent`.
 
 use std::{
     collections::HashSet,
@@ -43,6 +46,12 @@ use crate::{
     requests::respond,
     users::{revoked_message, Revocation, Users},
 };
+
+mod agent;
+mod hostd;
+
+use agent::agent_session;
+use hostd::hostd_session;
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -285,254 +294,6 @@ async fn welcome<S: AsyncRead + AsyncWrite + Unpin>(
         report_interval_ms: ctx.report_interval_ms,
     })
     .await
-}
-
-async fn hostd_session<S>(
-    mut conn: FramedConn<S>,
-    ctx: &ServerCtx,
-    host: String,
-    mut shutdown: watch::Receiver<bool>,
-) where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    let id = ctx.next_conn.fetch_add(1, Ordering::Relaxed);
-    let (close_tx, mut close_rx) = oneshot::channel::<String>();
-    let connected = Event::HostdConnected {
-        host: host.clone(),
-        conn: id,
-        close: close_tx,
-    };
-    if ctx.events.send(connected).await.is_err() || welcome(&mut conn, ctx).await.is_err() {
-        return;
-    }
-    let mut live = ctx.live.clone();
-    if let Some(rx) = live.as_mut() {
-        rx.mark_changed(); // the current word goes out at once
-    }
-    let mut told = Told::default();
-    let reason = loop {
-        tokio::select! {
-            _ = shutdown.changed() => break "broker stopping".to_string(),
-            why = &mut close_rx => break why.unwrap_or_else(|_| "closed by broker".into()),
-            word = next_live(&mut live) => {
-                if told.send(&mut conn, &word, ctx.sweep_live).await.is_err() {
-                    break "connection closed".into();
-                }
-            }
-            msg = conn.recv_line() => match msg.and_then(|line| proto::msg::decode_from_hostd(&line)) {
-                Ok(ToBroker::Report(report)) => {
-                    let ends_allocs = report.allocs_running.is_some() && !told.ends_allocs;
-                    crate::web::METRICS.report();
-                    if ctx.events.send(Event::Report { host: host.clone(), conn: id, report }).await.is_err() {
-                        break "broker stopping".into();
-                    }
-                    // A daemon that ends allocations past their deadline hears of them from now.
-                    let word = live.as_ref().and_then(|rx| rx.borrow().clone());
-                    if let (true, Some(word)) = (ends_allocs, word) {
-                        told.ends_allocs = true;
-                        if told.send(&mut conn, &word, ctx.sweep_live).await.is_err() {
-                            break "connection closed".into();
-                        }
-                    }
-                }
-                Ok(ToBroker::PilotLease { slurm_job, ending }) => {
-                    let said = Event::PilotLease { host: host.clone(), slurm_job, ending };
-                    if ctx.events.send(said).await.is_err() {
-                        break "broker stopping".into();
-                    }
-                }
-                Ok(other) => {
-                    let why = format!("unexpected message from a host daemon: {}", short(&other));
-                    refuse(&mut conn, ErrorCode::BadMessage, &why).await;
-                    break why;
-                }
-                Err(FrameError::Closed) => break "connection closed".into(),
-                Err(e) => {
-                    refuse(&mut conn, ErrorCode::BadMessage, &e.to_string()).await;
-                    break e.to_string();
-                }
-            },
-        }
-    };
-    let _ = ctx
-        .events
-        .send(Event::Disconnected {
-            host,
-            conn: id,
-            reason,
-        })
-        .await;
-}
-
-/// What one host daemon has been told of the live allocations.
-#[derive(Debug, Default)]
-struct Told {
-    /// Its reports list the allocations running there: it ends those past their
-    /// deadline when told (`FromBroker::EndAllocs`).
-    ends_allocs: bool,
-    live: Option<(Vec<u64>, u64)>,
-    ending: Option<Vec<u64>>,
-}
-
-impl Told {
-    /// Sends what changed in `word`: the live allocations where daemons sweep (`sweep`),
-    /// those past their deadline to a daemon that ends them.
-    async fn send<S: AsyncRead + AsyncWrite + Unpin>(
-        &mut self,
-        conn: &mut FramedConn<S>,
-        word: &LiveAllocs,
-        sweep: bool,
-    ) -> Result<(), FrameError> {
-        let live = (word.live.clone(), word.issued_below);
-        if sweep && self.live.as_ref() != Some(&live) {
-            conn.send(&word.message()).await?;
-            self.live = Some(live);
-        }
-        if self.ends_allocs && self.ending.as_ref() != Some(&word.ending) {
-            conn.send(&word.end_message()).await?;
-            self.ending = Some(word.ending.clone());
-        }
-        Ok(())
-    }
-}
-
-/// The next word on live allocations for a host daemon; never without a channel, or once
-/// the core is gone.
-async fn next_live(live: &mut Option<watch::Receiver<Option<LiveAllocs>>>) -> LiveAllocs {
-    loop {
-        let Some(rx) = live.as_mut() else {
-            return std::future::pending().await;
-        };
-        if rx.changed().await.is_err() {
-            *live = None;
-            continue;
-        }
-        if let Some(word) = rx.borrow_and_update().as_ref() {
-            return word.clone();
-        }
-    }
-}
-
-async fn agent_session<S>(
-    mut conn: FramedConn<S>,
-    ctx: &ServerCtx,
-    actor: &Actor,
-    revoked: Revocation,
-    shutdown: watch::Receiver<bool>,
-) where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    if welcome(&mut conn, ctx).await.is_err() {
-        return;
-    }
-    let mut reg = match conn.recv::<ToBroker>().await {
-        Ok(ToBroker::Register(reg)) => reg,
-        Ok(other) => {
-            return refuse(
-                &mut conn,
-                ErrorCode::BadMessage,
-                &format!("expected register, got {}", short(&other)),
-            )
-            .await
-        }
-        Err(_) => return,
-    };
-    // The job is the authenticated user's, whatever name the agent claims.
-    reg.user = actor.name(&ctx.owner).to_string();
-    let (tx, outbox) = outbox::channel(ctx.agent_outbox);
-    let (reply_tx, reply_rx) = oneshot::channel();
-    if ctx
-        .events
-        .send(Event::AgentRegister {
-            reg,
-            tx,
-            reply: reply_tx,
-        })
-        .await
-        .is_err()
-    {
-        return;
-    }
-    let job = match reply_rx.await {
-        Ok(Ok(job)) => job,
-        Ok(Err(why)) => return refuse(&mut conn, ErrorCode::Failed, &why).await,
-        Err(_) => return,
-    };
-    let ended = agent_traffic(conn, ctx, job, outbox, actor, revoked, shutdown).await;
-    if ended != AgentEnd::CutByCore {
-        let _ = ctx.events.send(Event::AgentGone { job }).await;
-    }
-}
-
-/// How an agent's connection ended.
-#[derive(Debug, PartialEq, Eq)]
-enum AgentEnd {
-    /// It closed, failed, was refused or the broker stops.
-    Closed,
-    /// The core cut it (its outbox was full) and already ended its job.
-    CutByCore,
-}
-
-/// Carries a registered agent's traffic: its messages to the core, and what the core
-/// queued in its outbox to it, read and written at once, so that an agent that stops
-/// reading blocks only its own writes (and fills its outbox, whereupon the core cuts it).
-async fn agent_traffic<S>(
-    conn: FramedConn<S>,
-    ctx: &ServerCtx,
-    job: crate::alloc::JobId,
-    outbox: OutboxRx,
-    actor: &Actor,
-    mut revoked: Revocation,
-    mut shutdown: watch::Receiver<bool>,
-) -> AgentEnd
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    let (mut reader, mut writer) = conn.split();
-    let OutboxRx {
-        mut messages,
-        mut cut,
-    } = outbox;
-    let writing = async {
-        while let Some(msg) = messages.recv().await {
-            if writer.send(&msg).await.is_err() {
-                break;
-            }
-        }
-    };
-    let turns = Arc::new(Semaphore::new(AGENT_IN_FLIGHT));
-    let mut pace = Pace::agent();
-    let reading = async {
-        loop {
-            pace.wait().await;
-            match reader.recv::<ToBroker>().await {
-                Ok(msg) => {
-                    let Ok(turn) = turns.clone().acquire_owned().await else {
-                        return None;
-                    };
-                    let turn = Some(turn);
-                    let event = Event::AgentMessage { job, msg, turn };
-                    if ctx.events.send(event).await.is_err() {
-                        return None;
-                    }
-                }
-                Err(FrameError::Closed) => return None,
-                Err(e) => return Some((ErrorCode::BadMessage, e.to_string())),
-            }
-        }
-    };
-    let refusal = tokio::select! {
-        _ = shutdown.changed() => None,
-        _ = revoked.revoked() => Some((ErrorCode::Auth, revoked_message(actor))),
-        _ = &mut cut => return AgentEnd::CutByCore,
-        () = writing => None,
-        refusal = reading => refusal,
-    };
-    if let Some((code, why)) = refusal {
-        // A peer that does not read is not waited for.
-        let _ = tokio::time::timeout(HANDSHAKE_TIMEOUT, refuse(&mut writer, code, &why)).await;
-    }
-    AgentEnd::Closed
 }
 
 async fn client_session<S>(

@@ -382,9 +382,13 @@ mod tests {
             let v = view(&format!("node{i:03}"));
             sink.begin(a, now);
             let changed = allocation::trace::host_delta(None, &v);
-            let host = v.name.clone();
-            let fx = a.host_changed(v, now);
-            sink.record(a, Input::Host { host, changed }, &fx, now);
+            let input = Input::Host {
+                host: v.name.clone(),
+                changed,
+                view: Some(Box::new(v)),
+            };
+            let handled = a.handle(input, now);
+            sink.record(a, handled.input, &handled.effects, now);
             now += Duration::from_millis(10);
         }
     }

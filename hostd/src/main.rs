@@ -3,9 +3,8 @@
 //! Normally started by the broker over the lab's transport; can also be run by hand
 //! (`--once` prints one report as JSON and exits, handy to see what a machine reports).
 
-use std::{io::IsTerminal, process::ExitCode, time::Duration};
+use std::{process::ExitCode, time::Duration};
 
-use clap::Parser;
 use hostd::cli::Args;
 use hostd::{
     daemon::{self, DaemonConfig, Exit, PilotJob},
@@ -14,24 +13,10 @@ use hostd::{
 use tokio::sync::watch;
 
 /// Bad flags.
-const EXIT_USAGE: u8 = 64;
+const EXIT_USAGE: u8 = startup::EXIT_USAGE;
 
 fn main() -> ExitCode {
-    let args = match Args::try_parse() {
-        Ok(args) => args,
-        Err(e) if e.use_stderr() => {
-            let _ = e.print();
-            return ExitCode::from(EXIT_USAGE);
-        }
-        Err(e) => e.exit(),
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("RB_LOG").unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    let args: Args = startup::start("info");
     if let Some(Err(e)) = args.broker.as_deref().map(check_broker) {
         eprintln!("rb-hostd: error: {e}");
         return ExitCode::from(EXIT_USAGE);

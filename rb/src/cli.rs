@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 /// Exit code for bad flags, configuration or input.
-pub const EXIT_USAGE: u8 = 64;
+pub const EXIT_USAGE: u8 = startup::EXIT_USAGE;
 /// Exit code for an input file that is missing or cannot be read.
 pub const EXIT_NO_INPUT: u8 = 66;
 /// Exit code for an output file that cannot be created.

@@ -2,13 +2,11 @@
 //! input; 77 permission denied; 1 other errors).
 
 use std::{
-    io::IsTerminal,
     path::{Path, PathBuf},
     process::ExitCode,
     time::Duration,
 };
 
-use clap::Parser;
 use proto::msg::{Request, Response};
 use rb::{
     cli::{self, BrokerFlags, Cli, Cmd, EXIT_PERMISSION, EXIT_USAGE},
@@ -16,21 +14,7 @@ use rb::{
 };
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) if e.use_stderr() => {
-            let _ = e.print();
-            return ExitCode::from(EXIT_USAGE);
-        }
-        Err(e) => e.exit(),
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("RB_LOG").unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    let cli: Cli = startup::start("warn");
     match dispatch(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -130,48 +114,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             title: title.as_deref(),
             utc_offset_s: local_utc_offset_s(),
         })),
-        Cmd::Policy(cli::PolicyCommand::Check { file }) => Ok(cmd_policy_check(file)),
-        Cmd::Policy(cli::PolicyCommand::Replay { trace_dir, policy }) => {
-            Ok(rb::replay::run(trace_dir, policy, local_utc_offset_s()))
-        }
-        Cmd::Policy(cli::PolicyCommand::Show { json, broker: b }) => {
-            let offset = local_utc_offset_s();
-            block_on(async { rb::policy::show(&broker(b)?, *json, offset).await })
-        }
-        Cmd::Policy(cli::PolicyCommand::Reload { broker: b }) => {
-            block_on(async { rb::policy::reload(&broker(b)?).await })
-        }
-        Cmd::Policy(cli::PolicyCommand::Explain {
-            host,
-            job,
-            json,
-            broker: b,
-        }) => {
-            let host = host.clone();
-            block_on(async { rb::policy::explain(&broker(b)?, host, *job, *json).await })
-        }
-        Cmd::User(cli::UserCommand::Add {
-            name,
-            out,
-            broker: b,
-        }) => {
-            let out = match out {
-                Some(path) => Some(std::path::absolute(path)?.display().to_string()),
-                None => None,
-            };
-            let req = Request::UserAdd {
-                name: name.clone(),
-                out,
-            };
-            block_on(cmd_user_add(broker(b)?, req))
-        }
-        Cmd::User(cli::UserCommand::List { json, broker: b }) => {
-            block_on(cmd_user_list(broker(b)?, *json))
-        }
-        Cmd::User(cli::UserCommand::Revoke { name, broker: b }) => {
-            let name = name.clone();
-            block_on(cmd_admin(broker(b)?, Request::UserRevoke { name }))
-        }
+        Cmd::Policy(cmd) => dispatch_policy(cmd, &broker),
+        Cmd::User(cmd) => dispatch_user(cmd, &broker),
         Cmd::Rsl(cmd) => {
             let code = rsl::cli::run(cmd, &mut std::io::stdout(), &mut std::io::stderr());
             Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
@@ -183,6 +127,61 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         } => {
             let dir = state_dir.clone().unwrap_or_else(demo::default_state_dir);
             block_on(cmd_demo(*hosts, dir, *keep))
+        }
+    }
+}
+
+/// How a subcommand finds the broker it talks to, from its own flags.
+type BrokerOf<'a> = dyn Fn(&BrokerFlags) -> anyhow::Result<client::Target> + 'a;
+
+/// `rb policy …`.
+fn dispatch_policy(cmd: &cli::PolicyCommand, broker: &BrokerOf) -> anyhow::Result<ExitCode> {
+    match cmd {
+        cli::PolicyCommand::Check { file } => Ok(cmd_policy_check(file)),
+        cli::PolicyCommand::Replay { trace_dir, policy } => {
+            Ok(rb::replay::run(trace_dir, policy, local_utc_offset_s()))
+        }
+        cli::PolicyCommand::Show { json, broker: b } => {
+            let offset = local_utc_offset_s();
+            block_on(async { rb::policy::show(&broker(b)?, *json, offset).await })
+        }
+        cli::PolicyCommand::Reload { broker: b } => {
+            block_on(async { rb::policy::reload(&broker(b)?).await })
+        }
+        cli::PolicyCommand::Explain {
+            host,
+            job,
+            json,
+            broker: b,
+        } => {
+            let host = host.clone();
+            block_on(async { rb::policy::explain(&broker(b)?, host, *job, *json).await })
+        }
+    }
+}
+
+/// `rb user …`.
+fn dispatch_user(cmd: &cli::UserCommand, broker: &BrokerOf) -> anyhow::Result<ExitCode> {
+    match cmd {
+        cli::UserCommand::Add {
+            name,
+            out,
+            broker: b,
+        } => {
+            let out = match out {
+                Some(path) => Some(std::path::absolute(path)?.display().to_string()),
+                None => None,
+            };
+            let req = Request::UserAdd {
+                name: name.clone(),
+                out,
+            };
+            block_on(cmd_user_add(broker(b)?, req))
+        }
+        cli::UserCommand::List { json, broker: b } => block_on(cmd_user_list(broker(b)?, *json)),
+        cli::UserCommand::Revoke { name, broker: b } => {
+            let name = name.clone();
+            block_on(cmd_admin(broker(b)?, Request::UserRevoke { name }))
         }
     }
 }

@@ -5,29 +5,11 @@
 //! the broker's socket); 127 the app was not found, 126 it is not executable (as shells);
 //! 1 any other failure of the agent.
 
-use std::io::IsTerminal;
-
-use clap::Parser;
-
-const EXIT_USAGE: i32 = 64;
+const EXIT_USAGE: i32 = startup::EXIT_USAGE as i32;
 const EXIT_PERMISSION: i32 = 77;
 
 fn main() {
-    let args = match agent::cli::Args::try_parse() {
-        Ok(args) => args,
-        Err(e) if e.use_stderr() => {
-            let _ = e.print();
-            std::process::exit(EXIT_USAGE);
-        }
-        Err(e) => e.exit(),
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("RB_LOG").unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    let args: agent::cli::Args = startup::start("warn");
     if let Some(flag) = args
         .app
         .first()

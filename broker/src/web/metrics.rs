@@ -253,7 +253,7 @@ impl Metrics {
             }
             Effect::SubmitPilot { .. } => self.pilot("submitted"),
             Effect::CancelPilot { .. } => self.pilot("cancelled"),
-            Effect::Persist => {}
+            Effect::AgentLate { .. } | Effect::Persist => {}
         }
     }
 

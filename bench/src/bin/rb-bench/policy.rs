@@ -164,11 +164,17 @@ fn lab(policy: &Arc<Policy>, n: usize, t0: Instant) -> (Allocator, JobId, JobId)
     (a, adaptive, rigid)
 }
 
-/// Times one request of `job` for `anyLinux` at `now` (granted at once, then given back,
-/// untimed), in µs; `None` (and a note on stderr) when it was not granted.
+/// Times one request of `job` for `anyLinux` at `now`, through the allocator's one entry
+/// point as the broker makes it (granted at once, then given back, untimed), in µs; `None`
+/// (and a note on stderr) when it was not granted.
 fn time_grant(a: &mut Allocator, job: JobId, now: Instant) -> Option<f64> {
+    let input = broker::alloc::trace::Input::Allocate {
+        job,
+        req: 0,
+        symbolic: "anyLinux".into(),
+    };
     let t = Instant::now();
-    let (_, fx) = a.request(job, "anyLinux", now);
+    let fx = a.handle(input, now).effects;
     let us = t.elapsed().as_secs_f64() * 1e6;
     let alloc = fx.iter().find_map(|e| match e {
         Effect::Granted { alloc, .. } => Some(*alloc),
@@ -212,7 +218,7 @@ fn grant_latency(opts: &Options) -> anyhow::Result<()> {
         "The allocator in-process (pure: no I/O, `now` passed in), fed simulated hosts as \
          `host_changed` reports: a third private workstations with their owner logged in \
          (idle 0–20 min, about three in four away), the rest public; load 0–2 on 1–8 CPUs; \
-         1 % down; wall clock a Tuesday at noon. One latency = one `request(job, \"anyLinux\")` \
+         1 % down; wall clock a Tuesday at noon. One latency = one `allocate` of `anyLinux` through `Allocator::handle` \
          that is granted at once (the host is then given back, untimed); median of {} grants \
          (min–max), the policies' grants interleaved (one of each per round) so that the rest \
          of the machine weighs on all alike. An adaptive job and a rigid (non-adaptive) one. Baseline: the policy the \

@@ -1,6 +1,6 @@
 //! Protocol messages: [`ToBroker`] (anything a peer sends the broker) and [`FromBroker`].
 //!
-//! Encoded as JSON objects with a `"t"` tag, one per frame (see [`crate::frame`]).
+//! Encoded as JSON objects with a `"t"` tag, one per frame (see `proto::frame`).
 //! Unknown tags or fields fail to decode; the broker answers with [`FromBroker::Error`] and
 //! closes the connection.
 
@@ -43,7 +43,7 @@ pub struct Hello {
     pub name: String,
     /// Client nonce, hex; used on TCP connections, ignored on unix sockets.
     pub nonce: String,
-    /// TCP only: the user whose credential ([`crate::credential`]) the peer proves instead
+    /// TCP only: the user whose credential (`proto::credential`) the peer proves instead
     /// of the lab secret. Absent = the lab secret. A broker older than this field refuses a
     /// hello that has it (unknown field), so the failure is explicit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -180,7 +180,7 @@ pub struct AgentHost {
 #[serde(tag = "t", rename_all = "snake_case")]
 pub enum ToBroker {
     Hello(Hello),
-    /// Answer to the broker's challenge: hex HMAC (see [`crate::auth`]).
+    /// Answer to the broker's challenge: hex HMAC (see `proto::auth`).
     Auth {
         mac: String,
     },
@@ -316,7 +316,7 @@ pub enum FromBroker {
     /// To a host daemon, on connecting and whenever it changes: the allocations live in the
     /// lab now (granted or being released, ascending), and that every allocation id below
     /// `issued_below` has been issued. A process of the daemon's user tagged
-    /// ([`crate::tag`]) for an allocation below `issued_below` that is not in `live` belongs
+    /// (`proto::tag`) for an allocation below `issued_below` that is not in `live` belongs
     /// to a host its job no longer holds: the daemon ends it (SIGTERM, then SIGKILL).
     /// Sent only where one daemon serves one machine (the `ssh` and `rsh` transports).
     LiveAllocs {
@@ -346,7 +346,7 @@ pub enum FromBroker {
         secret_file: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         hosts_reach_broker_at: Option<std::net::IpAddr>,
-        /// The lab's public mark ([`crate::auth::Secret::lab_mark`]): the agent hands it to
+        /// The lab's public mark (`proto::auth::Secret::lab_mark`): the agent hands it to
         /// its subagents, which put it in their commands' tag, so the lab's host daemons
         /// can sweep what is left of them (subagents prove the job's own key, not the lab
         /// secret, so they cannot derive it). Absent from older brokers.
@@ -412,61 +412,9 @@ pub enum FromBroker {
     },
 }
 
-/// How every report frame begins (the tag first, as [`crate::frame::encode`] writes it).
-const REPORT_FRAME_START: &str = r#"{"t":"report","#;
-
-/// Decodes one frame from a host daemon. Nearly every frame is a report: one that begins
-/// as the encoder writes it is read straight into a [`HostReport`] (which ignores the tag
-/// as an unknown field), not through the tagged enum, which first buffers the whole
-/// object to find its tag (a quarter of the broker's CPU at 10k hosts). Anything else,
-/// reports spaced otherwise included, is decoded as a [`ToBroker`].
-pub fn decode_from_hostd(line: &str) -> Result<ToBroker, crate::frame::FrameError> {
-    if line.starts_with(REPORT_FRAME_START) {
-        let report: HostReport = crate::frame::decode(line)?;
-        return Ok(ToBroker::Report(Box::new(report)));
-    }
-    crate::frame::decode(line)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A report frame as the daemon writes it takes the direct path and decodes to what
-    /// the tagged enum gives; other frames and other spellings decode as before.
-    #[test]
-    fn a_hostd_frame_decodes_as_the_tagged_enum_does() {
-        let report = ToBroker::Report(Box::new(HostReport {
-            hostname: "node02".into(),
-            seq: 7,
-            load: Some([0.5, 0.25, 0.0]),
-            users: Some(vec![crate::report::UserSession {
-                user: "alice".into(),
-                tty: "pts/0".into(),
-                idle_s: Some(3),
-                from: None,
-            }]),
-            labels: vec!["linux".into()],
-            ..HostReport::default()
-        }));
-        let lease = ToBroker::PilotLease {
-            slurm_job: "42".into(),
-            ending: true,
-        };
-        for msg in [report, lease] {
-            let text = crate::frame::encode(&msg).expect("encode");
-            let generic: ToBroker = crate::frame::decode(&text).expect("generic");
-            assert_eq!(decode_from_hostd(&text).expect("direct"), generic);
-            assert_eq!(generic, msg);
-        }
-        let text = crate::frame::encode(&ToBroker::Report(Box::default())).expect("encode");
-        assert!(text.starts_with(REPORT_FRAME_START), "{text}");
-        let spaced = r#"{ "t": "report", "hostname": "n", "seq": 1, "trigger": null, "cpus": null, "load": null, "cpu_util": null, "mem_total_kb": null, "mem_available_kb": null, "os": null, "arch": null, "kernel": null, "users": null, "console_idle_s": null, "managed_procs": null}"#;
-        assert!(matches!(decode_from_hostd(spaced), Ok(ToBroker::Report(_))));
-        for bad in [r#"{"t":"report","seq":"x"}"#, r#"{"t":"report","#, "{}"] {
-            assert!(decode_from_hostd(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn hello_round_trips_with_tag() {

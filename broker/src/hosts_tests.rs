@@ -1,0 +1,270 @@
+//! The host table: up and down, replaced connections, pilots, changes and repeated reports.
+
+use super::*;
+
+fn table() -> HostTable {
+    let entries = ["node02", "node03"]
+        .iter()
+        .map(|n| HostEntry {
+            name: n.to_string(),
+            address: n.to_string(),
+            labels: vec!["public".into()],
+            owner: None,
+        })
+        .collect::<Vec<_>>();
+    HostTable::new(&entries, Duration::from_secs(6))
+}
+
+fn report(host: &str) -> HostReport {
+    HostReport {
+        hostname: host.into(),
+        cpus: Some(2),
+        load: Some([0.5, 0.4, 0.3]),
+        labels: vec!["linux".into(), "x86_64".into()],
+        ..HostReport::default()
+    }
+}
+
+#[test]
+fn host_is_down_until_it_reports() {
+    let mut t = table();
+    let now = Instant::now();
+    assert_eq!(t.status(now)[0].state, HostState::Down);
+    assert!(t.connected("node02", 1).is_empty());
+    assert_eq!(t.status(now)[0].state, HostState::Down);
+    assert!(t.report("node02", 1, report("node02"), now));
+    let row = &t.status(now)[0];
+    assert_eq!(row.state, HostState::Up);
+    assert_eq!(row.labels, vec!["linux", "public", "x86_64"]);
+    assert_eq!(row.load1, Some(0.5));
+    assert!(!row.users_known);
+}
+
+#[test]
+fn newer_connection_replaces_older_and_stale_reports_are_ignored() {
+    let mut t = table();
+    let now = Instant::now();
+    t.connected("node02", 1);
+    let effects = t.connected("node02", 2);
+    assert!(matches!(&effects[..], [Effect::CloseConn { conn: 1, .. }]));
+    assert!(!t.report("node02", 1, report("node02"), now));
+    t.disconnected("node02", 1, "eof");
+    assert!(t.report("node02", 2, report("node02"), now));
+    assert_eq!(t.status(now)[0].state, HostState::Up);
+}
+
+#[test]
+fn a_pilot_joins_as_a_public_slurm_host_and_is_never_restarted() {
+    let mut t = table();
+    let _ = t.take_changes(Instant::now());
+    let start = Instant::now();
+    t.add_pilot("slurm-node09", "10.77.0.9");
+    let rows = t.take_changes(start);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].name, "slurm-node09");
+    assert_eq!(rows[0].address, "10.77.0.9");
+    assert_eq!(rows[0].labels, ["public", "slurm"]);
+    assert_eq!(rows[0].owner, None);
+    t.connected("slurm-node09", 7);
+    t.report("slurm-node09", 7, report("slurm-node09"), start);
+    let up = |t: &HostTable| {
+        t.status(start)
+            .iter()
+            .any(|r| r.name == "slurm-node09" && r.state == HostState::Up)
+    };
+    assert!(up(&t));
+    let effects = t.tick(start + Duration::from_secs(30));
+    assert!(
+        effects
+            .iter()
+            .all(|e| !matches!(e, Effect::RestartDaemon { host, .. } if host == "slurm-node09")),
+        "{effects:?}"
+    );
+    // Back on another address: the row follows; a lab-file host is never replaced.
+    t.add_pilot("slurm-node09", "10.77.0.19");
+    assert!(t
+        .status(start)
+        .iter()
+        .any(|r| r.name == "slurm-node09" && r.address == "10.77.0.19"));
+    let before = t.status(start).into_iter().find(|r| r.name == "node02");
+    t.add_pilot("node02", "10.9.9.9");
+    assert_eq!(
+        t.status(start).into_iter().find(|r| r.name == "node02"),
+        before
+    );
+}
+
+#[test]
+fn silence_takes_host_down_and_restarts_daemon() {
+    let mut t = table();
+    let start = Instant::now();
+    t.daemon_started("node02", start);
+    t.connected("node02", 1);
+    t.report("node02", 1, report("node02"), start);
+    assert!(t.tick(start + Duration::from_secs(5)).is_empty());
+    let effects = t.tick(start + Duration::from_secs(7));
+    assert_eq!(effects.len(), 2, "{effects:?}");
+    assert!(matches!(&effects[1], Effect::RestartDaemon { host, .. } if host == "node02"));
+    let row = &t.status(start + Duration::from_secs(7))[0];
+    assert_eq!(row.state, HostState::Down);
+    assert!(row
+        .down_reason
+        .as_deref()
+        .is_some_and(|r| r.starts_with("no report for")));
+    assert!(
+        t.tick(start + Duration::from_secs(8)).is_empty(),
+        "restart asked once"
+    );
+}
+
+#[test]
+fn disconnect_marks_down_at_once() {
+    let mut t = table();
+    let now = Instant::now();
+    t.connected("node03", 4);
+    t.report("node03", 4, report("node03"), now);
+    t.disconnected("node03", 4, "connection reset");
+    let row = &t.status(now)[1];
+    assert_eq!(row.state, HostState::Down);
+    assert_eq!(
+        row.down_reason.as_deref(),
+        Some("daemon disconnected: connection reset")
+    );
+}
+
+/// Found by the fault suite's long run (daemon_kill, seed 1795629648255279181): a
+/// daemon killed after 76 s of reports was restarted "because it never connected"
+/// (its disconnect came before the transport's word that it exited).
+#[test]
+fn daemon_that_disconnected_is_not_said_to_have_never_connected() {
+    let mut t = table();
+    let start = Instant::now();
+    t.daemon_started("node02", start);
+    t.connected("node02", 1);
+    let later = start + Duration::from_secs(76);
+    t.report("node02", 1, report("node02"), later);
+    t.disconnected("node02", 1, "connection closed");
+    let effects = t.tick(later);
+    let [Effect::RestartDaemon { host, reason }] = &effects[..] else {
+        panic!("one restart expected: {effects:?}");
+    };
+    assert_eq!(host, "node02");
+    assert!(!reason.contains("never connected"), "{reason}");
+    assert!(reason.contains("disconnected"), "{reason}");
+}
+
+#[test]
+fn daemon_that_never_connects_is_restarted() {
+    let mut t = table();
+    let start = Instant::now();
+    t.daemon_started("node03", start);
+    assert!(t.tick(start + Duration::from_secs(9)).is_empty());
+    let effects = t.tick(start + FIRST_REPORT_GRACE + Duration::from_secs(1));
+    assert!(matches!(&effects[..], [Effect::RestartDaemon { host, .. }] if host == "node03"));
+}
+
+#[test]
+fn changes_are_every_host_at_start_then_only_those_that_changed() {
+    let mut t = table();
+    let now = Instant::now();
+    let names = |rows: Vec<HostStatus>| rows.into_iter().map(|r| r.name).collect::<Vec<_>>();
+    assert_eq!(names(t.take_changes(now)), ["node02", "node03"]);
+    assert!(t.take_changes(now).is_empty());
+    t.connected("node03", 1);
+    t.report("node03", 1, report("node03"), now);
+    t.daemon_started("node02", now);
+    let rows = t.take_changes(now);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (rows[0].name.as_str(), rows[0].state),
+        ("node03", HostState::Up)
+    );
+    let later = now + Duration::from_secs(7);
+    t.tick(later);
+    let rows = t.take_changes(later);
+    assert_eq!(
+        (rows[0].name.as_str(), rows[0].state),
+        ("node03", HostState::Down)
+    );
+}
+
+#[test]
+fn a_repeated_report_is_listed_apart_and_a_changed_field_is_a_change() {
+    let mut t = table();
+    let now = Instant::now();
+    t.connected("node02", 1);
+    t.report("node02", 1, report("node02"), now);
+    let _ = t.take_changes(now);
+    // Only the counter and the trigger differ: the row changes only in age.
+    let again = HostReport {
+        seq: 2,
+        trigger: Some(proto::report::ReportTrigger::Interval),
+        ..report("node02")
+    };
+    let later = now + Duration::from_secs(1);
+    assert!(t.report("node02", 1, again.clone(), later));
+    assert!(t.take_changes(later).is_empty());
+    assert_eq!(t.take_repeated(), ["node02"]);
+    assert!(t.take_repeated().is_empty());
+    let row = t.row("node02", later).expect("a row");
+    assert_eq!(row.state, HostState::Up);
+    assert_eq!(
+        row.last_report_age_s,
+        Some(0.0),
+        "the age is the repeated report's"
+    );
+    // Any other field that differs is a change, with its new value in the row.
+    let changes: [fn(&mut HostReport); 5] = [
+        |r| r.load = Some([0.9, 0.4, 0.3]),
+        |r| r.users = Some(vec![]),
+        |r| r.console_idle_s = Some(7),
+        |r| r.job_load = Some(1.0),
+        |r| r.labels.push("gpu".into()),
+    ];
+    let mut last = again;
+    for (i, change) in changes.into_iter().enumerate() {
+        let mut next = last.clone();
+        change(&mut next);
+        let at = later + Duration::from_secs(i as u64 + 1);
+        t.report("node02", 1, next.clone(), at);
+        assert!(t.take_repeated().is_empty(), "change {i}");
+        let rows = t.take_changes(at);
+        assert_eq!(rows.len(), 1, "change {i}");
+        assert_eq!(Some(&rows[0]), t.status(at).first(), "change {i}");
+        last = next;
+    }
+    assert_eq!(t.status(later)[0].load1, Some(0.9));
+    assert_eq!(t.status(later)[0].console_idle_s, Some(7));
+}
+
+#[test]
+fn a_report_repeating_one_from_before_a_disconnect_is_a_change() {
+    let mut t = table();
+    let now = Instant::now();
+    t.connected("node02", 1);
+    t.report("node02", 1, report("node02"), now);
+    t.disconnected("node02", 1, "eof");
+    t.connected("node02", 2);
+    let _ = t.take_changes(now);
+    t.report("node02", 2, report("node02"), now);
+    assert!(t.take_repeated().is_empty());
+    assert_eq!(t.take_changes(now)[0].state, HostState::Up);
+    // A NaN is never equal to itself: such a report always reaches the allocator.
+    let nan = HostReport {
+        cpu_util: Some(f64::NAN),
+        ..report("node02")
+    };
+    t.report("node02", 2, nan.clone(), now);
+    let _ = t.take_changes(now);
+    t.report("node02", 2, nan, now);
+    assert!(t.take_repeated().is_empty());
+    assert_eq!(t.take_changes(now).len(), 1);
+}
+
+#[test]
+fn unknown_host_is_ignored() {
+    let mut t = table();
+    assert!(t.connected("nodeXX", 1).is_empty());
+    assert!(!t.report("nodeXX", 1, report("x"), Instant::now()));
+    assert!(!t.contains("nodeXX"));
+}

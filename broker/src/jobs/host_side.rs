@@ -1,0 +1,137 @@
+//! Host and policy changes turned into allocator inputs; what the allocator does with each
+//! host added to `rb status` rows.
+
+use super::*;
+
+impl JobDesk {
+    /// `host`'s daemon found processes of the allocations `running` on its machine
+    /// ([`Allocator::allocs_running`]); a report that changes nothing is not passed on.
+    pub fn allocs_running(&mut self, host: &str, running: Vec<u64>, now: Instant) -> Vec<Effect> {
+        if !self.alloc.allocs_running_matters(host, &running) {
+            return Vec::new();
+        }
+        let input = Input::AllocsRunning {
+            host: host.to_string(),
+            allocs: running,
+        };
+        self.handle(input, now).0
+    }
+
+    /// Tells the allocator that one host's row changed (as it happens).
+    pub fn host_changed(&mut self, row: &HostStatus, now: Instant) -> Vec<Effect> {
+        let view = host_view(row);
+        // The delta costs a serialization: only when a trace is kept.
+        let changed = if self.trace.is_some() {
+            host_delta(self.alloc.host_view(&view.name), &view)
+        } else {
+            Default::default()
+        };
+        let input = Input::Host {
+            host: view.name.clone(),
+            changed,
+            view: Some(Box::new(view)),
+        };
+        self.handle(input, now).0
+    }
+
+    /// A report repeated `host`'s last one (its row changed only in age). True when the
+    /// allocator took it without a row ([`Allocator::host_repeated`]: it decides nothing);
+    /// the trace records it as the host input it stands for, with no field changed, so
+    /// that a replay under another policy (which may hold the host, or read the clock)
+    /// feeds it again. False: the caller passes the host's row to
+    /// [`host_changed`](Self::host_changed).
+    pub fn host_repeated(&mut self, host: &str, now: Instant) -> bool {
+        if !self.alloc.same_view_decides_nothing(host) {
+            return false;
+        }
+        let input = Input::Host {
+            host: host.to_string(),
+            changed: Default::default(),
+            view: None,
+        };
+        self.handle(input, now);
+        true
+    }
+
+    /// Adds what the allocator does with each host (`alloc_state`, `held_by`, `drained`,
+    /// `policy_note`).
+    pub fn annotate(&self, rows: &mut [HostStatus], now: Instant) {
+        for row in rows {
+            let a = self.alloc.host_alloc(&row.name);
+            row.alloc_state = a.alloc_state.to_string();
+            row.held_by = a.held_by;
+            row.drained = a.drained;
+            row.policy_note = self.alloc.policy_note(&row.name);
+            if let Some(lease) = self.alloc.pilot_lease_of(&row.name) {
+                row.slurm_job = lease.slurm_job;
+                row.lease_left_s = lease
+                    .ends
+                    .map(|end| end.saturating_duration_since(now).as_secs_f64().round());
+                row.lease_ending = lease.ending;
+            }
+        }
+    }
+
+    /// What a reload prepares its policy's host decisions from, off the core
+    /// ([`Allocator::policy_inputs`]).
+    pub fn policy_inputs(&self) -> HostInputs {
+        self.alloc.policy_inputs()
+    }
+
+    /// Puts a reloaded policy in force ([`Allocator::set_prepared_policy`]): recorded as
+    /// the same input as [`Allocator::set_policy`], which a replay calls. Also returns what
+    /// the change replaced, to drop off the core.
+    pub fn set_policy(
+        &mut self,
+        prepared: PreparedPolicy,
+        now: Instant,
+    ) -> (Vec<Effect>, Option<Retired>) {
+        let sha256 = prepared.policy().sha256().to_string();
+        self.alloc.stage_policy(prepared);
+        match self.handle(Input::Policy { sha256 }, now) {
+            (effects, Answer::Retired(retired)) => (effects, Some(retired)),
+            (effects, _) => (effects, None),
+        }
+    }
+
+    /// `rb policy explain` ([`Allocator::explain`]).
+    pub fn explain(
+        &mut self,
+        host: &str,
+        job: Option<JobId>,
+        now: Instant,
+    ) -> Result<serde_json::Value, String> {
+        let input = Input::Explain {
+            host: host.to_string(),
+            job,
+        };
+        match self.handle(input, now).1 {
+            Answer::Explained(answer) => answer,
+            other => Err(format!("the allocator did not explain: {other:?}")),
+        }
+    }
+}
+
+/// The allocator's view of a host, from the host's status row (the core's input is its
+/// own type, not the row `rb status` shows).
+pub fn host_view(s: &HostStatus) -> HostView {
+    HostView {
+        name: s.name.clone(),
+        address: s.address.clone(),
+        up: s.state == proto::report::HostState::Up,
+        reported: s.last_report_age_s.is_some(),
+        labels: s.labels.iter().map(|l| label_name(l)).collect(),
+        os: s.os.clone(),
+        owner: s.owner.clone(),
+        load1: s.load1,
+        load5: s.load5,
+        load15: s.load15,
+        mem_avail_mb: s.mem_available_kb.map(|kb| kb / 1024),
+        cpus: s.cpus,
+        users: s.users_known.then(|| s.users.clone()),
+        console_idle_s: s.console_idle_s,
+        logind: s.logind.clone(),
+        logind_error: s.logind_error.clone(),
+        job_load: s.job_load,
+    }
+}

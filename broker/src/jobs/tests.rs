@@ -1,0 +1,156 @@
+//! The job desk with agents' messages as the broker's connections hand them in.
+
+use proto::{
+    msg::AgentHost,
+    report::{HostState, HostStatus},
+};
+
+use super::*;
+
+fn status(name: &str, address: &str) -> HostStatus {
+    HostStatus {
+        name: name.into(),
+        address: address.into(),
+        state: HostState::Up,
+        down_reason: None,
+        hostname: Some(name.into()),
+        cpus: Some(1),
+        load1: Some(0.0),
+        load5: None,
+        load15: None,
+        cpu_util: None,
+        mem_total_kb: None,
+        mem_available_kb: None,
+        os: Some("Linux".into()),
+        arch: None,
+        users: Vec::new(),
+        users_known: true,
+        console_idle_s: None,
+        logind: None,
+        logind_error: None,
+        warnings: Vec::new(),
+        managed_procs: None,
+        job_load: None,
+        labels: vec!["linux".into(), "public".into()],
+        owner: None,
+        last_report_age_s: Some(0.5),
+        daemon_starts: 1,
+        alloc_state: String::new(),
+        held_by: None,
+        drained: false,
+        policy_note: None,
+        slurm_job: None,
+        lease_left_s: None,
+        lease_ending: false,
+    }
+}
+
+fn registration(module: Option<&str>) -> JobRegistration {
+    JobRegistration {
+        user: "alice".into(),
+        cwd: "/".into(),
+        argv: vec!["pvm".into()],
+        spec: None,
+        adaptive: true,
+        resume: None,
+        runs_on: Some(AgentHost {
+            hostname: "workstation-1".into(),
+            addresses: vec!["127.0.0.1".into(), "10.0.0.1".into()],
+        }),
+        module: module.map(String::from),
+    }
+}
+
+fn granted_host(effects: &[Effect]) -> Option<String> {
+    effects.iter().find_map(|e| match e {
+        Effect::Granted { host, .. } => Some(host.clone()),
+        _ => None,
+    })
+}
+
+/// A user releases the hosts of their own jobs only, and drains nothing.
+#[tokio::test]
+async fn a_user_releases_only_their_own_jobs_hosts() {
+    let mut desk = JobDesk::new(
+        Allocator::new(),
+        vec!["ssh".into()],
+        "ssh",
+        std::path::Path::new("/nonexistent/secret"),
+    );
+    let now = Instant::now();
+    desk.host_changed(&status("node02", "10.0.0.2"), now);
+    let (tx, _rx) = crate::outbox::channel(16);
+    let mut reg = registration(None);
+    reg.user = "bob".into();
+    let (job, _) = desk.register(reg, tx, now).expect("registered");
+    let allocate = ToBroker::Allocate {
+        req: 1,
+        symbolic: "anyLinux".into(),
+    };
+    let effects = desk.agent_message(job, allocate, now);
+    assert_eq!(granted_host(&effects).as_deref(), Some("node02"));
+    let release = || Request::Release {
+        host: "node02".into(),
+        grace_ms: Some(0),
+    };
+    let eve = Actor::User("eve".into());
+    let (answer, effects) = desk.admin(&eve, release(), now);
+    assert!(matches!(answer, Err(AdminError::Denied(_))), "{answer:?}");
+    assert!(effects.is_empty(), "nothing done");
+    let drain = Request::Drain {
+        host: "node02".into(),
+    };
+    let bob = Actor::User("bob".into());
+    let (answer, _) = desk.admin(&bob, drain, now);
+    assert!(matches!(answer, Err(AdminError::Denied(_))), "{answer:?}");
+    let (answer, effects) = desk.admin(&bob, release(), now);
+    assert!(matches!(answer, Ok(Response::Done { .. })), "{answer:?}");
+    assert!(!effects.is_empty(), "the reclaim starts");
+}
+
+/// A module job on a lab host, as the broker sees it: the agent runs on node01 (found by its
+/// address); a module job is never granted node01, a plain job may be.
+#[tokio::test]
+async fn a_module_job_is_never_granted_the_host_its_agent_runs_on() {
+    let mut desk = JobDesk::new(
+        Allocator::new(),
+        vec!["ssh".into()],
+        "ssh",
+        std::path::Path::new("/nonexistent/secret"),
+    );
+    let now = Instant::now();
+    let hosts = [
+        status("node01", "10.0.0.1"),
+        status("node02", "10.0.0.2"),
+        status("node03", "10.0.0.3"),
+    ];
+    for host in &hosts {
+        desk.host_changed(host, now);
+    }
+    let (tx, _rx) = crate::outbox::channel(16);
+    let (pvm, _) = desk
+        .register(registration(Some("pvm")), tx, now)
+        .expect("no store: never refused");
+    let allocate = |req| ToBroker::Allocate {
+        req,
+        symbolic: "anyLinux".into(),
+    };
+    let effects = desk.agent_message(pvm, allocate(1), now);
+    assert_eq!(granted_host(&effects).as_deref(), Some("node02"));
+    let in_use = ToBroker::HostsInUse {
+        hosts: vec!["10.0.0.3".into(), "not-in-the-lab".into()],
+    };
+    desk.agent_message(pvm, in_use, now);
+    let effects = desk.agent_message(pvm, allocate(2), now);
+    assert_eq!(
+        granted_host(&effects),
+        None,
+        "node01 and node03 in use: {effects:?}"
+    );
+    let (tx, _rx2) = crate::outbox::channel(16);
+    let (plain, _) = desk
+        .register(registration(None), tx, now)
+        .expect("no store: never refused");
+    let effects = desk.agent_message(plain, allocate(1), now);
+    assert_eq!(granted_host(&effects).as_deref(), Some("node01"));
+}

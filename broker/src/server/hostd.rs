@@ -1,0 +1,130 @@
+//! A host daemon's session: its reports to the core, the live allocations (and those to
+//! end) to it whenever they change, until the core closes it or it goes away.
+
+use super::*;
+
+pub(super) async fn hostd_session<S>(
+    mut conn: FramedConn<S>,
+    ctx: &ServerCtx,
+    host: String,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let id = ctx.next_conn.fetch_add(1, Ordering::Relaxed);
+    let (close_tx, mut close_rx) = oneshot::channel::<String>();
+    let connected = Event::HostdConnected {
+        host: host.clone(),
+        conn: id,
+        close: close_tx,
+    };
+    if ctx.events.send(connected).await.is_err() || welcome(&mut conn, ctx).await.is_err() {
+        return;
+    }
+    let mut live = ctx.live.clone();
+    if let Some(rx) = live.as_mut() {
+        rx.mark_changed(); // the current word goes out at once
+    }
+    let mut told = Told::default();
+    let reason = loop {
+        tokio::select! {
+            _ = shutdown.changed() => break "broker stopping".to_string(),
+            why = &mut close_rx => break why.unwrap_or_else(|_| "closed by broker".into()),
+            word = next_live(&mut live) => {
+                if told.send(&mut conn, &word, ctx.sweep_live).await.is_err() {
+                    break "connection closed".into();
+                }
+            }
+            msg = conn.recv_line() => match msg.and_then(|line| proto::msg::decode_from_hostd(&line)) {
+                Ok(ToBroker::Report(report)) => {
+                    let ends_allocs = report.allocs_running.is_some() && !told.ends_allocs;
+                    crate::web::METRICS.report();
+                    if ctx.events.send(Event::Report { host: host.clone(), conn: id, report }).await.is_err() {
+                        break "broker stopping".into();
+                    }
+                    // A daemon that ends allocations past their deadline hears of them from now.
+                    let word = live.as_ref().and_then(|rx| rx.borrow().clone());
+                    if let (true, Some(word)) = (ends_allocs, word) {
+                        told.ends_allocs = true;
+                        if told.send(&mut conn, &word, ctx.sweep_live).await.is_err() {
+                            break "connection closed".into();
+                        }
+                    }
+                }
+                Ok(ToBroker::PilotLease { slurm_job, ending }) => {
+                    let said = Event::PilotLease { host: host.clone(), slurm_job, ending };
+                    if ctx.events.send(said).await.is_err() {
+                        break "broker stopping".into();
+                    }
+                }
+                Ok(other) => {
+                    let why = format!("unexpected message from a host daemon: {}", short(&other));
+                    refuse(&mut conn, ErrorCode::BadMessage, &why).await;
+                    break why;
+                }
+                Err(FrameError::Closed) => break "connection closed".into(),
+                Err(e) => {
+                    refuse(&mut conn, ErrorCode::BadMessage, &e.to_string()).await;
+                    break e.to_string();
+                }
+            },
+        }
+    };
+    let _ = ctx
+        .events
+        .send(Event::Disconnected {
+            host,
+            conn: id,
+            reason,
+        })
+        .await;
+}
+
+/// What one host daemon has been told of the live allocations.
+#[derive(Debug, Default)]
+struct Told {
+    /// Its reports list the allocations running there: it ends those past their
+    /// deadline when told (`FromBroker::EndAllocs`).
+    ends_allocs: bool,
+    live: Option<(Vec<u64>, u64)>,
+    ending: Option<Vec<u64>>,
+}
+
+impl Told {
+    /// Sends what changed in `word`: the live allocations where daemons sweep (`sweep`),
+    /// those past their deadline to a daemon that ends them.
+    async fn send<S: AsyncRead + AsyncWrite + Unpin>(
+        &mut self,
+        conn: &mut FramedConn<S>,
+        word: &LiveAllocs,
+        sweep: bool,
+    ) -> Result<(), FrameError> {
+        let live = (word.live.clone(), word.issued_below);
+        if sweep && self.live.as_ref() != Some(&live) {
+            conn.send(&word.message()).await?;
+            self.live = Some(live);
+        }
+        if self.ends_allocs && self.ending.as_ref() != Some(&word.ending) {
+            conn.send(&word.end_message()).await?;
+            self.ending = Some(word.ending.clone());
+        }
+        Ok(())
+    }
+}
+
+/// The next word on live allocations for a host daemon; never without a channel, or once
+/// the core is gone.
+async fn next_live(live: &mut Option<watch::Receiver<Option<LiveAllocs>>>) -> LiveAllocs {
+    loop {
+        let Some(rx) = live.as_mut() else {
+            return std::future::pending().await;
+        };
+        if rx.changed().await.is_err() {
+            *live = None;
+            continue;
+        }
+        if let Some(word) = rx.borrow_and_update().as_ref() {
+            return word.clone();
+        }
+    }
+}
