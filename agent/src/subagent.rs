@@ -438,6 +438,7 @@ async fn guard(
 ) {
     let mut exit_status: Option<i32> = None;
     let mut lost_since: Option<Instant> = None;
+    let mut fallback_note = privdir::fallback_note();
     loop {
         let conn = connect(&cfg).await;
         let mut conn = match conn {
@@ -468,6 +469,11 @@ async fn guard(
         }
         if let Some(status) = exit_status {
             let _ = conn.send(&ToBroker::SubExited { status }).await;
+        }
+        // The job is told once (its agent prints it on the job's stderr and keeps it as a
+        // note): its command runs, but this host's runtime directory is not the usual one.
+        if let Some(text) = fallback_note.take() {
+            let _ = conn.send(&ToBroker::JobNote { text }).await;
         }
         let mut s = Session {
             conn: &mut conn,

@@ -338,6 +338,13 @@ struct Jobs<'a> {
     lab_mark: &'a str,
 }
 
+/// What the daemon works around, for `rb status`: its runtime directory in /tmp refused
+/// ([`privdir::fallback_note`]). Read once: the daemon keeps the directory it started in.
+fn runtime_warnings() -> &'static [String] {
+    static WARNINGS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    WARNINGS.get_or_init(|| privdir::fallback_note().into_iter().collect())
+}
+
 /// Builds and sends reports: the sensors' sample, the sequence number, `job_load`.
 struct Reporter<'a> {
     sensors: &'a mut Sensors,
@@ -364,6 +371,7 @@ impl Reporter<'_> {
             report.job_load = measured;
         }
         let running = sweep::allocs_of(&sweep::scan(self.scope));
+        report.warnings = runtime_warnings().to_vec();
         report.allocs_running = Some(running.clone());
         self.running = Some(running);
         conn.send(&ToBroker::Report(Box::new(report))).await

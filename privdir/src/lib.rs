@@ -123,6 +123,20 @@ pub fn refused_tmp_root() -> Option<Error> {
     refusal(&tmp_root())
 }
 
+/// One line for people when [`runtime_root`] fell back because `/tmp/rb-<euid>` is refused
+/// (`None` otherwise): what is refused, why, and where we run instead. The host daemon
+/// reports it (`rb status`), a job's guardian tells its agent (the job's stderr).
+pub fn fallback_note() -> Option<String> {
+    let refused = refused_tmp_root()?;
+    let why = refused.to_string();
+    let why = why.lines().next().unwrap_or_default();
+    let why: String = why.chars().take(300).collect();
+    Some(format!(
+        "{why}; running from {} instead (remove the refused directory to go back to it)",
+        runtime_root().display()
+    ))
+}
+
 /// Why `dir` is refused as a directory of ours, judged on `lstat` (`None`: absent, or ours
 /// and private or to be tightened).
 fn refusal(dir: &Path) -> Option<Error> {

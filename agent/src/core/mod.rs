@@ -180,6 +180,9 @@ pub enum Input {
     /// Which remote shell a shim call used (`ssh: anyLinux-1: granted node03 (allocation
     /// 2) over ssh`): a job note for `rb jobs`, once per distinct line.
     RouteUsed { line: String },
+    /// A subagent of `alloc` has something for people (e.g. its host's runtime directory
+    /// was refused): the job's stderr and `rb jobs`, once per distinct line.
+    SubNote { alloc: AllocId, text: String },
     /// A shim's connection closed.
     ShimGone { shim: ShimId },
     /// The answer to [`Output::Offer`]: whether any of its shims took the grant.
@@ -350,11 +353,15 @@ pub struct AgentCore {
     taken_back: VecDeque<TakenBack>,
     /// The [`Input::RouteUsed`] lines already noted (at most [`ROUTE_NOTES`]).
     route_notes: HashSet<String>,
+    /// The [`Input::SubNote`] lines already noted (at most [`ROUTE_NOTES`]).
+    sub_notes: HashSet<String>,
 }
 
 /// How many distinct remote-shell lines a job notes for `rb jobs` (the broker keeps the
 /// last few; this bounds the agent's memory for a job that names thousands of hosts).
 pub const ROUTE_NOTES: usize = 256;
+/// The longest subagent note kept (characters).
+pub const SUB_NOTE_CHARS: usize = 400;
 
 impl AgentCore {
     pub fn new(cfg: CoreConfig) -> Self {
@@ -371,6 +378,7 @@ impl AgentCore {
             broker: Link::Live,
             taken_back: VecDeque::new(),
             route_notes: HashSet::new(),
+            sub_notes: HashSet::new(),
         }
     }
 
@@ -429,6 +437,7 @@ impl AgentCore {
             Input::Resolved { symbolic, pid } => self.resolved(symbolic, pid, now, out),
             Input::Named { host } => self.named(host, out),
             Input::RouteUsed { line } => self.route_used(line, out),
+            Input::SubNote { alloc, text } => self.sub_note(alloc, &text, out),
             Input::ShimGone { shim } => self.shim_gone(shim, out),
             Input::Offered { alloc, reached } => self.offered(alloc, reached, out),
             Input::SubConnected { alloc, sub } => self.sub_connected(alloc, sub, now, out),
@@ -479,6 +488,18 @@ impl AgentCore {
         }
         tracing::info!("{line}");
         out.push(Output::ToBroker(ToBroker::JobNote { text: line }));
+    }
+
+    /// A subagent's note, with its host, on the job's stderr and in `rb jobs` the first time
+    /// it is seen (a peer's text: cut to [`SUB_NOTE_CHARS`]; at most [`ROUTE_NOTES`] kept).
+    fn sub_note(&mut self, alloc: AllocId, text: &str, out: &mut Out) {
+        let host = self.host_of(alloc).unwrap_or("a host").to_string();
+        let text: String = text.chars().take(SUB_NOTE_CHARS).collect();
+        let line = format!("{host}: {text}");
+        if self.sub_notes.len() >= ROUTE_NOTES || !self.sub_notes.insert(line.clone()) {
+            return;
+        }
+        self.note(line, out);
     }
 
     /// A note people should see: the agent's log and `rb jobs`.

@@ -1239,3 +1239,28 @@ fn each_remote_shell_line_of_a_shim_is_noted_once_for_rb_jobs() {
         "bounded"
     );
 }
+
+#[test]
+fn a_subagents_note_is_said_once_with_its_host_and_cut_to_length() {
+    let mut job = Job::plain();
+    job.holding(4, "node03", Some(400));
+    let note = |text: &str| Input::SubNote {
+        alloc: 4,
+        text: text.into(),
+    };
+    let text = "/tmp/rb-1000 is not ours; running from /home/u/.local/state/rb/run-node03 instead";
+    assert_eq!(
+        job.feed(note(text)),
+        vec![broker(ToBroker::JobNote {
+            text: format!("node03: {text}")
+        })]
+    );
+    assert_eq!(job.feed(note(text)), vec![], "said once");
+    let long = "x".repeat(super::SUB_NOTE_CHARS * 3);
+    let out = job.feed(note(&long));
+    assert!(
+        matches!(&out[..], [Output::ToBroker(ToBroker::JobNote { text })]
+            if text.chars().count() == "node03: ".len() + super::SUB_NOTE_CHARS),
+        "{out:?}"
+    );
+}

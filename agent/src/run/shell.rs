@@ -239,6 +239,11 @@ impl Shell {
                 }
                 Input::SubConnected { alloc, sub }
             }
+            Event::SubMessage {
+                alloc,
+                msg: ToBroker::JobNote { text },
+                ..
+            } => Input::SubNote { alloc, text },
             Event::SubMessage { alloc, sub, msg } => {
                 self.jel_from_sub(alloc, sub, msg).await;
                 return None;
