@@ -4,6 +4,8 @@
 //! pvmd's, `lamgrow`'s); the shim that process then starts, directly or through a helper
 //! (PVM's hoster), belongs to the same request.
 
+pub use crate::core::module_calls::in_lineage;
+
 /// How many parents up [`descends_from`] looks at most.
 pub const MAX_STEPS: usize = 8;
 
@@ -49,12 +51,6 @@ pub fn lineage(pid: u32, parent: impl Fn(u32) -> Option<u32>) -> Vec<u32> {
         }
     }
     chain
-}
-
-/// Whether `ancestor` is in `lineage` (from [`lineage`]): the process is `ancestor` or one
-/// of its descendants. Init (1) and the kernel (0) are nobody's ancestor here.
-pub fn in_lineage(lineage: &[u32], ancestor: u32) -> bool {
-    ancestor > 1 && lineage.contains(&ancestor)
 }
 
 #[cfg(test)]

@@ -22,69 +22,14 @@ use tokio::{
     process::Command,
     sync::mpsc,
 };
-use tracing::{info, warn};
+use tracing::info;
+
+pub use crate::core::module_calls::{
+    log_outcome, Action, Call, Outcome, Programs, EXIT_ALREADY_THERE, MAX_SAID,
+};
 
 /// How long a timed-out module gets between SIGTERM and SIGKILL.
 const KILL_AFTER: Duration = Duration::from_secs(2);
-
-/// What a module program is asked to do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
-    Grow,
-    Shrink,
-    Halt,
-}
-
-impl Action {
-    pub fn name(self) -> &'static str {
-        match self {
-            Action::Grow => "grow",
-            Action::Shrink => "shrink",
-            Action::Halt => "halt",
-        }
-    }
-}
-
-/// A module's programs as found on the search path (`None`: not found).
-#[derive(Debug, Clone)]
-pub struct Programs {
-    pub name: String,
-    pub grow: Option<PathBuf>,
-    pub shrink: Option<PathBuf>,
-    pub halt: Option<PathBuf>,
-    /// Where they were looked for, for error messages.
-    pub searched: Vec<PathBuf>,
-}
-
-impl Programs {
-    pub fn program(&self, action: Action) -> Option<&Path> {
-        match action {
-            Action::Grow => self.grow.as_deref(),
-            Action::Shrink => self.shrink.as_deref(),
-            Action::Halt => self.halt.as_deref(),
-        }
-    }
-
-    /// "module pvm: pvm-grow not found in A, B (help: …)".
-    pub fn missing(&self, action: Action) -> String {
-        let dirs: Vec<String> = self
-            .searched
-            .iter()
-            .map(|d| d.display().to_string())
-            .collect();
-        format!(
-            "module {name}: {name}-{action} not found in {dirs}\nhelp: install it there, or \
-             add its directory to RB_MODULE_PATH (see modules/CONTRACT.md)",
-            name = self.name,
-            action = action.name(),
-            dirs = if dirs.is_empty() {
-                "(no directory)".into()
-            } else {
-                dirs.join(", ")
-            }
-        )
-    }
-}
 
 /// Checks a module name: letters, digits, `_`, `-`, `.`, not starting with `.` or `-`.
 pub fn check_name(name: &str) -> Result<(), String> {
@@ -176,58 +121,6 @@ pub fn find(name: &str, dirs: &[PathBuf]) -> Programs {
 fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
-
-/// One module program run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Call {
-    pub action: Action,
-    /// Host name and address (grow, shrink).
-    pub host: Option<(String, String)>,
-    /// The allocation it is about (grow, shrink).
-    pub alloc: Option<u64>,
-    pub timeout: Duration,
-}
-
-impl Call {
-    /// "pvm-grow node03".
-    pub fn describe(&self, module: &str) -> String {
-        match &self.host {
-            Some((h, _)) => format!("{module}-{} {h}", self.action.name()),
-            None => format!("{module}-{}", self.action.name()),
-        }
-    }
-}
-
-/// The exit status of a `NAME-grow HOST` that found HOST in the job's virtual machine
-/// already (PVM's "Duplicate host", LAM's "already a part of the existing LAM universe"):
-/// the job cannot use the grant (modules/CONTRACT.md).
-pub const EXIT_ALREADY_THERE: i32 = 6;
-
-/// A finished call: `Err` carries what went wrong, for people.
-#[derive(Debug)]
-pub struct Outcome {
-    pub call: Call,
-    pub result: Result<(), String>,
-    pub elapsed: Duration,
-    /// The program's exit status, when it exited (not killed, timed out or not run).
-    pub code: Option<i32>,
-    /// What a call that succeeded said on stderr (at most [`MAX_SAID`] lines): a module is
-    /// quiet on success unless the user must know something, e.g. that a shrink ended the
-    /// job's processes on the host and so failed the runs that used them. The agent shows
-    /// each line to the user and in `rb jobs` notes. (A failure's last stderr line is in
-    /// its `result` instead.)
-    pub said: Vec<String>,
-}
-
-/// The most stderr lines of a successful call passed on to the user.
-pub const MAX_SAID: usize = 5;
-
-impl Outcome {
-    /// A grow that found its host in the job's virtual machine already.
-    pub fn already_there(&self) -> bool {
-        self.call.action == Action::Grow && self.code == Some(EXIT_ALREADY_THERE)
-    }
 }
 
 /// The runner's handle: queue calls with [`Runner::submit`]; [`Runner::skip_queued`] drops
@@ -453,19 +346,6 @@ async fn log_lines<R: AsyncRead + Unpin>(pipe: Option<R>, what: String) -> Vec<S
         kept.push(line);
     }
     kept
-}
-
-/// Logs the outcome of a call the way the agent reports it.
-pub fn log_outcome(outcome: &Outcome, module: &str) {
-    let what = outcome.call.describe(module);
-    match &outcome.result {
-        Ok(()) => info!(
-            module = %what,
-            ms = outcome.elapsed.as_millis() as u64,
-            "module done"
-        ),
-        Err(e) => warn!(module = %what, "module failed: {e}"),
-    }
 }
 
 #[cfg(test)]

@@ -49,29 +49,13 @@ use proto::{
 };
 
 use crate::{
+    core::link_loss::{
+        AGENT_LOSS_LIMIT, CONNECT_TIMEOUT, HANDSHAKE_TIMEOUT, LOSS_END_GRACE, RETRY_PAUSE,
+    },
     subjel::{self, Relay},
     watch::{Tree, Watch},
 };
 
-/// How long the guardian keeps the group alive without its agent before ending it.
-pub const AGENT_LOSS_LIMIT: Duration = Duration::from_secs(6);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
-const RETRY_PAUSE: Duration = Duration::from_millis(500);
-/// The grace the guardian gives the command when it ends it on its own (agent lost).
-const LOSS_END_GRACE: Duration = Duration::from_secs(1);
-/// The latest a guardian that lost its agent has ended its command, counted from the loss:
-/// it tries to reconnect until [`AGENT_LOSS_LIMIT`] has passed (the last try may take a
-/// connect and a handshake timeout), then gives the command [`LOSS_END_GRACE`]. Past this,
-/// a host whose subagents are all out of reach has certainly nothing of the job left
-/// running (JEL's `died{host_lost}`).
-pub const ENDS_AFTER_LOSS: Duration = Duration::from_millis(
-    (AGENT_LOSS_LIMIT.as_millis()
-        + RETRY_PAUSE.as_millis()
-        + CONNECT_TIMEOUT.as_millis()
-        + HANDSHAKE_TIMEOUT.as_millis()
-        + LOSS_END_GRACE.as_millis()) as u64,
-);
 const HEARTBEAT: Duration = Duration::from_secs(2);
 const GROUP_POLL: Duration = Duration::from_millis(200);
 

@@ -132,7 +132,16 @@ impl Allocator {
             Input::Cancel { req, .. } => done(self.cancel(*req)),
             Input::GiveBack { job, host, req } => self.return_alloc(*job, host, *req, false, now),
             Input::Released { job, host, req } => self.return_alloc(*job, host, *req, true, now),
-            Input::End { job } | Input::AgentGone { job } => {
+            Input::End { job } => {
+                let was_running = self.is_running(*job);
+                self.awaiting.remove(job);
+                let mut effects = self.end_job(*job, now);
+                // Before `Persist`, which comes last.
+                let at = effects.len() - usize::from(effects.last() == Some(&Effect::Persist));
+                effects.insert(at, Effect::ConfirmEnd { job: *job });
+                (effects, Answer::Ended { was_running })
+            }
+            Input::AgentGone { job } => {
                 let was_running = self.is_running(*job);
                 self.awaiting.remove(job);
                 (self.end_job(*job, now), Answer::Ended { was_running })

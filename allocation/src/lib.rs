@@ -239,6 +239,11 @@ pub enum Effect {
     /// A job restored after a restart ended: its agent did not come back within the
     /// resume window ([`RESUME_WINDOW`]). For the log; its other effects follow.
     AgentLate { job: JobId },
+    /// The job's agent said it ended (`Input::End`): tell the agent its end is recorded
+    /// once the state that records it is saved (the agent waits for that before it exits;
+    /// an end lost with the broker would bring the job back with no agent to end it).
+    /// Follows the end's other effects, before [`Effect::Persist`].
+    ConfirmEnd { job: JobId },
     /// Durable state changed: write [`Allocator::snapshot`] to the store (the broker's).
     Persist,
 }

@@ -1089,3 +1089,43 @@ fn a_repeated_view_is_not_skipped_for_a_held_down_or_unknown_host() {
     assert!(!lab.a.same_view_decides_nothing(other), "down");
     assert!(!lab.a.same_view_decides_nothing("node99"), "unknown");
 }
+
+/// An end by the agent's word asks the shell to confirm it to the agent (after its other
+/// effects, before the save that records it); an agent that went away is told nothing.
+#[test]
+fn an_end_by_the_agent_is_confirmed_to_it_an_agent_gone_is_not() {
+    let mut lab = Lab::new(hosts(&["node01", "node02"]));
+    let ended = lab.job(true);
+    let (alloc, _) = lab.take(ended, "anyLinux");
+    let fx = lab
+        .a
+        .handle(trace::Input::End { job: ended }, lab.now)
+        .effects;
+    lab.check();
+    assert!(
+        fx.iter().any(|e| matches!(e, Effect::Freed { .. })),
+        "{fx:?}"
+    );
+    assert_eq!(
+        &fx[fx.len() - 2..],
+        [Effect::ConfirmEnd { job: ended }, Effect::Persist],
+        "alloc {alloc}: {fx:?}"
+    );
+    // Said twice (the agent sends it again after a broker restart): confirmed again.
+    let fx = lab
+        .a
+        .handle(trace::Input::End { job: ended }, lab.now)
+        .effects;
+    assert_eq!(fx, [Effect::ConfirmEnd { job: ended }]);
+    let gone = lab.job(true);
+    lab.take(gone, "anyLinux");
+    let fx = lab
+        .a
+        .handle(trace::Input::AgentGone { job: gone }, lab.now)
+        .effects;
+    lab.check();
+    assert!(
+        !fx.iter().any(|e| matches!(e, Effect::ConfirmEnd { .. })),
+        "{fx:?}"
+    );
+}

@@ -274,6 +274,7 @@ impl What {
             | Effect::SubmitPilot { .. }
             | Effect::CancelPilot { .. }
             | Effect::AgentLate { .. }
+            | Effect::ConfirmEnd { .. }
             | Effect::Persist => return None,
         })
     }

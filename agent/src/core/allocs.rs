@@ -17,7 +17,7 @@ use super::{AgentCore, AllocId, Out, Output, PoolEvent, ReqId, SubId, Timer};
 
 /// How long after its launcher ended a subagent may still attach: as long as a guardian keeps
 /// trying to reach its agent before it ends its command by itself.
-pub(super) const LATE_ATTACH: Duration = crate::subagent::AGENT_LOSS_LIMIT;
+pub(super) const LATE_ATTACH: Duration = super::link_loss::AGENT_LOSS_LIMIT;
 
 /// A host the broker granted to the job.
 #[derive(Debug)]
@@ -130,7 +130,7 @@ impl AgentCore {
             // The host stays the job's: whether the JEL members that subagent relayed still
             // run is known once its own deadline for ending them has passed.
             let timer = Timer::LinkLost { alloc };
-            let at = now + crate::subagent::ENDS_AFTER_LOSS;
+            let at = now + super::link_loss::ENDS_AFTER_LOSS;
             out.push(Output::SetTimer { timer, at });
             return;
         }
@@ -212,7 +212,7 @@ impl AgentCore {
         }
     }
 
-    /// A subagent link of `alloc` was lost [`crate::subagent::ENDS_AFTER_LOSS`] ago: the
+    /// A subagent link of `alloc` was lost [`super::link_loss::ENDS_AFTER_LOSS`] ago: the
     /// pool ends what it relayed (see [`PoolEvent::LinkLost`]).
     pub(super) fn link_loss_over(&mut self, alloc: AllocId, out: &mut Out) {
         if let Some(a) = self.allocs.get(&alloc) {

@@ -2,10 +2,16 @@
 //! [`AgentCore::handle`] takes an [`Input`] and the time, changes the job's state and returns
 //! the [`Output`]s the shell (`crate::run`) must perform, in order. No sockets, no clock, no
 //! spawned tasks, no `/proc`: the shell reads the world into inputs and performs outputs.
+//! The core imports no I/O module of the agent: what both need lives here (`module_calls`,
+//! `link_loss`) or in a pure module ([`crate::instances`]), and the I/O modules import it.
 //!
 //! # Layout
 //! - `mod.rs` (this file): [`Input`], [`Output`], [`Timer`], [`CoreConfig`], [`AgentCore`]
 //!   and the dispatch of inputs by the job's [`Phase`].
+//! - `module_calls`: a module's programs, the calls to run them and their outcomes (the
+//!   shell's `crate::module` runs them); `in_lineage`.
+//! - `link_loss`: how long a subagent goes on without its agent (the guardian in
+//!   `crate::subagent` keeps these limits; the core counts on them).
 //! - `shims`: shim calls of a plain job: a request per call, instance names bound to one
 //!   host ([`crate::instances`] decides which), grants offered to the waiting shims; the
 //!   `taken_back` question of a shim whose remote shell exited 0.
@@ -70,7 +76,7 @@
 //!
 //! - a subagent link lost while the host is still the job's (`allocs::sub_gone`) →
 //!   [`Timer::LinkLost`] at the subagent's own deadline for ending its processes
-//!   ([`crate::subagent::ENDS_AFTER_LOSS`]), never earlier → `LinkLost` (`host_lost` when no
+//!   ([`link_loss::ENDS_AFTER_LOSS`]), never earlier → `LinkLost` (`host_lost` when no
 //!   subagent of the host is attached then).
 //!
 //! The relay of members on granted hosts (their lines) does not pass through the core: the
@@ -78,6 +84,8 @@
 
 mod allocs;
 mod end;
+pub mod link_loss;
+pub mod module_calls;
 mod module_job;
 mod shims;
 #[cfg(test)]
@@ -97,10 +105,8 @@ use proto::{
     msg::{FromBroker, ToBroker},
 };
 
-use crate::{
-    instances::Instances,
-    module::{Call, Outcome, Programs},
-};
+use self::module_calls::{Call, Outcome, Programs};
+use crate::instances::Instances;
 
 pub use self::shims::Caller;
 use self::{
@@ -267,7 +273,7 @@ pub enum PoolEvent {
     /// its members still there died, then `host_released`.
     HostReleased { host: String },
     /// A subagent link of `alloc` on `host` was lost and the subagent's own deadline for
-    /// ending its command has passed ([`crate::subagent::ENDS_AFTER_LOSS`]): the JEL
+    /// ending its command has passed ([`link_loss::ENDS_AFTER_LOSS`]): the JEL
     /// connections it relayed are ended — `died{host_lost}` for the host's members when
     /// `host_lost` (no subagent of the host is attached), else closed (`died{exited}`).
     LinkLost {

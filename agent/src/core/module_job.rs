@@ -11,8 +11,8 @@ use std::{
 use proto::{agent::ShimReply, msg::FromBroker, msg::ToBroker};
 use tracing::{debug, info};
 
+use super::module_calls::{self, in_lineage, Action, Call, Outcome};
 use super::{AgentCore, AllocId, ModuleConfig, Out, Output, PoolEvent, ReqId, ShimId};
-use crate::module::{self, Action, Call, Outcome};
 
 /// Calls for the same symbolic name within this window count once while the first is still
 /// open (not yet grown): one `pvm> add anyLinux` makes a lookup (the master pvmd's) and two
@@ -87,7 +87,7 @@ impl ModuleJob {
         self.lookups.iter().any(|(name, pid, at)| {
             name == symbolic
                 && now.saturating_duration_since(*at) < REPEAT_WINDOW
-                && crate::ancestry::in_lineage(lineage, *pid)
+                && in_lineage(lineage, *pid)
         })
     }
 }
@@ -263,7 +263,7 @@ impl AgentCore {
     /// A module program finished while the job runs.
     pub(super) fn module_done(&mut self, outcome: Outcome, now: Instant, out: &mut Out) {
         let Some(m) = &self.module else { return };
-        module::log_outcome(&outcome, m.name());
+        module_calls::log_outcome(&outcome, m.name());
         self.pass_on_what_it_said(&outcome, out);
         let already = outcome.already_there();
         if let (Err(e), false) = (&outcome.result, already) {
@@ -399,7 +399,7 @@ impl AgentCore {
     /// A module program finished while the halt runs: noted; true when it was the halt.
     pub(super) fn halting_module_done(&mut self, outcome: &Outcome, out: &mut Out) -> bool {
         if let Some(m) = &self.module {
-            module::log_outcome(outcome, m.name());
+            module_calls::log_outcome(outcome, m.name());
         }
         self.pass_on_what_it_said(outcome, out);
         if let Err(e) = &outcome.result {

@@ -12,8 +12,8 @@ use proto::{
     msg::{FromBroker, ToBroker},
 };
 
+use super::module_calls::{Action, Call, Outcome, Programs};
 use super::*;
-use crate::module::{Action, Call, Outcome, Programs};
 
 const PID: u32 = 4242;
 
@@ -932,7 +932,7 @@ fn a_grant_hands_the_subagent_the_labs_mark() {
 fn link_lost_timer(alloc: AllocId, now: Instant) -> Output {
     Output::SetTimer {
         timer: Timer::LinkLost { alloc },
-        at: now + crate::subagent::ENDS_AFTER_LOSS,
+        at: now + super::link_loss::ENDS_AFTER_LOSS,
     }
 }
 
@@ -952,7 +952,7 @@ fn a_lost_link_of_a_kept_host_ends_its_jel_members_at_the_subagents_deadline() {
         job.feed(Input::SubGone { alloc: 8, sub: 80 }),
         vec![link_lost_timer(8, job.now)]
     );
-    job.later(crate::subagent::ENDS_AFTER_LOSS);
+    job.later(super::link_loss::ENDS_AFTER_LOSS);
     let lost = |alloc, host: &str, host_lost| {
         let host = host.to_string();
         pool(PoolEvent::LinkLost {

@@ -15,8 +15,8 @@ use proto::{
     msg::{FromBroker, ToBroker},
 };
 
+use super::module_calls::{Action, Outcome, Programs};
 use super::*;
-use crate::module::{Action, Outcome, Programs};
 
 /// xorshift64*: small, seeded, enough for a walk.
 struct Rng(u64);

@@ -123,7 +123,6 @@ impl JobDesk {
             }
             ToBroker::EndJob { status } => {
                 info!(job, status, "job ended");
-                self.ended_by_agent.push(job);
                 self.handle(Input::End { job }, now).0
             }
             other => {

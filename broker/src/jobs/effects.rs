@@ -126,6 +126,7 @@ impl JobDesk {
                         p.cancel(pilot, slurm_id);
                     }
                 }
+                Effect::ConfirmEnd { job } => self.ended_by_agent.push(job),
                 Effect::Persist => persist = true,
             }
         }

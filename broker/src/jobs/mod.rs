@@ -96,8 +96,8 @@ pub struct JobDesk {
     /// Jobs whose end the agent is to hear of once it is saved, with the snapshot that
     /// must be written first (see [`Self::confirm_ends`]).
     ends_unsaved: Vec<(u64, JobId)>,
-    /// Jobs that ended by their agent's word during the current event: their end is
-    /// confirmed once saved.
+    /// Jobs whose end the allocator asked to confirm to their agent during the current
+    /// event ([`Effect::ConfirmEnd`]): it is confirmed once saved.
     ended_by_agent: Vec<JobId>,
     store: Option<crate::persist::StoreWriter>,
     by_agent_req: HashMap<(JobId, u64), RequestId>,

@@ -253,7 +253,7 @@ impl Metrics {
             }
             Effect::SubmitPilot { .. } => self.pilot("submitted"),
             Effect::CancelPilot { .. } => self.pilot("cancelled"),
-            Effect::AgentLate { .. } | Effect::Persist => {}
+            Effect::AgentLate { .. } | Effect::ConfirmEnd { .. } | Effect::Persist => {}
         }
     }
 
