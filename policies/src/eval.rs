@@ -209,6 +209,11 @@ impl Resolver<'_> {
 
 impl VariableResolver for Resolver<'_> {
     fn resolve<'b>(&'b self, name: &str) -> Option<CowVal<'b, 'b>> {
+        // CEL asks for `host.load1` whole before `host`: neither a variable nor a let name
+        // (an identifier) has a dot, so such a name is nobody's here.
+        if name.contains('.') {
+            return None;
+        }
         if let Some(var) = Var::ALL.into_iter().find(|v| v.name() == name) {
             if !self.vars.contains(&var) {
                 return None;

@@ -219,11 +219,56 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
 ) -> anyhow::Result<Response> {
     client_handshake(&mut conn, Role::Client, "rb", auth).await?;
     conn.send(&ToBroker::Request { id: 1, req }).await?;
-    match conn.recv::<FromBroker>().await? {
+    let line = conn.recv_line().await?;
+    answer(&line)
+}
+
+/// The broker's answer in `line` (one frame), or its refusal as a [`BrokerError`].
+fn answer(line: &str) -> anyhow::Result<Response> {
+    // A status answer is megabytes at thousands of hosts: parsed straight into its rows
+    // (the tagged enums would buffer the whole frame into an intermediate tree first,
+    // which took most of `rb status`'s time); any other frame, or one this shape does not
+    // fit, goes through the tagged enums.
+    if let Ok(StatusFrame {
+        t: FrameKind::Response,
+        resp: StatusResp {
+            kind: RespKind::Status,
+            hosts,
+        },
+    }) = serde_json::from_str(line)
+    {
+        return Ok(Response::Status { hosts });
+    }
+    match proto::frame::decode::<FromBroker>(line)? {
         FromBroker::Response { resp, .. } => Ok(resp),
         FromBroker::Error { code, message } => Err(BrokerError { code, message }.into()),
         other => bail!("unexpected answer from broker: {other:?}"),
     }
+}
+
+/// `FromBroker::Response` carrying `Response::Status`, as plain structs.
+#[derive(serde::Deserialize)]
+struct StatusFrame {
+    t: FrameKind,
+    resp: StatusResp,
+}
+
+#[derive(serde::Deserialize)]
+struct StatusResp {
+    kind: RespKind,
+    hosts: Vec<HostStatus>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum FrameKind {
+    Response,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum RespKind {
+    Status,
 }
 
 /// The status of every host.
@@ -237,6 +282,32 @@ pub async fn status(target: &Target) -> anyhow::Result<Vec<HostStatus>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proto::{msg::ErrorCode, report::HostState};
+
+    /// A status frame parses straight into its rows (every field kept); any other frame
+    /// and a refusal parse as before.
+    #[test]
+    fn answers_parse_status_rows_directly_and_other_frames_as_before() {
+        let mut down = crate::table::tests::host("n2", HostState::Down);
+        down.policy_note = Some("policy start is false here".into());
+        let hosts = vec![crate::table::tests::host("n1", HostState::Up), down];
+        let frame = |resp| proto::frame::encode(&FromBroker::Response { id: 1, resp });
+        let line = frame(Response::Status {
+            hosts: hosts.clone(),
+        })
+        .expect("encode");
+        assert_eq!(answer(&line).expect("status"), Response::Status { hosts });
+        let line = frame(Response::Ok).expect("encode");
+        assert_eq!(answer(&line).expect("ok"), Response::Ok);
+        let refusal = proto::frame::encode(&FromBroker::Error {
+            code: ErrorCode::Denied,
+            message: "no".into(),
+        })
+        .expect("encode");
+        let err = answer(&refusal).expect_err("refused");
+        assert!(err.downcast_ref::<BrokerError>().is_some(), "{err}");
+        assert!(answer("{\"t\":\"response\"}").is_err());
+    }
 
     #[test]
     fn broker_values_parse_as_socket_or_tcp() {

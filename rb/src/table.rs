@@ -277,10 +277,10 @@ pub fn clock(unix_s: i64, utc_offset_s: i64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn host(name: &str, state: HostState) -> HostStatus {
+    pub(crate) fn host(name: &str, state: HostState) -> HostStatus {
         HostStatus {
             name: name.into(),
             address: "10.77.0.2".into(),
