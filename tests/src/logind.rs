@@ -354,3 +354,17 @@ impl Drop for RemoteLogin {
         self.stop();
     }
 }
+
+/// The paper policy with away time `away_s` seconds (the shipped one waits 5 minutes), so
+/// that an owner's absence and return take seconds in a test or a benchmark: a private
+/// host goes to an adaptive job while `host.owner_idle_s` is known and at least the away
+/// time, and the job vacates when it drops below.
+pub fn away_policy(away_s: u64) -> String {
+    format!(
+        "start = '!host.private || (job.adaptive && owner_away)'\n\
+         vacate = 'host.private && job.adaptive && owner_back'\n\
+         [let]\n\
+         owner_away = 'host.owner_idle_s != null && host.owner_idle_s >= {away_s}'\n\
+         owner_back = 'host.owner_idle_s != null && host.owner_idle_s < {away_s}'\n"
+    )
+}

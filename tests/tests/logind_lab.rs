@@ -31,17 +31,6 @@ const PRIVATE: &str = "node03";
 /// The away time of the test policy, in seconds.
 const AWAY_S: u64 = 3;
 
-/// The paper policy with a short away time (the shipped one waits 5 minutes).
-fn policy() -> String {
-    format!(
-        "start = '!host.private || (job.adaptive && owner_away)'\n\
-         vacate = 'host.private && job.adaptive && owner_back'\n\
-         [let]\n\
-         owner_away = 'host.owner_idle_s != null && host.owner_idle_s >= {AWAY_S}'\n\
-         owner_back = 'host.owner_idle_s != null && host.owner_idle_s < {AWAY_S}'\n"
-    )
-}
-
 /// A lab of node02 (front end) and node03 (the lab user's private machine); `prepare` runs
 /// on the lab before the broker starts (and so before node03's daemon first reports), and
 /// may give a program to start instead of `rb-hostd`.
@@ -56,7 +45,7 @@ fn lab_with_broker(prepare: impl FnOnce(&lab::Lab) -> Option<PathBuf>) -> LabWit
     let mut opts = LabOptions::new(&[(PRIVATE, owner.as_str())], TEST_TIMING);
     opts.unmanaged = vec![FRONT_END.into()];
     let file = lab.dir().join("away.toml");
-    std::fs::write(&file, policy()).expect("policy file");
+    std::fs::write(&file, logind::away_policy(AWAY_S)).expect("policy file");
     let mut text = lab_file_with(&lab, &opts).replacen(
         "[broker]\n",
         &format!("[broker]\npolicy = \"{}\"\n", file.display()),

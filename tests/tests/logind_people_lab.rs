@@ -41,17 +41,6 @@ const AWAY_S: u64 = 12;
 const GREETER: &str = "rbgreeter";
 const GREETER_UID: u32 = 64_731;
 
-/// The paper policy with a short away time (the shipped one waits 5 minutes).
-fn policy() -> String {
-    format!(
-        "start = '!host.private || (job.adaptive && owner_away)'\n\
-         vacate = 'host.private && job.adaptive && owner_back'\n\
-         [let]\n\
-         owner_away = 'host.owner_idle_s != null && host.owner_idle_s >= {AWAY_S}'\n\
-         owner_back = 'host.owner_idle_s != null && host.owner_idle_s < {AWAY_S}'\n"
-    )
-}
-
 /// node02 (front end) and node03 (root's private machine, sshd with PAM, logind running).
 fn lab_with_broker() -> LabWithBroker {
     let lab = lab::Lab::up(&lab::LabSpec {
@@ -65,7 +54,7 @@ fn lab_with_broker() -> LabWithBroker {
     let mut opts = LabOptions::new(&[(PRIVATE, "root")], TEST_TIMING);
     opts.unmanaged = vec![FRONT_END.into()];
     let file = lab.dir().join("away.toml");
-    std::fs::write(&file, policy()).expect("policy file");
+    std::fs::write(&file, logind::away_policy(AWAY_S)).expect("policy file");
     let text = lab_file_with(&lab, &opts).replacen(
         "[broker]\n",
         &format!("[broker]\npolicy = \"{}\"\n", file.display()),

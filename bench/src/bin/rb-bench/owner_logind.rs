@@ -23,16 +23,6 @@ const PRIVATE: &str = "node03";
 /// The away time of the policy (the paper's, shortened so that a repetition takes seconds).
 const AWAY_S: u64 = 2;
 
-fn policy() -> String {
-    format!(
-        "start = '!host.private || (job.adaptive && owner_away)'\n\
-         vacate = 'host.private && job.adaptive && owner_back'\n\
-         [let]\n\
-         owner_away = 'host.owner_idle_s != null && host.owner_idle_s >= {AWAY_S}'\n\
-         owner_back = 'host.owner_idle_s != null && host.owner_idle_s < {AWAY_S}'\n"
-    )
-}
-
 /// `vacate` events for node03 seen so far by the job's watcher.
 fn vacates(events: &Path) -> usize {
     let text = std::fs::read_to_string(events).unwrap_or_default();
@@ -125,7 +115,7 @@ pub fn run(reps: usize) -> anyhow::Result<()> {
     let mut opts = LabOptions::new(&[(PRIVATE, owner.as_str())], TEST_TIMING);
     opts.unmanaged = vec![FRONT_END.into()];
     let file = lab.dir().join("away.toml");
-    std::fs::write(&file, policy())?;
+    std::fs::write(&file, logind::away_policy(AWAY_S))?;
     let text = lab_file_with(&lab, &opts).replacen(
         "[broker]\n",
         &format!("[broker]\npolicy = \"{}\"\n", file.display()),
