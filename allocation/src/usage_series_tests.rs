@@ -1,3 +1,6 @@
+//! Tests of the usage time series: buckets summing to the spans they cut, the window's crop
+//! and a live lab drawn up to now, an empty timeline.
+
 use super::*;
 
 fn span(host: usize, state: HostUse, from_unix_ms: f64, seconds: f64) -> Span {

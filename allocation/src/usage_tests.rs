@@ -1,3 +1,7 @@
+//! Tests of the replay's usage integration: host-seconds integrated from state to state, the
+//! order in which a host's state is decided, runs kept apart, and a replayed timeline summing
+//! to the usage by state.
+
 use super::*;
 
 fn at(t_s: u64, held: usize, idle_wanted: Option<usize>) -> Sample {

@@ -1,3 +1,6 @@
+//! Tests of the utilization chart's SVG: areas and rows carrying the host-seconds, names
+//! escaped, an empty series still drawn, round axis steps.
+
 use allocation::{
     usage_series::{series, SeriesOptions},
     Span, Timeline,
