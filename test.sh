@@ -98,4 +98,5 @@ if [ "$(id -u)" = 0 ]; then
   ./target/debug/rb lab down --stale || true
 fi
 
-cargo test --workspace -- --test-threads="${RB_TEST_THREADS:-2}"
+# --no-fail-fast: a failing test binary does not hide the others (the exit status still fails).
+cargo test --workspace --no-fail-fast -- --test-threads="${RB_TEST_THREADS:-2}"

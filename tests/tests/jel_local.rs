@@ -389,6 +389,17 @@ fn watch_exec_runs_the_script_once_per_event_with_the_jel_variables() {
         .spawn()
         .expect("watch");
     pool.event("granted nodeb");
+    // Watching once its script ran for the first event: a watch still starting when the
+    // job ends finds no pool (the pool host's own test covers one that connected in time).
+    let watching = wait_until(Duration::from_secs(10), || {
+        std::fs::read_to_string(&log)
+            .ok()
+            .filter(|t| t.contains('\n'))
+    });
+    assert!(
+        watching.is_some(),
+        "the watch ran its script for host_granted"
+    );
     let out = pool.run(&["join", "--name", "w", "--", "true"]);
     assert!(out.status.success(), "{out:?}");
     pool.event("terminate");

@@ -4,6 +4,7 @@
 
 use std::{
     io,
+    path::{Path, PathBuf},
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc,
@@ -13,7 +14,7 @@ use std::{
 
 use tokio::{
     net::{UnixListener, UnixStream},
-    sync::mpsc,
+    sync::{mpsc, oneshot},
 };
 use tracing::warn;
 
@@ -29,11 +30,22 @@ pub(super) struct Acceptor {
     pub max_line: usize,
 }
 
-/// Accepts connections until the pool task is gone (or this task is aborted).
-pub(super) async fn accept(listener: UnixListener, a: Acceptor) {
-    let euid = nix::unistd::geteuid().as_raw();
+/// Accepts connections until the pool task is gone, this task is aborted, or `stop` fires.
+/// At `stop` the socket file goes first (a later `connect` fails: no pool), then every
+/// connection already queued on the listener is handed over: a client that connected
+/// before the end is served through `terminated` instead of being reset.
+pub(super) async fn accept(
+    listener: UnixListener,
+    a: Acceptor,
+    mut stop: oneshot::Receiver<()>,
+    socket: PathBuf,
+) {
     loop {
-        let stream = match listener.accept().await {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = &mut stop => return take_queued(listener, &a, &socket).await,
+        };
+        let stream = match accepted {
             Ok((stream, _)) => stream,
             Err(e) => {
                 // Out of file descriptors, say: back off instead of spinning.
@@ -42,25 +54,57 @@ pub(super) async fn accept(listener: UnixListener, a: Acceptor) {
                 continue;
             }
         };
-        let uid = proto::peercred::peer_uid(&stream);
-        if uid != Some(euid) {
-            warn!(peer_uid = ?uid, "JEL socket: refused a connection from another user");
-            continue;
-        }
-        let pid = proto::peercred::peer_pid(&stream).and_then(|p| u32::try_from(p).ok());
-        let conn = a.next_conn.fetch_add(1, Ordering::Relaxed);
-        let stream = Arc::new(stream);
-        let opened = Msg::Opened {
-            conn,
-            host: a.host.clone(),
-            pid,
-            stream: Some(Arc::clone(&stream)),
-        };
-        if a.tx.send(opened).await.is_err() {
+        if !admit(stream, &a).await {
             return;
         }
-        tokio::spawn(read_lines(conn, stream, a.tx.clone(), a.max_line));
     }
+}
+
+/// Removes the socket file, then hands over the connections queued on the listener.
+async fn take_queued(listener: UnixListener, a: &Acceptor, socket: &Path) {
+    let _ = std::fs::remove_file(socket); // may be gone already
+    let Ok(listener) = listener.into_std() else {
+        return;
+    };
+    // Non-blocking (into_std keeps it so): WouldBlock once the queue is empty.
+    while let Ok((stream, _)) = listener.accept() {
+        let stream = stream
+            .set_nonblocking(true)
+            .and_then(|()| UnixStream::from_std(stream));
+        match stream {
+            Ok(stream) => {
+                if !admit(stream, a).await {
+                    return;
+                }
+            }
+            Err(e) => warn!(error = %e, "JEL socket: a queued connection could not be taken"),
+        }
+    }
+}
+
+/// Takes a connection from a peer of our own uid: tells the pool task and starts its
+/// reader. False once the pool task is gone.
+async fn admit(stream: UnixStream, a: &Acceptor) -> bool {
+    let euid = nix::unistd::geteuid().as_raw();
+    let uid = proto::peercred::peer_uid(&stream);
+    if uid != Some(euid) {
+        warn!(peer_uid = ?uid, "JEL socket: refused a connection from another user");
+        return true;
+    }
+    let pid = proto::peercred::peer_pid(&stream).and_then(|p| u32::try_from(p).ok());
+    let conn = a.next_conn.fetch_add(1, Ordering::Relaxed);
+    let stream = Arc::new(stream);
+    let opened = Msg::Opened {
+        conn,
+        host: a.host.clone(),
+        pid,
+        stream: Some(Arc::clone(&stream)),
+    };
+    if a.tx.send(opened).await.is_err() {
+        return false;
+    }
+    tokio::spawn(read_lines(conn, stream, a.tx.clone(), a.max_line));
+    true
 }
 
 /// Reads `conn`'s lines and hands them over, as many as one read brings in one message;

@@ -30,6 +30,12 @@
 //!   [`HostConfig::max_unwritten`] lines, as if it had closed itself (a member dies `exited`).
 //!   Watchers are cut off long before by the pool (slow consumers).
 //! - **A line over [`HostConfig::max_line`] bytes** closes its connection, with a warning.
+//! - **The end** ([`PoolHost::terminate`]) removes the socket file first, then takes every
+//!   connection already queued on the listener, and serves until each local connection is
+//!   written out and has made its first request (within [`HostConfig::drain`]): a client that
+//!   connected before the end (`rb-jel watch` started as the job ends) gets the stream through
+//!   `terminated`; one that connects after finds no socket. Before, such a watch failed with a
+//!   broken pipe one run in many.
 
 mod accept;
 mod serve;
@@ -151,6 +157,8 @@ pub struct PoolHost {
     socket: PathBuf,
     next_conn: Arc<AtomicU64>,
     accept: JoinHandle<()>,
+    /// Tells the accept task to take what is queued and end (at [`PoolHost::terminate`]).
+    stop_accept: Option<oneshot::Sender<()>>,
     serve: Option<JoinHandle<()>>,
 }
 
@@ -173,6 +181,7 @@ impl PoolHost {
         let (tx, rx) = mpsc::channel(CHANNEL);
         let (remote_tx, remote_rx) = mpsc::unbounded_channel();
         let next_conn = Arc::new(AtomicU64::new(1));
+        let (stop_accept, stop) = oneshot::channel();
         let accept = tokio::spawn(accept::accept(
             listener,
             accept::Acceptor {
@@ -181,6 +190,8 @@ impl PoolHost {
                 host: config.host.clone(),
                 max_line: config.max_line,
             },
+            stop,
+            config.socket.clone(),
         ));
         let socket = config.socket.clone();
         let serve = tokio::spawn(serve::Server::new(config, tx.clone(), remote_tx).run(rx));
@@ -189,6 +200,7 @@ impl PoolHost {
             socket,
             next_conn,
             accept,
+            stop_accept: Some(stop_accept),
             serve: Some(serve),
         };
         Ok((host, remote_rx))
@@ -278,7 +290,11 @@ impl PoolHost {
     /// The job ends: `closed` (if not yet) and `terminated`, written out within
     /// [`HostConfig::drain`]; then every connection and the socket are closed.
     pub async fn terminate(mut self) -> Result<(), HostError> {
-        self.accept.abort();
+        // No connection after this; those queued already are the pool's before it ends.
+        if let Some(stop) = self.stop_accept.take() {
+            let _ = stop.send(()); // the accept task may have ended (the pool task is gone)
+        }
+        let _ = (&mut self.accept).await; // ended, or panicked: nothing more to accept either way
         let (done, wait) = oneshot::channel();
         let sent = self.tx.send(Msg::Terminate { done }).await;
         let result = match sent {

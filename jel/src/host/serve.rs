@@ -330,11 +330,12 @@ impl Server {
         back
     }
 
-    /// After `terminated`: serve on until every local connection is written out or the
-    /// drain time is over; then close them all.
+    /// After `terminated`: serve on until every local connection is written out and has
+    /// made its first request (a watcher that connected just before the end gets the
+    /// stream through `terminated`), or the drain time is over; then close them all.
     async fn drain(&mut self, rx: &mut mpsc::Receiver<Msg>) {
         let deadline = time::Instant::now() + self.config.drain;
-        while self.unwritten() {
+        while self.unwritten() || self.unasked() {
             let Ok(Some(msg)) = time::timeout_at(deadline, rx.recv()).await else {
                 break;
             };
@@ -360,6 +361,13 @@ impl Server {
     fn unwritten(&self) -> bool {
         let has = |s: &Sink| matches!(s, Sink::Local(l) if !l.pending.is_empty());
         self.sinks.values().any(has)
+    }
+
+    /// Whether a local connection has not made its first request yet.
+    fn unasked(&self) -> bool {
+        let local = |(_, s): &(&ConnId, &Sink)| matches!(s, Sink::Local(_));
+        let fresh = |(conn, _): (&ConnId, &Sink)| self.pool.awaits_first_request(*conn);
+        self.sinks.iter().filter(local).any(fresh)
     }
 }
 

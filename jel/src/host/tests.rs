@@ -71,6 +71,50 @@ async fn a_reclaim_returns_after_vacate_was_written_to_every_watcher() {
     );
 }
 
+/// The race `rb-jel watch` lost one run in many when a job ended as it started: its
+/// connection queued (or accepted, not yet heard) when `terminate` came, it was reset and the
+/// watch failed with a broken pipe. Here the request goes out only once the socket file is
+/// gone (the pool takes no more connections).
+#[tokio::test]
+async fn a_watcher_that_connected_before_the_end_gets_the_stream_through_terminated() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (host, _remote) = PoolHost::bind(config(&dir)).expect("bind");
+    host.host_granted("nodeb").await.expect("granted");
+    let client = AsyncClient::connect_to(host.socket())
+        .await
+        .expect("connect");
+    let socket = dir.path().join("jel.sock");
+    let watch = async {
+        while socket.exists() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let mut w = client.watch(1).await.expect("watch after the end began");
+        let mut kinds = Vec::new();
+        loop {
+            let event = w.next_event().await.expect("event");
+            let end = event.kind == EventKind::Terminated;
+            kinds.push(event.kind);
+            if end {
+                return kinds;
+            }
+        }
+    };
+    let (ended, kinds) = tokio::join!(host.terminate(), watch);
+    ended.expect("terminate");
+    assert_eq!(
+        kinds,
+        [
+            EventKind::HostGranted {
+                host: "nodeb".into()
+            },
+            EventKind::Closed,
+            EventKind::Terminated
+        ]
+    );
+    let late = AsyncClient::connect_to(&socket).await;
+    assert!(late.is_err(), "no connection after the end");
+}
+
 #[tokio::test]
 async fn a_remote_member_joins_through_the_relay_and_local_watchers_see_it() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -57,6 +57,9 @@ pub(super) struct Conn {
     pub host: String,
     pub pid: Option<u32>,
     pub hello: bool,
+    /// Whether it has made a request past its hello (one that has not may be a watcher
+    /// that connected just before the end: the host serves it before it closes).
+    pub asked: bool,
     pub member: Option<MemberId>,
     /// Opened on the pool's own host ([`Input::OpenedFrontEnd`]).
     pub front_end: bool,
@@ -111,6 +114,11 @@ impl Pool {
         self.members.values().map(|r| &r.member)
     }
 
+    /// Whether `conn` is open and has made no request yet (its hello, at most).
+    pub fn awaits_first_request(&self, conn: ConnId) -> bool {
+        self.conns.get(&conn).is_some_and(|c| !c.asked)
+    }
+
     /// One input; the outputs to perform, in order.
     pub fn handle(&mut self, input: Input, now: Instant) -> Vec<Output> {
         self.handle_batch(std::iter::once(input), now)
@@ -134,6 +142,7 @@ impl Pool {
             host,
             pid,
             hello: false,
+            asked: false,
             member: None,
             front_end,
         };
@@ -185,6 +194,9 @@ impl Pool {
         };
         if !c.hello {
             return self.hello(conn, line);
+        }
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.asked = true;
         }
         if self.watchers.contains_key(&conn) {
             return self.cut_off(conn, DisconnectReason::RequestOnWatch);
