@@ -1,6 +1,6 @@
 //! The policy's inputs, built from the allocator's state and cached: one [`HostValue`] per
-//! host (rebuilt when `host_changed` arrives or the host is granted or freed, never per
-//! decision), with the host-only `start` and `rank` decisions evaluated then; one
+//! host, of the fields the policy reads (rebuilt when `host_changed` arrives or the host is
+//! granted or freed, or for a policy that reads more; never per decision), with the host-only `start` and `rank` decisions evaluated then; one
 //! [`JobValue`] per job (rebuilt only when its facts changed); and the `user`, `lab` and
 //! `now` values of the current decision. Evaluating them is `decide`'s.
 //!
@@ -154,7 +154,7 @@ impl Allocator {
             // place), which also spares a prepared policy from deciding it again.
             return;
         }
-        let value = Arc::new(HostValue::new(&facts));
+        let value = Arc::new(HostValue::reading(&facts, self.policy.host_value_fields()));
         self.decide_host(host, facts, value);
     }
 
@@ -178,6 +178,7 @@ impl Allocator {
     /// Stores `host`'s entry with its host-only `start` and `rank`, and places the host in
     /// the free-host order.
     pub(crate) fn decide_host(&mut self, host: &str, facts: HostFacts, value: Arc<HostValue>) {
+        let value = fitted(&self.policy, &facts, &value);
         let (start, rank) = decisions(&self.policy, &value);
         let entry = HostEntry {
             facts,
@@ -359,6 +360,16 @@ impl Allocator {
 }
 
 /// `policy`'s host-only `start` and `rank` on `host` ([`Policy::host_decision`]).
+/// `value` when it holds every `host` field `policy` may read; else one built from `facts`
+/// that does (a policy change to one that reads more).
+pub(crate) fn fitted(policy: &Policy, facts: &HostFacts, value: &Arc<HostValue>) -> Arc<HostValue> {
+    let fields = policy.host_value_fields();
+    match value.holds(fields) {
+        true => Arc::clone(value),
+        false => Arc::new(HostValue::reading(facts, fields)),
+    }
+}
+
 pub(crate) fn decisions(policy: &Policy, host: &HostValue) -> (Option<bool>, Option<f64>) {
     let start = policy
         .host_decision(Hook::Start, host, None)

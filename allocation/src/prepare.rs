@@ -21,7 +21,7 @@ use policies::Policy;
 
 use super::{
     free::FreeHosts,
-    inputs::{decisions, HostEntry},
+    inputs::{decisions, fitted, HostEntry},
     state::{Allocator, Fx},
     Effect,
 };
@@ -69,10 +69,11 @@ impl PreparedPolicy {
             if self.from.get(name).is_some_and(|e| Arc::ptr_eq(e, entry)) {
                 continue;
             }
-            let (start, rank) = decisions(&self.policy, &entry.value);
+            let value = fitted(&self.policy, &entry.facts, &entry.value);
+            let (start, rank) = decisions(&self.policy, &value);
             let decided = HostEntry {
                 facts: entry.facts.clone(),
-                value: entry.value.clone(),
+                value,
                 start,
                 rank,
                 labels: entry.labels,
@@ -104,10 +105,11 @@ impl HostInputs {
             .hosts
             .iter()
             .map(|(name, old)| {
-                let (start, rank) = decisions(&policy, &old.value);
+                let value = fitted(&policy, &old.facts, &old.value);
+                let (start, rank) = decisions(&policy, &value);
                 let entry = HostEntry {
                     facts: old.facts.clone(),
-                    value: old.value.clone(),
+                    value,
                     start,
                     rank,
                     labels: old.labels,

@@ -135,8 +135,70 @@ pub enum Event {
     },
 }
 
-/// Sender side used by connections and supervisors.
-pub type EventSender = mpsc::Sender<Event>;
+impl Event {
+    /// Whether someone waits for the answer (`rb status`, `rb jobs`, explain, a reload):
+    /// such events go in a queue of their own, never behind the second's burst of 10k
+    /// host reports.
+    fn is_request(&self) -> bool {
+        matches!(
+            self,
+            Event::Status { .. }
+                | Event::Explain { .. }
+                | Event::Admin { .. }
+                | Event::PolicyInputs { .. }
+                | Event::SetPolicy { .. }
+        )
+    }
+}
+
+/// Sender side used by connections and supervisors: host and agent events go in one
+/// queue, in order; requests someone waits for ([`Event::is_request`]) in another, which
+/// the core serves as soon as it is free (picked at random against the first when both
+/// have events: neither starves).
+#[derive(Debug, Clone)]
+pub struct EventSender {
+    events: mpsc::Sender<Event>,
+    requests: mpsc::Sender<Event>,
+}
+
+impl EventSender {
+    /// Queues `event`; waits while its queue is full. Fails once the core is gone.
+    pub async fn send(&self, event: Event) -> Result<(), mpsc::error::SendError<Event>> {
+        let queue = match event.is_request() {
+            true => &self.requests,
+            false => &self.events,
+        };
+        queue.send(event).await
+    }
+
+    /// Host and agent events sent and not yet taken by the core (each is applied as it is
+    /// taken): tests wait for 0 before a request that must see them.
+    #[cfg(test)]
+    pub(crate) fn events_waiting(&self) -> usize {
+        self.events.max_capacity() - self.events.capacity()
+    }
+}
+
+/// The core's side of [`EventSender`].
+#[derive(Debug)]
+pub struct EventReceiver {
+    events: mpsc::Receiver<Event>,
+    requests: mpsc::Receiver<Event>,
+}
+
+/// The core's queues: up to `capacity` host and agent events, and a few hundred requests.
+pub fn channel(capacity: usize) -> (EventSender, EventReceiver) {
+    let (events_tx, events) = mpsc::channel(capacity);
+    let (requests_tx, requests) = mpsc::channel(REQUESTS);
+    let sender = EventSender {
+        events: events_tx,
+        requests: requests_tx,
+    };
+    (sender, EventReceiver { events, requests })
+}
+
+/// Requests waiting for the core at most (their senders wait beyond).
+const REQUESTS: usize = 256;
 
 /// Runs until `shutdown` fires, then stops every host daemon; returns the last status.
 ///
@@ -147,7 +209,7 @@ pub type EventSender = mpsc::Sender<Event>;
 pub async fn run(
     mut table: HostTable,
     mut desk: JobDesk,
-    mut events: mpsc::Receiver<Event>,
+    mut queues: EventReceiver,
     supervisors: SupervisorSet,
     mut shutdown: watch::Receiver<bool>,
     live: watch::Sender<Option<LiveAllocs>>,
@@ -181,7 +243,11 @@ pub async fn run(
                 desk.saved_up_to(written);
                 Vec::new()
             }
-            event = events.recv() => match event {
+            event = queues.requests.recv() => match event {
+                Some(event) => apply(&mut table, &mut desk, &mut closers, event),
+                None => break,
+            },
+            event = queues.events.recv() => match event {
                 Some(event) => apply(&mut table, &mut desk, &mut closers, event),
                 None => break,
             },

@@ -69,7 +69,7 @@ impl Core {
         let table = HostTable::new(hosts, Duration::from_secs(6));
         let alloc = Allocator::with_config(AllocConfig::default());
         let desk = JobDesk::new(alloc, vec!["ssh".into()], "ssh", Path::new("/no/secret"));
-        let (events, rx) = mpsc::channel(64);
+        let (events, rx) = super::channel(64);
         let (stop, stop_rx) = watch::channel(false);
         let supervisors = SupervisorSet::default();
         let (live_tx, live) = watch::channel(None);
@@ -144,16 +144,32 @@ impl Core {
     }
 
     async fn admin(&self, req: Request) -> Result<Response, String> {
+        self.settle().await;
         let (reply, answer) = oneshot::channel();
         let actor = crate::authz::Actor::Owner;
         self.send(Event::Admin { actor, req, reply }).await;
         answer.await.expect("answered").map_err(|e| e.to_string())
     }
 
+    /// `rb status` once the events sent before are applied (a request has a queue of its
+    /// own: it may be answered before them).
     async fn status(&self) -> Vec<HostStatus> {
+        self.settle().await;
+        self.status_now().await
+    }
+
+    /// `rb status` as the core answers it, events sent before or not.
+    async fn status_now(&self) -> Vec<HostStatus> {
         let (reply, rows) = oneshot::channel();
         self.send(Event::Status { reply }).await;
         rows.await.expect("answered")
+    }
+
+    /// Waits until the core took (and so applied) every event sent so far.
+    async fn settle(&self) {
+        while self.events.events_waiting() > 0 {
+            tokio::task::yield_now().await;
+        }
     }
 
     async fn stop(self) {
@@ -399,6 +415,7 @@ fn policy(text: &str) -> std::sync::Arc<policies::Policy> {
 impl Core {
     async fn set_policy(&self, text: &str) {
         // As `reload` does: the host decisions prepared from the core's inputs, off it.
+        self.settle().await;
         let (reply, inputs) = oneshot::channel();
         self.send(Event::PolicyInputs { reply }).await;
         let prepared = Box::new(inputs.await.expect("inputs").prepare(policy(text)));
@@ -408,6 +425,7 @@ impl Core {
     }
 
     async fn explain(&self, host: &str, job: Option<JobId>) -> Result<serde_json::Value, String> {
+        self.settle().await;
         let (reply, answer) = oneshot::channel();
         let host = host.to_string();
         self.send(Event::Explain { host, job, reply }).await;
@@ -521,5 +539,27 @@ async fn a_changed_report_after_repeated_ones_reaches_the_allocator_and_the_stat
     let row = core.status().await.remove(0);
     assert_eq!(row.console_idle_s, Some(600));
     assert_eq!(row.held_by, Some(agent.job));
+    core.stop().await;
+}
+
+/// `rb status` at 10k hosts waited behind the second's burst of reports (0.3 s): requests
+/// have a queue of their own now, served as soon as the core is free. Here 60 reports are
+/// queued before the request; with one queue the answer always saw all 60.
+#[tokio::test(start_paused = true)]
+async fn a_status_request_does_not_wait_behind_queued_reports() {
+    let mut core = Core::start(&[entry("node02", None)]);
+    let conn = core.report("node02", idle_report("node02")).await;
+    for i in 1..=60 {
+        let mut report = idle_report("node02");
+        report.seq = i;
+        report.load = Some([i as f64, 0.0, 0.0]);
+        core.report_on("node02", conn, report).await;
+    }
+    let rows = core.status_now().await;
+    let load = rows[0].load1; // None: answered before the first report
+    assert!(
+        load.is_none_or(|l| l < 60.0),
+        "answered after every queued report"
+    );
     core.stop().await;
 }

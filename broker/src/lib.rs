@@ -62,7 +62,7 @@ use config::LabConfig;
 use proto::auth::Secret;
 use tokio::{
     net::{TcpListener, UnixListener},
-    sync::{mpsc, watch},
+    sync::watch,
 };
 use tracing::info;
 
@@ -114,7 +114,7 @@ pub async fn run(
     let unix = bind_control_socket(&socket_path)?;
     info!(%listen, socket = %socket_path.display(), hosts = lab.hosts.len(), transport = lab.broker.transport.name(), "broker listening");
 
-    let (events_tx, events_rx) = mpsc::channel(16 * 1024);
+    let (events_tx, events_rx) = core::channel(16 * 1024);
     let (stop_tx, mut stop_rx) = watch::channel(false);
     let names: HashSet<String> = lab.hosts.iter().map(|h| h.name.clone()).collect();
     let interval_ms = lab.broker.report_interval.as_millis() as u64;

@@ -46,6 +46,23 @@ pub(crate) fn walk<'e>(e: &'e IdedExpr, f: &mut impl FnMut(&'e IdedExpr)) {
     }
 }
 
+/// Adds to `out` the top-level fields of `host` that `e` selects (`users` for
+/// `host.users[0].idle_s`). False when `e` also uses `host` otherwise (`size(host)`,
+/// `host["load1"]`): then it may read any field.
+pub(crate) fn host_fields_selected(e: &IdedExpr, out: &mut Vec<String>) -> bool {
+    let (mut selects, mut mentions) = (0, 0);
+    walk(e, &mut |node| {
+        if let Some((Var::Host, field)) = var_field(node) {
+            out.push(field.to_string());
+            selects += 1;
+        }
+        if matches!(&node.expr, Expr::Ident(name) if name == Var::Host.name()) {
+            mentions += 1;
+        }
+    });
+    mentions == selects
+}
+
 /// The depth of `e`'s tree (a leaf is 1), without recursion: a tree too deep to evaluate
 /// must not overflow the stack of the code that refuses it.
 pub(crate) fn depth(e: &IdedExpr) -> usize {

@@ -20,7 +20,7 @@ use crate::{
     eval::{Decision, EvalError, Evaluator, Scope},
     hooks::{Answer, Hook, Var},
     source::SourceError,
-    value::{HostValue, NowValue},
+    value::{HostFields, HostValue, NowValue},
 };
 
 /// A checked policy, ready to evaluate.
@@ -32,6 +32,9 @@ pub struct Policy {
     /// The `host.FIELD` names each hook in force reads, directly or through lets (worked
     /// out once at load: asked per report).
     host_fields: BTreeMap<Hook, Vec<String>>,
+    /// The `host` fields any expression of the policy may read: its hooks, the defaults
+    /// (which stand in for a hook that fails) and its lets ([`Policy::host_value_fields`]).
+    host_value_fields: HostFields,
 }
 
 impl std::fmt::Debug for Policy {
@@ -71,12 +74,14 @@ impl Policy {
             env: Arc::new(crate::cost::env()),
             compiled,
             host_fields: BTreeMap::new(),
+            host_value_fields: HostFields::ALL,
         };
         check::check(&policy).map_err(|e| e.into_error(path.to_path_buf()))?;
         policy.host_fields = Hook::ALL
             .into_iter()
             .map(|hook| (hook, host_fields(&policy.fields_read(hook))))
             .collect();
+        policy.host_value_fields = host_value_fields(&policy.compiled);
         Ok(policy)
     }
 
@@ -123,6 +128,12 @@ impl Policy {
     /// lets.
     pub fn host_fields_read(&self, hook: Hook) -> &[String] {
         self.host_fields.get(&hook).map_or(&[], Vec::as_slice)
+    }
+
+    /// The fields of `host` any of its expressions may read: a [`HostValue`] built with
+    /// these ([`HostValue::reading`]) decides every hook as the full one does.
+    pub fn host_value_fields(&self) -> HostFields {
+        self.host_value_fields
     }
 
     /// Whether the expression in force for `hook` reads `var` (as [`reads`](Self::reads)
@@ -315,6 +326,21 @@ impl Policy {
 
 static EMPTY: BTreeMap<String, Compiled> = BTreeMap::new();
 
+/// The `host` fields the expressions of `c` select; every field when one uses `host`
+/// other than by selecting a field.
+fn host_value_fields(c: &CompiledPolicy) -> HostFields {
+    let mut names = Vec::new();
+    let mut expressions = c
+        .hooks
+        .values()
+        .chain(c.defaults.values())
+        .chain(c.lets.values());
+    if !expressions.all(|e| crate::ast::host_fields_selected(&e.expr, &mut names)) {
+        return HostFields::ALL;
+    }
+    HostFields::named(names.iter().map(String::as_str))
+}
+
 /// The top-level `host` fields among `fields` (`host.users[0].idle_s` → `users`).
 fn host_fields(fields: &BTreeSet<String>) -> Vec<String> {
     let mut out: Vec<String> = fields
@@ -354,6 +380,61 @@ mod tests {
 
     fn refused(text: &str) -> String {
         policy(text).expect_err("refused").to_string()
+    }
+
+    /// A host value of only the fields a policy reads decides every hook as the full value
+    /// does: every shipped policy, and one reaching fields through a let and a
+    /// comprehension, on every sample; a policy that uses `host` whole gets every field.
+    #[test]
+    fn a_value_of_the_fields_read_decides_every_hook_as_the_full_one() {
+        use crate::value::{HostFields, LabValue, NowValue};
+        let mut policies: Vec<Policy> = crate::SHIPPED
+            .iter()
+            .map(|(name, _)| Policy::shipped(name).expect("shipped"))
+            .collect();
+        let reach = "start = 'host.users.exists(u, u.idle_s > 60) && quiet'\n\
+                     [let]\nquiet = 'host.load1 < 0.5'\n";
+        policies.push(policy(reach).expect("loads"));
+        let paper = &policies[0];
+        let read = HostFields::named(["private", "owner_idle_s", "keyboard_idle_s", "load1"]);
+        assert!(paper.host_value_fields().contains(read));
+        assert!(!paper
+            .host_value_fields()
+            .contains(HostFields::named(["sessions"])));
+        for p in &policies {
+            let fields = p.host_value_fields();
+            assert_ne!(fields, HostFields::ALL, "{}", p.source_path().display());
+            for s in crate::samples::complete()
+                .into_iter()
+                .chain(crate::samples::sparse())
+            {
+                let (job, holder) = (JobValue::new(&s.job), JobValue::new(&s.holder));
+                let (user, lab) = (UserValue::new(&s.user), LabValue::new(&s.lab));
+                let now = NowValue::new(&s.now);
+                let scope = |host| {
+                    Scope::new()
+                        .host(host)
+                        .job(&job)
+                        .holder(&holder)
+                        .user(&user)
+                        .lab(&lab)
+                        .now(&now)
+                };
+                let full = HostValue::new(&s.host);
+                let some = HostValue::reading(&s.host, fields);
+                for hook in Hook::ALL {
+                    assert_eq!(
+                        format!("{:?}", p.eval(hook, scope(&some))),
+                        format!("{:?}", p.eval(hook, scope(&full))),
+                        "{} {hook:?} on {}",
+                        p.source_path().display(),
+                        s.name
+                    );
+                }
+            }
+        }
+        let whole = policy("start = 'size(host) > 3'").expect("loads");
+        assert_eq!(whole.host_value_fields(), HostFields::ALL);
     }
 
     fn host(cpus: i64) -> HostValue {
