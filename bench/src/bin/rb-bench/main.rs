@@ -338,9 +338,13 @@ impl LoadRun {
             }
         }
         for _ in 0..5 {
+            // The command alone, its output piped as a script's would be (not parsed here).
             let t = Instant::now();
-            let _ = broker.status();
-            run.status_ms.push(t.elapsed().as_secs_f64() * 1000.0);
+            let out = broker.rb(&["status", "--json"]);
+            let took = t.elapsed().as_secs_f64() * 1000.0;
+            if out.status.success() {
+                run.status_ms.push(took);
+            }
         }
         if let Some(g) = gen.as_mut() {
             let _ = g.kill();
