@@ -203,7 +203,8 @@ const REQUESTS: usize = 256;
 /// Runs until `shutdown` fires, then stops every host daemon; returns the last status.
 ///
 /// Every host change the table records (a report, a connection, up/down, and each host of
-/// the lab file at start) reaches the allocator right after the event that caused it, and
+/// the lab file at start) reaches the allocator right after the event that caused it (or
+/// the batch of reports, [`REPORT_BATCH`]), before any other event is applied; and
 /// every effect of every allocator entry point is performed. `live` gets the live
 /// allocations after every event that changed them (after the grants it caused went out).
 pub async fn run(
@@ -223,33 +224,43 @@ pub async fn run(
     let mut saved = desk.store_progress();
     let mut live_stamp = None;
     publish_live(&desk, &live, &mut live_stamp);
+    // An event of another kind found behind a batch of reports: applied next, first.
+    let mut held = None;
     loop {
-        let effects = tokio::select! {
-            _ = shutdown.changed() => break,
-            _ = tick.tick() => {
-                let now = now();
-                let effects = table.tick(now);
-                let job_effects = desk.tick(now);
-                desk.perform(job_effects, now);
-                effects
-            }
-            _ = pilot_tick.tick(), if desk.pilot_may_be_due(now()) => {
-                let now = now();
-                let job_effects = desk.tick(now);
-                desk.perform(job_effects, now);
-                Vec::new()
-            }
-            written = next_saved(&mut saved), if desk.ends_wait_for_disk() => {
-                desk.saved_up_to(written);
-                Vec::new()
-            }
-            event = queues.requests.recv() => match event {
-                Some(event) => apply(&mut table, &mut desk, &mut closers, event),
-                None => break,
-            },
-            event = queues.events.recv() => match event {
-                Some(event) => apply(&mut table, &mut desk, &mut closers, event),
-                None => break,
+        let effects = match held.take() {
+            Some(event) => apply(&mut table, &mut desk, &mut closers, event),
+            None => tokio::select! {
+                _ = shutdown.changed() => break,
+                _ = tick.tick() => {
+                    let now = now();
+                    let effects = table.tick(now);
+                    let job_effects = desk.tick(now);
+                    desk.perform(job_effects, now);
+                    effects
+                }
+                _ = pilot_tick.tick(), if desk.pilot_may_be_due(now()) => {
+                    let now = now();
+                    let job_effects = desk.tick(now);
+                    desk.perform(job_effects, now);
+                    Vec::new()
+                }
+                written = next_saved(&mut saved), if desk.ends_wait_for_disk() => {
+                    desk.saved_up_to(written);
+                    Vec::new()
+                }
+                event = queues.requests.recv() => match event {
+                    Some(event) => apply(&mut table, &mut desk, &mut closers, event),
+                    None => break,
+                },
+                event = queues.events.recv() => match event {
+                    Some(event) => {
+                        let effects = apply(&mut table, &mut desk, &mut closers, event);
+                        let queue = &mut queues.events;
+                        reports_behind(&mut table, &mut desk, queue, &mut held);
+                        effects
+                    }
+                    None => break,
+                },
             },
         };
         hosts_to_desk(&mut table, &mut desk);
@@ -262,6 +273,34 @@ pub async fn run(
     let mut rows = table.status(now);
     desk.annotate(&mut rows, now);
     rows
+}
+
+/// Host reports applied in a row at most: the allocator then hears of their hosts in one
+/// pass, and the core's loop turns once for them all (at 10k hosts reporting each second,
+/// most of the queue is reports). Bounds how long a request waits behind a batch.
+const REPORT_BATCH: usize = 64;
+
+/// Applies the host reports queued right behind the event just applied, up to
+/// [`REPORT_BATCH`]; an event of another kind is left in `held` for the next turn, so that
+/// the host changes reach the allocator before it (none is applied out of order).
+fn reports_behind(
+    table: &mut HostTable,
+    desk: &mut JobDesk,
+    events: &mut mpsc::Receiver<Event>,
+    held: &mut Option<Event>,
+) {
+    for _ in 1..REPORT_BATCH {
+        match events.try_recv() {
+            Ok(Event::Report { host, conn, report }) => {
+                apply_report(table, desk, host, conn, *report)
+            }
+            Ok(other) => {
+                *held = Some(other);
+                break;
+            }
+            Err(_) => break,
+        }
+    }
 }
 
 /// Publishes the live allocations when they changed (receivers wake only then). Most
@@ -311,7 +350,7 @@ fn now() -> Instant {
 fn hosts_to_desk(table: &mut HostTable, desk: &mut JobDesk) {
     let now = now();
     for row in table.take_changes(now) {
-        let effects = desk.host_changed(&row, now);
+        let effects = desk.host_changed(row, now);
         desk.perform(effects, now);
     }
     for host in table.take_repeated() {
@@ -319,7 +358,7 @@ fn hosts_to_desk(table: &mut HostTable, desk: &mut JobDesk) {
             continue;
         }
         if let Some(row) = table.row(&host, now) {
-            let effects = desk.host_changed(&row, now);
+            let effects = desk.host_changed(row, now);
             desk.perform(effects, now);
         }
     }
@@ -393,21 +432,28 @@ fn apply(
             desk.annotate(&mut rows, now);
             let _ = reply.send(rows);
         }
-        Event::Report {
-            host,
-            conn,
-            mut report,
-        } => {
-            let running = report.allocs_running.take();
-            table.report(&host, conn, *report, now);
-            if let Some(running) = running {
-                let effects = desk.allocs_running(&host, running, now);
-                desk.perform(effects, now);
-            }
-        }
+        Event::Report { host, conn, report } => apply_report(table, desk, host, conn, *report),
         event => return apply_host(table, closers, event, now),
     }
     Vec::new()
+}
+
+/// A host daemon's report: to the table (the allocator hears of the change at the end of
+/// the turn, `hosts_to_desk`); the allocations it says still run, to the desk at once.
+fn apply_report(
+    table: &mut HostTable,
+    desk: &mut JobDesk,
+    host: String,
+    conn: ConnId,
+    mut report: HostReport,
+) {
+    let now = now();
+    let running = report.allocs_running.take();
+    table.report(&host, conn, report, now);
+    if let Some(running) = running {
+        let effects = desk.allocs_running(&host, running, now);
+        desk.perform(effects, now);
+    }
 }
 
 /// Applies an event about a host daemon to the table.

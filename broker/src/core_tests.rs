@@ -563,3 +563,26 @@ async fn a_status_request_does_not_wait_behind_queued_reports() {
     );
     core.stop().await;
 }
+
+/// Reports are applied in batches (`REPORT_BATCH`); an agent's message queued right behind
+/// them is applied only once the allocator heard of their hosts: the host that just
+/// reported is granted at once, not queued for.
+#[tokio::test(start_paused = true)]
+async fn a_request_queued_behind_reports_sees_their_hosts() {
+    let mut core = Core::start(&[entry("node02", None), entry("node03", None)]);
+    let mut agent = core.register(false).await;
+    let conn = core.report("node02", idle_report("node02")).await;
+    for seq in 2..10 {
+        let report = HostReport {
+            seq,
+            ..idle_report("node02")
+        };
+        core.report_on("node02", conn, report).await;
+    }
+    core.allocate(&agent, 1, "anyHost").await;
+    match next(&mut agent.rx).await {
+        FromBroker::Granted { req, host, .. } => assert_eq!((req, host.as_str()), (1, "node02")),
+        other => panic!("expected node02 at once, got {other:?}"),
+    }
+    core.stop().await;
+}

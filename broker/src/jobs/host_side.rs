@@ -18,7 +18,7 @@ impl JobDesk {
     }
 
     /// Tells the allocator that one host's row changed (as it happens).
-    pub fn host_changed(&mut self, row: &HostStatus, now: Instant) -> Vec<Effect> {
+    pub fn host_changed(&mut self, row: HostStatus, now: Instant) -> Vec<Effect> {
         let view = host_view(row);
         // The delta costs a serialization: only when a trace is kept.
         let changed = if self.trace.is_some() {
@@ -114,24 +114,25 @@ impl JobDesk {
 
 /// The allocator's view of a host, from the host's status row (the core's input is its
 /// own type, not the row `rb status` shows).
-pub fn host_view(s: &HostStatus) -> HostView {
+pub fn host_view(s: HostStatus) -> HostView {
+    // Moved out of the row, not cloned: a changed report's row is built for this alone.
     HostView {
-        name: s.name.clone(),
-        address: s.address.clone(),
         up: s.state == proto::report::HostState::Up,
         reported: s.last_report_age_s.is_some(),
         labels: s.labels.iter().map(|l| label_name(l)).collect(),
-        os: s.os.clone(),
-        owner: s.owner.clone(),
+        mem_avail_mb: s.mem_available_kb.map(|kb| kb / 1024),
+        users: s.users_known.then_some(s.users),
+        name: s.name,
+        address: s.address,
+        os: s.os,
+        owner: s.owner,
         load1: s.load1,
         load5: s.load5,
         load15: s.load15,
-        mem_avail_mb: s.mem_available_kb.map(|kb| kb / 1024),
         cpus: s.cpus,
-        users: s.users_known.then(|| s.users.clone()),
         console_idle_s: s.console_idle_s,
-        logind: s.logind.clone(),
-        logind_error: s.logind_error.clone(),
+        logind: s.logind,
+        logind_error: s.logind_error,
         job_load: s.job_load,
     }
 }

@@ -78,7 +78,7 @@ async fn a_user_releases_only_their_own_jobs_hosts() {
         std::path::Path::new("/nonexistent/secret"),
     );
     let now = Instant::now();
-    desk.host_changed(&status("node02", "10.0.0.2"), now);
+    desk.host_changed(status("node02", "10.0.0.2"), now);
     let (tx, _rx) = crate::outbox::channel(16);
     let mut reg = registration(None);
     reg.user = "bob".into();
@@ -124,7 +124,7 @@ async fn a_module_job_is_never_granted_the_host_its_agent_runs_on() {
         status("node02", "10.0.0.2"),
         status("node03", "10.0.0.3"),
     ];
-    for host in &hosts {
+    for host in hosts {
         desk.host_changed(host, now);
     }
     let (tx, _rx) = crate::outbox::channel(16);
