@@ -155,7 +155,28 @@ impl Allocator {
             return;
         }
         let value = Arc::new(HostValue::reading(&facts, self.policy.host_value_fields()));
-        self.decide_host(host, facts, value);
+        let reused = self.inputs.hosts.get(host).map(|old| {
+            let reuse = |hook| self.reads_the_same(hook, &old.facts, &facts);
+            (
+                reuse(Hook::Start).then_some(old.start),
+                reuse(Hook::Rank).then_some(old.rank),
+            )
+        });
+        let (start, rank) = reused.unwrap_or_default();
+        self.decide_host_with(host, facts, value, start, rank);
+    }
+
+    /// Whether `hook`'s host-only decision on `new` is the one it gave on `old` without
+    /// evaluating it: every `host` field it reads (directly or through lets) is the same.
+    /// Entries are always decided under the policy in force, so `old`'s decision is this
+    /// policy's. Never for a policy that reads `host` whole (its fields read are unknown).
+    fn reads_the_same(&self, hook: Hook, old: &HostFacts, new: &HostFacts) -> bool {
+        self.policy.host_value_fields() != policies::value::HostFields::ALL
+            && self
+                .policy
+                .host_fields_read(hook)
+                .iter()
+                .all(|f| old.same_field(new, f))
     }
 
     /// Whether `host`'s entry was built from `facts` and its place in the free-host order
@@ -178,8 +199,22 @@ impl Allocator {
     /// Stores `host`'s entry with its host-only `start` and `rank`, and places the host in
     /// the free-host order.
     pub(crate) fn decide_host(&mut self, host: &str, facts: HostFacts, value: Arc<HostValue>) {
+        self.decide_host_with(host, facts, value, None, None);
+    }
+
+    /// [`Self::decide_host`], with `start` and `rank` given where known already (`Some`:
+    /// the decision, itself `None` when it depends on the job); the others are evaluated.
+    fn decide_host_with(
+        &mut self,
+        host: &str,
+        facts: HostFacts,
+        value: Arc<HostValue>,
+        start: Option<Option<bool>>,
+        rank: Option<Option<f64>>,
+    ) {
         let value = fitted(&self.policy, &facts, &value);
-        let (start, rank) = decisions(&self.policy, &value);
+        let start = start.unwrap_or_else(|| start_decision(&self.policy, &value));
+        let rank = rank.unwrap_or_else(|| rank_decision(&self.policy, &value));
         let entry = HostEntry {
             facts,
             value,
@@ -371,13 +406,19 @@ pub(crate) fn fitted(policy: &Policy, facts: &HostFacts, value: &Arc<HostValue>)
 }
 
 pub(crate) fn decisions(policy: &Policy, host: &HostValue) -> (Option<bool>, Option<f64>) {
-    let start = policy
+    (start_decision(policy, host), rank_decision(policy, host))
+}
+
+fn start_decision(policy: &Policy, host: &HostValue) -> Option<bool> {
+    policy
         .host_decision(Hook::Start, host, None)
-        .and_then(Answer::as_bool);
-    let rank = policy
+        .and_then(Answer::as_bool)
+}
+
+fn rank_decision(policy: &Policy, host: &HostValue) -> Option<f64> {
+    policy
         .host_decision(Hook::Rank, host, None)
-        .and_then(Answer::as_number);
-    (start, rank)
+        .and_then(Answer::as_number)
 }
 
 /// The job facts that come from its registration (the rest are filled by the caller): the

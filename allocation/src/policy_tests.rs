@@ -214,3 +214,32 @@ fn a_report_changing_a_field_a_job_dependent_start_reads_serves_the_queue() {
         "load1 fell below the rigid job's limit"
     );
 }
+
+/// A report that leaves the fields `start` reads as they were keeps its cached `start`
+/// without evaluating it, and likewise `rank`; the invariant check (after every step)
+/// compares each cached decision with a fresh evaluation.
+#[test]
+fn decisions_are_reused_only_while_the_fields_they_read_stay_the_same() {
+    let mut lab = Lab::new(hosts(&["node01", "node02"]));
+    let text = "start = 'host.load1 != null && host.load1 < 1.0'\n\
+                rank = 'host.console_idle_s == null ? 0.0 : double(host.console_idle_s)'";
+    lab.a.set_policy(policy(text), lab.now);
+    for step in 0..20 {
+        let host = if step % 2 == 0 { "node01" } else { "node02" };
+        lab.set(host, |v| {
+            match step % 3 {
+                0 => v.load1 = Some(0.5 + (step % 4) as f64 * 0.25),
+                1 => v.console_idle_s = Some(step * 10),
+                _ => v.mem_avail_mb = Some(step),
+            };
+        });
+    }
+    lab.set("node01", |v| v.load1 = Some(5.0));
+    lab.set("node02", |v| v.load1 = Some(0.3));
+    let j = lab.job(false);
+    assert_eq!(
+        lab.take(j, "anyHost").1,
+        "node02",
+        "node01 is not startable"
+    );
+}

@@ -201,6 +201,7 @@ impl Allocator {
         self.check_allocations()?;
         self.check_queue()?;
         self.check_no_idle_host_for_a_waiting_request()?;
+        self.check_host_decisions()?;
         let ended = self
             .jobs
             .values()
@@ -216,6 +217,28 @@ impl Allocator {
             Some(&top) if top >= self.next_job => Err(format!("job id {top} ≥ next id")),
             _ => Ok(()),
         }
+    }
+
+    /// Every host's cached `start` and `rank` are what the policy in force gives on its
+    /// cached value (decisions are reused when the fields they read did not change), and
+    /// the value holds every field the policy may read.
+    fn check_host_decisions(&self) -> Result<(), String> {
+        for (name, entry) in &self.inputs.hosts {
+            if !entry.value.holds(self.policy.host_value_fields()) {
+                return Err(format!(
+                    "{name}: the cached value lacks fields the policy reads"
+                ));
+            }
+            let (start, rank) = crate::inputs::decisions(&self.policy, &entry.value);
+            let bits = |r: Option<f64>| r.map(f64::to_bits);
+            if start != entry.start || bits(rank) != bits(entry.rank) {
+                return Err(format!(
+                    "{name}: cached start/rank {:?}/{:?}, the policy gives {start:?}/{rank:?}",
+                    entry.start, entry.rank
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn check_allocations(&self) -> Result<(), String> {

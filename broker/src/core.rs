@@ -153,8 +153,8 @@ impl Event {
 
 /// Sender side used by connections and supervisors: host and agent events go in one
 /// queue, in order; requests someone waits for ([`Event::is_request`]) in another, which
-/// the core serves as soon as it is free (picked at random against the first when both
-/// have events: neither starves).
+/// the core serves before the next batch of events (`run`): a request waits for at most
+/// one batch, never for the second's burst of reports.
 #[derive(Debug, Clone)]
 pub struct EventSender {
     events: mpsc::Sender<Event>,
@@ -226,10 +226,20 @@ pub async fn run(
     publish_live(&desk, &live, &mut live_stamp);
     // An event of another kind found behind a batch of reports: applied next, first.
     let mut held = None;
+    // A waiting request goes before the next batch of events (at most every other turn,
+    // so that a stream of requests never starves the hosts' reports).
+    let mut request_first = true;
     loop {
-        let effects = match held.take() {
-            Some(event) => apply(&mut table, &mut desk, &mut closers, event),
-            None => tokio::select! {
+        let request = match (&held, request_first) {
+            (None, true) => queues.requests.try_recv().ok(),
+            _ => None,
+        };
+        request_first = request.is_none();
+        let effects = match (held.take(), request) {
+            (Some(event), _) | (None, Some(event)) => {
+                apply(&mut table, &mut desk, &mut closers, event)
+            }
+            (None, None) => tokio::select! {
                 _ = shutdown.changed() => break,
                 _ = tick.tick() => {
                     let now = now();
