@@ -18,6 +18,11 @@ use crate::MAX_FRAME_BYTES;
 /// Most bytes asked of the stream by one read.
 const READ_CHUNK: usize = 64 * 1024;
 
+/// What a connection's buffers start at, and shrink back to: a host daemon's report is
+/// about a kilobyte, and the broker keeps one connection per host (10k at once); a longer
+/// line doubles the read size up to [`READ_CHUNK`].
+const SMALL_BUFFER: usize = 4 * 1024;
+
 /// Why a frame could not be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {
@@ -80,7 +85,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FramedConn<S> {
             if let Some(line) = self.take_line()? {
                 return Ok(line);
             }
-            let room = (self.limit + 1 - self.rbuf.len()).min(READ_CHUNK);
+            let want = self.rbuf.len().clamp(SMALL_BUFFER, READ_CHUNK);
+            let room = (self.limit + 1 - self.rbuf.len()).min(want);
             self.grow_for(room);
             let mut window = (&mut self.rbuf).limit(room);
             if self.stream.read_buf(&mut window).await? == 0 {
@@ -118,8 +124,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FramedConn<S> {
         let line = line_text(&self.rbuf[..end]);
         self.rbuf.drain(..=end);
         self.scanned = 0;
-        if self.rbuf.capacity() > READ_CHUNK && self.rbuf.len() < READ_CHUNK {
-            self.rbuf.shrink_to(READ_CHUNK);
+        if self.rbuf.capacity() > READ_CHUNK && self.rbuf.len() < SMALL_BUFFER {
+            self.rbuf.shrink_to(SMALL_BUFFER);
         }
         line.map(Some)
     }
@@ -158,7 +164,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FramedConn<S> {
         self.wbuf.clear();
         self.wsent = 0;
         if self.wbuf.capacity() > READ_CHUNK {
-            self.wbuf.shrink_to(READ_CHUNK); // no multi-MiB buffer for the connection's life
+            self.wbuf.shrink_to(SMALL_BUFFER); // no multi-MiB buffer for the connection's life
         }
         self.stream.flush().await?;
         Ok(())
