@@ -296,7 +296,7 @@ impl Run<'_> {
                 let i = self.rng.below(HOSTS);
                 let up = self.rng.chance(90);
                 let load = self.rng.below(300) as f64 / 100.0;
-                let effects = self.desk.host_changed(&status(i, up, load), self.now);
+                let effects = self.desk.host_changed(status(i, up, load), self.now);
                 self.perform(effects);
             }
             _ => {
@@ -350,7 +350,7 @@ fn scenario(state: &Path, seed: u64) -> (usize, usize, Vec<String>) {
             grants: 0,
         };
         for i in 0..HOSTS {
-            let effects = r.desk.host_changed(&status(i, true, 0.1), r.now);
+            let effects = r.desk.host_changed(status(i, true, 0.1), r.now);
             r.perform(effects);
         }
         // Agents of the previous run come back (some as another user, refused: a new
