@@ -67,7 +67,8 @@ the reason.
 --json: an array of objects with name, state (up/down), alloc_state, held_by, drained, cpus,
 load1, users ([{user, tty, idle_s}]), console_idle_s, labels, owner, last_report_age_s,
 down_reason, hostname, load5, load15, cpu_util, mem_*, managed_procs, job_load,
-daemon_starts, policy_note, slurm_job, lease_left_s, lease_ending.";
+daemon_starts, policy_note, slurm_job, lease_left_s, lease_ending. Indented on a terminal;
+piped, on one line as the broker sent it (not parsed: megabytes at 10k hosts).";
 
 /// ResourceBroker: hand idle lab machines to adaptive parallel jobs.
 #[derive(Debug, Parser)]
@@ -163,7 +164,7 @@ pub enum Cmd {
     /// idleness, labels, owner.
     #[command(after_long_help = STATUS_HELP)]
     Status {
-        /// Machine-readable output: a JSON array of host objects.
+        /// Machine-readable output: a JSON array of host objects (one line when piped).
         #[arg(long)]
         json: bool,
         #[command(flatten)]
