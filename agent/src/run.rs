@@ -116,6 +116,9 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
             preload,
             lab_mark: job.lab_mark.clone(),
             remote_shell: job.remote_shell.clone(),
+            step_times: std::env::var_os(steptimes::ENV_STEP_TIMES)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
         },
         module,
         agent_pid: std::process::id(),

@@ -78,6 +78,7 @@ pub const TAG_VAR: &str = proto::tag::SUBAGENT_TAG_VAR;
 
 /// Runs the front and forks the guardian; returns the exit code for the front.
 pub fn run(cfg: SubagentConfig) -> i32 {
+    steptimes::mark("sub.start", Some(cfg.alloc));
     unblock_signals();
     // The lab's mark lets the host daemon tell this lab's leftovers from another broker's.
     // Given by the agent (the broker told it); else derived from the secret file, which
@@ -110,7 +111,10 @@ pub fn run(cfg: SubagentConfig) -> i32 {
         Ok(nix::unistd::ForkResult::Parent { .. }) => {
             drop(to_front);
             let jel_dir = jel.ok().map(|b| b.dir);
-            front(from_guardian, &tag, jel_dir)
+            let alloc = cfg.alloc;
+            let code = front(from_guardian, &tag, jel_dir);
+            steptimes::mark("sub.front_exit", Some(alloc));
+            code
         }
         Err(e) => {
             eprintln!("rb-subagent: fork: {e}");
@@ -174,6 +178,7 @@ fn guardian_process(
         }
     };
     let pid = child.id() as i32;
+    steptimes::mark("sub.command_spawned", Some(cfg.alloc));
     // The front waits for the pid, then the code (the reaper's).
     let _ = nix::unistd::write(&to_front, &pid.to_le_bytes());
     let watch = Watch {
@@ -187,12 +192,14 @@ fn guardian_process(
     };
     detach_from_session();
     let (status_tx, status_rx) = tokio::sync::oneshot::channel();
+    let alloc = cfg.alloc;
     let spawned = std::thread::Builder::new()
         .name("reaper".into())
         .spawn(move || {
             let mut to_front = Some(to_front);
             let mut status_tx = Some(status_tx);
             reap_children(Some(pid), |code| {
+                steptimes::mark("sub.command_exited", Some(alloc));
                 if let Some(fd) = to_front.take() {
                     let _ = nix::unistd::write(&fd, &code.to_le_bytes());
                 }
@@ -355,7 +362,9 @@ fn guardian(
             .map_err(|e| tracing::warn!(error = %e, "the command runs without a JEL socket"))
             .ok();
         let mut relay = Relay::start(bound);
+        let alloc = cfg.alloc;
         guard(cfg, &watch, status_rx, &mut relay).await;
+        steptimes::mark("sub.guardian_done", Some(alloc));
     });
     0
 }
@@ -438,6 +447,7 @@ async fn guard(
             }
         };
         lost_since = None;
+        steptimes::mark("sub.connected", Some(cfg.alloc));
         let host = nix::unistd::gethostname()
             .map(|h| h.to_string_lossy().into_owned())
             .unwrap_or_default();
@@ -453,6 +463,7 @@ async fn guard(
         }
         if let Some(status) = exit_status {
             let _ = conn.send(&ToBroker::SubExited { status }).await;
+            steptimes::mark("sub.exited_sent", Some(cfg.alloc));
         }
         // The job is told once (its agent prints it on the job's stderr and keeps it as a
         // note): its command runs, but this host's runtime directory is not the usual one.
@@ -460,6 +471,7 @@ async fn guard(
             let _ = conn.send(&ToBroker::JobNote { text }).await;
         }
         let mut s = Session {
+            alloc: cfg.alloc,
             conn: &mut conn,
             watch,
             relay,
@@ -503,6 +515,8 @@ enum SessionEnd {
 
 /// One connection to the agent, with what it serves.
 struct Session<'a> {
+    /// For the step times.
+    alloc: u64,
     conn: &'a mut FramedConn<tokio::net::TcpStream>,
     watch: &'a Watch,
     relay: &'a mut Relay,
@@ -537,6 +551,7 @@ impl Session<'_> {
                     let code = status.unwrap_or(1);
                     *exit_status = Some(code);
                     if self.conn.send(&ToBroker::SubExited { status: code }).await.is_err() { return SessionEnd::Lost; }
+                    steptimes::mark("sub.exited_sent", Some(self.alloc));
                     // Usually nothing outlives the command: the host goes back now, not at the
                     // next poll (up to GROUP_POLL later, while the next request waits for it).
                     if !self.watch.alive() {

@@ -500,6 +500,7 @@ fn via_agent(request: &Request, env: &Env, depth: u32) -> Result<Ended, ShimErro
     };
     match ask_agent(Path::new(socket), &ask, &host, shell)? {
         Outcome::Granted(mut grant) => {
+            steptimes::mark("shim.granted", Some(grant.alloc));
             // A bare `rsh` from the broker must not find this shim first in the job's PATH.
             if let Some(program) = grant.remote_shell.first_mut() {
                 let mut name = OsString::from(program.as_str());
@@ -525,6 +526,7 @@ fn via_agent(request: &Request, env: &Env, depth: u32) -> Result<Ended, ShimErro
                 via: line,
             };
             notify_agent(Path::new(socket), &used);
+            steptimes::mark("shim.used_sent", Some(grant.alloc));
             run_granted(&plan, depth, Path::new(socket), &grant, shell)
         }
         // The hosts file said the host was the job's, but the agent has given it back
@@ -565,14 +567,17 @@ fn run_granted(
     grant: &Grant,
     shell: &str,
 ) -> Result<Ended, ShimError> {
-    let ended = child::run(plan, depth).map_err(|source| ShimError::Exec {
+    let ended = child::run(plan, depth, grant.alloc).map_err(|source| ShimError::Exec {
         program: plan.program.to_string_lossy().into_owned(),
         source,
     })?;
+    steptimes::mark("shim.child_exited", Some(grant.alloc));
     if !matches!(ended, Ended::Code(0 | TAKEN_BACK_STATUS | 255)) {
         return Ok(ended);
     }
-    match ask_taken_back(socket, grant.alloc) {
+    let answer = ask_taken_back(socket, grant.alloc);
+    steptimes::mark("shim.taken_back_answered", Some(grant.alloc));
+    match answer {
         Some((host, message)) => {
             let _ = writeln!(
                 io::stderr(),

@@ -139,6 +139,9 @@ pub struct GrantTemplate {
     pub lab_mark: Option<String>,
     /// The real remote shell, as the broker gave it.
     pub remote_shell: Vec<String>,
+    /// Where subagents append their step times (`--step-times`): the agent's own
+    /// `RB_STEP_TIMES` (a benchmark's, see the `steptimes` crate); none normally.
+    pub step_times: Option<PathBuf>,
 }
 
 /// A module job's settings (`module="NAME"`).

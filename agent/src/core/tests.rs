@@ -25,6 +25,7 @@ fn template() -> GrantTemplate {
         preload: None,
         lab_mark: None,
         remote_shell: vec!["ssh".into()],
+        step_times: None,
     }
 }
 

@@ -156,7 +156,12 @@ impl Shell {
                     None
                 }
                 msg = self.broker.conn.recv::<FromBroker>(), if self.broker_live => match msg {
-                    Ok(msg) => Some(Input::Broker(msg)),
+                    Ok(msg) => {
+                        if let FromBroker::Granted { alloc, .. } = &msg {
+                            steptimes::mark("agent.broker_granted", Some(*alloc));
+                        }
+                        Some(Input::Broker(msg))
+                    }
                     Err(e) => {
                         warn!(error = %e, "the broker connection failed");
                         self.broker_live = false;
@@ -202,6 +207,7 @@ impl Shell {
                 pid,
                 reply,
             } => {
+                steptimes::mark("agent.shim_request", None);
                 // Read now, as the call arrives: once refused, the shim exits and its caller
                 // reaps it, and a process that is gone descends from nobody.
                 let lineage = match self.core.is_module_job() {
@@ -221,6 +227,7 @@ impl Shell {
                 Input::ShimAttach { shim: conn, host }
             }
             Event::ShimTakenBack { conn, alloc, reply } => {
+                steptimes::mark("agent.taken_back_asked", Some(alloc));
                 self.shims.insert(conn, reply);
                 Input::ShimTakenBack { shim: conn, alloc }
             }
@@ -232,6 +239,7 @@ impl Shell {
                 Input::ShimGone { shim: conn }
             }
             Event::SubConnected { alloc, sub, tx } => {
+                steptimes::mark("agent.sub_connected", Some(alloc));
                 self.subs.insert(sub, tx);
                 // A subagent of the host is back: what its lost link relayed was closed there.
                 for conn in self.routes.take_orphans(alloc) {
@@ -245,10 +253,14 @@ impl Shell {
                 ..
             } => Input::SubNote { alloc, text },
             Event::SubMessage { alloc, sub, msg } => {
+                if let ToBroker::SubExited { .. } = msg {
+                    steptimes::mark("agent.sub_exited", Some(alloc));
+                }
                 self.jel_from_sub(alloc, sub, msg).await;
                 return None;
             }
             Event::SubGone { alloc, sub } => {
+                steptimes::mark("agent.sub_gone", Some(alloc));
                 self.subs.remove(&sub);
                 self.routes.sub_gone(sub);
                 Input::SubGone { alloc, sub }
@@ -269,6 +281,7 @@ impl Shell {
                 reply,
             } => {
                 let reached = self.offer(&shims, reply).await;
+                steptimes::mark("agent.grant_sent", Some(alloc));
                 return Performed::Feedback(Input::Offered { alloc, reached });
             }
             Output::CloseShim { shim } => drop(self.shims.remove(&shim)),
@@ -542,6 +555,13 @@ impl Shell {
     async fn tell_broker(&mut self, msg: ToBroker) {
         if let Err(e) = self.broker.conn.send(&msg).await {
             warn!(error = %e, "cannot reach the broker");
+        }
+        match msg {
+            ToBroker::Allocate { .. } => steptimes::mark("agent.allocate_sent", None),
+            ToBroker::GiveBack { alloc } | ToBroker::Released { alloc } => {
+                steptimes::mark("agent.give_back_sent", Some(alloc))
+            }
+            _ => {}
         }
     }
 
