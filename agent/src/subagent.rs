@@ -91,6 +91,7 @@ pub fn run(cfg: SubagentConfig) -> i32 {
     let tag = proto::tag::subagent_tag(cfg.alloc, std::process::id(), lab.as_deref());
     // Without it the command runs with no `RB_JEL` (the guardian's log says why).
     let jel = subjel::bind(std::process::id());
+    steptimes::mark("sub.jel_bound", Some(cfg.alloc));
     // Should the guardian be killed, its children (the command, what it abandoned) come to
     // the front, which then ends them.
     let _ = crate::proctree::become_subreaper();
@@ -105,6 +106,7 @@ pub fn run(cfg: SubagentConfig) -> i32 {
     // threads and runtime after the fork.
     match unsafe { nix::unistd::fork() } {
         Ok(nix::unistd::ForkResult::Child) => {
+            steptimes::mark("sub.guardian_start", Some(cfg.alloc));
             drop(from_guardian);
             std::process::exit(guardian_process(cfg, tag, to_front, jel));
         }
@@ -168,6 +170,7 @@ fn guardian_process(
         eprintln!("rb-subagent: not a child subreaper ({e}): a daemon may outlive the job");
     }
     let jel_socket = jel.as_ref().ok().map(subjel::Bound::socket);
+    steptimes::mark("sub.spawn", Some(cfg.alloc));
     let child = match spawn_either(&cfg, &tag, jel_socket.as_deref()) {
         Ok(c) => c,
         Err(e) => {

@@ -12,14 +12,14 @@
 
 use std::{collections::HashMap, path::PathBuf};
 
+use ::tests::labtier::LabWithBroker;
 use bench::stats::{summarize, Summary};
 use steptimes::{parse_line, Line, ENV_STEP_TIMES};
-use ::tests::labtier::LabWithBroker;
 
 use crate::agent::{real_program, time_interleaved_with, NULL_REPS_FACTOR, OUTSIDE_JOB, TARGET};
 
 /// The steps of a call on its critical path, in order: (from, to, what happens between).
-const CHAIN: [(&str, &str, &str); 18] = [
+const CHAIN: [(&str, &str, &str); 20] = [
     (
         "timeit.spawn",
         "shim.start",
@@ -53,13 +53,8 @@ const CHAIN: [(&str, &str, &str); 18] = [
     ("agent.grant_sent", "shim.granted", "shim: the grant read"),
     (
         "shim.granted",
-        "shim.used_sent",
-        "shim: `used` line to the agent (a connection of its own)",
-    ),
-    (
-        "shim.used_sent",
         "shim.spawn",
-        "shim: the remote shell's command line",
+        "shim: the remote shell's command line (and, before 2026-11-28, the `used` line to the agent)",
     ),
     (
         "shim.spawn",
@@ -73,8 +68,23 @@ const CHAIN: [(&str, &str, &str); 18] = [
     ),
     (
         "sub.start",
+        "sub.jel_bound",
+        "subagent: the command's tag, its JEL socket bound",
+    ),
+    (
+        "sub.jel_bound",
+        "sub.guardian_start",
+        "subagent: fork of the guardian",
+    ),
+    (
+        "sub.guardian_start",
+        "sub.spawn",
+        "guardian: a child subreaper",
+    ),
+    (
+        "sub.spawn",
         "sub.command_spawned",
-        "subagent: JEL socket, fork of the guardian, command started",
+        "guardian: fork and exec of the command",
     ),
     (
         "sub.command_spawned",
@@ -102,7 +112,12 @@ const CHAIN: [(&str, &str, &str); 18] = [
 
 /// Off the critical path: the subagent's link to the agent and the host's give-back, which
 /// run beside the command and after the call.
-const SIDE: [(&str, &str, &str); 5] = [
+const SIDE: [(&str, &str, &str); 6] = [
+    (
+        "shim.granted",
+        "shim.used_sent",
+        "shim: the `used` line to the agent, a connection of its own (since 2026-11-28 once the remote shell runs)",
+    ),
     (
         "sub.command_spawned",
         "sub.connected",
@@ -111,7 +126,7 @@ const SIDE: [(&str, &str, &str); 5] = [
     (
         "sub.connected",
         "agent.sub_connected",
-        "agent: the subagent's link registered",
+ "agent: the subagent's link registered (before the guardian reads the welcome: < 0)",
     ),
     (
         "sub.command_exited",
