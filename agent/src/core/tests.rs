@@ -927,6 +927,33 @@ fn a_grant_hands_the_subagent_the_labs_mark() {
     assert_eq!(subagent[at + 1], "00ff9a");
 }
 
+/// The remote shell passes no environment: an agent with `RB_STEP_TIMES` (a benchmark's)
+/// tells its subagents the file on their command line, and only then.
+#[test]
+fn a_grant_hands_the_subagent_the_step_file_only_when_the_agent_has_one() {
+    let grant_args = |step_times: Option<&str>| {
+        let mut grant = template();
+        grant.step_times = step_times.map(PathBuf::from);
+        let core = AgentCore::new(CoreConfig {
+            grace_ms: 5000,
+            grant,
+            module: None,
+            agent_pid: 1000,
+        });
+        match core.granted_reply(3, "node03".into(), "10.0.0.3".into()) {
+            ShimReply::Granted { subagent, .. } => subagent,
+            other => panic!("not a grant: {other:?}"),
+        }
+    };
+    let args = grant_args(Some("/lab/home/steps"));
+    let at = args
+        .iter()
+        .position(|a| a == "--step-times")
+        .expect("--step-times given");
+    assert_eq!(args[at + 1], "/lab/home/steps");
+    assert!(!grant_args(None).iter().any(|a| a == "--step-times"));
+}
+
 // The JEL pool's events ([`Output::Pool`]): one place, in the order the pool must see them.
 
 /// The timer a lost subagent link of a host the job keeps sets (JEL's `host_lost`).
