@@ -92,7 +92,12 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
         Arc::new(job_key.secret().clone()),
     );
     let (events_tx, events) = mpsc::channel(256);
-    let shim_task = tokio::spawn(listeners::serve_shims(shims, events_tx.clone()));
+    let taken_back = listeners::TakenBackBook::default();
+    let shim_task = tokio::spawn(listeners::serve_shims(
+        shims,
+        events_tx.clone(),
+        taken_back.clone(),
+    ));
     let module = cfg
         .module
         .as_deref()
@@ -137,6 +142,7 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
         env.hosts_file.clone(),
         pool,
         masters.clone(),
+        taken_back,
     );
     let code = shell.drive(child, events).await;
     shim_task.abort();

@@ -1125,6 +1125,32 @@ fn taken_back_answer(job: &mut Job, shim: ShimId, alloc: AllocId) -> Vec<Output>
     job.feed(Input::ShimTakenBack { shim, alloc })
 }
 
+/// The book the shims' listener answers `taken_back` from says what the core's own answer
+/// says, and its version changes with it (the shell republishes only then).
+#[test]
+fn the_taken_back_book_agrees_with_the_cores_answer() {
+    let mut job = Job::plain();
+    job.holding(7, "node03", Some(70));
+    let (v0, book) = job.core.taken_back_book();
+    assert!(book.is_empty());
+    job.reclaim(7, "node03", 1000);
+    let (v1, book) = job.core.taken_back_book();
+    assert_ne!(v0, v1);
+    assert_eq!(job.core.taken_back_version(), v1);
+    let out = taken_back_answer(&mut job, 2, 7);
+    let [Output::ReplyShim {
+        reply: ShimReply::TakenBack { host, message, .. },
+        ..
+    }] = &out[..]
+    else {
+        panic!("not taken back: {out:?}");
+    };
+    assert_eq!(book.get(&7), Some(&(host.clone(), message.clone())));
+    assert_eq!(book.len(), 1);
+    job.reclaim(7, "node03", 1000);
+    assert_eq!(job.core.taken_back_version(), v1, "remembered once");
+}
+
 #[test]
 fn a_shim_learns_that_its_host_was_taken_back_while_the_command_ran() {
     let mut job = Job::plain();

@@ -34,7 +34,7 @@ use crate::{
     jelrelay::{Route, Routes},
     jobenv,
     link::{self, Conn},
-    listeners::Event,
+    listeners::{Event, TakenBackBook},
     module::Runner,
 };
 
@@ -82,6 +82,10 @@ pub(super) struct Shell {
     routes: Routes,
     /// The job's ssh master connections, closed when their host leaves the job.
     masters: crate::mux::Masters,
+    /// What the shims' listener answers `taken_back` questions from, and the core's
+    /// version of it last published.
+    taken_back: TakenBackBook,
+    taken_back_version: u64,
 }
 
 /// The most bytes of lines one `jel_send` carries (a frame holds at most
@@ -102,10 +106,13 @@ impl Shell {
         hosts_file: PathBuf,
         pool: (PoolHost, mpsc::UnboundedReceiver<RemoteOut>),
         masters: crate::mux::Masters,
+        taken_back: TakenBackBook,
     ) -> Self {
         let (pool, remote) = pool;
         Self {
             masters,
+            taken_back,
+            taken_back_version: 0,
             core,
             broker,
             broker_live: true,
@@ -183,6 +190,7 @@ impl Shell {
     async fn step(&mut self, input: Option<Input>) -> Option<i32> {
         let input = input?;
         let mut queue: VecDeque<Output> = self.core.handle(input, now()).into();
+        self.publish_taken_back();
         while let Some(output) = queue.pop_front() {
             match self.perform(output).await {
                 Performed::Done => {}
@@ -190,11 +198,28 @@ impl Shell {
                     for output in self.core.handle(input, now()).into_iter().rev() {
                         queue.push_front(output);
                     }
+                    self.publish_taken_back();
                 }
                 Performed::Exit(status) => return Some(status),
             }
         }
         None
+    }
+
+    /// Hands the shims' listener the allocations taken back when they changed: before the
+    /// outputs of the input that changed them (a reclaim's `terminate` to the subagent), so a
+    /// remote shell that ends because of it is answered `taken_back`.
+    fn publish_taken_back(&mut self) {
+        let version = self.core.taken_back_version();
+        if version == self.taken_back_version {
+            return;
+        }
+        self.taken_back_version = version;
+        let (_, book) = self.core.taken_back_book();
+        match self.taken_back.lock() {
+            Ok(mut shared) => *shared = book,
+            Err(poisoned) => *poisoned.into_inner() = book,
+        }
     }
 
     /// An event of the listeners, module runner or launcher watches as the core's input;
@@ -225,11 +250,6 @@ impl Shell {
             Event::ShimAttach { conn, host, reply } => {
                 self.shims.insert(conn, reply);
                 Input::ShimAttach { shim: conn, host }
-            }
-            Event::ShimTakenBack { conn, alloc, reply } => {
-                steptimes::mark("agent.taken_back_asked", Some(alloc));
-                self.shims.insert(conn, reply);
-                Input::ShimTakenBack { shim: conn, alloc }
             }
             Event::Resolved { symbolic, pid } => Input::Resolved { symbolic, pid },
             Event::Named { host } => Input::Named { host },
