@@ -138,11 +138,10 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
         core,
         broker,
         runner,
-        events_tx,
+        (events_tx, taken_back),
         env.hosts_file.clone(),
         pool,
         masters.clone(),
-        taken_back,
     );
     let code = shell.drive(child, events).await;
     shim_task.abort();

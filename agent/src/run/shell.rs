@@ -102,13 +102,13 @@ impl Shell {
         core: AgentCore,
         broker: Broker,
         runner: Option<Runner>,
-        events_tx: mpsc::Sender<Event>,
+        listeners: (mpsc::Sender<Event>, TakenBackBook),
         hosts_file: PathBuf,
         pool: (PoolHost, mpsc::UnboundedReceiver<RemoteOut>),
         masters: crate::mux::Masters,
-        taken_back: TakenBackBook,
     ) -> Self {
         let (pool, remote) = pool;
+        let (events_tx, taken_back) = listeners;
         Self {
             masters,
             taken_back,
