@@ -59,12 +59,12 @@ const CHAIN: [(&str, &str, &str); 20] = [
     (
         "shim.spawn",
         "shim.spawned",
-        "shim: fork and exec of the real rsh",
+        "shim: fork and exec of the real remote shell",
     ),
     (
         "shim.spawned",
         "sub.start",
-        "rsh → in.rshd → remote shell → `rb-subagent`'s main (node03)",
+        "the real remote shell (rsh or ssh) → its daemon → the login shell → `rb-subagent`'s main (node03)",
     ),
     (
         "sub.start",
