@@ -3,11 +3,17 @@
 //! - the TCP port where subagents on allocated hosts report (the job's own key,
 //!   [`crate::jobkey`]; HMAC handshake).
 //!
-//! Tasks turn traffic into [`Event`]s for the agent's shell and carry its answers back.
+//! Tasks turn traffic into [`Event`]s for the agent's shell and carry its answers back; a
+//! shim's `taken_back` question is answered by its task at once from the [`TakenBackBook`]
+//! the shell publishes (the question comes when a remote shell ends, just when the host's
+//! subagent link and give-back keep the shell busy).
 
-use std::sync::{
-    atomic::{AtomicU64, Ordering},
-    Arc,
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
 };
 
 use proto::{
@@ -37,12 +43,6 @@ pub enum Event {
     ShimAttach {
         conn: u64,
         host: String,
-        reply: mpsc::Sender<ShimReply>,
-    },
-    /// A shim whose remote shell for `alloc` exited 0 asks whether it was taken back.
-    ShimTakenBack {
-        conn: u64,
-        alloc: u64,
         reply: mpsc::Sender<ShimReply>,
     },
     /// A job process looked a symbolic name up (`librb_preload.so`).
@@ -94,19 +94,48 @@ fn next_id() -> u64 {
     NEXT_ID.fetch_add(1, Ordering::Relaxed)
 }
 
+/// The allocations the broker took back from the job (`alloc → (host, why)`), as the core
+/// last had them (`AgentCore::taken_back_book`, published by the shell after each input):
+/// a `taken_back` question is answered from it at once.
+pub type TakenBackBook = Arc<Mutex<HashMap<u64, (String, String)>>>;
+
 /// Serves shims until the listener is dropped.
-pub async fn serve_shims(listener: UnixListener, events: mpsc::Sender<Event>) {
+pub async fn serve_shims(listener: UnixListener, events: mpsc::Sender<Event>, book: TakenBackBook) {
     let uid = nix::unistd::getuid().as_raw();
     while let Ok((stream, _)) = listener.accept().await {
         if peercred::peer_uid(&stream) != Some(uid) {
             warn!("refused a shim connection from another uid");
             continue;
         }
-        tokio::spawn(shim_conn(FramedConn::new(stream), events.clone()));
+        tokio::spawn(shim_conn(
+            FramedConn::new(stream),
+            events.clone(),
+            book.clone(),
+        ));
     }
 }
 
-async fn shim_conn(mut conn: FramedConn<tokio::net::UnixStream>, events: mpsc::Sender<Event>) {
+/// The answer to a shim's `taken_back` question about `alloc`.
+fn taken_back_reply(book: &TakenBackBook, alloc: u64) -> ShimReply {
+    let known = book
+        .lock()
+        .map(|b| b.get(&alloc).cloned())
+        .unwrap_or_else(|poisoned| poisoned.into_inner().get(&alloc).cloned());
+    match known {
+        Some((host, message)) => ShimReply::TakenBack {
+            alloc,
+            host,
+            message,
+        },
+        None => ShimReply::NotTakenBack { alloc },
+    }
+}
+
+async fn shim_conn(
+    mut conn: FramedConn<tokio::net::UnixStream>,
+    events: mpsc::Sender<Event>,
+    book: TakenBackBook,
+) {
     let id = next_id();
     let (tx, mut rx) = mpsc::channel(8);
     let event = match conn.recv::<ShimRequest>().await {
@@ -121,11 +150,11 @@ async fn shim_conn(mut conn: FramedConn<tokio::net::UnixStream>, events: mpsc::S
             host,
             reply: tx,
         },
-        Ok(ShimRequest::TakenBack { alloc, .. }) => Event::ShimTakenBack {
-            conn: id,
-            alloc,
-            reply: tx,
-        },
+        Ok(ShimRequest::TakenBack { alloc, .. }) => {
+            steptimes::mark("agent.taken_back_asked", Some(alloc));
+            let _ = conn.send(&taken_back_reply(&book, alloc)).await;
+            return;
+        }
         Ok(ShimRequest::Resolved { symbolic, pid }) => {
             let _ = events.send(Event::Resolved { symbolic, pid }).await;
             return;

@@ -92,7 +92,12 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
         Arc::new(job_key.secret().clone()),
     );
     let (events_tx, events) = mpsc::channel(256);
-    let shim_task = tokio::spawn(listeners::serve_shims(shims, events_tx.clone()));
+    let taken_back = listeners::TakenBackBook::default();
+    let shim_task = tokio::spawn(listeners::serve_shims(
+        shims,
+        events_tx.clone(),
+        taken_back.clone(),
+    ));
     let module = cfg
         .module
         .as_deref()
@@ -116,6 +121,9 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
             preload,
             lab_mark: job.lab_mark.clone(),
             remote_shell: job.remote_shell.clone(),
+            step_times: std::env::var_os(steptimes::ENV_STEP_TIMES)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
         },
         module,
         agent_pid: std::process::id(),
@@ -130,7 +138,7 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
         core,
         broker,
         runner,
-        events_tx,
+        (events_tx, taken_back),
         env.hosts_file.clone(),
         pool,
         masters.clone(),

@@ -78,6 +78,7 @@ pub const TAG_VAR: &str = proto::tag::SUBAGENT_TAG_VAR;
 
 /// Runs the front and forks the guardian; returns the exit code for the front.
 pub fn run(cfg: SubagentConfig) -> i32 {
+    steptimes::mark("sub.start", Some(cfg.alloc));
     unblock_signals();
     // The lab's mark lets the host daemon tell this lab's leftovers from another broker's.
     // Given by the agent (the broker told it); else derived from the secret file, which
@@ -90,6 +91,7 @@ pub fn run(cfg: SubagentConfig) -> i32 {
     let tag = proto::tag::subagent_tag(cfg.alloc, std::process::id(), lab.as_deref());
     // Without it the command runs with no `RB_JEL` (the guardian's log says why).
     let jel = subjel::bind(std::process::id());
+    steptimes::mark("sub.jel_bound", Some(cfg.alloc));
     // Should the guardian be killed, its children (the command, what it abandoned) come to
     // the front, which then ends them.
     let _ = crate::proctree::become_subreaper();
@@ -104,13 +106,17 @@ pub fn run(cfg: SubagentConfig) -> i32 {
     // threads and runtime after the fork.
     match unsafe { nix::unistd::fork() } {
         Ok(nix::unistd::ForkResult::Child) => {
+            steptimes::mark("sub.guardian_start", Some(cfg.alloc));
             drop(from_guardian);
             std::process::exit(guardian_process(cfg, tag, to_front, jel));
         }
         Ok(nix::unistd::ForkResult::Parent { .. }) => {
             drop(to_front);
             let jel_dir = jel.ok().map(|b| b.dir);
-            front(from_guardian, &tag, jel_dir)
+            let alloc = cfg.alloc;
+            let code = front(from_guardian, &tag, jel_dir);
+            steptimes::mark("sub.front_exit", Some(alloc));
+            code
         }
         Err(e) => {
             eprintln!("rb-subagent: fork: {e}");
@@ -164,6 +170,7 @@ fn guardian_process(
         eprintln!("rb-subagent: not a child subreaper ({e}): a daemon may outlive the job");
     }
     let jel_socket = jel.as_ref().ok().map(subjel::Bound::socket);
+    steptimes::mark("sub.spawn", Some(cfg.alloc));
     let child = match spawn_either(&cfg, &tag, jel_socket.as_deref()) {
         Ok(c) => c,
         Err(e) => {
@@ -174,6 +181,7 @@ fn guardian_process(
         }
     };
     let pid = child.id() as i32;
+    steptimes::mark("sub.command_spawned", Some(cfg.alloc));
     // The front waits for the pid, then the code (the reaper's).
     let _ = nix::unistd::write(&to_front, &pid.to_le_bytes());
     let watch = Watch {
@@ -187,12 +195,14 @@ fn guardian_process(
     };
     detach_from_session();
     let (status_tx, status_rx) = tokio::sync::oneshot::channel();
+    let alloc = cfg.alloc;
     let spawned = std::thread::Builder::new()
         .name("reaper".into())
         .spawn(move || {
             let mut to_front = Some(to_front);
             let mut status_tx = Some(status_tx);
             reap_children(Some(pid), |code| {
+                steptimes::mark("sub.command_exited", Some(alloc));
                 if let Some(fd) = to_front.take() {
                     let _ = nix::unistd::write(&fd, &code.to_le_bytes());
                 }
@@ -355,7 +365,9 @@ fn guardian(
             .map_err(|e| tracing::warn!(error = %e, "the command runs without a JEL socket"))
             .ok();
         let mut relay = Relay::start(bound);
+        let alloc = cfg.alloc;
         guard(cfg, &watch, status_rx, &mut relay).await;
+        steptimes::mark("sub.guardian_done", Some(alloc));
     });
     0
 }
@@ -438,6 +450,7 @@ async fn guard(
             }
         };
         lost_since = None;
+        steptimes::mark("sub.connected", Some(cfg.alloc));
         let host = nix::unistd::gethostname()
             .map(|h| h.to_string_lossy().into_owned())
             .unwrap_or_default();
@@ -453,6 +466,7 @@ async fn guard(
         }
         if let Some(status) = exit_status {
             let _ = conn.send(&ToBroker::SubExited { status }).await;
+            steptimes::mark("sub.exited_sent", Some(cfg.alloc));
         }
         // The job is told once (its agent prints it on the job's stderr and keeps it as a
         // note): its command runs, but this host's runtime directory is not the usual one.
@@ -460,6 +474,7 @@ async fn guard(
             let _ = conn.send(&ToBroker::JobNote { text }).await;
         }
         let mut s = Session {
+            alloc: cfg.alloc,
             conn: &mut conn,
             watch,
             relay,
@@ -503,6 +518,8 @@ enum SessionEnd {
 
 /// One connection to the agent, with what it serves.
 struct Session<'a> {
+    /// For the step times.
+    alloc: u64,
     conn: &'a mut FramedConn<tokio::net::TcpStream>,
     watch: &'a Watch,
     relay: &'a mut Relay,
@@ -537,6 +554,7 @@ impl Session<'_> {
                     let code = status.unwrap_or(1);
                     *exit_status = Some(code);
                     if self.conn.send(&ToBroker::SubExited { status: code }).await.is_err() { return SessionEnd::Lost; }
+                    steptimes::mark("sub.exited_sent", Some(self.alloc));
                     // Usually nothing outlives the command: the host goes back now, not at the
                     // next poll (up to GROUP_POLL later, while the next request waits for it).
                     if !self.watch.alive() {

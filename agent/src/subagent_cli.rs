@@ -27,6 +27,10 @@ pub struct Args {
     /// can end what is left of it once the allocation is over.
     #[arg(long)]
     pub lab_mark: Option<String>,
+    /// Append the subagent's step times to this file (a benchmark's: the agent passes its
+    /// own `RB_STEP_TIMES` on; see `rb-bench --agent-parts steps`).
+    #[arg(long, value_name = "FILE")]
+    pub step_times: Option<PathBuf>,
     /// The command, as the remote shell would receive it.
     #[arg(short = 'c')]
     pub command: String,

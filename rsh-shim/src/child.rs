@@ -65,19 +65,25 @@ impl Ended {
 }
 
 /// Runs `plan` (environment as [`launch::exec`] sets it) as a child with the caller's stdio,
-/// passing [`FORWARDED`] signals on to it, and waits for its end.
-pub fn run(plan: &Plan, depth: u32) -> io::Result<Ended> {
+/// passing [`FORWARDED`] signals on to it, and waits for its end (`alloc`: the grant it
+/// runs for, in the step times). `on_spawned` runs once the child runs, before the wait:
+/// what need not delay the remote shell's start.
+pub fn run(plan: &Plan, depth: u32, alloc: u64, on_spawned: impl FnOnce()) -> io::Result<Ended> {
     let mut cmd = launch::command(plan, depth);
     // Blocked until the child's pid is known, so that a signal in between is passed on
     // rather than lost; the child starts with an empty mask (std resets it).
     let previous = block_forwarded();
     install_handlers();
+    steptimes::mark("shim.spawn", Some(alloc));
     let spawned = cmd.spawn();
+    steptimes::mark("shim.spawned", Some(alloc));
     if let Ok(child) = &spawned {
         CHILD.store(child.id() as i32, Ordering::SeqCst);
     }
     restore_mask(&previous);
-    let status = spawned?.wait()?;
+    let mut child = spawned?;
+    on_spawned();
+    let status = child.wait()?;
     Ok(Ended::of(status))
 }
 

@@ -49,6 +49,7 @@ pub fn converse<S: Read + Write>(
     mut on_queued: impl FnMut(u32, Option<&str>),
 ) -> Result<Outcome, ConversationError> {
     send(&mut stream, request)?;
+    steptimes::mark("shim.request_sent", None);
     let mut reader = BufReader::new(stream);
     loop {
         match read_reply(&mut reader)? {

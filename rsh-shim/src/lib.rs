@@ -500,6 +500,7 @@ fn via_agent(request: &Request, env: &Env, depth: u32) -> Result<Ended, ShimErro
     };
     match ask_agent(Path::new(socket), &ask, &host, shell)? {
         Outcome::Granted(mut grant) => {
+            steptimes::mark("shim.granted", Some(grant.alloc));
             // A bare `rsh` from the broker must not find this shim first in the job's PATH.
             if let Some(program) = grant.remote_shell.first_mut() {
                 let mut name = OsString::from(program.as_str());
@@ -524,8 +525,13 @@ fn via_agent(request: &Request, env: &Env, depth: u32) -> Result<Ended, ShimErro
                 pid,
                 via: line,
             };
-            notify_agent(Path::new(socket), &used);
-            run_granted(&plan, depth, Path::new(socket), &grant, shell)
+            // Told once the remote shell runs: a line for `rb jobs`, which need not delay
+            // the remote shell's start by a connection to the agent.
+            let tell_used = || {
+                notify_agent(Path::new(socket), &used);
+                steptimes::mark("shim.used_sent", Some(grant.alloc));
+            };
+            run_granted(&plan, depth, Path::new(socket), &grant, shell, tell_used)
         }
         // The hosts file said the host was the job's, but the agent has given it back
         // meanwhile (the file trails the agent): it is an ordinary host again.
@@ -557,22 +563,28 @@ pub const TAKEN_BACK_STATUS: i32 = 128 + libc::SIGTERM;
 /// Runs a granted host's remote shell as our child (the agent's connection is closed by
 /// then), then asks the agent whether the broker took the host back meanwhile: if so, one
 /// line says so and a 0 (netkit rsh loses the remote status) becomes 143; ssh's own 143
-/// (the subagent's status for a command it ended) stands, now explained.
+/// (the subagent's status for a command it ended) stands, now explained. `on_spawned`: as
+/// in [`child::run`].
 fn run_granted(
     plan: &Plan,
     depth: u32,
     socket: &Path,
     grant: &Grant,
     shell: &str,
+    on_spawned: impl FnOnce(),
 ) -> Result<Ended, ShimError> {
-    let ended = child::run(plan, depth).map_err(|source| ShimError::Exec {
-        program: plan.program.to_string_lossy().into_owned(),
-        source,
-    })?;
+    let ended =
+        child::run(plan, depth, grant.alloc, on_spawned).map_err(|source| ShimError::Exec {
+            program: plan.program.to_string_lossy().into_owned(),
+            source,
+        })?;
+    steptimes::mark("shim.child_exited", Some(grant.alloc));
     if !matches!(ended, Ended::Code(0 | TAKEN_BACK_STATUS | 255)) {
         return Ok(ended);
     }
-    match ask_taken_back(socket, grant.alloc) {
+    let answer = ask_taken_back(socket, grant.alloc);
+    steptimes::mark("shim.taken_back_answered", Some(grant.alloc));
+    match answer {
         Some((host, message)) => {
             let _ = writeln!(
                 io::stderr(),

@@ -15,9 +15,13 @@ use std::ffi::{c_char, c_int, OsString};
 
 #[no_mangle]
 pub extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
+    steptimes::mark("shim.start", None);
     let args: Vec<OsString> = std::env::args_os().collect();
     match rsh_shim::run(&args, &rsh_shim::Env::from_process()) {
-        Ok(ended) => ended.exit(),
+        Ok(ended) => {
+            steptimes::mark("shim.exit", None);
+            ended.exit()
+        }
         Err(err) => {
             let argv0 = args.first().map(OsString::as_os_str).unwrap_or_default();
             let shell = rsh_shim::args::program_name(argv0)

@@ -642,3 +642,81 @@ fn a_stopped_agents_processes_end_at_the_reclaim_deadline_before_the_host_goes_o
         broker.log()
     );
 }
+
+/// `RB_STEP_TIMES` (the `steptimes` crate): one `rsh anyLinux true` leaves the steps of
+/// the shim, the agent and the subagent (told by the agent, `--step-times`) in the file, on
+/// one clock, the granted allocation's in order; unset, no process writes a step.
+#[test]
+fn step_times_record_a_call_from_shim_to_subagent_and_nothing_when_unset() {
+    let broker = Broker::start(&local_lab(1));
+    broker.wait_all_up(Duration::from_secs(10));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("steps");
+    let out = broker
+        .agent(&["rsh", "anyLinux", "true"])
+        .env(steptimes::ENV_STEP_TIMES, &file)
+        .output()
+        .expect("agent");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The guardian's last steps may come after the agent's end.
+    let want = [
+        "shim.start",
+        "shim.request_sent",
+        "agent.shim_request",
+        "agent.allocate_sent",
+        "agent.broker_granted",
+        "agent.grant_sent",
+        "shim.granted",
+        "shim.spawn",
+        "sub.start",
+        "sub.command_spawned",
+        "sub.command_exited",
+        "sub.front_exit",
+        "shim.child_exited",
+        "shim.exit",
+    ];
+    let lines = wait_until(Duration::from_secs(20), || {
+        let text = std::fs::read_to_string(&file).ok()?;
+        let lines: Vec<steptimes::Line> = text.lines().filter_map(steptimes::parse_line).collect();
+        want.iter()
+            .chain(&["sub.guardian_done"])
+            .all(|w| lines.iter().any(|l| l.step == *w))
+            .then_some(lines)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "steps missing from {}:\n{}",
+            file.display(),
+            std::fs::read_to_string(&file).unwrap_or_default()
+        )
+    });
+    let at = |step: &str| lines.iter().find(|l| l.step == step).map(|l| l.ns);
+    let times: Vec<u64> = want.iter().filter_map(|w| at(w)).collect();
+    assert!(
+        times.windows(2).all(|w| w[0] <= w[1]),
+        "steps out of order: {:?}",
+        want.iter().zip(&times).collect::<Vec<_>>()
+    );
+    let alloc = lines
+        .iter()
+        .find(|l| l.step == "shim.granted")
+        .and_then(|l| l.alloc);
+    assert!(alloc.is_some());
+    for step in ["agent.grant_sent", "sub.start", "sub.command_exited"] {
+        let l = lines.iter().find(|l| l.step == step).expect("present");
+        assert_eq!(l.alloc, alloc, "{step}");
+    }
+
+    let before = std::fs::read_to_string(&file).expect("read");
+    let out = broker
+        .agent(&["rsh", "anyLinux", "true"])
+        .env_remove(steptimes::ENV_STEP_TIMES)
+        .output()
+        .expect("agent");
+    assert!(out.status.success());
+    assert_eq!(std::fs::read_to_string(&file).expect("read"), before);
+}

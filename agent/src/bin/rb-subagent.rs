@@ -15,6 +15,9 @@ fn main() {
         std::process::exit(agent::jobguard::guard_job(&argv[2..]));
     }
     let args = Args::parse();
+    if let Some(file) = &args.step_times {
+        steptimes::set_file(file);
+    }
     let cfg = agent::subagent::SubagentConfig {
         agent: args.agent,
         alloc: args.alloc,

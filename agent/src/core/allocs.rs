@@ -241,6 +241,7 @@ impl AgentCore {
             host: a.host.clone(),
             message,
         });
+        self.taken_back_added += 1;
         while self.taken_back.len() > TAKEN_BACK_MEMORY {
             self.taken_back.pop_front();
         }

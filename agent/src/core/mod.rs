@@ -139,6 +139,9 @@ pub struct GrantTemplate {
     pub lab_mark: Option<String>,
     /// The real remote shell, as the broker gave it.
     pub remote_shell: Vec<String>,
+    /// Where subagents append their step times (`--step-times`): the agent's own
+    /// `RB_STEP_TIMES` (a benchmark's, see the `steptimes` crate); none normally.
+    pub step_times: Option<PathBuf>,
 }
 
 /// A module job's settings (`module="NAME"`).
@@ -177,7 +180,9 @@ pub enum Input {
     /// A shim asks how to reach `host`, one of the job's hosts, under a subagent.
     ShimAttach { shim: ShimId, host: String },
     /// A shim whose remote shell for `alloc` exited 0 asks whether the broker took `alloc`
-    /// back from the job (answered in every phase: the job's end does not change it).
+    /// back from the job (answered in every phase: the job's end does not change it). The
+    /// shell answers these from [`AgentCore::taken_back_book`] at once, with the same
+    /// answer as this input gives.
     ShimTakenBack { shim: ShimId, alloc: AllocId },
     /// A job process looked a symbolic name up (`librb_preload.so`).
     Resolved { symbolic: String, pid: u32 },
@@ -357,6 +362,8 @@ pub struct AgentCore {
     /// Allocations the broker took back, oldest first (at most
     /// [`proto::agent::TAKEN_BACK_MEMORY`]).
     taken_back: VecDeque<TakenBack>,
+    /// How many allocations were ever added to `taken_back` (changes with it).
+    taken_back_added: u64,
     /// The [`Input::RouteUsed`] lines already noted (at most [`ROUTE_NOTES`]).
     route_notes: HashSet<String>,
     /// The [`Input::SubNote`] lines already noted (at most [`ROUTE_NOTES`]).
@@ -383,9 +390,29 @@ impl AgentCore {
             module,
             broker: Link::Live,
             taken_back: VecDeque::new(),
+            taken_back_added: 0,
             route_notes: HashSet::new(),
             sub_notes: HashSet::new(),
         }
+    }
+
+    /// The allocations the broker took back (`alloc → (host, why)`), what a shim's
+    /// `taken_back` question is answered from, and a number that changes whenever they do.
+    /// The shell publishes them after each input, so the shims' listener answers at once
+    /// instead of queueing the question behind the job's other events (the host's give-back
+    /// among them, right when a remote shell ends).
+    pub fn taken_back_book(&self) -> (u64, HashMap<AllocId, (String, String)>) {
+        let book = self
+            .taken_back
+            .iter()
+            .map(|t| (t.alloc, (t.host.clone(), t.message.clone())))
+            .collect();
+        (self.taken_back_added, book)
+    }
+
+    /// Changes whenever [`Self::taken_back_book`] does.
+    pub fn taken_back_version(&self) -> u64 {
+        self.taken_back_added
     }
 
     /// The job's phase.

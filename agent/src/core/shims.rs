@@ -297,6 +297,9 @@ impl AgentCore {
         if let Some(mark) = &g.lab_mark {
             subagent.extend(["--lab-mark".into(), mark.clone()]);
         }
+        if let Some(file) = &g.step_times {
+            subagent.extend(["--step-times".into(), file.display().to_string()]);
+        }
         ShimReply::Granted {
             alloc,
             host,

@@ -25,6 +25,7 @@ fn template() -> GrantTemplate {
         preload: None,
         lab_mark: None,
         remote_shell: vec!["ssh".into()],
+        step_times: None,
     }
 }
 
@@ -926,6 +927,33 @@ fn a_grant_hands_the_subagent_the_labs_mark() {
     assert_eq!(subagent[at + 1], "00ff9a");
 }
 
+/// The remote shell passes no environment: an agent with `RB_STEP_TIMES` (a benchmark's)
+/// tells its subagents the file on their command line, and only then.
+#[test]
+fn a_grant_hands_the_subagent_the_step_file_only_when_the_agent_has_one() {
+    let grant_args = |step_times: Option<&str>| {
+        let mut grant = template();
+        grant.step_times = step_times.map(PathBuf::from);
+        let core = AgentCore::new(CoreConfig {
+            grace_ms: 5000,
+            grant,
+            module: None,
+            agent_pid: 1000,
+        });
+        match core.granted_reply(3, "node03".into(), "10.0.0.3".into()) {
+            ShimReply::Granted { subagent, .. } => subagent,
+            other => panic!("not a grant: {other:?}"),
+        }
+    };
+    let args = grant_args(Some("/lab/home/steps"));
+    let at = args
+        .iter()
+        .position(|a| a == "--step-times")
+        .expect("--step-times given");
+    assert_eq!(args[at + 1], "/lab/home/steps");
+    assert!(!grant_args(None).iter().any(|a| a == "--step-times"));
+}
+
 // The JEL pool's events ([`Output::Pool`]): one place, in the order the pool must see them.
 
 /// The timer a lost subagent link of a host the job keeps sets (JEL's `host_lost`).
@@ -1095,6 +1123,32 @@ fn pool_the_job_end_terminates_the_pool_after_the_end_sequence_right_before_the_
 /// The answer to a shim whose remote shell for `alloc` exited 0.
 fn taken_back_answer(job: &mut Job, shim: ShimId, alloc: AllocId) -> Vec<Output> {
     job.feed(Input::ShimTakenBack { shim, alloc })
+}
+
+/// The book the shims' listener answers `taken_back` from says what the core's own answer
+/// says, and its version changes with it (the shell republishes only then).
+#[test]
+fn the_taken_back_book_agrees_with_the_cores_answer() {
+    let mut job = Job::plain();
+    job.holding(7, "node03", Some(70));
+    let (v0, book) = job.core.taken_back_book();
+    assert!(book.is_empty());
+    job.reclaim(7, "node03", 1000);
+    let (v1, book) = job.core.taken_back_book();
+    assert_ne!(v0, v1);
+    assert_eq!(job.core.taken_back_version(), v1);
+    let out = taken_back_answer(&mut job, 2, 7);
+    let [Output::ReplyShim {
+        reply: ShimReply::TakenBack { host, message, .. },
+        ..
+    }] = &out[..]
+    else {
+        panic!("not taken back: {out:?}");
+    };
+    assert_eq!(book.get(&7), Some(&(host.clone(), message.clone())));
+    assert_eq!(book.len(), 1);
+    job.reclaim(7, "node03", 1000);
+    assert_eq!(job.core.taken_back_version(), v1, "remembered once");
 }
 
 #[test]

@@ -101,6 +101,7 @@ impl Walk {
                 preload: None,
                 lab_mark: None,
                 remote_shell: vec!["rsh".into()],
+                step_times: None,
             },
             module: module.then_some(ModuleConfig {
                 programs,

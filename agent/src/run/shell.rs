@@ -34,7 +34,7 @@ use crate::{
     jelrelay::{Route, Routes},
     jobenv,
     link::{self, Conn},
-    listeners::Event,
+    listeners::{Event, TakenBackBook},
     module::Runner,
 };
 
@@ -82,6 +82,10 @@ pub(super) struct Shell {
     routes: Routes,
     /// The job's ssh master connections, closed when their host leaves the job.
     masters: crate::mux::Masters,
+    /// What the shims' listener answers `taken_back` questions from, and the core's
+    /// version of it last published.
+    taken_back: TakenBackBook,
+    taken_back_version: u64,
 }
 
 /// The most bytes of lines one `jel_send` carries (a frame holds at most
@@ -98,14 +102,17 @@ impl Shell {
         core: AgentCore,
         broker: Broker,
         runner: Option<Runner>,
-        events_tx: mpsc::Sender<Event>,
+        listeners: (mpsc::Sender<Event>, TakenBackBook),
         hosts_file: PathBuf,
         pool: (PoolHost, mpsc::UnboundedReceiver<RemoteOut>),
         masters: crate::mux::Masters,
     ) -> Self {
         let (pool, remote) = pool;
+        let (events_tx, taken_back) = listeners;
         Self {
             masters,
+            taken_back,
+            taken_back_version: 0,
             core,
             broker,
             broker_live: true,
@@ -156,7 +163,12 @@ impl Shell {
                     None
                 }
                 msg = self.broker.conn.recv::<FromBroker>(), if self.broker_live => match msg {
-                    Ok(msg) => Some(Input::Broker(msg)),
+                    Ok(msg) => {
+                        if let FromBroker::Granted { alloc, .. } = &msg {
+                            steptimes::mark("agent.broker_granted", Some(*alloc));
+                        }
+                        Some(Input::Broker(msg))
+                    }
                     Err(e) => {
                         warn!(error = %e, "the broker connection failed");
                         self.broker_live = false;
@@ -178,6 +190,7 @@ impl Shell {
     async fn step(&mut self, input: Option<Input>) -> Option<i32> {
         let input = input?;
         let mut queue: VecDeque<Output> = self.core.handle(input, now()).into();
+        self.publish_taken_back();
         while let Some(output) = queue.pop_front() {
             match self.perform(output).await {
                 Performed::Done => {}
@@ -185,11 +198,28 @@ impl Shell {
                     for output in self.core.handle(input, now()).into_iter().rev() {
                         queue.push_front(output);
                     }
+                    self.publish_taken_back();
                 }
                 Performed::Exit(status) => return Some(status),
             }
         }
         None
+    }
+
+    /// Hands the shims' listener the allocations taken back when they changed: before the
+    /// outputs of the input that changed them (a reclaim's `terminate` to the subagent), so a
+    /// remote shell that ends because of it is answered `taken_back`.
+    fn publish_taken_back(&mut self) {
+        let version = self.core.taken_back_version();
+        if version == self.taken_back_version {
+            return;
+        }
+        self.taken_back_version = version;
+        let (_, book) = self.core.taken_back_book();
+        match self.taken_back.lock() {
+            Ok(mut shared) => *shared = book,
+            Err(poisoned) => *poisoned.into_inner() = book,
+        }
     }
 
     /// An event of the listeners, module runner or launcher watches as the core's input;
@@ -202,6 +232,7 @@ impl Shell {
                 pid,
                 reply,
             } => {
+                steptimes::mark("agent.shim_request", None);
                 // Read now, as the call arrives: once refused, the shim exits and its caller
                 // reaps it, and a process that is gone descends from nobody.
                 let lineage = match self.core.is_module_job() {
@@ -220,10 +251,6 @@ impl Shell {
                 self.shims.insert(conn, reply);
                 Input::ShimAttach { shim: conn, host }
             }
-            Event::ShimTakenBack { conn, alloc, reply } => {
-                self.shims.insert(conn, reply);
-                Input::ShimTakenBack { shim: conn, alloc }
-            }
             Event::Resolved { symbolic, pid } => Input::Resolved { symbolic, pid },
             Event::Named { host } => Input::Named { host },
             Event::RouteUsed { line } => Input::RouteUsed { line },
@@ -232,6 +259,7 @@ impl Shell {
                 Input::ShimGone { shim: conn }
             }
             Event::SubConnected { alloc, sub, tx } => {
+                steptimes::mark("agent.sub_connected", Some(alloc));
                 self.subs.insert(sub, tx);
                 // A subagent of the host is back: what its lost link relayed was closed there.
                 for conn in self.routes.take_orphans(alloc) {
@@ -245,10 +273,14 @@ impl Shell {
                 ..
             } => Input::SubNote { alloc, text },
             Event::SubMessage { alloc, sub, msg } => {
+                if let ToBroker::SubExited { .. } = msg {
+                    steptimes::mark("agent.sub_exited", Some(alloc));
+                }
                 self.jel_from_sub(alloc, sub, msg).await;
                 return None;
             }
             Event::SubGone { alloc, sub } => {
+                steptimes::mark("agent.sub_gone", Some(alloc));
                 self.subs.remove(&sub);
                 self.routes.sub_gone(sub);
                 Input::SubGone { alloc, sub }
@@ -269,6 +301,7 @@ impl Shell {
                 reply,
             } => {
                 let reached = self.offer(&shims, reply).await;
+                steptimes::mark("agent.grant_sent", Some(alloc));
                 return Performed::Feedback(Input::Offered { alloc, reached });
             }
             Output::CloseShim { shim } => drop(self.shims.remove(&shim)),
@@ -542,6 +575,13 @@ impl Shell {
     async fn tell_broker(&mut self, msg: ToBroker) {
         if let Err(e) = self.broker.conn.send(&msg).await {
             warn!(error = %e, "cannot reach the broker");
+        }
+        match msg {
+            ToBroker::Allocate { .. } => steptimes::mark("agent.allocate_sent", None),
+            ToBroker::GiveBack { alloc } | ToBroker::Released { alloc } => {
+                steptimes::mark("agent.give_back_sent", Some(alloc))
+            }
+            _ => {}
         }
     }
 

@@ -10,6 +10,9 @@
 //! command r mod N — so a baseline and its variants meet the same machine conditions, and
 //! each line starts with the command's index: `K MS` or `K fail STATUS`. The benchmarks
 //! run it inside lab hosts so that only the commands themselves are timed.
+//!
+//! With `RB_STEP_TIMES` set, each run's start and end are steps too (`timeit.spawn`,
+//! `timeit.reaped`; see the `steptimes` crate): the exec of the program and its reaping.
 
 use std::{
     process::{Command, ExitCode, Stdio},
@@ -65,9 +68,11 @@ impl Timed {
             command.env_remove(name);
         }
         command.envs(self.set.iter().map(|(n, v)| (n, v)));
+        steptimes::mark("timeit.spawn", None);
         let started = Instant::now();
         let status = command.status();
         let ms = started.elapsed().as_secs_f64() * 1000.0;
+        steptimes::mark("timeit.reaped", None);
         match status {
             Ok(s) if s.success() => Ok(Ok(ms)),
             Ok(s) => Ok(Err(format!("fail {s}"))),

@@ -32,7 +32,7 @@ pub struct Options {
     pub reps: usize,
     /// Remote shells of the jobs (`rsh`, `ssh`).
     pub transports: Vec<String>,
-    /// `table1`, `table2`, `memory`, `reuse`; empty = all.
+    /// `table1`, `table2`, `memory`, `reuse`, `steps`; empty = all.
     pub parts: Vec<String>,
 }
 
@@ -57,6 +57,7 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     let mut table2 = Vec::new();
     let mut memory = None;
     let mut reuse = None;
+    let mut steps = Vec::new();
     for transport in &opts.transports {
         let env = start_broker(lab, transport);
         if opts.wants("table1") {
@@ -67,6 +68,9 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
         }
         if memory.is_none() && opts.wants("memory") {
             memory = Some(footprint(&env)?);
+        }
+        if opts.wants("steps") {
+            steps.push(crate::steps::measure(&env, transport, reps)?);
         }
         if transport == "ssh" && opts.wants("reuse") {
             reuse = Some(crate::reuse::measure(&env, reps, &real_program("ssh")?)?);
@@ -86,6 +90,9 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     }
     if let Some(r) = reuse {
         crate::reuse::print(&r);
+    }
+    if !steps.is_empty() {
+        crate::steps::print(&steps);
     }
     lab.down().map_err(|e| anyhow::anyhow!("lab down: {e}"))?;
     Ok(())
@@ -188,6 +195,16 @@ pub(crate) fn time_interleaved(
     reps: usize,
     ways: &[Vec<String>],
 ) -> anyhow::Result<Vec<(Vec<f64>, usize)>> {
+    time_interleaved_with(env, reps, ways, &[])
+}
+
+/// [`time_interleaved`] with variables `vars` set for the job's agent (and so its app).
+pub(crate) fn time_interleaved_with(
+    env: &LabWithBroker,
+    reps: usize,
+    ways: &[Vec<String>],
+    vars: &[(&str, &str)],
+) -> anyhow::Result<Vec<(Vec<f64>, usize)>> {
     let mut argv = vec![bin("rb-timeit").display().to_string(), reps.to_string()];
     for (k, way) in ways.iter().enumerate() {
         if k > 0 {
@@ -196,7 +213,10 @@ pub(crate) fn time_interleaved(
         argv.extend(way.iter().cloned());
     }
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-    let out = env.agent_as_user(FRONT_END, &[], &argv).output()?;
+    let out = env
+        .agent_as_user(FRONT_END, &[], &argv)
+        .envs(vars.iter().copied())
+        .output()?;
     let text = String::from_utf8_lossy(&out.stdout);
     if std::env::var_os("RB_BENCH_DEBUG").is_some() {
         eprintln!(

@@ -11,6 +11,7 @@ mod owner_logind;
 mod policy;
 mod reuse;
 mod ssh;
+mod steps;
 mod take_back;
 mod web;
 
@@ -44,7 +45,8 @@ struct Args {
     /// Remote shells of the agent-layer jobs.
     #[arg(long, value_delimiter = ',', default_values_t = vec!["rsh".to_string(), "ssh".to_string()])]
     agent_transports: Vec<String>,
-    /// Agent-layer parts to run (table1, table2, memory, reuse); default all.
+    /// Agent-layer parts to run (table1, table2, memory, reuse, steps: where one `rsh
+    /// anyLinux true` spends its time); default all.
     #[arg(long, value_delimiter = ',')]
     agent_parts: Vec<String>,
     /// Repetitions for the module (paper Table 3) measurements (LAM's own start-up varies
