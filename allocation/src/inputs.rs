@@ -334,11 +334,7 @@ impl Allocator {
         match (old.start, new.start) {
             (Some(a), Some(b)) => a == b,
             (None, None) if self.start_reads_now() => false,
-            (None, None) => self
-                .policy
-                .host_fields_read(Hook::Start)
-                .iter()
-                .all(|f| old.facts.same_field(&new.facts, f)),
+            (None, None) => self.reads_the_same(Hook::Start, &old.facts, &new.facts),
             _ => false,
         }
     }

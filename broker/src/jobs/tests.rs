@@ -61,6 +61,16 @@ fn registration(module: Option<&str>) -> JobRegistration {
     }
 }
 
+/// A job desk over an empty allocator, jobs over ssh.
+fn desk() -> JobDesk {
+    JobDesk::new(
+        Allocator::new(),
+        vec!["ssh".into()],
+        "ssh",
+        std::path::Path::new("/nonexistent/secret"),
+    )
+}
+
 fn granted_host(effects: &[Effect]) -> Option<String> {
     effects.iter().find_map(|e| match e {
         Effect::Granted { host, .. } => Some(host.clone()),
@@ -71,12 +81,7 @@ fn granted_host(effects: &[Effect]) -> Option<String> {
 /// A user releases the hosts of their own jobs only, and drains nothing.
 #[tokio::test]
 async fn a_user_releases_only_their_own_jobs_hosts() {
-    let mut desk = JobDesk::new(
-        Allocator::new(),
-        vec!["ssh".into()],
-        "ssh",
-        std::path::Path::new("/nonexistent/secret"),
-    );
+    let mut desk = desk();
     let now = Instant::now();
     desk.host_changed(status("node02", "10.0.0.2"), now);
     let (tx, _rx) = crate::outbox::channel(16);
@@ -112,12 +117,7 @@ async fn a_user_releases_only_their_own_jobs_hosts() {
 /// address); a module job is never granted node01, a plain job may be.
 #[tokio::test]
 async fn a_module_job_is_never_granted_the_host_its_agent_runs_on() {
-    let mut desk = JobDesk::new(
-        Allocator::new(),
-        vec!["ssh".into()],
-        "ssh",
-        std::path::Path::new("/nonexistent/secret"),
-    );
+    let mut desk = desk();
     let now = Instant::now();
     let hosts = [
         status("node01", "10.0.0.1"),
