@@ -549,7 +549,8 @@ async fn a_changed_report_after_repeated_ones_reaches_the_allocator_and_the_stat
 
 /// `rb status` at 10k hosts waited behind the second's burst of reports (0.3 s): requests
 /// have a queue of their own now, served before the next batch of reports. Here 200
-/// reports are queued before the request; with one queue the answer always saw all 200.
+/// reports are queued before the request; with one queue the answer always saw all 200,
+/// now at most one batch.
 #[tokio::test(start_paused = true)]
 async fn a_status_request_does_not_wait_behind_queued_reports() {
     let mut core = Core::start_with_queue(&[entry("node02", None)], 256);
@@ -565,11 +566,13 @@ async fn a_status_request_does_not_wait_behind_queued_reports() {
         }
     })
     .await;
+    // The core may be woken inside its wait with both queues ready and take one batch of
+    // reports first (the pick is random: neither queue starves); never more than one.
     let rows = core.status_now().await;
-    assert_eq!(
-        rows[0].load1,
-        Some(0.0),
-        "answered before the queued reports (the first report's load)"
+    let load = rows[0].load1.expect("the first report's load at least");
+    assert!(
+        load <= super::REPORT_BATCH as f64,
+        "answered after more than one batch of the queued reports (load {load})"
     );
     core.stop().await;
 }
