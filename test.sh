@@ -11,7 +11,7 @@ LAB_PACKAGES=(
   openssh-server openssh-client rsh-server rsh-client openbsd-inetd
   pvm pvm-dev lam-runtime lam4-dev libglobus-rsl-dev
   openmpi-bin libopenmpi-dev mpich libmpich-dev
-  iproute2 util-linux psmisc procps gcc parallel pdsh rsync
+  iproute2 util-linux psmisc procps gcc parallel pdsh rsync strace
   slurmctld slurmd slurm-client munge
   dbus
   prometheus chromium

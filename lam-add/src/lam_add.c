@@ -17,8 +17,13 @@
  * same new node id (modules/CONTRACT.md, Known limits). A lamgrow run at the same moment
  * from another node of the universe is not seen either; lam-grow's callers never do that.
  *
+ * Before it attaches to the local lamd it waits while one is starting (the job's lamboot
+ * still running): LAM's attach removes the session directory of a lamd it cannot reach,
+ * which would end the starting one (wait_for_the_local_lamd).
+ *
  * Exit status (see main.rs): 0 added; 1 LAM refused or failed (its message on stderr);
- * 4 no lamd of this user here; 5 another lamgrow stayed enrolled on this node for
+ * 4 no lamd of this user here (none starting either, or one that stayed without its
+ * socket for BOOT_LIMIT_MS); 5 another lamgrow stayed enrolled on this node for
  * BUSY_LIMIT_MS; 6 the host is a node of the universe already (LAM refused the boot, and
  * the host's address is one of the universe's links: what `lamnodes -i` lists).
  */
@@ -63,6 +68,9 @@ enum {
 /* How long to wait for another lamgrow of this node to end, and how often to look. */
 #define BUSY_LIMIT_MS 5000
 
+/* How long a starting lamd (session directory, no socket yet) is waited for. */
+#define BOOT_LIMIT_MS 10000
+
 /* The name LAM's lamgrow enrols under and looks for. */
 #define LAMGROW_NAME "lamgrow"
 
@@ -97,6 +105,57 @@ static int other_lamgrow_here(void)
         if (strcmp(table[i].ps_name, LAMGROW_NAME) == 0 && table[i].ps_pid != lam_getpid())
             return 1;
     return 0;
+}
+
+/* What this node's LAM session directory says of the local lamd (LAM's own paths: the
+   directory and its kernel socket, lam_get_tmpdir and lam_get_sockname). */
+enum local_lamd { LAMD_NONE, LAMD_STARTING, LAMD_LISTENING };
+
+static enum local_lamd local_lamd(void)
+{
+    char *dir = lam_get_tmpdir();
+    char *socket = lam_get_sockname();
+    enum local_lamd state = LAMD_NONE;
+    if (dir != NULL && socket != NULL)
+        state = access(socket, F_OK) == 0 ? LAMD_LISTENING
+                : access(dir, F_OK) == 0  ? LAMD_STARTING
+                                          : LAMD_NONE;
+    free(dir);
+    free(socket);
+    return state;
+}
+
+/* 0 once the local lamd listens, -1 when none does (said on stderr). LAM's client attach
+   (kenter) that finds no lamd *removes the session directory*; a lamd between its mkdir of
+   that directory and its socket (a lamboot of the job in progress) then fails ("chdir
+   failed!", exit 2) and the lamboot waits 60 s for it. So this program attaches only to a
+   lamd whose socket is there, and waits while one is starting, at most BOOT_LIMIT_MS: a
+   directory without a socket for that long is one a dead lamd left. */
+static int wait_for_the_local_lamd(void)
+{
+    struct timespec start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    char here[256] = "";
+    gethostname(here, sizeof here - 1);
+    for (;;) {
+        enum local_lamd state = local_lamd();
+        if (state == LAMD_LISTENING)
+            return 0;
+        long waited = ms_since(&start);
+        if (state == LAMD_NONE) {
+            fprintf(stderr, "rb-lam-add: no LAM universe of this user on %s (no lamd)\n", here);
+            return -1;
+        }
+        if (waited >= BOOT_LIMIT_MS) {
+            fprintf(stderr,
+                    "rb-lam-add: no LAM universe of this user on %s: its session directory "
+                    "has had no lamd socket for %ld ms (a lamd that died, or a lamboot that "
+                    "hangs)\n",
+                    here, waited);
+            return -1;
+        }
+        busy_pause(waited);
+    }
 }
 
 static void wait_for_other_lamgrows(void)
@@ -274,6 +333,8 @@ int rb_lam_add(const char *host)
     lam_tmpdir_init_opt(NULL, NULL, 0);
     if (lam_ssi_base_ao_process_args(options) != 0)
         return EXIT_FAILED;
+    if (wait_for_the_local_lamd() != 0)
+        return EXIT_NO_UNIVERSE;
     if (kenter(ENROL_NAME, PRCMD) != 0) {
         char here[256] = "";
         gethostname(here, sizeof here - 1);

@@ -460,7 +460,7 @@ fn lam_grow_any_linux_with_the_front_end_inside_grows_onto_another_host() {
     }
     let env = lab_with_the_front_end_inside();
     let driver = "printf 'node02\\nnode03\\n' >~/lam-boot.schema; \
-         lamboot -s ~/lam-boot.schema </dev/null >~/lam-boot.out 2>&1 || exit 3; \
+         lamboot -s ~/lam-boot.schema </dev/null >~/lam-boot.out 2>&1 || exit 3; touch ~/lam-booted; \
          lamgrow anyLinux </dev/null >~/lam-grow.out 2>&1; \
          while [ ! -e ~/lam-stop ]; do sleep 0.1; done";
     let mut job = Some(start_job(&env, "lam", driver));
@@ -506,8 +506,15 @@ fn shipped_module(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// `lamnodes` of the job's running LAM universe: node names.
+/// `lamnodes` of the job's running LAM universe: node names; none before the job's driver
+/// has said that its lamboot returned (`~/lam-booted`). LAM's clients remove the session
+/// directory of a lamd they cannot reach: a `lamnodes` between the booting lamd's mkdir of
+/// that directory and its socket ended that lamd, and the job's lamboot waited 60 s (CI,
+/// session 19; see `lam_grow_during_the_jobs_lamboot_waits_for_its_lamd_and_leaves_the_boot_alone`).
 fn lam_nodes(env: &LabWithBroker) -> Vec<String> {
+    if !env.lab.user().home.join("lam-booted").exists() {
+        return Vec::new();
+    }
     text(&user_sh(env, FRONT_END, "lamnodes 2>/dev/null"))
         .lines()
         .filter_map(|l| l.split('\t').nth(1)?.split(':').next().map(String::from))
@@ -523,7 +530,7 @@ fn lam_grows_onto_any_linux_shrinks_on_release_and_halts() {
     build_program(&env, "mpi_hosts", "mpicc.lam", "");
     // The driver: boot LAM on node02 alone, `lamgrow anyLinux` (phase 1), wait for stop.
     let driver = "echo node02 >~/lam-boot.schema; \\
-         lamboot -s ~/lam-boot.schema </dev/null >~/lam-boot.out 2>&1 || exit 3; \\
+         lamboot -s ~/lam-boot.schema </dev/null >~/lam-boot.out 2>&1 || exit 3; touch ~/lam-booted; \\
          lamgrow anyLinux </dev/null >~/lam-grow.out 2>&1; touch ~/lam-grow.done; \\
          while [ ! -e ~/lam-mpi.go ]; do sleep 0.1; done; \\
          for i in 1 2 3 4 5; do mpirun.lam N ~/mpi_hosts; done >~/lam-mpi.out 2>&1; \\
@@ -661,6 +668,59 @@ fn lam_grow_waits_while_another_lamgrow_of_the_universe_runs() {
             "{way}: node03 in lamnodes: {out}"
         );
     }
+}
+
+/// A grow while the job's lamboot is still starting its lamd: LAM's attach to a lamd it
+/// cannot reach removes the session directory, so a lamd between its mkdir of that directory
+/// and its socket then fails ("chdir failed!") and the lamboot waits 60 s for it (CI,
+/// session 19: the test's own `lamnodes` did it). lam-grow (through rb-lam-add) waits for
+/// the socket instead. The lamd is held in that state for 2 s, deterministically: strace
+/// delays its first bind, the kernel socket's.
+#[test]
+fn lam_grow_during_the_jobs_lamboot_waits_for_its_lamd_and_leaves_the_boot_alone() {
+    if skip_unless_root(
+        "lam_grow_during_the_jobs_lamboot_waits_for_its_lamd_and_leaves_the_boot_alone",
+    ) {
+        return;
+    }
+    let env = lab();
+    let script = format!(
+        "RB_BIN_DIR={bin_dir}; export RB_BIN_DIR
+         mkdir -p ~/slow-lamd
+         printf '#!/bin/sh\\nexec strace -f -o /dev/null -e trace=bind -e inject=bind:delay_enter=2s:when=1 /usr/bin/lamd \"$@\"\\n' >~/slow-lamd/lamd
+         chmod +x ~/slow-lamd/lamd
+         echo {FRONT_END} >~/race.schema
+         dir=/tmp/lam-$(id -un)@$(hostname)
+         PATH=~/slow-lamd:$PATH LAMRSH=rsh timeout 20 lamboot -s ~/race.schema </dev/null >~/race-boot.out 2>&1 &
+         boot=$!
+         i=0
+         while [ ! -d \"$dir\" ] && [ $i -lt 10000 ]; do i=$((i + 1)); sleep 0.001; done
+         [ -d \"$dir\" ] && echo starting=yes
+         [ -S \"$dir/lam-kernel-socket\" ] && echo socket=early
+         LAMRSH=rsh {grow} node03; echo \"grow_rc=$?\"
+         wait $boot; echo \"boot_rc=$?\"
+         lamnodes 2>&1
+         lamhalt </dev/null >/dev/null 2>&1",
+        bin_dir = tests::bin_dir().display(),
+        grow = shipped_module("lam-grow").display()
+    );
+    let out = text(&user_sh(&env, FRONT_END, &script));
+    assert!(
+        out.contains("starting=yes") && !out.contains("socket=early"),
+        "the lamd was caught starting (its directory, no socket): {out}"
+    );
+    assert!(
+        out.contains("grow_rc=0"),
+        "lam-grow waited, then grew: {out}"
+    );
+    assert!(
+        out.contains("boot_rc=0"),
+        "the job's lamboot was left alone and returned: {out}"
+    );
+    assert!(
+        out.lines().any(|l| l.contains("\tnode03")),
+        "node03 in lamnodes: {out}"
+    );
 }
 
 #[test]
@@ -854,7 +914,7 @@ fn lam_release_during_lamexec_and_mpirun_ends_the_run_and_names_the_host() {
     let env = lab();
     build_program(&env, "mpi_sleep_barrier", "mpicc.lam", "");
     let driver = "echo node02 >~/lam-boot.schema; \\
-         lamboot -s ~/lam-boot.schema </dev/null >~/lam-boot.out 2>&1 || exit 3; \\
+         lamboot -s ~/lam-boot.schema </dev/null >~/lam-boot.out 2>&1 || exit 3; touch ~/lam-booted; \\
          lamgrow anyLinux </dev/null >~/lam-grow.out 2>&1; \\
          while [ ! -e ~/lamexec.go ]; do sleep 0.1; done; \\
          lamexec N sh -c 'echo running on $(hostname); sleep 120' </dev/null >~/lamexec.out 2>&1; \\
@@ -938,7 +998,7 @@ fn lam_back_to_back_lamgrows_of_two_instances_grow_onto_two_hosts() {
     }
     let env = lab();
     let driver = "echo node02 >~/lam-boot.schema; \\
-         lamboot -s ~/lam-boot.schema </dev/null >~/lam-boot.out 2>&1 || exit 3; \\
+         lamboot -s ~/lam-boot.schema </dev/null >~/lam-boot.out 2>&1 || exit 3; touch ~/lam-booted; \\
          lamgrow anyLinux-1 </dev/null >~/lam-grow.out 2>&1; \\
          lamgrow anyLinux-2 </dev/null >~/lam-grow2.out 2>&1; \\
          while [ ! -e ~/lam-stop ]; do sleep 0.1; done";
