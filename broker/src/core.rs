@@ -19,7 +19,7 @@ use tracing::{info, warn};
 use crate::{
     alloc::JobId,
     authz::{Actor, AdminError},
-    hosts::{ConnId, Effect, HostTable},
+    hosts::{ConnId, Effect, HostTable, StatusPart},
     jobs::{JobDesk, LiveAllocs},
     outbox::Outbox,
     supervisor::SupervisorSet,
@@ -91,6 +91,11 @@ pub enum Event {
     Status {
         reply: oneshot::Sender<Vec<HostStatus>>,
     },
+    /// The rows of [`Event::Status`] in parts, for `rb status`: the fixed parts as kept
+    /// encoded, so that the core builds and encodes no row (the connection joins them).
+    StatusParts {
+        reply: oneshot::Sender<Vec<StatusPart>>,
+    },
     /// An agent registers its job; answers with the job id (or why not). `tx` is its
     /// connection's outbox.
     AgentRegister {
@@ -143,6 +148,7 @@ impl Event {
         matches!(
             self,
             Event::Status { .. }
+                | Event::StatusParts { .. }
                 | Event::Explain { .. }
                 | Event::Admin { .. }
                 | Event::PolicyInputs { .. }
@@ -442,6 +448,10 @@ fn apply(
             desk.annotate(&mut rows, now);
             let _ = reply.send(rows);
         }
+        Event::StatusParts { reply } => {
+            let parts = table.status_parts(now, |host, live| desk.annotate_live(host, live, now));
+            let _ = reply.send(parts);
+        }
         Event::Report { host, conn, report } => apply_report(table, desk, host, conn, *report),
         event => return apply_host(table, closers, event, now),
     }
@@ -491,6 +501,7 @@ fn apply_host(
         Event::DaemonStarted { host } => table.daemon_started(&host, now),
         Event::DaemonExited { host, how } => table.daemon_exited(&host, &how),
         Event::Status { .. }
+        | Event::StatusParts { .. }
         | Event::Report { .. }
         | Event::AgentRegister { .. }
         | Event::AgentMessage { .. }

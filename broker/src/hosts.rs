@@ -14,11 +14,15 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
 use config::HostEntry;
-use proto::report::{HostReport, HostState, HostStatus};
+use proto::{
+    report::{HostReport, HostState, HostStatus},
+    row_parts::{FixedPart, LivePart},
+};
 
 /// Identifies one accepted connection.
 pub type ConnId = u64;
@@ -44,6 +48,9 @@ struct HostRecord {
     connected_since_start: bool,
     /// A Slurm pilot's host, joined at run time ([`HostTable::add_pilot`]).
     pilot: bool,
+    /// The row's [`FixedPart`] as JSON, as [`HostTable::take_changes`] last built the row
+    /// (`rb status` joins it with the live part; [`HostTable::status_parts`]).
+    fixed_json: Option<Arc<str>>,
 }
 
 impl HostRecord {
@@ -57,6 +64,7 @@ impl HostRecord {
             daemon_started_at: None,
             connected_since_start: false,
             pilot: false,
+            fixed_json: None,
         }
     }
 }
@@ -93,12 +101,18 @@ impl HostTable {
 
     /// The fresh rows of every host that changed since the last call (at first: every host
     /// of the lab file), in name order.
+    /// Each such row's fixed part is kept encoded for `rb status` ([`Self::status_parts`]).
     pub fn take_changes(&mut self, now: Instant) -> Vec<HostStatus> {
-        std::mem::take(&mut self.changed)
-            .iter()
-            .filter_map(|name| self.hosts.get(name))
-            .map(|rec| status_row(rec, now, self.down_after))
-            .collect()
+        let changed = std::mem::take(&mut self.changed);
+        let mut rows = Vec::with_capacity(changed.len());
+        for name in &changed {
+            if let Some(rec) = self.hosts.get_mut(name) {
+                let row = status_row(rec, now, self.down_after);
+                rec.fixed_json = Some(fixed_json(&row.fixed_part()));
+                rows.push(row);
+            }
+        }
+        rows
     }
 
     /// The hosts whose reports since the last call repeated their previous one (a host once
@@ -265,6 +279,75 @@ impl HostTable {
             .map(|rec| status_row(rec, now, self.down_after))
             .collect()
     }
+
+    /// The rows of [`Self::status`] in parts, in name order: each host's fixed part as
+    /// the JSON kept since it last changed, and its live part, which `annotate` completes
+    /// (the allocator's fields). No row is built but those of hosts changed since the last
+    /// [`Self::take_changes`].
+    pub fn status_parts(
+        &self,
+        now: Instant,
+        mut annotate: impl FnMut(&str, &mut LivePart),
+    ) -> Vec<StatusPart> {
+        self.hosts
+            .iter()
+            .map(|(name, rec)| {
+                let fixed_json = match &rec.fixed_json {
+                    Some(json) if !self.changed.contains(name) => Arc::clone(json),
+                    _ => fixed_json(&status_row(rec, now, self.down_after).fixed_part()),
+                };
+                let mut live = table_live(rec, now, self.down_after);
+                annotate(name, &mut live);
+                StatusPart { fixed_json, live }
+            })
+            .collect()
+    }
+}
+
+/// A host's status row in two parts ([`proto::row_parts`]).
+#[derive(Debug, Clone)]
+pub struct StatusPart {
+    /// The row's [`FixedPart`] as a JSON object.
+    pub fixed_json: Arc<str>,
+    pub live: LivePart,
+}
+
+/// A row's fixed part as JSON. Encoding such a part cannot fail (no maps; a NaN is
+/// written as `null`); were it to, the row says so instead of its figures.
+fn fixed_json(part: &FixedPart<'_>) -> Arc<str> {
+    serde_json::to_string(part)
+        .unwrap_or_else(|e| {
+            serde_json::json!({ "name": part.name, "address": part.address,
+                "encoding_error": e.to_string() })
+            .to_string()
+        })
+        .into()
+}
+
+/// The table's live fields of a host's row (the allocator's are left empty).
+fn table_live(rec: &HostRecord, now: Instant, down_after: Duration) -> LivePart {
+    let age = rec
+        .last_report
+        .as_ref()
+        .map(|(at, _)| now.saturating_duration_since(*at));
+    let up = rec.conn.is_some() && age.is_some_and(|a| a <= down_after);
+    LivePart {
+        state: if up { HostState::Up } else { HostState::Down },
+        down_reason: if up {
+            None
+        } else {
+            rec.down_reason.clone().or_else(|| Some("silent".into()))
+        },
+        last_report_age_s: age.map(|a| (a.as_secs_f64() * 10.0).round() / 10.0),
+        daemon_starts: rec.daemon_starts,
+        alloc_state: "".into(),
+        held_by: None,
+        drained: false,
+        policy_note: None,
+        slurm_job: None,
+        lease_left_s: None,
+        lease_ending: false,
+    }
 }
 
 /// Whether `new` says what `last` said: every field but the daemon's counter and what
@@ -347,24 +430,17 @@ fn silence(rec: &HostRecord, now: Instant, down_after: Duration) -> Option<Strin
 }
 
 fn status_row(rec: &HostRecord, now: Instant, down_after: Duration) -> HostStatus {
-    let report = rec.last_report.as_ref();
-    let age = report.map(|(at, _)| now.saturating_duration_since(*at));
-    let up = rec.conn.is_some() && age.is_some_and(|a| a <= down_after);
-    let r = report.map(|(_, r)| r);
+    let r = rec.last_report.as_ref().map(|(_, r)| r);
     let mut labels: Vec<String> = rec.entry.labels.clone();
     labels.extend(r.map(|r| r.labels.clone()).unwrap_or_default());
     labels.iter_mut().for_each(|l| *l = l.to_ascii_lowercase());
     labels.sort();
     labels.dedup();
-    HostStatus {
+    let mut row = HostStatus {
         name: rec.entry.name.clone(),
         address: rec.entry.address.clone(),
-        state: if up { HostState::Up } else { HostState::Down },
-        down_reason: if up {
-            None
-        } else {
-            rec.down_reason.clone().or_else(|| Some("silent".into()))
-        },
+        state: HostState::Down,
+        down_reason: None,
         hostname: r.map(|r| r.hostname.clone()),
         cpus: r.and_then(|r| r.cpus),
         load1: r.and_then(|r| r.load.map(|l| l[0])),
@@ -385,8 +461,8 @@ fn status_row(rec: &HostRecord, now: Instant, down_after: Duration) -> HostStatu
         job_load: r.and_then(|r| r.job_load),
         labels,
         owner: rec.entry.owner.clone(),
-        last_report_age_s: age.map(|a| (a.as_secs_f64() * 10.0).round() / 10.0),
-        daemon_starts: rec.daemon_starts,
+        last_report_age_s: None,
+        daemon_starts: 0,
         // Filled in by the job desk (`JobDesk::annotate`): the table does not allocate.
         alloc_state: String::new(),
         held_by: None,
@@ -395,7 +471,9 @@ fn status_row(rec: &HostRecord, now: Instant, down_after: Duration) -> HostStatu
         slurm_job: None,
         lease_left_s: None,
         lease_ending: false,
-    }
+    };
+    row.set_live(table_live(rec, now, down_after));
+    row
 }
 
 #[cfg(test)]

@@ -268,3 +268,45 @@ fn unknown_host_is_ignored() {
     assert!(!t.report("nodeXX", 1, report("x"), Instant::now()));
     assert!(!t.contains("nodeXX"));
 }
+
+/// The rows `rb status` joins from parts are the rows of `status`, field for field: before
+/// any change was taken, after, with a change not yet taken (its fixed part is built
+/// afresh, not the kept one), after a repeated report (the kept one), and for a host gone
+/// silent (live fields only).
+#[test]
+fn status_parts_join_to_the_status_rows_whatever_was_taken() {
+    let joined = |t: &HostTable, now: Instant| -> Vec<HostStatus> {
+        let mut rows = Vec::new();
+        crate::requests::join_rows_into(&mut rows, &t.status_parts(now, |_, _| {})).expect("rows");
+        serde_json::from_slice(&rows).expect("rows as JSON")
+    };
+    let mut t = table();
+    let start = Instant::now();
+    assert_eq!(joined(&t, start), t.status(start), "nothing taken yet");
+    let _ = t.take_changes(start);
+    t.connected("node02", 1);
+    t.report("node02", 1, report("node02"), start);
+    assert_eq!(joined(&t, start), t.status(start), "a change not taken yet");
+    let _ = t.take_changes(start);
+    let later = start + Duration::from_millis(1500);
+    let mut busier = report("node02");
+    busier.load = Some([1.5, 0.4, 0.3]);
+    t.report("node02", 1, busier, later);
+    assert_eq!(
+        joined(&t, later),
+        t.status(later),
+        "changed again, not taken"
+    );
+    let _ = t.take_changes(later);
+    let mut same = report("node02");
+    same.load = Some([1.5, 0.4, 0.3]);
+    same.seq = 9;
+    t.report("node02", 1, same, later + Duration::from_secs(1));
+    assert!(
+        t.take_changes(later).is_empty(),
+        "a repeated report changes no row"
+    );
+    let silent = later + Duration::from_secs(20);
+    assert_eq!(joined(&t, silent), t.status(silent), "aged and silent");
+    assert_eq!(t.status(silent)[0].state, HostState::Down);
+}

@@ -3,7 +3,11 @@
 //! may release a host depends on whose job holds it), carry it out, and write the audit
 //! line ([`crate::audit`]) for every refusal and every admin request carried out or failed.
 
-use proto::msg::{Request, Response};
+use proto::{
+    frame::FrameError,
+    msg::{Request, Response},
+    row_parts,
+};
 use tokio::sync::oneshot;
 use tracing::info;
 
@@ -11,8 +15,18 @@ use crate::{
     audit::{AuditEntry, Outcome},
     authz::{self, Actor, AdminError},
     core::Event,
+    hosts::StatusPart,
     server::ServerCtx,
 };
+
+/// What a request is answered with.
+#[derive(Debug)]
+pub enum Reply {
+    Response(Response),
+    /// `rb status`: the rows that [`Response::Status`] carries, in the parts the core
+    /// keeps ([`status_rows`]); [`status_frame`] joins them into the answer, off the core.
+    StatusRows(Vec<StatusPart>),
+}
 
 /// Answers one request and writes the audit line: every refusal, and every admin
 /// request carried out or failed.
@@ -22,7 +36,7 @@ pub async fn respond(
     local: bool,
     peer: &str,
     actor: &Actor,
-) -> Result<Response, AdminError> {
+) -> Result<Reply, AdminError> {
     let action = authz::action(&req);
     let target = authz::target(&req).map(String::from);
     let admin = authz::is_admin(&req);
@@ -50,6 +64,60 @@ async fn answer(
     local: bool,
     peer: &str,
     actor: &Actor,
+) -> Result<Reply, AdminError> {
+    if let Request::Status = req {
+        authz::authorize(actor, &req, |_| None)?;
+        return status_rows(ctx).await.map(Reply::StatusRows);
+    }
+    answer_response(ctx, req, local, peer, actor)
+        .await
+        .map(Reply::Response)
+}
+
+/// The rows of every host, as `rb status` gets them: the core hands over each row in parts
+/// ([`Event::StatusParts`]: the fixed part as kept encoded), joined off the core.
+async fn status_rows(ctx: &ServerCtx) -> Result<Vec<StatusPart>, AdminError> {
+    let stopping = || AdminError::Failed("broker stopping".to_string());
+    let (tx, rx) = oneshot::channel();
+    ctx.events
+        .send(Event::StatusParts { reply: tx })
+        .await
+        .map_err(|_| stopping())?;
+    rx.await.map_err(|_| stopping())
+}
+
+/// The response frame to status request `id` with the rows `parts` make: what
+/// `proto::frame::encode` writes for `Response::Status` with these rows, written once
+/// into one buffer.
+pub fn status_frame(id: u64, parts: &[StatusPart]) -> Result<Vec<u8>, FrameError> {
+    let (head, tail) = proto::frame::status_envelope(id)?;
+    let rows_len: usize = parts.iter().map(|p| p.fixed_json.len() + 200).sum();
+    let mut frame = Vec::with_capacity(head.len() + rows_len + tail.len());
+    frame.extend_from_slice(head.as_bytes());
+    join_rows_into(&mut frame, parts).map_err(|e| FrameError::Malformed(e.to_string()))?;
+    frame.extend_from_slice(tail.as_bytes());
+    Ok(frame)
+}
+
+/// Appends the JSON array of the rows `parts` make.
+pub fn join_rows_into(out: &mut Vec<u8>, parts: &[StatusPart]) -> serde_json::Result<()> {
+    out.push(b'[');
+    for (i, part) in parts.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        row_parts::write_row(out, &part.fixed_json, &part.live)?;
+    }
+    out.push(b']');
+    Ok(())
+}
+
+async fn answer_response(
+    ctx: &ServerCtx,
+    req: Request,
+    local: bool,
+    peer: &str,
+    actor: &Actor,
 ) -> Result<Response, AdminError> {
     let at_desk = matches!(
         req,
@@ -61,15 +129,8 @@ async fn answer(
     let failed = AdminError::Failed;
     let stopping = || AdminError::Failed("broker stopping".to_string());
     match req {
-        Request::Status => {
-            let (tx, rx) = oneshot::channel();
-            ctx.events
-                .send(Event::Status { reply: tx })
-                .await
-                .map_err(|_| stopping())?;
-            let hosts = rx.await.map_err(|_| stopping())?;
-            Ok(Response::Status { hosts })
-        }
+        // Answered in parts by `answer` (status_rows), before this.
+        Request::Status => Err(failed("status is answered by status_rows".into())),
         Request::Shutdown if local => {
             info!(%peer, "shutdown requested");
             let _ = ctx.stop.send(true);

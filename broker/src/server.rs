@@ -43,7 +43,7 @@ use crate::{
     outbox::{self, OutboxRx},
     pace::Pace,
     reload::PolicyHandle,
-    requests::respond,
+    requests::{respond, status_frame, Reply},
     users::{revoked_message, Revocation, Users},
 };
 
@@ -332,7 +332,20 @@ async fn client_session<S>(
             Err(e) => return refuse(&mut conn, ErrorCode::BadMessage, &e.to_string()).await,
         };
         let reply = match respond(ctx, req, local, peer, actor).await {
-            Ok(resp) => FromBroker::Response { id, resp },
+            Ok(Reply::Response(resp)) => FromBroker::Response { id, resp },
+            Ok(Reply::StatusRows(parts)) => match status_frame(id, &parts) {
+                Ok(frame) => {
+                    drop(parts);
+                    if conn.send_encoded(frame).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                Err(e) => FromBroker::Error {
+                    code: ErrorCode::Failed,
+                    message: e.to_string(),
+                },
+            },
             Err(AdminError::Denied(refusal)) => FromBroker::Error {
                 code: ErrorCode::Denied,
                 message: refusal.to_string(),

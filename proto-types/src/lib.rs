@@ -11,6 +11,7 @@
 
 pub mod msg;
 pub mod report;
+pub mod row_parts;
 pub mod symbolic;
 
 /// Version spoken by this build; a peer with another version is refused at hello.

@@ -111,7 +111,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FramedConn<S> {
         if self.refused {
             return Err(FrameError::TooLong);
         }
-        let Some(at) = self.rbuf[self.scanned..].iter().position(|&b| b == b'\n') else {
+        let Some(at) = memchr::memchr(b'\n', &self.rbuf[self.scanned..]) else {
             self.scanned = self.rbuf.len();
             if self.rbuf.len() > self.limit {
                 self.refused = true;
@@ -121,9 +121,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FramedConn<S> {
             return Ok(None);
         };
         let end = self.scanned + at;
+        self.scanned = 0;
+        if end > READ_CHUNK {
+            // A long line (`rb status` at 10k hosts: megabytes) is taken, not copied; what
+            // follows it (usually nothing) starts the next buffer.
+            let rest = self.rbuf.split_off(end + 1);
+            let mut line = std::mem::replace(&mut self.rbuf, rest);
+            line.truncate(end);
+            return owned_line_text(line).map(Some);
+        }
         let line = line_text(&self.rbuf[..end]);
         self.rbuf.drain(..=end);
-        self.scanned = 0;
         if self.rbuf.capacity() > READ_CHUNK && self.rbuf.len() < SMALL_BUFFER {
             self.rbuf.shrink_to(SMALL_BUFFER);
         }
@@ -153,6 +161,25 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FramedConn<S> {
             self.wbuf.truncate(start);
             return Err(FrameError::Malformed(e.to_string()));
         }
+        self.write_out().await
+    }
+
+    /// Writes one frame its caller encoded and flushes it, as [`Self::send`] does, without
+    /// copying it when nothing else waits to be written. The frame is one JSON value as
+    /// `serde_json` writes it compactly (never a raw newline; [`status_envelope`]).
+    pub async fn send_encoded(&mut self, mut frame: Vec<u8>) -> Result<(), FrameError> {
+        debug_assert!(!frame.contains(&b'\n'), "an encoded frame holds no newline");
+        self.wbuf.drain(..std::mem::take(&mut self.wsent));
+        if self.wbuf.is_empty() {
+            self.wbuf = frame;
+        } else {
+            self.wbuf.append(&mut frame);
+        }
+        self.write_out().await
+    }
+
+    /// Ends the frame at the end of the write buffer and writes the buffer out.
+    async fn write_out(&mut self) -> Result<(), FrameError> {
         self.wbuf.push(b'\n');
         while self.wsent < self.wbuf.len() {
             let n = self.stream.write(&self.wbuf[self.wsent..]).await?;
@@ -210,8 +237,15 @@ pub type FrameWriter<S> = FramedConn<tokio::io::Join<tokio::io::Empty, tokio::io
 
 /// A line's text: without its `\r` (if any), and UTF-8.
 fn line_text(line: &[u8]) -> Result<String, FrameError> {
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    String::from_utf8(line.to_vec()).map_err(|_| FrameError::Malformed("frame is not UTF-8".into()))
+    owned_line_text(line.to_vec())
+}
+
+/// [`line_text`] of a line already owned.
+fn owned_line_text(mut line: Vec<u8>) -> Result<String, FrameError> {
+    if line.last() == Some(&b'\r') {
+        line.pop();
+    }
+    String::from_utf8(line).map_err(|_| FrameError::Malformed("frame is not UTF-8".into()))
 }
 
 /// Decodes one frame's text.
@@ -223,6 +257,33 @@ pub fn decode<T: DeserializeOwned>(line: &str) -> Result<T, FrameError> {
 /// business: each side enforces its own limit when reading.
 pub fn encode<T: Serialize>(msg: &T) -> Result<String, FrameError> {
     serde_json::to_string(msg).map_err(|e| FrameError::Malformed(e.to_string()))
+}
+
+/// Where the rows of a status response frame to request `id` are in it, as a broker
+/// writes it (between [`status_envelope`]'s two parts): to be taken untouched (not parsed: megabytes at 10k hosts); `None` for any other frame, which
+/// the caller parses.
+pub fn status_rows(line: &str, id: u64) -> Option<std::ops::Range<usize>> {
+    let (head, tail) = status_envelope(id).ok()?;
+    let rows = line
+        .strip_prefix(head.as_str())?
+        .strip_suffix(tail.as_str())?;
+    (rows.starts_with('[') && rows.ends_with(']')).then(|| head.len()..head.len() + rows.len())
+}
+
+/// What [`encode`] writes before and after the rows of a status response to `id`
+/// (`FromBroker::Response { id, resp: Response::Status { hosts } }`): a broker that keeps
+/// its rows encoded writes the frame as the first part, the JSON array of the rows, and the
+/// second part.
+pub fn status_envelope(id: u64) -> Result<(String, String), FrameError> {
+    use crate::msg::{FromBroker, Response};
+    let empty = encode(&FromBroker::Response {
+        id,
+        resp: Response::Status { hosts: Vec::new() },
+    })?;
+    let at = empty
+        .rfind("[]")
+        .ok_or_else(|| FrameError::Malformed("a status response has its rows".into()))?;
+    Ok((empty[..at].to_string(), empty[at + 2..].to_string()))
 }
 
 /// How every report frame begins (the tag first, as [`encode`] writes it).
@@ -247,6 +308,62 @@ mod tests {
 
     use super::*;
     use crate::msg::{Request, ToBroker};
+
+    /// A status response built around encoded rows is the frame `encode` writes for the
+    /// response, and the client takes the rows back out of it untouched; other frames (and
+    /// another request's answer) are left to the parser.
+    #[test]
+    fn a_status_response_is_spliced_as_encode_writes_it_and_its_rows_taken_back() {
+        use crate::msg::{FromBroker, Response};
+        let row: crate::report::HostStatus = serde_json::from_str(
+            r#"{"name":"n1","address":"10.0.0.1","state":"up","users":[],
+            "users_known":true,"labels":["linux"],"daemon_starts":1}"#,
+        )
+        .expect("a row");
+        let rows = serde_json::to_string(&vec![row.clone(), row.clone()]).expect("rows");
+        let (head, tail) = status_envelope(9).expect("envelope");
+        let frame = format!("{head}{rows}{tail}").into_bytes();
+        let whole = FromBroker::Response {
+            id: 9,
+            resp: Response::Status {
+                hosts: vec![row.clone(), row],
+            },
+        };
+        let frame = String::from_utf8(frame).expect("utf-8");
+        assert_eq!(frame, encode(&whole).expect("encode"));
+        assert_eq!(decode::<FromBroker>(&frame).expect("decode"), whole);
+        assert_eq!(
+            status_rows(&frame, 9).map(|r| &frame[r]),
+            Some(rows.as_str())
+        );
+        assert_eq!(status_rows(&frame, 8), None, "another request's answer");
+        let other = encode(&FromBroker::Response {
+            id: 9,
+            resp: Response::Ok,
+        })
+        .expect("encode");
+        assert_eq!(status_rows(&other, 9), None);
+    }
+
+    /// An encoded frame goes out as one line, after what an earlier send left unwritten.
+    #[tokio::test]
+    async fn an_encoded_frame_is_one_line() {
+        let (a, mut b) = tokio::io::duplex(1024);
+        let mut conn = FramedConn::new(a);
+        conn.send_encoded(b"{\"a\":1}".to_vec())
+            .await
+            .expect("send");
+        conn.wbuf.extend_from_slice(b"{\"left\":0}\n");
+        conn.send_encoded(b"{\"a\":2}".to_vec())
+            .await
+            .expect("send");
+        drop(conn);
+        let mut got = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut b, &mut got)
+            .await
+            .expect("read");
+        assert_eq!(got, "{\"a\":1}\n{\"left\":0}\n{\"a\":2}\n");
+    }
 
     /// A report frame as the daemon writes it takes the direct path and decodes to what
     /// the tagged enum gives; other frames and other spellings decode as before.
@@ -296,6 +413,23 @@ mod tests {
         a.send(&msg).await.expect("send");
         let got: ToBroker = b.recv().await.expect("recv");
         assert_eq!(got, msg);
+    }
+
+    /// A line longer than a read (taken whole, not copied) and the lines after it in the
+    /// same buffer come out as sent, a CR before its newline dropped as for short lines.
+    #[tokio::test]
+    async fn a_long_line_and_the_short_ones_after_it_come_out_whole() {
+        let long = format!("\"{}\"", "x".repeat(3 * READ_CHUNK));
+        let (mut a, b) = tokio::io::duplex(8 * READ_CHUNK);
+        let mut b = FramedConn::with_limit(b, 4 * READ_CHUNK);
+        a.write_all(format!("{long}\r\n\"short\"\n{long}\n").as_bytes())
+            .await
+            .expect("write");
+        drop(a);
+        assert_eq!(b.recv_line().await.expect("long"), long);
+        assert_eq!(b.recv_line().await.expect("short"), "\"short\"");
+        assert_eq!(b.recv_line().await.expect("long again"), long);
+        assert!(matches!(b.recv_line().await, Err(FrameError::Closed)));
     }
 
     /// A send cancelled halfway (the peer not reading) leaves the rest of its frame to go

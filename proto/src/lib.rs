@@ -26,7 +26,9 @@ pub mod peercred;
 pub mod route;
 pub mod tag;
 
-pub use proto_types::{report, symbolic, MAX_FRAME_BYTES, MAX_RESPONSE_BYTES, PROTOCOL_VERSION};
+pub use proto_types::{
+    report, row_parts, symbolic, MAX_FRAME_BYTES, MAX_RESPONSE_BYTES, PROTOCOL_VERSION,
+};
 
 /// The messages ([`proto_types::msg`]), and decoding a host daemon's frames.
 pub mod msg {

@@ -57,18 +57,25 @@ impl JobDesk {
     /// `policy_note`).
     pub fn annotate(&self, rows: &mut [HostStatus], now: Instant) {
         for row in rows {
-            let a = self.alloc.host_alloc(&row.name);
-            row.alloc_state = a.alloc_state.to_string();
-            row.held_by = a.held_by;
-            row.drained = a.drained;
-            row.policy_note = self.alloc.policy_note(&row.name);
-            if let Some(lease) = self.alloc.pilot_lease_of(&row.name) {
-                row.slurm_job = lease.slurm_job;
-                row.lease_left_s = lease
-                    .ends
-                    .map(|end| end.saturating_duration_since(now).as_secs_f64().round());
-                row.lease_ending = lease.ending;
-            }
+            let mut live = row.live_part();
+            self.annotate_live(&row.name, &mut live, now);
+            row.set_live(live);
+        }
+    }
+
+    /// The allocator's fields of `host`'s status row ([`Self::annotate`]) into `live`.
+    pub fn annotate_live(&self, host: &str, live: &mut LivePart, now: Instant) {
+        let a = self.alloc.host_alloc(host);
+        live.alloc_state = a.alloc_state.into();
+        live.held_by = a.held_by;
+        live.drained = a.drained;
+        live.policy_note = self.alloc.policy_note(host);
+        if let Some(lease) = self.alloc.pilot_lease_of(host) {
+            live.slurm_job = lease.slurm_job;
+            live.lease_left_s = lease
+                .ends
+                .map(|end| end.saturating_duration_since(now).as_secs_f64().round());
+            live.lease_ending = lease.ending;
         }
     }
 

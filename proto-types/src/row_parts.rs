@@ -1,0 +1,318 @@
+//! A [`HostStatus`] row in two parts, so that a broker can keep each host's row encoded
+//! and answer `rb status` by joining text instead of building and encoding every row.
+//!
+//! - [`FixedPart`]: the fields that change only with the host's record (its lab-file entry
+//!   and its last report). The broker encodes it when the host changes and keeps the text.
+//! - [`LivePart`]: the fields that change with time (up or down, the report's age) and
+//!   with the allocator (held, drained, the policy's note). Built at each `rb status`.
+//!
+//! [`write_row`] joins the two into the JSON object `HostStatus` serializes to (the same
+//! members, in another order). Both parts take their fields from a `HostStatus` by
+//! destructuring it, so a field added to `HostStatus` does not compile until it is placed
+//! in one of them; the tests check that a joined row reads back as the row it came from.
+
+use std::borrow::Cow;
+
+use serde::Serialize;
+
+use crate::report::{HostState, HostStatus, LogindSession, UserSession};
+
+/// The fields of a row that change only with the host's record, serialized as
+/// [`HostStatus`] serializes them (same names, same fields left out when empty).
+#[derive(Debug, Serialize)]
+pub struct FixedPart<'a> {
+    pub name: &'a str,
+    pub address: &'a str,
+    pub hostname: Option<&'a str>,
+    pub cpus: Option<u32>,
+    pub load1: Option<f64>,
+    pub load5: Option<f64>,
+    pub load15: Option<f64>,
+    pub cpu_util: Option<f64>,
+    pub mem_total_kb: Option<u64>,
+    pub mem_available_kb: Option<u64>,
+    pub os: Option<&'a str>,
+    pub arch: Option<&'a str>,
+    pub users: &'a [UserSession],
+    pub users_known: bool,
+    pub console_idle_s: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub logind: Option<&'a [LogindSession]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub logind_error: Option<&'a str>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    pub warnings: &'a [String],
+    pub managed_procs: Option<u32>,
+    pub job_load: Option<f64>,
+    pub labels: &'a [String],
+    pub owner: Option<&'a str>,
+}
+
+/// The fields of a row that change with time and with the allocator, serialized as
+/// [`HostStatus`] serializes them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LivePart {
+    pub state: HostState,
+    pub down_reason: Option<String>,
+    pub last_report_age_s: Option<f64>,
+    pub daemon_starts: u32,
+    /// A word the allocator names (no string made per row).
+    pub alloc_state: Cow<'static, str>,
+    pub held_by: Option<u64>,
+    pub drained: bool,
+    pub policy_note: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm_job: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_left_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lease_ending: bool,
+}
+
+impl HostStatus {
+    /// The row's [`FixedPart`], borrowed.
+    pub fn fixed_part(&self) -> FixedPart<'_> {
+        let HostStatus {
+            name,
+            address,
+            state: _,
+            down_reason: _,
+            hostname,
+            cpus,
+            load1,
+            load5,
+            load15,
+            cpu_util,
+            mem_total_kb,
+            mem_available_kb,
+            os,
+            arch,
+            users,
+            users_known,
+            console_idle_s,
+            logind,
+            logind_error,
+            warnings,
+            managed_procs,
+            job_load,
+            labels,
+            owner,
+            last_report_age_s: _,
+            daemon_starts: _,
+            alloc_state: _,
+            held_by: _,
+            drained: _,
+            policy_note: _,
+            slurm_job: _,
+            lease_left_s: _,
+            lease_ending: _,
+        } = self;
+        FixedPart {
+            name,
+            address,
+            hostname: hostname.as_deref(),
+            cpus: *cpus,
+            load1: *load1,
+            load5: *load5,
+            load15: *load15,
+            cpu_util: *cpu_util,
+            mem_total_kb: *mem_total_kb,
+            mem_available_kb: *mem_available_kb,
+            os: os.as_deref(),
+            arch: arch.as_deref(),
+            users,
+            users_known: *users_known,
+            console_idle_s: *console_idle_s,
+            logind: logind.as_deref(),
+            logind_error: logind_error.as_deref(),
+            warnings,
+            managed_procs: *managed_procs,
+            job_load: *job_load,
+            labels,
+            owner: owner.as_deref(),
+        }
+    }
+
+    /// The row's [`LivePart`], copied.
+    pub fn live_part(&self) -> LivePart {
+        LivePart {
+            state: self.state,
+            down_reason: self.down_reason.clone(),
+            last_report_age_s: self.last_report_age_s,
+            daemon_starts: self.daemon_starts,
+            alloc_state: Cow::Owned(self.alloc_state.clone()),
+            held_by: self.held_by,
+            drained: self.drained,
+            policy_note: self.policy_note.clone(),
+            slurm_job: self.slurm_job.clone(),
+            lease_left_s: self.lease_left_s,
+            lease_ending: self.lease_ending,
+        }
+    }
+
+    /// Puts `live` into the row.
+    pub fn set_live(&mut self, live: LivePart) {
+        let LivePart {
+            state,
+            down_reason,
+            last_report_age_s,
+            daemon_starts,
+            alloc_state,
+            held_by,
+            drained,
+            policy_note,
+            slurm_job,
+            lease_left_s,
+            lease_ending,
+        } = live;
+        self.state = state;
+        self.down_reason = down_reason;
+        self.last_report_age_s = last_report_age_s;
+        self.daemon_starts = daemon_starts;
+        self.alloc_state = alloc_state.into_owned();
+        self.held_by = held_by;
+        self.drained = drained;
+        self.policy_note = policy_note;
+        self.slurm_job = slurm_job;
+        self.lease_left_s = lease_left_s;
+        self.lease_ending = lease_ending;
+    }
+}
+
+/// Appends one row's JSON object to `out`: the members of `fixed_json` (a [`FixedPart`]'s
+/// JSON object, as `serde_json` writes it) and those of `live`.
+pub fn write_row(out: &mut Vec<u8>, fixed_json: &str, live: &LivePart) -> serde_json::Result<()> {
+    let Some(members) = fixed_json.strip_suffix('}') else {
+        return Err(serde::ser::Error::custom("a fixed part is a JSON object"));
+    };
+    out.extend_from_slice(members.as_bytes());
+    let start = out.len();
+    serde_json::to_writer(&mut *out, live)?;
+    // `{` of the live part becomes the `,` between the two parts' members.
+    out[start] = b',';
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::IdleSource;
+
+    fn row() -> HostStatus {
+        HostStatus {
+            name: "node03".into(),
+            address: "10.0.0.3".into(),
+            state: HostState::Up,
+            down_reason: None,
+            hostname: Some("node03.lab".into()),
+            cpus: Some(8),
+            load1: Some(0.25),
+            load5: Some(1.0),
+            load15: None,
+            cpu_util: Some(0.125),
+            mem_total_kb: Some(16_000_000),
+            mem_available_kb: Some(9_000_000),
+            os: Some("Linux".into()),
+            arch: Some("x86_64".into()),
+            users: vec![UserSession {
+                user: "ann".into(),
+                tty: "pts/0".into(),
+                idle_s: Some(12),
+                from: Some("10.0.0.9".into()),
+            }],
+            users_known: true,
+            console_idle_s: Some(300),
+            logind: Some(vec![LogindSession {
+                user: "ann".into(),
+                class: "user".into(),
+                kind: "wayland".into(),
+                active: true,
+                idle_source: IdleSource::LogindUnlock,
+                ..LogindSession::default()
+            }]),
+            logind_error: Some("partial".into()),
+            warnings: vec!["utmp unreadable".into()],
+            managed_procs: Some(3),
+            job_load: Some(0.5),
+            labels: vec!["gpu".into(), "linux".into()],
+            owner: Some("ann".into()),
+            last_report_age_s: Some(0.4),
+            daemon_starts: 2,
+            alloc_state: "held".into(),
+            held_by: Some(7),
+            drained: true,
+            policy_note: Some("owner active 12 s ago".into()),
+            slurm_job: Some("4711".into()),
+            lease_left_s: Some(60.0),
+            lease_ending: true,
+        }
+    }
+
+    fn sparse() -> HostStatus {
+        HostStatus {
+            name: "node04".into(),
+            address: "10.0.0.4".into(),
+            state: HostState::Down,
+            down_reason: Some("no daemon has reported yet".into()),
+            hostname: None,
+            cpus: None,
+            load1: None,
+            load5: None,
+            load15: None,
+            cpu_util: None,
+            mem_total_kb: None,
+            mem_available_kb: None,
+            os: None,
+            arch: None,
+            users: vec![],
+            users_known: false,
+            console_idle_s: None,
+            logind: None,
+            logind_error: None,
+            warnings: vec![],
+            managed_procs: None,
+            job_load: None,
+            labels: vec![],
+            owner: None,
+            last_report_age_s: None,
+            daemon_starts: 0,
+            alloc_state: "free".into(),
+            held_by: None,
+            drained: false,
+            policy_note: None,
+            slurm_job: None,
+            lease_left_s: None,
+            lease_ending: false,
+        }
+    }
+
+    /// A row joined from its parts has the members `HostStatus` serializes to, no more and
+    /// no fewer (fields left out when empty included), and reads back as the row.
+    #[test]
+    fn a_joined_row_is_the_row_as_serde_writes_it() {
+        for row in [row(), sparse()] {
+            let fixed = serde_json::to_string(&row.fixed_part()).expect("fixed");
+            let mut joined = Vec::new();
+            write_row(&mut joined, &fixed, &row.live_part()).expect("join");
+            let as_value: serde_json::Value = serde_json::from_slice(&joined).expect("json");
+            assert_eq!(as_value, serde_json::to_value(&row).expect("value"));
+            let back: HostStatus = serde_json::from_slice(&joined).expect("a row");
+            assert_eq!(back, row);
+        }
+    }
+
+    /// `set_live` then `live_part` gives back every live field, and leaves the fixed ones.
+    #[test]
+    fn set_live_takes_every_live_field() {
+        let mut target = sparse();
+        target.set_live(row().live_part());
+        assert_eq!(target.live_part(), row().live_part());
+        assert_eq!(target.name, "node04");
+    }
+
+    #[test]
+    fn a_fixed_part_that_is_no_object_is_refused() {
+        let mut out = Vec::new();
+        assert!(write_row(&mut out, "[1]", &row().live_part()).is_err());
+    }
+}
