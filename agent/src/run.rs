@@ -138,7 +138,11 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
         core,
         broker,
         runner,
-        (events_tx, taken_back),
+        (
+            events_tx,
+            taken_back,
+            proto::taken_back::dir_beside(&env.socket),
+        ),
         env.hosts_file.clone(),
         pool,
         masters.clone(),

@@ -25,6 +25,7 @@ pub mod mux;
 pub mod peercred;
 pub mod route;
 pub mod tag;
+pub mod taken_back;
 
 pub use proto_types::{
     report, row_parts, symbolic, MAX_FRAME_BYTES, MAX_RESPONSE_BYTES, PROTOCOL_VERSION,

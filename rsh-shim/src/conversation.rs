@@ -1,8 +1,8 @@
 //! The shim's side of the job-local protocol (`proto::agent`): one request, then replies until
 //! `Granted`, `Refused` or `Lost`. One JSON object per line; the connection stays open while queued
-//! (closing it cancels the request) and is closed before the remote shell starts. After a
-//! granted host's remote shell exited 0, one more question on a new connection:
-//! [`taken_back`].
+//! (closing it cancels the request) and is closed before the remote shell starts.
+//! [`taken_back`] is the question the agent still answers on a new connection; the shim
+//! itself reads the agent's file instead (`proto::taken_back`: no round trip).
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 
@@ -82,7 +82,8 @@ pub fn converse<S: Read + Write>(
 }
 
 /// Asks whether the broker took `alloc` back from the job while the command ran there:
-/// `Some((host, message))` when it did.
+/// `Some((host, message))` when it did. (The agent answers it for shims of earlier
+/// versions; today's shim reads `proto::taken_back`'s file.)
 pub fn taken_back<S: Read + Write>(
     mut stream: S,
     alloc: u64,

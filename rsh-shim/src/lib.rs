@@ -13,8 +13,8 @@
 //! A granted host taken back: netkit rsh exits 0 whatever the remote command
 //! did, so when the subagent ended the command for a reclaim the caller would take it for
 //! a success (Open MPI's `mpirun` then waits for ever for the orted's callback). When the
-//! remote shell exits 0, the shim asks the agent (`taken_back`, one more local round trip)
-//! whether the broker took that allocation back; if so it says so in one line on stderr,
+//! remote shell exits 0, the shim reads whether the broker took that allocation back (a file
+//! the agent writes into the job's directory first, [`proto::taken_back`]: no round trip); if so it says so in one line on stderr,
 //! `rsh: HOST was taken back by the broker (…)`, and exits 143 (128+SIGTERM: what ssh
 //! returns there, the subagent's status for a command it ended with SIGTERM). It asks too
 //! when ssh itself returns 143 or 255, to print the same line.
@@ -561,7 +561,8 @@ fn via_agent(request: &Request, env: &Env, depth: u32) -> Result<Ended, ShimErro
 pub const TAKEN_BACK_STATUS: i32 = 128 + libc::SIGTERM;
 
 /// Runs a granted host's remote shell as our child (the agent's connection is closed by
-/// then), then asks the agent whether the broker took the host back meanwhile: if so, one
+/// then), then reads whether the broker took the host back meanwhile (the file the agent
+/// writes before it has the command ended: [`proto::taken_back`]): if so, one
 /// line says so and a 0 (netkit rsh loses the remote status) becomes 143; ssh's own 143
 /// (the subagent's status for a command it ended) stands, now explained. `on_spawned`: as
 /// in [`child::run`].
@@ -582,7 +583,8 @@ fn run_granted(
     if !matches!(ended, Ended::Code(0 | TAKEN_BACK_STATUS | 255)) {
         return Ok(ended);
     }
-    let answer = ask_taken_back(socket, grant.alloc);
+    let answer = proto::taken_back::dir_beside(socket)
+        .and_then(|dir| proto::taken_back::read(&dir, grant.alloc));
     steptimes::mark("shim.taken_back_answered", Some(grant.alloc));
     match answer {
         Some((host, message)) => {
@@ -597,17 +599,6 @@ fn run_granted(
         }
         None => Ok(ended),
     }
-}
-
-/// `taken_back` to the agent: `Some((host, message))` when the broker took `alloc` back.
-/// Anything else — not taken back, no agent, no answer (the job is ending) — is `None`:
-/// the remote shell's 0 stands, as before the question existed.
-fn ask_taken_back(socket: &Path, alloc: u64) -> Option<(String, String)> {
-    let stream = UnixStream::connect(socket).ok()?;
-    proto::peercred::check_server(&stream, socket, "job's agent").ok()?;
-    conversation::taken_back(stream, alloc, std::process::id())
-        .ok()
-        .flatten()
 }
 
 /// Connects to the agent and converses; says once that we wait (see [`wait_notice`]).

@@ -11,7 +11,7 @@
 
 use std::{
     cmp::Reverse,
-    collections::{BinaryHeap, HashMap, VecDeque},
+    collections::{BTreeSet, BinaryHeap, HashMap, VecDeque},
     path::PathBuf,
     time::Duration,
 };
@@ -86,6 +86,9 @@ pub(super) struct Shell {
     /// version of it last published.
     taken_back: TakenBackBook,
     taken_back_version: u64,
+    /// The same as files the shims read (`proto::taken_back`): where, and which are there.
+    taken_back_dir: Option<PathBuf>,
+    taken_back_files: BTreeSet<u64>,
 }
 
 /// The most bytes of lines one `jel_send` carries (a frame holds at most
@@ -102,17 +105,19 @@ impl Shell {
         core: AgentCore,
         broker: Broker,
         runner: Option<Runner>,
-        listeners: (mpsc::Sender<Event>, TakenBackBook),
+        listeners: (mpsc::Sender<Event>, TakenBackBook, Option<PathBuf>),
         hosts_file: PathBuf,
         pool: (PoolHost, mpsc::UnboundedReceiver<RemoteOut>),
         masters: crate::mux::Masters,
     ) -> Self {
         let (pool, remote) = pool;
-        let (events_tx, taken_back) = listeners;
+        let (events_tx, taken_back, taken_back_dir) = listeners;
         Self {
             masters,
             taken_back,
             taken_back_version: 0,
+            taken_back_dir,
+            taken_back_files: BTreeSet::new(),
             core,
             broker,
             broker_live: true,
@@ -216,9 +221,42 @@ impl Shell {
         }
         self.taken_back_version = version;
         let (_, book) = self.core.taken_back_book();
+        self.write_taken_back_files(&book);
         match self.taken_back.lock() {
             Ok(mut shared) => *shared = book,
             Err(poisoned) => *poisoned.into_inner() = book,
+        }
+    }
+
+    /// The taken-back allocations as the shims' files: each new one written (before the
+    /// outputs that end its commands, see above), each gone removed. A file that cannot be
+    /// written is logged: that shim's remote shell keeps its status, as with no answer.
+    fn write_taken_back_files(&mut self, book: &HashMap<u64, (String, String)>) {
+        let Some(dir) = &self.taken_back_dir else {
+            return;
+        };
+        for (alloc, (host, message)) in book {
+            if self.taken_back_files.contains(alloc) {
+                continue;
+            }
+            match proto::taken_back::write(dir, *alloc, host, message) {
+                Ok(()) => {
+                    self.taken_back_files.insert(*alloc);
+                }
+                Err(e) => {
+                    warn!(alloc, dir = %dir.display(), error = %e, "cannot write the taken-back file")
+                }
+            }
+        }
+        let gone: Vec<u64> = self
+            .taken_back_files
+            .iter()
+            .filter(|alloc| !book.contains_key(alloc))
+            .copied()
+            .collect();
+        for alloc in gone {
+            let _ = proto::taken_back::remove(dir, alloc);
+            self.taken_back_files.remove(&alloc);
         }
     }
 
