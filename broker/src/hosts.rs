@@ -10,7 +10,9 @@
 //! A report that repeats the host's last one (only its `seq` and `trigger` differ: at 10k
 //! hosts, most reports) changes no row but its age; the table lists such hosts apart
 //! ([`HostTable::take_repeated`]), so that the core builds no row for them unless the
-//! allocator needs one.
+//! allocator needs one. Each host keeps its row's fixed part encoded, made when its changed
+//! row is built: `rb status` joins it with a fresh live part ([`HostTable::status_parts`]),
+//! building no row.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -100,8 +102,8 @@ impl HostTable {
     }
 
     /// The fresh rows of every host that changed since the last call (at first: every host
-    /// of the lab file), in name order.
-    /// Each such row's fixed part is kept encoded for `rb status` ([`Self::status_parts`]).
+    /// of the lab file), in name order. Each such row's fixed part is kept encoded for
+    /// `rb status` ([`Self::status_parts`]).
     pub fn take_changes(&mut self, now: Instant) -> Vec<HostStatus> {
         let changed = std::mem::take(&mut self.changed);
         let mut rows = Vec::with_capacity(changed.len());
@@ -436,11 +438,26 @@ fn status_row(rec: &HostRecord, now: Instant, down_after: Duration) -> HostStatu
     labels.iter_mut().for_each(|l| *l = l.to_ascii_lowercase());
     labels.sort();
     labels.dedup();
-    let mut row = HostStatus {
+    // The allocator's fields are empty here: the job desk fills them in
+    // (`JobDesk::annotate`); the table does not allocate.
+    let LivePart {
+        state,
+        down_reason,
+        last_report_age_s,
+        daemon_starts,
+        alloc_state,
+        held_by,
+        drained,
+        policy_note,
+        slurm_job,
+        lease_left_s,
+        lease_ending,
+    } = table_live(rec, now, down_after);
+    HostStatus {
         name: rec.entry.name.clone(),
         address: rec.entry.address.clone(),
-        state: HostState::Down,
-        down_reason: None,
+        state,
+        down_reason,
         hostname: r.map(|r| r.hostname.clone()),
         cpus: r.and_then(|r| r.cpus),
         load1: r.and_then(|r| r.load.map(|l| l[0])),
@@ -461,19 +478,16 @@ fn status_row(rec: &HostRecord, now: Instant, down_after: Duration) -> HostStatu
         job_load: r.and_then(|r| r.job_load),
         labels,
         owner: rec.entry.owner.clone(),
-        last_report_age_s: None,
-        daemon_starts: 0,
-        // Filled in by the job desk (`JobDesk::annotate`): the table does not allocate.
-        alloc_state: String::new(),
-        held_by: None,
-        drained: false,
-        policy_note: None,
-        slurm_job: None,
-        lease_left_s: None,
-        lease_ending: false,
-    };
-    row.set_live(table_live(rec, now, down_after));
-    row
+        last_report_age_s,
+        daemon_starts,
+        alloc_state: alloc_state.into_owned(),
+        held_by,
+        drained,
+        policy_note,
+        slurm_job,
+        lease_left_s,
+        lease_ending,
+    }
 }
 
 #[cfg(test)]

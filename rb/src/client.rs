@@ -176,10 +176,10 @@ pub async fn request(target: &Target, req: Request) -> anyhow::Result<Response> 
     answer(&request_line(target, req).await?)
 }
 
-/// Sends one request and returns the answer's frame as it came (one line of JSON).
 /// The id of the one request a connection of `rb` makes.
 const REQUEST_ID: u64 = 1;
 
+/// Sends one request and returns the answer's frame as it came (one line of JSON).
 async fn request_line(target: &Target, req: Request) -> anyhow::Result<String> {
     tokio::time::timeout(TIMEOUT, request_inner(target, req))
         .await
@@ -283,7 +283,7 @@ enum RespKind {
 }
 
 /// The status of every host as the broker sent it: its JSON array of rows, untouched
-/// (checked to be JSON, never parsed into rows: megabytes at 10k hosts).
+/// (never parsed into rows: megabytes at 10k hosts; see [`status_rows_json`]).
 pub async fn status_json(target: &Target) -> anyhow::Result<String> {
     status_rows_json(request_line(target, Request::Status).await?)
 }

@@ -182,8 +182,8 @@ impl FakeAgent {
 }
 
 /// A fake agent on `dir/agent.sock`: answers the first connection with `replies` (one JSON
-/// per line) and waits for the shim to close it; answers every `taken_back` question with
-/// `not_taken_back`.
+/// per line) and waits for the shim to close it; answers every `taken_back` question (which
+/// shims of earlier versions asked) with `not_taken_back`.
 fn fake_agent(dir: &Path, replies: Vec<ShimReply>) -> (PathBuf, FakeAgent) {
     fake_agent_taken_back(dir, replies, None)
 }
@@ -316,19 +316,19 @@ fn symbolic_host_is_allocated_and_runs_under_the_subagent() {
 }
 
 /// The remote shell exits 0 (netkit rsh does when the subagent ended the command
-/// for a reclaim): the shim asks the agent, which says the broker took the host back: exit
-/// 143 and one line on stderr. Not taken back: the 0 stands, nothing on stderr.
+/// for a reclaim): the shim reads the agent's file (`proto::taken_back`), which says the
+/// broker took the host back: exit 143 and one line on stderr. No file: the 0 stands,
+/// nothing on stderr. The fake agent answers the old `taken_back` question the other way
+/// round each time, so a shim that asked it instead of reading the file fails both halves.
 #[test]
 fn a_host_taken_back_while_the_command_ran_exits_143_with_one_line() {
     let dir = tempfile::tempdir().expect("tempdir");
     let remote = script(dir.path(), "remote", FAKE_REMOTE_SHELL);
     let sub = script(dir.path(), "sub", FAKE_SUBAGENT);
     let why = "reclaimed with 1000 ms of grace while the command ran; it was ended";
-    let (socket, agent) = fake_agent_taken_back(
-        dir.path(),
-        vec![granted(&remote, &sub)],
-        Some(("node03", why)),
-    );
+    let (socket, agent) = fake_agent(dir.path(), vec![granted(&remote, &sub)]);
+    let files = proto::taken_back::dir_beside(&socket).expect("the job's directory");
+    proto::taken_back::write(&files, 7, "node03", why).expect("the agent's file");
     let mut cmd = shim(&["anyLinux", "echo ran"]);
     cmd.env("RB_AGENT", &socket);
     let out = run(cmd, b"");
@@ -339,26 +339,21 @@ fn a_host_taken_back_while_the_command_ran_exits_143_with_one_line() {
     );
     assert!(text(&out.stdout).ends_with("ran\n"));
     assert!(matches!(agent.join(), Ok(ShimRequest::Allocate { .. })));
-    let question = agent.next().expect("the question after exit 0");
-    let ShimRequest::TakenBack { alloc, .. } = question else {
-        panic!("not a taken_back question: {question:?}")
-    };
-    assert_eq!(alloc, 7);
 
     let dir = tempfile::tempdir().expect("tempdir");
     let remote = script(dir.path(), "remote", FAKE_REMOTE_SHELL);
     let sub = script(dir.path(), "sub", FAKE_SUBAGENT);
-    let (socket, agent) = fake_agent(dir.path(), vec![granted(&remote, &sub)]);
+    let (socket, agent) = fake_agent_taken_back(
+        dir.path(),
+        vec![granted(&remote, &sub)],
+        Some(("node03", why)),
+    );
     let mut cmd = shim(&["anyLinux", "echo ran"]);
     cmd.env("RB_AGENT", &socket);
     let out = run(cmd, b"");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stderr), "");
     assert!(matches!(agent.join(), Ok(ShimRequest::Allocate { .. })));
-    assert!(matches!(
-        agent.next(),
-        Ok(ShimRequest::TakenBack { alloc: 7, .. })
-    ));
 }
 
 /// The shim waits for a granted host's remote shell: SIGTERM to the shim reaches it (callers
