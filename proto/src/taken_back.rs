@@ -35,7 +35,7 @@ pub fn write(dir: &Path, alloc: u64, host: &str, message: &str) -> io::Result<()
     std::fs::rename(&partial, &path)
 }
 
-/// Forgets `alloc` (it is over).
+/// Forgets `alloc` (the agent keeps the last 1024 taken back).
 pub fn remove(dir: &Path, alloc: u64) -> io::Result<()> {
     match std::fs::remove_file(dir.join(alloc.to_string())) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
