@@ -342,13 +342,7 @@ fn table_live(rec: &HostRecord, now: Instant, down_after: Duration) -> LivePart 
         },
         last_report_age_s: age.map(|a| (a.as_secs_f64() * 10.0).round() / 10.0),
         daemon_starts: rec.daemon_starts,
-        alloc_state: "".into(),
-        held_by: None,
-        drained: false,
-        policy_note: None,
-        slurm_job: None,
-        lease_left_s: None,
-        lease_ending: false,
+        ..LivePart::default()
     }
 }
 
@@ -438,26 +432,9 @@ fn status_row(rec: &HostRecord, now: Instant, down_after: Duration) -> HostStatu
     labels.iter_mut().for_each(|l| *l = l.to_ascii_lowercase());
     labels.sort();
     labels.dedup();
-    // The allocator's fields are empty here: the job desk fills them in
-    // (`JobDesk::annotate`); the table does not allocate.
-    let LivePart {
-        state,
-        down_reason,
-        last_report_age_s,
-        daemon_starts,
-        alloc_state,
-        held_by,
-        drained,
-        policy_note,
-        slurm_job,
-        lease_left_s,
-        lease_ending,
-    } = table_live(rec, now, down_after);
-    HostStatus {
+    let mut row = HostStatus {
         name: rec.entry.name.clone(),
         address: rec.entry.address.clone(),
-        state,
-        down_reason,
         hostname: r.map(|r| r.hostname.clone()),
         cpus: r.and_then(|r| r.cpus),
         load1: r.and_then(|r| r.load.map(|l| l[0])),
@@ -478,16 +455,12 @@ fn status_row(rec: &HostRecord, now: Instant, down_after: Duration) -> HostStatu
         job_load: r.and_then(|r| r.job_load),
         labels,
         owner: rec.entry.owner.clone(),
-        last_report_age_s,
-        daemon_starts,
-        alloc_state: alloc_state.into_owned(),
-        held_by,
-        drained,
-        policy_note,
-        slurm_job,
-        lease_left_s,
-        lease_ending,
-    }
+        // The allocator's fields stay empty: the job desk fills them in
+        // (`JobDesk::annotate`); the table does not allocate.
+        ..HostStatus::default()
+    };
+    row.set_live(table_live(rec, now, down_after));
+    row
 }
 
 #[cfg(test)]

@@ -185,11 +185,12 @@ pub struct HostReport {
     pub allocs_running: Option<Vec<u64>>,
 }
 
-/// Whether the broker currently hears from a host.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Whether the broker currently hears from a host (down until it reports).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HostState {
     Up,
+    #[default]
     Down,
 }
 
@@ -203,7 +204,7 @@ impl std::fmt::Display for HostState {
 }
 
 /// One row of `rb status --json`: the broker's view of a host.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct HostStatus {
     pub name: String,
     pub address: String,

@@ -50,7 +50,7 @@ pub struct FixedPart<'a> {
 
 /// The fields of a row that change with time and with the allocator, serialized as
 /// [`HostStatus`] serializes them.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct LivePart {
     pub state: HostState,
     pub down_reason: Option<String>,
@@ -252,37 +252,9 @@ mod tests {
         HostStatus {
             name: "node04".into(),
             address: "10.0.0.4".into(),
-            state: HostState::Down,
             down_reason: Some("no daemon has reported yet".into()),
-            hostname: None,
-            cpus: None,
-            load1: None,
-            load5: None,
-            load15: None,
-            cpu_util: None,
-            mem_total_kb: None,
-            mem_available_kb: None,
-            os: None,
-            arch: None,
-            users: vec![],
-            users_known: false,
-            console_idle_s: None,
-            logind: None,
-            logind_error: None,
-            warnings: vec![],
-            managed_procs: None,
-            job_load: None,
-            labels: vec![],
-            owner: None,
-            last_report_age_s: None,
-            daemon_starts: 0,
             alloc_state: "free".into(),
-            held_by: None,
-            drained: false,
-            policy_note: None,
-            slurm_job: None,
-            lease_left_s: None,
-            lease_ending: false,
+            ..HostStatus::default()
         }
     }
 
