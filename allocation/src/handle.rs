@@ -92,6 +92,18 @@ impl Allocator {
                 let input = Input::Allocate { job, req, symbolic };
                 (input, effects, Answer::Request(req))
             }
+            Input::HostsRepeated { hosts } => {
+                let mut effects = Vec::new();
+                let mut invalid = None;
+                for host in &hosts {
+                    match self.host_input(host, &Default::default(), None, now) {
+                        Ok(more) => effects.extend(more),
+                        Err(e) => invalid = invalid.or(Some(e)),
+                    }
+                }
+                let answer = invalid.map_or(Answer::Done, Answer::Invalid);
+                (Input::HostsRepeated { hosts }, effects, answer)
+            }
             Input::Host {
                 host,
                 changed,
@@ -170,7 +182,10 @@ impl Allocator {
                 let answer = self.explain(host, *job, now);
                 (Vec::new(), Answer::Explained(answer))
             }
-            Input::Register { .. } | Input::Allocate { .. } | Input::Host { .. } => {
+            Input::Register { .. }
+            | Input::Allocate { .. }
+            | Input::Host { .. }
+            | Input::HostsRepeated { .. } => {
                 (Vec::new(), Answer::Invalid("handled by `handle`".into()))
             }
         }

@@ -400,6 +400,7 @@ impl Replay {
                 job: j.map(job),
             },
             other @ (Input::Host { .. }
+            | Input::HostsRepeated { .. }
             | Input::ReleaseHost { .. }
             | Input::LeaseEnds { .. }
             | Input::Drain { .. }

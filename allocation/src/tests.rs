@@ -1129,3 +1129,57 @@ fn an_end_by_the_agent_is_confirmed_to_it_an_agent_gone_is_not() {
         "{fx:?}"
     );
 }
+
+/// One `HostsRepeated` input does what a repeated `Host` input (no field changed) per host
+/// does, in order: nothing for a free host, what its view does for a held one (as in a
+/// replay under another policy); recorded as one trace line that reads back the same.
+#[test]
+fn hosts_repeated_is_a_repeated_host_input_for_each_host_in_turn() {
+    use crate::{handle::Answer, trace::Input};
+    let names: Vec<String> = ["node01", "node02", "node03"].map(String::from).to_vec();
+    let build = || {
+        let mut lab = Lab::new(hosts(&["node01", "node02", "node03"]));
+        let j = lab.job(false);
+        let (_, held) = lab.take(j, "anyHost");
+        (lab, held)
+    };
+    let (mut batch, held) = build();
+    let (mut each, held_too) = build();
+    assert_eq!(held, held_too, "the two labs are the same");
+    assert!(!batch.a.same_view_decides_nothing(&held));
+    let later = batch.now + Duration::from_secs(5);
+    let input = Input::HostsRepeated {
+        hosts: names.clone(),
+    };
+    let text = serde_json::to_string(&input).expect("encodes");
+    assert_eq!(
+        text,
+        r#"{"kind":"hosts_repeated","hosts":["node01","node02","node03"]}"#
+    );
+    assert_eq!(
+        serde_json::from_str::<Input>(&text).expect("decodes"),
+        input
+    );
+    let handled = batch.a.handle(input, later);
+    assert!(
+        matches!(handled.answer, Answer::Done),
+        "{:?}",
+        handled.answer
+    );
+    assert!(handled.recorded());
+    let mut effects = Vec::new();
+    for host in names {
+        let one = Input::Host {
+            host,
+            changed: Default::default(),
+            view: None,
+        };
+        let h = each.a.handle(one, later);
+        assert!(matches!(h.answer, Answer::Done), "{:?}", h.answer);
+        effects.extend(h.effects);
+    }
+    assert_eq!(handled.effects, effects);
+    assert_eq!(state_of(&batch.a, later), state_of(&each.a, later));
+    let touched = crate::usage::touched_hosts(&handled.input, &handled.effects);
+    assert_eq!(touched, ["node01", "node02", "node03"]);
+}

@@ -184,6 +184,10 @@ pub enum Input {
     /// [`Allocator::allocs_running`]: `host`'s daemon found processes of `allocs`
     /// (recorded when it changed something).
     AllocsRunning { host: String, allocs: Vec<AllocId> },
+    /// Reports that repeated each host's last one, at one instant: for each host in turn,
+    /// what [`Input::Host`] with no field changed does. One line for the hosts a batch of
+    /// reports repeated (most reports at 10k hosts), not one each.
+    HostsRepeated { hosts: Vec<String> },
 }
 
 /// The machine an agent runs on, as it said when it registered.

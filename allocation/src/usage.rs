@@ -388,7 +388,8 @@ pub(crate) fn touched_hosts<'a>(
     input: &Input,
     effects: impl IntoIterator<Item = &'a Effect>,
 ) -> Vec<String> {
-    let named = match input {
+    let mut hosts = match input {
+        Input::HostsRepeated { hosts } => hosts.clone(),
         Input::Host { host, .. }
         | Input::GiveBack { host, .. }
         | Input::Released { host, .. }
@@ -397,7 +398,7 @@ pub(crate) fn touched_hosts<'a>(
         | Input::Drain { host }
         | Input::Resume { host }
         | Input::Explain { host, .. }
-        | Input::AllocsRunning { host, .. } => Some(host.clone()),
+        | Input::AllocsRunning { host, .. } => vec![host.clone()],
         Input::Register { .. }
         | Input::Allocate { .. }
         | Input::Cancel { .. }
@@ -406,9 +407,8 @@ pub(crate) fn touched_hosts<'a>(
         | Input::Resumed { .. }
         | Input::UsesHosts { .. }
         | Input::Tick
-        | Input::Policy { .. } => None,
+        | Input::Policy { .. } => Vec::new(),
     };
-    let mut hosts: Vec<String> = named.into_iter().collect();
     for e in effects {
         match e {
             Effect::Granted { host, .. }

@@ -76,6 +76,14 @@ pub enum Event {
         conn: ConnId,
         report: Box<HostReport>,
     },
+    /// A report that is the host's last one on `conn` but for its counter `seq` (its
+    /// connection found the same text: `proto::repeats`); `allocs_running` as that one said.
+    SameReport {
+        host: String,
+        conn: ConnId,
+        seq: u64,
+        allocs_running: Option<Vec<u64>>,
+    },
     Disconnected {
         host: String,
         conn: ConnId,
@@ -310,6 +318,12 @@ fn reports_behind(
             Ok(Event::Report { host, conn, report }) => {
                 apply_report(table, desk, host, conn, *report)
             }
+            Ok(Event::SameReport {
+                host,
+                conn,
+                seq,
+                allocs_running,
+            }) => apply_same_report(table, desk, &host, conn, seq, allocs_running),
             Ok(other) => {
                 *held = Some(other);
                 break;
@@ -362,17 +376,16 @@ fn now() -> Instant {
 
 /// Passes every host row that changed to the allocator and performs what it decides. A
 /// report that repeated the host's last one builds no row when the allocator says the
-/// same view decides nothing ([`JobDesk::host_repeated`]); else its row goes as any other.
+/// same view decides nothing ([`JobDesk::hosts_repeated`]: one input for all of them); else its
+/// row goes as any other.
 fn hosts_to_desk(table: &mut HostTable, desk: &mut JobDesk) {
     let now = now();
     for row in table.take_changes(now) {
         let effects = desk.host_changed(row, now);
         desk.perform(effects, now);
     }
-    for host in table.take_repeated() {
-        if desk.host_repeated(&host, now) {
-            continue;
-        }
+    let repeated = table.take_repeated();
+    for host in desk.hosts_repeated(repeated, now) {
         if let Some(row) = table.row(&host, now) {
             let effects = desk.host_changed(row, now);
             desk.perform(effects, now);
@@ -453,6 +466,12 @@ fn apply(
             let _ = reply.send(parts);
         }
         Event::Report { host, conn, report } => apply_report(table, desk, host, conn, *report),
+        Event::SameReport {
+            host,
+            conn,
+            seq,
+            allocs_running,
+        } => apply_same_report(table, desk, &host, conn, seq, allocs_running),
         event => return apply_host(table, closers, event, now),
     }
     Vec::new()
@@ -470,8 +489,28 @@ fn apply_report(
     let now = now();
     let running = report.allocs_running.take();
     table.report(&host, conn, report, now);
+    allocs_running(desk, &host, running, now);
+}
+
+/// A report that repeats the last one but for its counter: as [`apply_report`] with that
+/// report again.
+fn apply_same_report(
+    table: &mut HostTable,
+    desk: &mut JobDesk,
+    host: &str,
+    conn: ConnId,
+    seq: u64,
+    running: Option<Vec<u64>>,
+) {
+    let now = now();
+    table.report_same(host, conn, seq, now);
+    allocs_running(desk, host, running, now);
+}
+
+/// The allocations a report says still run on `host`, to the desk.
+fn allocs_running(desk: &mut JobDesk, host: &str, running: Option<Vec<u64>>, now: Instant) {
     if let Some(running) = running {
-        let effects = desk.allocs_running(&host, running, now);
+        let effects = desk.allocs_running(host, running, now);
         desk.perform(effects, now);
     }
 }
@@ -503,6 +542,7 @@ fn apply_host(
         Event::Status { .. }
         | Event::StatusParts { .. }
         | Event::Report { .. }
+        | Event::SameReport { .. }
         | Event::AgentRegister { .. }
         | Event::AgentMessage { .. }
         | Event::AgentGone { .. }

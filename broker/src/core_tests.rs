@@ -115,6 +115,18 @@ impl Core {
         self.send(Event::Report { host, conn, report }).await;
     }
 
+    /// The daemon of `host` on connection `conn` sends its last report again with the
+    /// counter `seq` (what its connection finds without parsing it).
+    async fn same_on(&self, host: &str, conn: u64, seq: u64) {
+        let same = Event::SameReport {
+            host: host.to_string(),
+            conn,
+            seq,
+            allocs_running: None,
+        };
+        self.send(same).await;
+    }
+
     async fn register(&self, adaptive: bool) -> Agent {
         let reg = Box::new(JobRegistration {
             user: "alice".into(),
@@ -502,8 +514,8 @@ async fn explain_and_status_say_why_a_host_is_not_startable() {
     core.stop().await;
 }
 
-/// Reports that repeat the last one skip the allocator (`HostTable::take_repeated`); the
-/// first that differs must still reach it and `rb status`: an owner who was active on her
+/// Reports that repeat the last one (parsed, or found the same text by the connection)
+/// skip the allocator (`HostTable::take_repeated`); the first that differs must still reach it and `rb status`: an owner who was active on her
 /// private host goes away, and the adaptive job waiting for it gets it.
 #[tokio::test(start_paused = true)]
 async fn a_changed_report_after_repeated_ones_reaches_the_allocator_and_the_status() {
@@ -519,20 +531,25 @@ async fn a_changed_report_after_repeated_ones_reaches_the_allocator_and_the_stat
         next(&mut agent.rx).await,
         FromBroker::Queued { req: 1, .. }
     ));
-    for seq in 2..5 {
+    for seq in 2..7 {
         tokio::time::advance(Duration::from_secs(1)).await;
-        let again = HostReport {
-            seq,
-            ..active.clone()
-        };
-        core.report_on("ws", conn, again).await;
+        if seq < 5 {
+            let again = HostReport {
+                seq,
+                ..active.clone()
+            };
+            core.report_on("ws", conn, again).await;
+        } else {
+            // Found the same text by its connection: not parsed, not sent whole.
+            core.same_on("ws", conn, seq).await;
+        }
         let row = core.status().await.remove(0);
         assert_eq!(row.last_report_age_s, Some(0.0), "the repeat is heard");
         assert_eq!(row.console_idle_s, Some(10));
         assert_eq!(row.alloc_state, "free");
     }
     let away = HostReport {
-        seq: 5,
+        seq: 7,
         console_idle_s: Some(600),
         ..active
     };

@@ -215,6 +215,26 @@ impl HostTable {
         true
     }
 
+    /// A report arrived on `conn` that is the host's last one but for its counter `seq`:
+    /// taken as [`report`](Self::report) takes that report again. False, changing nothing,
+    /// for a stale connection or a host with no report yet.
+    pub fn report_same(&mut self, host: &str, conn: ConnId, seq: u64, now: Instant) -> bool {
+        let Some(rec) = self.hosts.get_mut(host) else {
+            return false;
+        };
+        let Some((at, last)) = rec.last_report.as_mut().filter(|_| rec.conn == Some(conn)) else {
+            return false;
+        };
+        *at = now;
+        last.seq = seq;
+        if rec.down_reason.take().is_none() {
+            self.repeated.push(host.to_string());
+        } else {
+            self.changed.insert(host.to_string());
+        }
+        true
+    }
+
     /// The connection `conn` closed.
     pub fn disconnected(&mut self, host: &str, conn: ConnId, reason: &str) {
         if let Some(rec) = self.hosts.get_mut(host) {

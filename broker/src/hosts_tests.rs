@@ -237,6 +237,47 @@ fn a_repeated_report_is_listed_apart_and_a_changed_field_is_a_change() {
     assert_eq!(t.status(later)[0].console_idle_s, Some(7));
 }
 
+/// A report its connection found the same text as the last one but for the counter
+/// (`report_same`) is what the same report parsed again would be: repeated, its age the new
+/// one's, its counter kept; refused on a stale connection or before any report.
+#[test]
+fn the_same_report_again_is_taken_as_the_report_parsed_again() {
+    let (mut parsed, mut same) = (table(), table());
+    let now = Instant::now();
+    for t in [&mut parsed, &mut same] {
+        t.connected("node02", 1);
+        assert!(!t.report_same("node02", 1, 1, now), "no report yet");
+        t.report("node02", 1, report("node02"), now);
+        let _ = t.take_changes(now);
+    }
+    let later = now + Duration::from_secs(1);
+    let again = HostReport {
+        seq: 7,
+        ..report("node02")
+    };
+    assert!(parsed.report("node02", 1, again, later));
+    assert!(same.report_same("node02", 1, 7, later));
+    for t in [&mut parsed, &mut same] {
+        assert!(t.take_changes(later).is_empty());
+        assert_eq!(t.take_repeated(), ["node02"]);
+    }
+    let status = |t: &HostTable| serde_json::to_string(&t.status(later)).expect("encodes");
+    assert_eq!(status(&same), status(&parsed));
+    assert_eq!(
+        same.hosts["node02"]
+            .last_report
+            .as_ref()
+            .map(|(at, r)| (*at, r.seq)),
+        Some((later, 7))
+    );
+    assert!(
+        !same.report_same("node02", 2, 8, later),
+        "a stale connection"
+    );
+    assert!(!same.report_same("nodeXX", 1, 8, later), "an unknown host");
+    assert!(same.take_repeated().is_empty());
+}
+
 #[test]
 fn a_report_repeating_one_from_before_a_disconnect_is_a_change() {
     let mut t = table();

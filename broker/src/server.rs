@@ -26,6 +26,7 @@ use proto::{
     handshake::{authenticate, refuse, Peer, ServerAuth},
     msg::{ErrorCode, FromBroker, Role, ToBroker},
     peercred,
+    repeats::{HostdFrame, HostdFrames},
 };
 use tokio::{
     io::{AsyncRead, AsyncWrite},

@@ -287,7 +287,7 @@ pub fn status_envelope(id: u64) -> Result<(String, String), FrameError> {
 }
 
 /// How every report frame begins (the tag first, as [`encode`] writes it).
-const REPORT_FRAME_START: &str = r#"{"t":"report","#;
+pub(crate) const REPORT_FRAME_START: &str = r#"{"t":"report","#;
 
 /// Decodes one frame from a host daemon. Nearly every frame is a report: one that begins
 /// as the encoder writes it is read straight into a [`HostReport`](crate::report::HostReport) (which ignores the tag

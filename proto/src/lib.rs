@@ -12,6 +12,7 @@
 //! - [`route`]: this machine's address on the route to a peer (what an agent advertises).
 //! - [`tag`]: the environment tag that marks every process of a remote command.
 //! - [`mux`]: where a job's ssh master connections (one per granted host) have their sockets.
+//! - [`repeats`]: host daemons' frames, a report that repeats the last one found unparsed.
 //!
 //! Every connection starts with a [`msg::Hello`] carrying [`PROTOCOL_VERSION`] and the
 //! peer's [`msg::Role`]. The full description lives in `PROTOCOL.md` at the repository root.
@@ -23,6 +24,7 @@ pub mod frame;
 pub mod handshake;
 pub mod mux;
 pub mod peercred;
+pub mod repeats;
 pub mod route;
 pub mod tag;
 pub mod taken_back;

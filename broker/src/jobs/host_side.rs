@@ -34,23 +34,21 @@ impl JobDesk {
         self.handle(input, now).0
     }
 
-    /// A report repeated `host`'s last one (its row changed only in age). True when the
-    /// allocator took it without a row ([`Allocator::host_repeated`]: it decides nothing);
-    /// the trace records it as the host input it stands for, with no field changed, so
-    /// that a replay under another policy (which may hold the host, or read the clock)
-    /// feeds it again. False: the caller passes the host's row to
+    /// Reports repeated the last one of each of `hosts` (their rows changed only in age).
+    /// Those the allocator takes without a row ([`Allocator::host_repeated`]: they decide
+    /// nothing) go to it as one input, which the trace records as one line, so that a
+    /// replay under another policy (which may hold the hosts, or read the clock) feeds
+    /// them again; the others are returned, in order, for the caller to pass their rows to
     /// [`host_changed`](Self::host_changed).
-    pub fn host_repeated(&mut self, host: &str, now: Instant) -> bool {
-        if !self.alloc.same_view_decides_nothing(host) {
-            return false;
+    pub fn hosts_repeated(&mut self, hosts: Vec<String>, now: Instant) -> Vec<String> {
+        let (taken, changed): (Vec<String>, Vec<String>) = hosts
+            .into_iter()
+            .partition(|host| self.alloc.same_view_decides_nothing(host));
+        if !taken.is_empty() {
+            let (effects, _) = self.handle(Input::HostsRepeated { hosts: taken }, now);
+            self.perform(effects, now);
         }
-        let input = Input::Host {
-            host: host.to_string(),
-            changed: Default::default(),
-            view: None,
-        };
-        self.handle(input, now);
-        true
+        changed
     }
 
     /// Adds what the allocator does with each host (`alloc_state`, `held_by`, `drained`,

@@ -154,3 +154,43 @@ async fn a_module_job_is_never_granted_the_host_its_agent_runs_on() {
     let effects = desk.agent_message(plain, allocate(1), now);
     assert_eq!(granted_host(&effects).as_deref(), Some("node01"));
 }
+
+/// Reports that repeated the last one of free hosts go to the allocator as one input, one
+/// trace line that names them all; a held host (its `vacate` is asked on every report) is
+/// handed back for its row.
+#[tokio::test]
+async fn repeated_free_hosts_are_one_trace_line_and_a_held_one_comes_back_for_its_row() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("trace");
+    let now = Instant::now();
+    let clock = allocation::TraceClock::new(now, 0);
+    let sink = crate::trace::TraceSink::spawn(dir.clone(), 1 << 20, 2, clock, "r".into())
+        .expect("a trace");
+    let mut desk = desk().with_trace(sink);
+    for n in 2..=4 {
+        desk.host_changed(status(&format!("node0{n}"), &format!("10.0.0.{n}")), now);
+    }
+    let (tx, _rx) = crate::outbox::channel(16);
+    let (job, _) = desk
+        .register(registration(None), tx, now)
+        .expect("registered");
+    let allocate = ToBroker::Allocate {
+        req: 1,
+        symbolic: "anyLinux".into(),
+    };
+    let held = granted_host(&desk.agent_message(job, allocate, now)).expect("a grant");
+    let hosts: Vec<String> = ["node02", "node03", "node04"].map(String::from).to_vec();
+    let later = now + std::time::Duration::from_secs(1);
+    assert_eq!(desk.hosts_repeated(hosts.clone(), later), [held.as_str()]);
+    drop(desk); // the writer thread writes what it was given, then ends
+    let files = crate::trace::trace_files(&dir).expect("listed");
+    let text = std::fs::read_to_string(&files[0].1).expect("read");
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains("repeated")).collect();
+    let free: Vec<&String> = hosts.iter().filter(|h| **h != held).collect();
+    let expected = format!(
+        r#""input":{{"kind":"hosts_repeated","hosts":["{}","{}"]}}"#,
+        free[0], free[1]
+    );
+    assert_eq!(lines.len(), 1, "{text}");
+    assert!(lines[0].contains(&expected), "{}", lines[0]);
+}

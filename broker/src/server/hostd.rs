@@ -26,6 +26,8 @@ pub(super) async fn hostd_session<S>(
         rx.mark_changed(); // the current word goes out at once
     }
     let mut told = Told::default();
+    let mut frames = HostdFrames::default();
+    let mut last_allocs_running: Option<Vec<u64>> = None;
     let reason = loop {
         tokio::select! {
             _ = shutdown.changed() => break "broker stopping".to_string(),
@@ -35,39 +37,37 @@ pub(super) async fn hostd_session<S>(
                     break "connection closed".into();
                 }
             }
-            msg = conn.recv_line() => match msg.and_then(|line| proto::msg::decode_from_hostd(&line)) {
-                Ok(ToBroker::Report(report)) => {
-                    let ends_allocs = report.allocs_running.is_some() && !told.ends_allocs;
-                    crate::web::METRICS.report();
-                    if ctx.events.send(Event::Report { host: host.clone(), conn: id, report }).await.is_err() {
-                        break "broker stopping".into();
+            msg = conn.recv_line() => {
+                let report = match msg.and_then(|line| frames.decode(line)) {
+                    Ok(HostdFrame::Parsed(ToBroker::Report(report))) => {
+                        last_allocs_running.clone_from(&report.allocs_running);
+                        Event::Report { host: host.clone(), conn: id, report }
                     }
-                    // A daemon that ends allocations past their deadline hears of them from now.
-                    let word = live.as_ref().and_then(|rx| rx.borrow().clone());
-                    if let (true, Some(word)) = (ends_allocs, word) {
-                        told.ends_allocs = true;
-                        if told.send(&mut conn, &word, ctx.sweep_live).await.is_err() {
-                            break "connection closed".into();
-                        }
+                    Ok(HostdFrame::Same { seq }) => Event::SameReport {
+                        host: host.clone(),
+                        conn: id,
+                        seq,
+                        allocs_running: last_allocs_running.clone(),
+                    },
+                    other => match other_frame(other, &host, &mut conn, ctx).await {
+                        Ok(()) => continue,
+                        Err(why) => break why,
+                    },
+                };
+                let ends_allocs = last_allocs_running.is_some() && !told.ends_allocs;
+                crate::web::METRICS.report();
+                if ctx.events.send(report).await.is_err() {
+                    break "broker stopping".into();
+                }
+                // A daemon that ends allocations past their deadline hears of them from now.
+                let word = live.as_ref().and_then(|rx| rx.borrow().clone());
+                if let (true, Some(word)) = (ends_allocs, word) {
+                    told.ends_allocs = true;
+                    if told.send(&mut conn, &word, ctx.sweep_live).await.is_err() {
+                        break "connection closed".into();
                     }
                 }
-                Ok(ToBroker::PilotLease { slurm_job, ending }) => {
-                    let said = Event::PilotLease { host: host.clone(), slurm_job, ending };
-                    if ctx.events.send(said).await.is_err() {
-                        break "broker stopping".into();
-                    }
-                }
-                Ok(other) => {
-                    let why = format!("unexpected message from a host daemon: {}", short(&other));
-                    refuse(&mut conn, ErrorCode::BadMessage, &why).await;
-                    break why;
-                }
-                Err(FrameError::Closed) => break "connection closed".into(),
-                Err(e) => {
-                    refuse(&mut conn, ErrorCode::BadMessage, &e.to_string()).await;
-                    break e.to_string();
-                }
-            },
+            }
         }
     };
     let _ = ctx
@@ -81,6 +81,43 @@ pub(super) async fn hostd_session<S>(
 }
 
 /// What one host daemon has been told of the live allocations.
+/// A frame from the daemon that is not a report: a pilot's lease goes to the core (`Ok`);
+/// anything else, or a bad frame, is refused and ends the session (`Err`: why).
+async fn other_frame<S>(
+    frame: Result<HostdFrame, FrameError>,
+    host: &str,
+    conn: &mut FramedConn<S>,
+    ctx: &ServerCtx,
+) -> Result<(), String>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    match frame {
+        Ok(HostdFrame::Parsed(ToBroker::PilotLease { slurm_job, ending })) => {
+            let said = Event::PilotLease {
+                host: host.to_string(),
+                slurm_job,
+                ending,
+            };
+            match ctx.events.send(said).await {
+                Ok(()) => Ok(()),
+                Err(_) => Err("broker stopping".into()),
+            }
+        }
+        Ok(HostdFrame::Parsed(other)) => {
+            let why = format!("unexpected message from a host daemon: {}", short(&other));
+            refuse(conn, ErrorCode::BadMessage, &why).await;
+            Err(why)
+        }
+        Ok(HostdFrame::Same { .. }) => Ok(()), // the caller's
+        Err(FrameError::Closed) => Err("connection closed".into()),
+        Err(e) => {
+            refuse(conn, ErrorCode::BadMessage, &e.to_string()).await;
+            Err(e.to_string())
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Told {
     /// Its reports list the allocations running there: it ends those past their
