@@ -26,9 +26,9 @@
 //!
 //! # Rotation
 //! [`Recorder::begin`] is called before each entry point: once the current file holds
-//! `max_bytes` or more it asks for a new file ([`Out::Rotate`]) opened by a `start` record of
-//! the state before that call. A file can thus exceed `max_bytes` by one call's lines (and
-//! the `start` record of a large lab may alone). After lines were lost (the writer's queue was
+//! `max_bytes` or more beyond its opening `start` record, it asks for a new file
+//! ([`Out::Rotate`]) opened by a `start` record of the state before that call. A file thus
+//! holds its opening state, `max_bytes` and at most one call's lines more. After lines were lost (the writer's queue was
 //! full, the disk refused them) the next file is started at once with `gap: true`, so a
 //! replay restarts from its state instead of replaying an incomplete history.
 
@@ -425,6 +425,10 @@ impl Recorder {
             state: alloc.trace_state(&self.clock),
         };
         self.line(now, Body::Start(Box::new(start)), out);
+        // The limit is for what follows the opening state: counted with it, a state larger
+        // than the limit (a lab of some 30k hosts at the default 8 MiB) filled every file at
+        // once, and each call opened a new one with the whole state again.
+        self.bytes = Some(0);
     }
 
     /// Records one entry point's input and the decisions among its effects.

@@ -267,7 +267,7 @@ fn the_whole_state_round_trips_mid_reclaim() {
 
 #[test]
 fn files_rotate_once_full_and_each_opens_with_the_whole_state() {
-    let mut t = Traced::new(2_000);
+    let mut t = Traced::new(800);
     for i in 0..12 {
         t.host(view(&format!("node{i:02}")));
         t.advance(0.25);
@@ -284,7 +284,7 @@ fn files_rotate_once_full_and_each_opens_with_the_whole_state() {
             let bytes: usize = f.iter().map(|l| l.len() + 1).sum();
             let body: usize = f[1..].iter().map(|l| l.len() + 1).sum();
             assert!(
-                bytes >= 2_000 && body > 0,
+                body >= 800 && bytes > body,
                 "file {i}: {bytes} bytes rotated"
             );
         }
@@ -294,6 +294,36 @@ fn files_rotate_once_full_and_each_opens_with_the_whole_state() {
         unreachable!()
     };
     assert!(start.state.hosts.len() > 2, "{}", start.state.hosts.len());
+}
+
+/// A lab whose whole state is larger than a file's limit: a new file once the lines after
+/// the opening state reach the limit, not at every call (each with the whole state again,
+/// which froze a broker of 100k hosts).
+#[test]
+fn a_state_larger_than_the_limit_does_not_open_a_file_per_call() {
+    let mut t = Traced::new(u64::MAX);
+    for i in 0..40 {
+        t.host(view(&format!("node{i:02}")));
+    }
+    let limit = 2_000;
+    t.rec = Recorder::new(TraceClock::new(t.now, 1_700_000_000_000), "run-1", limit);
+    t.out.clear();
+    for _ in 0..60 {
+        t.advance(1.0);
+        t.host(view("node00")); // the same view again: a short line each
+    }
+    let files = t.files();
+    let state_bytes = files[0][0].len() as u64;
+    assert!(state_bytes > limit, "{state_bytes} bytes of state");
+    assert!((2..=10).contains(&files.len()), "{} files", files.len());
+    for (i, f) in files[..files.len() - 1].iter().enumerate() {
+        assert!(
+            f[0].len() as u64 > limit,
+            "file {i} opens with the whole state"
+        );
+        let body: u64 = f[1..].iter().map(|l| l.len() as u64 + 1).sum();
+        assert!(body >= limit, "file {i}: {body} bytes after its state");
+    }
 }
 
 #[test]

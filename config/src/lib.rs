@@ -114,7 +114,8 @@ pub struct BrokerSettings {
     /// crate (`Policy::from_setting(policy, LabConfig::policy_base())`).
     pub policy: String,
     /// The decision trace (`STATE_DIR/trace/`, for `rb policy replay`): a file is rotated
-    /// once it holds this many bytes (`trace_file_max_kib`, default 8192 = 8 MiB).
+    /// once it holds this many bytes beyond its opening state (`trace_file_max_kib`, default
+    /// 8192 = 8 MiB).
     pub trace_file_max_bytes: u64,
     /// How many trace files are kept, the newest (`trace_files_kept`, default 8); 0 turns
     /// the trace off.

@@ -5,6 +5,7 @@
 //! idle times grow by the interval and its load moves, as a real daemon's do.
 
 use std::{
+    net::{Ipv4Addr, SocketAddr},
     path::PathBuf,
     sync::{
         atomic::{AtomicU64, Ordering},
@@ -21,7 +22,10 @@ use proto::{
     msg::{Role, ToBroker},
     report::{HostReport, ReportTrigger, UserSession},
 };
-use tokio::{net::TcpStream, sync::Semaphore};
+use tokio::{
+    net::{TcpSocket, TcpStream},
+    sync::Semaphore,
+};
 
 #[derive(Debug, Parser)]
 #[command(name = "rb-loadgen")]
@@ -44,11 +48,24 @@ struct Args {
     /// by the interval, the load moves); without it they differ only in their counter.
     #[arg(long)]
     changing: bool,
+    /// Spread the connections over this many source addresses, 127.0.0.1 … 127.0.0.N, for
+    /// more simulated hosts than one address has ports (about 28k): the broker must listen
+    /// on loopback.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=254))]
+    source_addresses: u8,
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     raise_fd_limit();
+    if args.source_addresses > 1 && !broker_on_loopback(&args.broker) {
+        anyhow::bail!(
+            "--source-addresses {}: the broker `{}` is not on 127.0.0.0/8; give a loopback \
+             address (IP:PORT) or leave the option out",
+            args.source_addresses,
+            args.broker
+        );
+    }
     let secret = Arc::new(Secret::load(&args.secret_file)?);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -65,8 +82,12 @@ async fn run(args: Args, secret: Arc<Secret>) -> anyhow::Result<()> {
     let mut tasks = Vec::with_capacity(args.hosts);
     for i in 1..=args.hosts {
         let name = format!("{}{i:05}", args.prefix);
+        let source = (args.source_addresses > 1).then(|| {
+            let k = (i - 1) % usize::from(args.source_addresses);
+            Ipv4Addr::new(127, 0, 0, 1 + k as u8)
+        });
         let ctx = (
-            args.broker.clone(),
+            (args.broker.clone(), source),
             secret.clone(),
             connected.clone(),
             sent.clone(),
@@ -96,7 +117,7 @@ async fn run(args: Args, secret: Arc<Secret>) -> anyhow::Result<()> {
 }
 
 type Ctx = (
-    String,
+    (String, Option<Ipv4Addr>),
     Arc<Secret>,
     Arc<AtomicU64>,
     Arc<AtomicU64>,
@@ -137,7 +158,7 @@ async fn simulate(
 /// busy with thousands of handshakes at once times some out, as a real daemon's supervisor
 /// would start it again) until `stop_at`.
 async fn connect(
-    broker: &str,
+    (broker, source): &(String, Option<Ipv4Addr>),
     secret: &Secret,
     name: &str,
     gate: &Semaphore,
@@ -147,7 +168,14 @@ async fn connect(
     loop {
         let attempt = async {
             let _permit = gate.acquire().await?;
-            let stream = TcpStream::connect(broker).await?;
+            let stream = match source {
+                Some(ip) => {
+                    let socket = TcpSocket::new_v4()?;
+                    socket.bind(SocketAddr::from((*ip, 0)))?;
+                    socket.connect(broker.parse()?).await?
+                }
+                None => TcpStream::connect(broker.as_str()).await?,
+            };
             let mut conn = FramedConn::new(stream);
             client_handshake(&mut conn, Role::Hostd, name, ClientAuth::Secret(secret)).await?;
             anyhow::Ok(conn)
@@ -206,6 +234,13 @@ fn report(name: &str, seq: u64, shape: Shape) -> HostReport {
         // Simulated daemons run no job processes: they list none, as a real one would.
         allocs_running: Some(Vec::new()),
     }
+}
+
+/// Whether `broker` is an `IP:PORT` on 127.0.0.0/8.
+fn broker_on_loopback(broker: &str) -> bool {
+    broker
+        .parse::<SocketAddr>()
+        .is_ok_and(|a| a.ip().is_loopback() && a.is_ipv4())
 }
 
 fn raise_fd_limit() {
