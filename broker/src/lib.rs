@@ -97,7 +97,7 @@ pub async fn run(
     prepare_state_dir(&lab.broker.state_dir)?;
     let secret = Secret::load(&lab.broker.secret_file)?;
     let secret_mark = secret.lab_mark();
-    raise_fd_limit();
+    let fd_limit = raise_fd_limit();
     let tcp = TcpListener::bind(lab.broker.listen)
         .await
         .with_context(|| format!("cannot listen on {} (broker.listen)", lab.broker.listen))?;
@@ -153,6 +153,9 @@ pub async fn run(
         config::Transport::Ssh | config::Transport::Rsh
     );
     ctx = ctx.with_live_allocs(live_rx, sweep);
+    if let Some(limit) = fd_limit {
+        ctx = ctx.with_tcp_slots(server::tcp_slots_for(limit));
+    }
     let ctx = Arc::new(ctx);
     let spec = LaunchSpec::new(&lab, listen);
     let pilots = pilots(&lab, &spec, events_tx.clone());
@@ -411,12 +414,16 @@ fn write_info(
     Ok(())
 }
 
-/// Lets a broker serve thousands of host connections.
-fn raise_fd_limit() {
+/// Lets a broker serve thousands of host connections: the open-files limit raised to its
+/// hard limit; returns the limit in force (`None`: unknown).
+fn raise_fd_limit() -> Option<u64> {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
         let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
     }
+    getrlimit(Resource::RLIMIT_NOFILE)
+        .ok()
+        .map(|(soft, _)| soft)
 }
 
 #[cfg(test)]

@@ -31,7 +31,7 @@ use proto::{
 use tokio::{
     io::{AsyncRead, AsyncWrite},
     net::{TcpListener, UnixListener},
-    sync::{oneshot, watch, Semaphore},
+    sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore},
 };
 use tracing::warn;
 
@@ -89,6 +89,11 @@ pub struct ServerCtx {
     pub pilot_hosts: bool,
     /// How many messages an agent's outbox holds ([`outbox::agent_outbox_size`]).
     pub agent_outbox: usize,
+    /// Connections over TCP (host daemons, agents, users) held at once: the open-files
+    /// limit less what the broker keeps for itself ([`tcp_slots_for`]), so that a flood of
+    /// connections never takes the control socket's (found at 20000 connections: `rb
+    /// status` failed while every accept failed with EMFILE).
+    tcp_slots: Arc<Semaphore>,
     next_conn: AtomicU64,
     limiter: LogLimiter,
 }
@@ -125,9 +130,16 @@ impl ServerCtx {
             sweep_live: false,
             pilot_hosts: false,
             agent_outbox: outbox::agent_outbox_size(),
+            tcp_slots: Arc::new(Semaphore::new(Semaphore::MAX_PERMITS)),
             next_conn: AtomicU64::new(1),
             limiter: LogLimiter::new(20, Duration::from_secs(10)),
         }
+    }
+
+    /// At most `slots` TCP connections at once (see [`tcp_slots_for`]).
+    pub fn with_tcp_slots(mut self, slots: usize) -> Self {
+        self.tcp_slots = Arc::new(Semaphore::new(slots.min(Semaphore::MAX_PERMITS)));
+        self
     }
 
     /// Host daemons are told of the live allocations from `live`: those past their
@@ -144,13 +156,27 @@ impl ServerCtx {
     }
 }
 
-/// Accepts TCP connections until `shutdown` fires.
+/// Open files the broker keeps for itself beside its TCP connections: the control socket
+/// and its clients, the web page's connections (64 at most), the store, the trace, logs.
+pub const FILES_KEPT: u64 = 256;
+
+/// How many TCP connections a broker whose open-files limit is `limit` holds at once.
+pub fn tcp_slots_for(limit: u64) -> usize {
+    usize::try_from(limit.saturating_sub(FILES_KEPT).max(16)).unwrap_or(usize::MAX)
+}
+
+/// Accepts TCP connections until `shutdown` fires, at most the context's slots at once
+/// (more wait in the listen queue until one closes).
 pub async fn serve_tcp(
     listener: TcpListener,
     ctx: Arc<ServerCtx>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
+        let slot = tokio::select! {
+            _ = shutdown.changed() => return,
+            slot = tcp_slot(&ctx) => slot,
+        };
         let accepted = tokio::select! {
             _ = shutdown.changed() => return,
             a = listener.accept() => a,
@@ -161,6 +187,7 @@ pub async fn serve_tcp(
                 let ctx = ctx.clone();
                 let shutdown = shutdown.clone();
                 tokio::spawn(async move {
+                    let _slot = slot;
                     let auth = ServerAuth::SecretOrUser {
                         secret: &ctx.secret,
                         users: ctx.users.as_ref(),
@@ -207,6 +234,23 @@ pub async fn serve_unix(
 }
 
 /// Out of descriptors and similar: log and back off briefly instead of spinning.
+/// A slot for the next TCP connection, waiting (and saying so) while all are taken.
+async fn tcp_slot(ctx: &ServerCtx) -> OwnedSemaphorePermit {
+    if let Ok(slot) = ctx.tcp_slots.clone().try_acquire_owned() {
+        return slot;
+    }
+    if ctx.limiter.allow() {
+        warn!(
+            "every TCP connection slot is taken; more are accepted as others close \
+             (the slots are the open-files limit less {FILES_KEPT}: raise `ulimit -n` for more hosts)"
+        );
+    }
+    match ctx.tcp_slots.clone().acquire_owned().await {
+        Ok(slot) => slot,
+        Err(_) => std::future::pending().await, // never closed
+    }
+}
+
 async fn accept_error(ctx: &ServerCtx, e: &std::io::Error) {
     if ctx.limiter.allow() {
         warn!(error = %e, "accept failed");

@@ -99,3 +99,58 @@ fn a_release_with_an_endless_grace_is_refused_on_the_wire() {
     let e = ask(3_600_000).expect_err("a free host");
     assert!(e.to_string().contains("nothing to release"), "{e:#}");
 }
+
+/// TCP connections beyond what the broker may hold wait in the listen queue, so a flood of
+/// them leaves the control socket answering: at its open-files limit (20000 connections on
+/// the machine of 2026-11-29) every accept failed with EMFILE, the control socket's too,
+/// and `rb status` failed until the connections closed.
+#[test]
+fn a_flood_of_tcp_connections_leaves_the_control_socket_answering() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wrapper = dir.path().join("rb-broker");
+    // `ulimit -n` sets both limits: the broker cannot raise it back.
+    let script = format!(
+        "#!/bin/sh\nulimit -n 64 || exit 99\nexec '{}' \"$@\"\n",
+        bin("rb-broker").display()
+    );
+    std::fs::write(&wrapper, script).expect("wrapper");
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let broker = Broker::start_program(&wrapper, &local_lab(1));
+    broker.wait_all_up(Duration::from_secs(20));
+    let addr = broker.tcp_addr();
+    // More than the 64 files the broker may have open; fewer than its 16 slots and the
+    // listen queue (128) hold.
+    let flood: Vec<std::net::TcpStream> = (0..120)
+        .map(|_| {
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect")
+        })
+        .collect();
+    let sock = broker.socket().display().to_string();
+    // Until the broker took what it may: its slots (or, before them, its files) ran out.
+    let full =
+        |log: &str| log.contains("every TCP connection slot") || log.contains("accept failed");
+    let ran_out = wait_until(Duration::from_secs(10), || {
+        full(&broker.log()).then_some(())
+    });
+    assert!(
+        ran_out.is_some(),
+        "the broker took every connection:\n{}",
+        broker.log()
+    );
+    let status = rb(&["--broker", &sock, "status", "--json"]);
+    assert!(
+        status.status.success(),
+        "rb status during the flood: {}\n{}",
+        stderr(&status),
+        broker.log()
+    );
+    assert!(String::from_utf8_lossy(&status.stdout).contains("vhost01"));
+    assert!(
+        !broker.log().contains("accept failed"),
+        "no accept failed:\n{}",
+        broker.log()
+    );
+    drop(flood);
+    broker.wait_all_up(Duration::from_secs(20));
+}
