@@ -154,7 +154,11 @@ pub async fn run(
     );
     ctx = ctx.with_live_allocs(live_rx, sweep);
     if let Some(limit) = fd_limit {
-        ctx = ctx.with_tcp_slots(server::tcp_slots_for(limit));
+        let daemons = match lab.broker.transport {
+            config::Transport::Manual => 0,
+            _ => lab.hosts.len(),
+        };
+        ctx = ctx.with_tcp_slots(server::tcp_slots_for(limit, daemons));
     }
     let ctx = Arc::new(ctx);
     let spec = LaunchSpec::new(&lab, listen);

@@ -90,7 +90,8 @@ pub struct ServerCtx {
     /// How many messages an agent's outbox holds ([`outbox::agent_outbox_size`]).
     pub agent_outbox: usize,
     /// Connections over TCP (host daemons, agents, users) held at once: the open-files
-    /// limit less what the broker keeps for itself ([`tcp_slots_for`]), so that a flood of
+    /// limit less what the broker keeps for itself and for the daemons it starts
+    /// ([`tcp_slots_for`]), so that a flood of
     /// connections never takes the control socket's (found at 20000 connections: `rb
     /// status` failed while every accept failed with EMFILE).
     tcp_slots: Arc<Semaphore>,
@@ -160,9 +161,18 @@ impl ServerCtx {
 /// and its clients, the web page's connections (64 at most), the store, the trace, logs.
 pub const FILES_KEPT: u64 = 256;
 
-/// How many TCP connections a broker whose open-files limit is `limit` holds at once.
-pub fn tcp_slots_for(limit: u64) -> usize {
-    usize::try_from(limit.saturating_sub(FILES_KEPT).max(16)).unwrap_or(usize::MAX)
+/// Open files a host daemon the broker starts holds there (its lifeline pipe, the
+/// process's handle).
+pub const FILES_PER_DAEMON: u64 = 2;
+
+/// How many TCP connections a broker whose open-files limit is `limit`, and which starts
+/// `daemons` host daemons, holds at once (at least 16).
+pub fn tcp_slots_for(limit: u64, daemons: usize) -> usize {
+    let daemons_files = FILES_PER_DAEMON.saturating_mul(daemons as u64);
+    let slots = limit
+        .saturating_sub(FILES_KEPT)
+        .saturating_sub(daemons_files);
+    usize::try_from(slots.max(16)).unwrap_or(usize::MAX)
 }
 
 /// Accepts TCP connections until `shutdown` fires, at most the context's slots at once
@@ -242,7 +252,8 @@ async fn tcp_slot(ctx: &ServerCtx) -> OwnedSemaphorePermit {
     if ctx.limiter.allow() {
         warn!(
             "every TCP connection slot is taken; more are accepted as others close \
-             (the slots are the open-files limit less {FILES_KEPT}: raise `ulimit -n` for more hosts)"
+             (the slots are the open-files limit less {FILES_KEPT} and {FILES_PER_DAEMON} per \
+             host daemon the broker starts: raise `ulimit -n` for more hosts)"
         );
     }
     match ctx.tcp_slots.clone().acquire_owned().await {
@@ -409,4 +420,20 @@ async fn client_session<S>(
 fn short(msg: &ToBroker) -> String {
     let text = format!("{msg:?}");
     text.chars().take(60).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The files kept, two per daemon the broker starts, the rest for TCP, never fewer
+    /// than 16 (an unlimited limit gives as many as a semaphore holds).
+    #[test]
+    fn tcp_slots_leave_the_kept_files_and_the_daemons_pipes() {
+        assert_eq!(tcp_slots_for(20_000, 0), 19_744);
+        assert_eq!(tcp_slots_for(20_000, 5_000), 9_744);
+        assert_eq!(tcp_slots_for(64, 0), 16);
+        assert_eq!(tcp_slots_for(20_000, 100_000), 16);
+        assert!(tcp_slots_for(u64::MAX, 10) > 1 << 40);
+    }
 }

@@ -253,13 +253,10 @@ impl Writer {
     }
 
     fn write(&mut self, line: &str) -> std::io::Result<()> {
-        if self.file.is_none() {
-            self.file = Some(BufWriter::new(self.open_next()?));
+        match self.file.as_mut() {
+            Some(f) => f.write_all(line.as_bytes())?,
+            None => self.file = Some(BufWriter::new(self.open_next(line)?)),
         }
-        let Some(f) = self.file.as_mut() else {
-            return Ok(());
-        };
-        f.write_all(line.as_bytes())?;
         crate::web::METRICS.trace_written(line.len());
         Ok(())
     }
@@ -285,8 +282,10 @@ impl Writer {
         self.broken = true;
     }
 
-    /// Opens the next numbered file and deletes the oldest beyond `files_kept`.
-    fn open_next(&mut self) -> std::io::Result<File> {
+    /// Opens the next numbered file, holding `first` (its opening `start` record) from the
+    /// moment it has its name (written under a temporary one, then renamed: a reader never
+    /// finds it empty), and deletes the oldest beyond `files_kept`.
+    fn open_next(&mut self, first: &str) -> std::io::Result<File> {
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
@@ -305,11 +304,21 @@ impl Writer {
         }
         let next = seqs.last().map_or(1, |(n, _)| n + 1);
         let path = self.dir.join(file_name(next));
-        let file = OpenOptions::new()
-            .create_new(true)
+        if path.exists() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("{} exists", path.display()),
+            ));
+        }
+        let part = self.dir.join(".trace-next.part");
+        let mut file = OpenOptions::new()
+            .create(true)
+            .truncate(true)
             .write(true)
             .mode(0o600)
-            .open(&path)?;
+            .open(&part)?;
+        file.write_all(first.as_bytes())?;
+        fs::rename(&part, &path)?;
         seqs.push((next, path));
         let excess = seqs.len().saturating_sub(self.files_kept);
         for (_, old) in &seqs[..excess] {
@@ -391,6 +400,34 @@ mod tests {
             sink.record(a, handled.input, &handled.effects, now);
             now += Duration::from_millis(10);
         }
+    }
+
+    /// A reader (`rb policy replay`, a test) that lists the files while the writer opens
+    /// one finds it with its opening line, never empty (it was, for the writer's 20 ms of
+    /// gathering: a flaky test read a new file's first line as "").
+    #[test]
+    fn a_new_file_is_never_seen_empty() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("trace");
+        let clock = TraceClock::new(Instant::now(), 0);
+        let mut sink = TraceSink::spawn(dir.clone(), 1 << 20, 3, clock, "r".into()).expect("spawn");
+        record_hosts(&mut sink, 1);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let path = loop {
+            if let Some((_, path)) = trace_files(&dir).ok().and_then(|f| f.into_iter().next()) {
+                break path;
+            }
+            assert!(Instant::now() < deadline, "no file");
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        let text = fs::read_to_string(&path).expect("read");
+        assert!(text.contains("\"start\":"), "{text:?}");
+        drop(sink);
+        let names: Vec<String> = fs::read_dir(&dir)
+            .expect("listed")
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .collect();
+        assert_eq!(names, ["trace-000001.jsonl"], "no part file left");
     }
 
     #[test]

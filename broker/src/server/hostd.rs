@@ -80,7 +80,6 @@ pub(super) async fn hostd_session<S>(
         .await;
 }
 
-/// What one host daemon has been told of the live allocations.
 /// A frame from the daemon that is not a report: a pilot's lease goes to the core (`Ok`);
 /// anything else, or a bad frame, is refused and ends the session (`Err`: why).
 async fn other_frame<S>(
@@ -118,6 +117,7 @@ where
     }
 }
 
+/// What one host daemon has been told of the live allocations.
 #[derive(Debug, Default)]
 struct Told {
     /// Its reports list the allocations running there: it ends those past their
