@@ -697,7 +697,7 @@ fn lam_grow_during_the_jobs_lamboot_waits_for_its_lamd_and_leaves_the_boot_alone
          while [ ! -d \"$dir\" ] && [ $i -lt 10000 ]; do i=$((i + 1)); sleep 0.001; done
          [ -d \"$dir\" ] && echo starting=yes
          [ -S \"$dir/lam-kernel-socket\" ] && echo socket=early
-         LAMRSH=rsh {grow} node03; echo \"grow_rc=$?\"
+         LAMRSH=rsh {grow} node03 2>&1; echo \"grow_rc=$?\"
          wait $boot; echo \"boot_rc=$?\"
          lamnodes 2>&1
          lamhalt </dev/null >/dev/null 2>&1",
