@@ -97,6 +97,18 @@ pub fn wait_until<T>(timeout: Duration, mut cond: impl FnMut() -> Option<T>) -> 
     }
 }
 
+/// Fields of `/proc/PID/stat` after the command name: state, ppid, pgrp, session, ….
+pub fn proc_stat(pid: u32) -> Option<Vec<String>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = text.rsplit_once(')')?;
+    Some(rest.split_whitespace().map(String::from).collect())
+}
+
+/// Whether `pid` is a live process (zombies have ended).
+pub fn process_running(pid: u32) -> bool {
+    proc_stat(pid).is_some_and(|f| f[0] != "Z" && f[0] != "X")
+}
+
 /// Runs `rb ARGS` and returns its output.
 pub fn rb(args: &[&str]) -> Output {
     Command::new(bin("rb"))

@@ -10,7 +10,7 @@ use std::{
     time::Duration,
 };
 
-use tests::{bin, local_lab, wait_until, Broker};
+use tests::{bin, local_lab, proc_stat as stat, process_running as running, wait_until, Broker};
 
 /// Pids of processes whose command line matches the extended regex `pattern`.
 fn pgrep(pattern: &str) -> Vec<u32> {
@@ -22,18 +22,6 @@ fn pgrep(pattern: &str) -> Vec<u32> {
         .split_whitespace()
         .filter_map(|p| p.parse().ok())
         .collect()
-}
-
-/// Fields of `/proc/PID/stat` after the command name: state, ppid, pgrp, session, ….
-fn stat(pid: u32) -> Option<Vec<String>> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = text.rsplit_once(')')?;
-    Some(rest.split_whitespace().map(String::from).collect())
-}
-
-/// Whether `pid` is a live process (zombies have ended).
-fn running(pid: u32) -> bool {
-    stat(pid).is_some_and(|f| f[0] != "Z" && f[0] != "X")
 }
 
 /// The children of `pid`, whichever of its threads started them.
