@@ -374,23 +374,16 @@ fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
 
-/// Passes every host row that changed to the allocator and performs what it decides. A
-/// report that repeated the host's last one builds no row when the allocator says the
-/// same view decides nothing ([`JobDesk::hosts_repeated`]: one input for all of them); else its
-/// row goes as any other.
+/// Passes every host row that changed to the allocator and performs what it decides; the
+/// hosts whose reports repeated their last one go after them, as one input and without
+/// rows ([`JobDesk::hosts_repeated`]).
 fn hosts_to_desk(table: &mut HostTable, desk: &mut JobDesk) {
     let now = now();
     for row in table.take_changes(now) {
         let effects = desk.host_changed(row, now);
         desk.perform(effects, now);
     }
-    let repeated = table.take_repeated();
-    for host in desk.hosts_repeated(repeated, now) {
-        if let Some(row) = table.row(&host, now) {
-            let effects = desk.host_changed(row, now);
-            desk.perform(effects, now);
-        }
-    }
+    desk.hosts_repeated(table.take_repeated(), now);
 }
 
 /// Applies one event; returns the host-table effects to perform.

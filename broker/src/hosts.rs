@@ -9,8 +9,8 @@
 //! which passes each to the allocator as it happens, so no decision rebuilds every row.
 //! A report that repeats the host's last one (only its `seq` and `trigger` differ: at 10k
 //! hosts, most reports) changes no row but its age; the table lists such hosts apart
-//! ([`HostTable::take_repeated`]), so that the core builds no row for them unless the
-//! allocator needs one. Each host keeps its row's fixed part encoded, made when its changed
+//! ([`HostTable::take_repeated`]), so that the core builds no row for them: the allocator
+//! already holds their view. Each host keeps its row's fixed part encoded, made when its changed
 //! row is built: `rb status` joins it with a fresh live part ([`HostTable::status_parts`]),
 //! building no row.
 
@@ -124,7 +124,8 @@ impl HostTable {
         std::mem::take(&mut self.repeated)
     }
 
-    /// One host's fresh row.
+    /// One host's fresh row (the tests' look at one host; the core takes changed rows).
+    #[cfg(test)]
     pub fn row(&self, host: &str, now: Instant) -> Option<HostStatus> {
         self.hosts
             .get(host)

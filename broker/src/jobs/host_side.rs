@@ -34,21 +34,23 @@ impl JobDesk {
         self.handle(input, now).0
     }
 
-    /// Reports repeated the last one of each of `hosts` (their rows changed only in age).
-    /// Those the allocator takes without a row ([`Allocator::host_repeated`]: they decide
-    /// nothing) go to it as one input, which the trace records as one line, so that a
-    /// replay under another policy (which may hold the hosts, or read the clock) feeds
-    /// them again; the others are returned, in order, for the caller to pass their rows to
-    /// [`host_changed`](Self::host_changed).
-    pub fn hosts_repeated(&mut self, hosts: Vec<String>, now: Instant) -> Vec<String> {
-        let (taken, changed): (Vec<String>, Vec<String>) = hosts
-            .into_iter()
-            .partition(|host| self.alloc.same_view_decides_nothing(host));
-        if !taken.is_empty() {
-            let (effects, _) = self.handle(Input::HostsRepeated { hosts: taken }, now);
-            self.perform(effects, now);
+    /// Reports repeated the last one of each of `hosts` (their rows changed only in age, so
+    /// the view the allocator holds for each is its view still): one allocator input for
+    /// them all, which the trace records as one line. The allocator takes each as a repeated
+    /// `Host` input ([`Allocator::host_repeated`] when that view decides nothing, the view
+    /// again when it may: a held host), so no row is built for any, and a replay under
+    /// another policy (which may hold the hosts, or read the clock) feeds them again.
+    pub fn hosts_repeated(&mut self, hosts: Vec<String>, now: Instant) {
+        if hosts.is_empty() {
+            return;
         }
-        changed
+        let (effects, answer) = self.handle(Input::HostsRepeated { hosts }, now);
+        if let Answer::Invalid(why) = answer {
+            // Only a host the allocator never saw up could be refused; the table passes a
+            // host's first report as a change, so this is a defect, said and survived.
+            tracing::warn!(%why, "a repeated report names a host the allocator does not know");
+        }
+        self.perform(effects, now);
     }
 
     /// Adds what the allocator does with each host (`alloc_state`, `held_by`, `drained`,
