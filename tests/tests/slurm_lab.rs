@@ -838,17 +838,22 @@ fn a_pilots_lease_end_is_vacate_by_slurms_deadline_then_the_host_leaves() {
     );
     assert_granted_the_pilots_node(&file, broker);
     let ids = cluster.job_ids().expect("squeue");
-    assert_eq!(ids.len(), 1, "one pilot: {ids:?}");
+    assert_eq!(ids.len(), 1, "one pilot: {ids:?}\n{}", broker.log());
 
     // rb status: the node's Slurm job, and the lease left by Slurm's clock.
     let (row, seen_at) = wait_until(Duration::from_secs(20), || {
         let row = broker.host("slurm-node04")?;
         row.lease_left_s.is_some().then(|| (row, unix_ms()))
     })
-    .expect("rb status shows the pilot's lease");
-    assert_eq!(row.slurm_job.as_deref(), Some(ids[0].as_str()), "{row:?}");
+    .unwrap_or_else(|| panic!("rb status shows the pilot's lease\n{}", broker.log()));
+    assert_eq!(
+        row.slurm_job.as_deref(),
+        Some(ids[0].as_str()),
+        "{row:?}\n{}",
+        broker.log()
+    );
     let left_s = row.lease_left_s.expect("lease left");
-    assert!((1.0..=60.0).contains(&left_s), "{row:?}");
+    assert!((1.0..=60.0).contains(&left_s), "{row:?}\n{}", broker.log());
     let lease_end_ms = seen_at + (left_s * 1000.0) as u64;
     let shown = text(&broker.rb(&["status"]));
     assert!(
@@ -880,10 +885,15 @@ fn a_pilots_lease_end_is_vacate_by_slurms_deadline_then_the_host_leaves() {
         broker.log()
     );
     let status = wait_until(Duration::from_secs(60), || job.try_wait().ok().flatten())
-        .expect("the job ends once its host is released");
-    assert_eq!(status.code(), Some(0), "the job saw host_released");
+        .unwrap_or_else(|| panic!("the job ends once its host is released\n{}", broker.log()));
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "the job saw host_released\n{}",
+        broker.log()
+    );
     let closed = broker.host("slurm-node04").expect("row");
-    assert!(closed.lease_ending, "{closed:?}");
+    assert!(closed.lease_ending, "{closed:?}\n{}", broker.log());
 
     // Slurm's time limit ends the pilot: the host leaves, the broker carries on.
     broker.wait_host(
@@ -895,8 +905,13 @@ fn a_pilots_lease_end_is_vacate_by_slurms_deadline_then_the_host_leaves() {
     let gone = wait_until(Duration::from_secs(60), || {
         cluster.job_ids().ok()?.is_empty().then_some(())
     });
-    assert!(gone.is_some(), "Slurm ended the pilot");
-    assert_eq!(broker.held_hosts().len(), 2, "the filler kept its hosts");
+    assert!(gone.is_some(), "Slurm ended the pilot\n{}", broker.log());
+    assert_eq!(
+        broker.held_hosts().len(),
+        2,
+        "the filler kept its hosts\n{}",
+        broker.log()
+    );
     let pid = nix::unistd::Pid::from_raw(filler.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("stop the filler");
     let _ = filler.wait();
