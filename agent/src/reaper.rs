@@ -114,6 +114,26 @@ pub fn job_watch(app_pgid: i32, tag: &str, app: Option<u32>) -> Watch {
     }
 }
 
+/// How long the front end's JEL members told `terminated` have to end on their own before
+/// the job's end ends what is left ([`members_end`]).
+pub const MEMBERS_END_WAIT: Duration = Duration::from_secs(2);
+
+/// Waits until each of `pids` has ended, `limit` at most: the JEL members the pool told
+/// `terminated` (a watcher prints it, a member saves its work) end on their own before the
+/// job's end sends SIGTERM to whatever is left. A member that had ended is not waited for.
+pub async fn members_end(pids: &[u32], limit: Duration) {
+    let deadline = tokio::time::Instant::now() + limit;
+    for &pid in pids {
+        if tokio::time::timeout_at(deadline, crate::launcher::exited(pid))
+            .await
+            .is_err()
+        {
+            tracing::debug!(pid, "a JEL member did not end after `terminated`");
+            return;
+        }
+    }
+}
+
 /// Ends `watch` (SIGTERM, `grace`, SIGKILL) off the runtime's thread, while the reaper
 /// ([`serve`]) reaps what ends; returns how many processes were there at the start.
 pub async fn end_job_processes(watch: Watch, grace: Duration) -> usize {

@@ -150,6 +150,8 @@ async fn run_with(cfg: &AgentConfig, target: &link::BrokerTarget) -> anyhow::Res
     let code = shell.drive(child, events).await;
     shim_task.abort();
     sub_task.abort();
+    // The front end's JEL members told `terminated` end on their own, given a moment.
+    crate::reaper::members_end(shell.members_told(), crate::reaper::MEMBERS_END_WAIT).await;
     // Nothing of the job outlives it: the masters first (a clean goodbye to each host),
     // then everything still below the agent, however it left the app's group and tag.
     masters.close_all().await;

@@ -63,7 +63,7 @@ async fn main() {
         println!("ok");
     }
     let end = tokio::time::timeout(Duration::from_secs(10), pool.terminate()).await;
-    if !matches!(end, Ok(Ok(()))) {
+    if !matches!(end, Ok(Ok(_))) {
         eprintln!("rb-jel-host: the pool did not end cleanly");
         std::process::exit(1);
     }

@@ -101,6 +101,48 @@ fn the_agent_hosts_the_pool_and_a_release_is_granted_vacate_released_in_order() 
     assert_eq!(released.expect("host_released")["host"], "vhost01");
 }
 
+/// The job's end gives the front end's JEL members it told `terminated` a moment to end on
+/// their own before it ends what is left of the job: a watcher whose script takes 0.3 s over
+/// `terminated` finishes it. (The agent used to end the job's processes right after the
+/// pool wrote `terminated`, so that a member was often killed before it had read it: the
+/// test above saw its watcher miss `terminated` one run in many.)
+#[test]
+fn a_member_told_terminated_ends_on_its_own_before_the_job_ends_it() {
+    let broker = Broker::start(&local_lab(1));
+    broker.wait_all_up(Duration::from_secs(10));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ready, done) = (dir.path().join("ready"), dir.path().join("done"));
+    let on_event = format!(
+        "case $JEL_EVENT in host_granted) touch '{ready}';; \
+         terminated) sleep 0.3; touch '{done}';; esac",
+        ready = ready.display(),
+        done = done.display()
+    );
+    // The app ends once the watcher has seen an event (it watches), having done nothing else.
+    let script = format!(
+        "'{jel}' watch --exec \"$1\" & rsh anyLinux-1 true; \
+         for _ in $(seq 100); do [ -e '{ready}' ] && exit 0; sleep 0.1; done; exit 1",
+        jel = bin("rb-jel").display(),
+        ready = ready.display()
+    );
+    let out = broker
+        .agent(&["sh", "-c", &script, "sh", &on_event])
+        .env_remove("RB_JEL")
+        .output()
+        .expect("agent");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the watcher saw host_granted\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        done.exists(),
+        "the watcher's script for `terminated` ran to its end before the agent exited\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A job's scripts find `rb-jel` on their PATH (the job's bin dir, beside the shim) and
 /// reach the job's pool with it, nothing installed.
 #[test]

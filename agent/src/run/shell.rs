@@ -76,6 +76,8 @@ pub(super) struct Shell {
     pgid: Option<i32>,
     /// The job's JEL pool (taken at its `Terminate`).
     pool: Option<PoolHost>,
+    /// The pids of the front end's JEL members the pool's `terminated` reached.
+    members_told: Vec<u32>,
     /// What the pool has for connections on other hosts.
     remote: mpsc::UnboundedReceiver<RemoteOut>,
     /// Which pool connection is which subagent's.
@@ -130,6 +132,7 @@ impl Shell {
             hosts_file,
             pgid: None,
             pool: Some(pool),
+            members_told: Vec::new(),
             remote,
             routes: Routes::default(),
         }
@@ -530,7 +533,7 @@ impl Shell {
             PoolEvent::HostReleased { host } => pool.host_released(&host).await,
             PoolEvent::LinkLost { .. } => Ok(()),
             PoolEvent::Terminate => match self.pool.take() {
-                Some(pool) => pool.terminate().await,
+                Some(pool) => pool.terminate().await.map(|told| self.members_told = told),
                 None => Ok(()),
             },
         };
@@ -621,6 +624,12 @@ impl Shell {
             }
             _ => {}
         }
+    }
+
+    /// The pids of the front end's JEL members told `terminated` at the job's end (none
+    /// before it): [`crate::reaper::members_end`] gives them a moment to end on their own.
+    pub(super) fn members_told(&self) -> &[u32] {
+        &self.members_told
     }
 
     /// Gets the broker back by `until` (same job, `resume`); true when it resumed the job.

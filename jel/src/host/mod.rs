@@ -145,7 +145,8 @@ enum Msg {
         done: oneshot::Sender<()>,
     },
     /// The job ends: `terminated`, write out, close everything.
-    Terminate { done: oneshot::Sender<()> },
+    /// Answered with the pids of the local members the end reached ([`PoolHost::terminate`]).
+    Terminate { done: oneshot::Sender<Vec<u32>> },
 }
 
 /// A pool hosted on a Unix socket, and the handle its owner (the agent) drives it with.
@@ -288,8 +289,11 @@ impl PoolHost {
     }
 
     /// The job ends: `closed` (if not yet) and `terminated`, written out within
-    /// [`HostConfig::drain`]; then every connection and the socket are closed.
-    pub async fn terminate(mut self) -> Result<(), HostError> {
+    /// [`HostConfig::drain`]; then every connection and the socket are closed. Returns the
+    /// pids of the processes on the other end of the local connections still open then (as
+    /// the kernel said when they connected): the members that were told, which the caller
+    /// may give a moment to end on their own before it ends what is left of the job.
+    pub async fn terminate(mut self) -> Result<Vec<u32>, HostError> {
         // No connection after this; those queued already are the pool's before it ends.
         if let Some(stop) = self.stop_accept.take() {
             let _ = stop.send(()); // the accept task may have ended (the pool task is gone)

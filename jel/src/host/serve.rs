@@ -36,6 +36,8 @@ enum Sink {
 /// A local connection's socket and the lines not yet written (the first maybe in part).
 struct Local {
     stream: Arc<UnixStream>,
+    /// The peer's pid, as the kernel said at accept.
+    pid: Option<u32>,
     pending: VecDeque<Line>,
     /// Bytes of the first pending line already written.
     offset: usize,
@@ -115,7 +117,7 @@ impl Local {
 struct Batch {
     inputs: Vec<Input>,
     done: Vec<oneshot::Sender<()>>,
-    terminate: Option<oneshot::Sender<()>>,
+    terminate: Option<oneshot::Sender<Vec<u32>>>,
     taken: usize,
 }
 
@@ -173,8 +175,8 @@ impl Server {
                 let _ = done.send(()); // the caller may have given up waiting
             }
             if let Some(done) = terminate {
-                self.drain(&mut rx).await;
-                let _ = done.send(());
+                let told = self.drain(&mut rx).await;
+                let _ = done.send(told);
                 return;
             }
         }
@@ -207,6 +209,7 @@ impl Server {
                 let sink = match stream {
                     Some(stream) => Sink::Local(Local {
                         stream,
+                        pid,
                         pending: VecDeque::new(),
                         offset: 0,
                         waiter: None,
@@ -333,7 +336,8 @@ impl Server {
     /// After `terminated`: serve on until every local connection is written out and has
     /// made its first request (a watcher that connected just before the end gets the
     /// stream through `terminated`), or the drain time is over; then close them all.
-    async fn drain(&mut self, rx: &mut mpsc::Receiver<Msg>) {
+    /// Returns the pids of the local connections' peers.
+    async fn drain(&mut self, rx: &mut mpsc::Receiver<Msg>) -> Vec<u32> {
         let deadline = time::Instant::now() + self.config.drain;
         while self.unwritten() || self.unasked() {
             let Ok(Some(msg)) = time::timeout_at(deadline, rx.recv()).await else {
@@ -346,9 +350,13 @@ impl Server {
                 let _ = done.send(());
             }
         }
+        let mut told = Vec::new();
         for (conn, sink) in self.sinks.drain() {
             match sink {
-                Sink::Local(local) => local.shutdown(),
+                Sink::Local(local) => {
+                    local.shutdown();
+                    told.extend(local.pid);
+                }
                 Sink::Remote => {
                     let reason = crate::pool::DisconnectReason::HostGone;
                     let _ = self.remote.send(RemoteOut::Disconnect { conn, reason });
@@ -356,6 +364,9 @@ impl Server {
             }
         }
         let _ = std::fs::remove_file(&self.config.socket); // may be gone already
+        told.sort_unstable();
+        told.dedup();
+        told
     }
 
     fn unwritten(&self) -> bool {

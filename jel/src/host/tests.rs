@@ -100,7 +100,8 @@ async fn a_watcher_that_connected_before_the_end_gets_the_stream_through_termina
         }
     };
     let (ended, kinds) = tokio::join!(host.terminate(), watch);
-    ended.expect("terminate");
+    // The watcher, this process, is the member told.
+    assert_eq!(ended.expect("terminate"), [std::process::id()]);
     assert_eq!(
         kinds,
         [
