@@ -99,4 +99,18 @@ if [ "$(id -u)" = 0 ]; then
 fi
 
 # --no-fail-fast: a failing test binary does not hide the others (the exit status still fails).
-cargo test --workspace --no-fail-fast -- --test-threads="${RB_TEST_THREADS:-2}"
+# The whole output is kept in target/test-output.log; at the end each failing test's
+# message is printed again (its first lines), so that a log cut in the middle (as CI's
+# summary is) still says which assertion failed and why.
+OUTPUT_LOG=target/test-output.log
+status=0
+cargo test --workspace --no-fail-fast -- --test-threads="${RB_TEST_THREADS:-2}" 2>&1 |
+  tee "$OUTPUT_LOG" || status=$?
+if [ "$status" != 0 ]; then
+  echo
+  echo "test.sh: the failures again (their first 60 lines each; all of it in $OUTPUT_LOG):"
+  awk '/^---- .* stdout ----$/ { shown = 0; on = 1 }
+       /^failures:$/ { on = 0 }
+       on && shown < 60 { print; shown++ }' "$OUTPUT_LOG"
+fi
+exit "$status"

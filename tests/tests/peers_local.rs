@@ -164,7 +164,7 @@ struct Samples {
 }
 
 /// The broker's answer to an agent that floods and never reads: it is cut (logged), and
-/// meanwhile another job's grants take at most twice their quiet time (medians over
+/// meanwhile another job's grants take at most four times their quiet time (medians over
 /// [`ROUNDS`] interleaved quiet and flooded stretches), `rb status` answers and the
 /// broker's RSS stays within a bound. The outbox is made small ([`OUTBOX`]) so that the
 /// unread answers fill it within seconds; the flood does not stop on its own before the
@@ -247,8 +247,11 @@ fn an_agent_that_floods_and_never_reads_is_cut_without_stalling_anyone() {
         (cuts >= ROUNDS).then_some(())
     });
     assert!(logged.is_some(), "each cut is logged:\n{}", broker.log());
+    // A stall (the core awaiting the flooder) holds each grant until the cut, hundreds of
+    // milliseconds at least; the flooder's own CPU on this 2-core machine slows grants
+    // too, up to 2.05× in a full test run (5.2 against 2.5 ms): the bound is between.
     assert!(
-        busy <= 2 * quiet,
+        busy <= 4 * quiet,
         "grants took {busy:?} during the floods against {quiet:?} quiet"
     );
     assert!(
