@@ -2,7 +2,7 @@
 //! hook's value and the inputs it read) and `rb status`'s `policy_note` (why a free host is
 //! not startable now). Read-only over the cached inputs (`inputs`), refreshed first.
 
-use std::time::Instant;
+use std::{sync::Arc, time::Instant};
 
 use policies::{
     facts::{JobFacts, UserFacts},
@@ -11,7 +11,7 @@ use policies::{
 };
 use serde_json::{json, Value};
 
-use super::{AllocError, Allocator, JobId};
+use super::{inputs::HostEntry, AllocError, Allocator, JobId};
 
 impl Allocator {
     /// Each hook's value on `host` for `job` (default: a hypothetical new non-adaptive job
@@ -82,12 +82,27 @@ impl Allocator {
     /// Why `host`, free, is not startable now; `None` when it is, for some job, or when it
     /// is held, drained or down (its state says so already).
     pub fn policy_note(&self, host: &str) -> Option<String> {
-        let view = self.hosts.get(host)?;
-        if !view.up || self.by_host.contains_key(host) || self.closed(host) {
+        self.note_for(host, self.inputs.hosts.get(host)?)
+    }
+
+    /// [`Self::policy_note`] for hosts asked in ascending name order, as `rb status` lists
+    /// them: the policy's host entries are walked once instead of looked up by name for
+    /// each (at 10k hosts, a lookup each was a tenth of the broker's time for the answer).
+    pub fn policy_notes(&self) -> PolicyNotes<'_> {
+        PolicyNotes {
+            alloc: self,
+            entries: self.inputs.hosts.iter().peekable(),
+        }
+    }
+
+    /// `host`'s note, its policy entry given. Most hosts are startable, and their entry
+    /// says so before anything else is looked up.
+    fn note_for(&self, host: &str, entry: &HostEntry) -> Option<String> {
+        if entry.start != Some(false) {
             return None;
         }
-        let entry = self.inputs.hosts.get(host)?;
-        if entry.start != Some(false) {
+        let view = self.hosts.get(host)?;
+        if !view.up || self.by_host.contains_key(host) || self.closed(host) {
             return None;
         }
         let facts = serde_json::to_value(&entry.facts).ok()?;
@@ -106,6 +121,30 @@ impl Allocator {
             })
             .collect();
         Some(format!("policy start is false here ({})", read.join(", ")))
+    }
+}
+
+/// [`Allocator::policy_note`] for hosts asked in ascending name order
+/// ([`Allocator::policy_notes`]); a host asked out of order is looked up, so any order is
+/// answered right.
+pub struct PolicyNotes<'a> {
+    alloc: &'a Allocator,
+    entries: std::iter::Peekable<std::collections::btree_map::Iter<'a, String, Arc<HostEntry>>>,
+}
+
+impl<'a> PolicyNotes<'a> {
+    /// [`Allocator::policy_note`] of `host`.
+    pub fn note(&mut self, host: &str) -> Option<String> {
+        while self
+            .entries
+            .next_if(|(name, _)| name.as_str() < host)
+            .is_some()
+        {}
+        let entry: &'a HostEntry = match self.entries.peek() {
+            Some(&(name, entry)) if name.as_str() == host => entry,
+            _ => self.alloc.inputs.hosts.get(host)?,
+        };
+        self.alloc.note_for(host, entry)
     }
 }
 

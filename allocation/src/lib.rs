@@ -132,6 +132,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use decide::POLICY_ERROR_EVERY;
+pub use explain::PolicyNotes;
 pub use handle::{Answer, Handled, RESUME_WINDOW};
 pub use host::{HostView, IDLE_AFTER};
 pub use overflow::{OverflowSettings, PilotId};

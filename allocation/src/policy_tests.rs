@@ -243,3 +243,29 @@ fn decisions_are_reused_only_while_the_fields_they_read_stay_the_same() {
         "node01 is not startable"
     );
 }
+
+/// `rb status`'s notes through the cursor that walks the policy's entries once
+/// ([`Allocator::policy_notes`]) are [`Allocator::policy_note`]'s, whatever the order the
+/// hosts are asked in, unknown hosts included.
+#[test]
+fn policy_notes_in_any_order_are_policy_note_each() {
+    let names = ["node01", "node02", "node03", "node04"];
+    let mut lab = Lab::new(hosts(&names));
+    let start = r#"start = 'host.name != "node02" && host.name != "node04"'"#;
+    lab.a.set_policy(policy(start), lab.now);
+    let one_by_one = |host: &str| lab.a.policy_note(host);
+    assert!(one_by_one("node02").is_some_and(|n| n.contains("start is false")));
+    assert_eq!(one_by_one("node01"), None);
+    let orders: [&[&str]; 4] = [
+        &["node01", "node02", "node03", "node04"],
+        &["node00", "node02", "node025", "node04", "node99"],
+        &["node04", "node03", "node02", "node01"],
+        &["node02", "node02", "node01", "node04"],
+    ];
+    for order in orders {
+        let mut notes = lab.a.policy_notes();
+        let walked: Vec<Option<String>> = order.iter().map(|h| notes.note(h)).collect();
+        let each: Vec<Option<String>> = order.iter().map(|h| one_by_one(h)).collect();
+        assert_eq!(walked, each, "{order:?}");
+    }
+}

@@ -455,7 +455,10 @@ fn apply(
             let _ = reply.send(rows);
         }
         Event::StatusParts { reply } => {
-            let parts = table.status_parts(now, |host, live| desk.annotate_live(host, live, now));
+            let mut notes = desk.policy_notes();
+            let parts = table.status_parts(now, |host, live| {
+                desk.annotate_live(host, live, &mut notes, now)
+            });
             let _ = reply.send(parts);
         }
         Event::Report { host, conn, report } => apply_report(table, desk, host, conn, *report),

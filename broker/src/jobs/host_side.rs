@@ -56,20 +56,34 @@ impl JobDesk {
     /// Adds what the allocator does with each host (`alloc_state`, `held_by`, `drained`,
     /// `policy_note`).
     pub fn annotate(&self, rows: &mut [HostStatus], now: Instant) {
+        let mut notes = self.alloc.policy_notes();
         for row in rows {
             let mut live = row.live_part();
-            self.annotate_live(&row.name, &mut live, now);
+            self.annotate_live(&row.name, &mut live, &mut notes, now);
             row.set_live(live);
         }
     }
 
-    /// The allocator's fields of `host`'s status row ([`Self::annotate`]) into `live`.
-    pub fn annotate_live(&self, host: &str, live: &mut LivePart, now: Instant) {
+    /// The policy notes of hosts asked in name order ([`Self::annotate_live`]).
+    pub fn policy_notes(&self) -> PolicyNotes<'_> {
+        self.alloc.policy_notes()
+    }
+
+    /// The allocator's fields of `host`'s status row ([`Self::annotate`]) into `live`;
+    /// `notes` from [`Self::policy_notes`], hosts asked in name order (any order is right,
+    /// that one is cheapest).
+    pub fn annotate_live(
+        &self,
+        host: &str,
+        live: &mut LivePart,
+        notes: &mut PolicyNotes<'_>,
+        now: Instant,
+    ) {
         let a = self.alloc.host_alloc(host);
         live.alloc_state = a.alloc_state.into();
         live.held_by = a.held_by;
         live.drained = a.drained;
-        live.policy_note = self.alloc.policy_note(host);
+        live.policy_note = notes.note(host);
         if let Some(lease) = self.alloc.pilot_lease_of(host) {
             live.slurm_job = lease.slurm_job;
             live.lease_left_s = lease

@@ -38,7 +38,7 @@ use tracing::{debug, info, warn};
 
 use allocation::{
     trace::{host_delta, Input, RunsOn},
-    Answer, Handled,
+    Answer, Handled, PolicyNotes,
 };
 
 use crate::{
