@@ -208,11 +208,7 @@ impl HostTable {
                 .is_some_and(|(_, last)| repeats(last, &report));
         rec.last_report = Some((now, report));
         rec.down_reason = None;
-        if repeats {
-            self.repeated.push(host.to_string());
-        } else {
-            self.changed.insert(host.to_string());
-        }
+        self.reported(host, repeats);
         true
     }
 
@@ -228,12 +224,19 @@ impl HostTable {
         };
         *at = now;
         last.seq = seq;
-        if rec.down_reason.take().is_none() {
+        let repeats = rec.down_reason.take().is_none();
+        self.reported(host, repeats);
+        true
+    }
+
+    /// `host` reported: a report that `repeats` its last one goes to
+    /// [`take_repeated`](Self::take_repeated), any other to [`take_changes`](Self::take_changes).
+    fn reported(&mut self, host: &str, repeats: bool) {
+        if repeats {
             self.repeated.push(host.to_string());
         } else {
             self.changed.insert(host.to_string());
         }
-        true
     }
 
     /// The connection `conn` closed.

@@ -243,7 +243,6 @@ pub async fn serve_unix(
     }
 }
 
-/// Out of descriptors and similar: log and back off briefly instead of spinning.
 /// A slot for the next TCP connection, waiting (and saying so) while all are taken.
 async fn tcp_slot(ctx: &ServerCtx) -> OwnedSemaphorePermit {
     if let Ok(slot) = ctx.tcp_slots.clone().try_acquire_owned() {
@@ -262,6 +261,7 @@ async fn tcp_slot(ctx: &ServerCtx) -> OwnedSemaphorePermit {
     }
 }
 
+/// Out of descriptors and similar: log and back off briefly instead of spinning.
 async fn accept_error(ctx: &ServerCtx, e: &std::io::Error) {
     if ctx.limiter.allow() {
         warn!(error = %e, "accept failed");

@@ -55,8 +55,10 @@ impl HostdFrames {
 const SEQ_KEY: &[u8] = br#""seq":"#;
 
 /// The counter of `new` when it is the report frame `last` (which parsed) with another
-/// number after its one `"seq":` key; `None` when anything else differs.
-pub fn same_but_seq(last: &str, new: &str) -> Option<u64> {
+/// number after its one `"seq":` key; `None` when anything else differs (the tests' form
+/// of what [`HostdFrames::decode`] does).
+#[cfg(test)]
+fn same_but_seq(last: &str, new: &str) -> Option<u64> {
     same_counted_at(last.as_bytes(), seq_digits_at(last)?, new.as_bytes())
 }
 
