@@ -19,7 +19,9 @@
  *
  * Before it attaches to the local lamd it waits while one is starting (the job's lamboot
  * still running): LAM's attach removes the session directory of a lamd it cannot reach,
- * which would end the starting one (wait_for_the_local_lamd).
+ * which would end the starting one (wait_for_the_local_lamd). A boot is under way also
+ * while there is no directory at all: hboot's tkill makes and removes it before the lamd
+ * makes its own (boot_running_here).
  *
  * Exit status (see main.rs): 0 added; 1 LAM refused or failed (its message on stderr);
  * 4 no lamd of this user here (none starting either, or one that stayed without its
@@ -29,6 +31,8 @@
  */
 #include <lam_config.h>
 
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <netdb.h>
 #include <signal.h>
@@ -36,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -125,12 +130,55 @@ static enum local_lamd local_lamd(void)
     return state;
 }
 
+/* The programs of a LAM boot on its origin node, in the order they run: lamboot runs hboot,
+   hboot runs tkill (which makes and removes the session directory while it clears an old
+   session) and then lamd (which makes it again, then its socket). */
+static const char *const BOOT_PROGRAMS[] = {"lamboot", "hboot", "tkill", "lamd"};
+
+/* 1 if one of BOOT_PROGRAMS runs here as this user (by /proc/PID's owner and its comm), 0
+   if none does. Between tkill's rmdir and lamd's mkdir (about 2 ms, or however long the
+   lamd takes to start) there is no session directory, yet the boot is in progress. */
+static int boot_running_here(void)
+{
+    DIR *proc = opendir("/proc");
+    if (proc == NULL)
+        return 0;
+    uid_t me = getuid();
+    int found = 0;
+    struct dirent *entry;
+    while (!found && (entry = readdir(proc)) != NULL) {
+        if (!isdigit((unsigned char) entry->d_name[0]))
+            continue;
+        char path[sizeof "/proc//comm" + sizeof entry->d_name];
+        struct stat owner;
+        snprintf(path, sizeof path, "/proc/%s", entry->d_name);
+        if (stat(path, &owner) != 0 || owner.st_uid != me)
+            continue;
+        snprintf(path, sizeof path, "/proc/%s/comm", entry->d_name);
+        FILE *comm_file = fopen(path, "r");
+        if (comm_file == NULL)
+            continue;
+        char comm[32] = "";
+        if (fgets(comm, sizeof comm, comm_file) != NULL)
+            comm[strcspn(comm, "\n")] = '\0';
+        fclose(comm_file);
+        for (size_t i = 0; i < sizeof BOOT_PROGRAMS / sizeof BOOT_PROGRAMS[0]; ++i)
+            if (strcmp(comm, BOOT_PROGRAMS[i]) == 0)
+                found = 1;
+    }
+    closedir(proc);
+    return found;
+}
+
 /* 0 once the local lamd listens, -1 when none does (said on stderr). LAM's client attach
    (kenter) that finds no lamd *removes the session directory*; a lamd between its mkdir of
    that directory and its socket (a lamboot of the job in progress) then fails ("chdir
    failed!", exit 2) and the lamboot waits 60 s for it. So this program attaches only to a
    lamd whose socket is there, and waits while one is starting, at most BOOT_LIMIT_MS: a
-   directory without a socket for that long is one a dead lamd left. */
+   directory without a socket for that long is one a dead lamd left. A lamd is starting
+   while its directory is there without the socket, and also while there is no directory
+   but a boot program of this user runs here (boot_running_here): the directory tkill made
+   is gone before the lamd makes its own. */
 static int wait_for_the_local_lamd(void)
 {
     struct timespec start;
@@ -142,14 +190,14 @@ static int wait_for_the_local_lamd(void)
         if (state == LAMD_LISTENING)
             return 0;
         long waited = ms_since(&start);
-        if (state == LAMD_NONE) {
+        if (state == LAMD_NONE && !boot_running_here()) {
             fprintf(stderr, "rb-lam-add: no LAM universe of this user on %s (no lamd)\n", here);
             return -1;
         }
         if (waited >= BOOT_LIMIT_MS) {
             fprintf(stderr,
-                    "rb-lam-add: no LAM universe of this user on %s: its session directory "
-                    "has had no lamd socket for %ld ms (a lamd that died, or a lamboot that "
+                    "rb-lam-add: no LAM universe of this user on %s: no lamd socket in its "
+                    "session directory for %ld ms (a lamd that died, or a lamboot that "
                     "hangs)\n",
                     here, waited);
             return -1;

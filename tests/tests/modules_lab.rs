@@ -675,7 +675,8 @@ fn lam_grow_waits_while_another_lamgrow_of_the_universe_runs() {
 /// and its socket then fails ("chdir failed!") and the lamboot waits 60 s for it (CI,
 /// session 19: the test's own `lamnodes` did it). lam-grow (through rb-lam-add) waits for
 /// the socket instead. The lamd is held in that state for 2 s, deterministically: strace
-/// delays its first bind, the kernel socket's.
+/// delays its first bind, the kernel socket's. The script waits for the lamd's own
+/// directory: the one hboot's tkill makes and removes just before is not it.
 #[test]
 fn lam_grow_during_the_jobs_lamboot_waits_for_its_lamd_and_leaves_the_boot_alone() {
     if skip_unless_root(
@@ -687,14 +688,15 @@ fn lam_grow_during_the_jobs_lamboot_waits_for_its_lamd_and_leaves_the_boot_alone
     let script = format!(
         "RB_BIN_DIR={bin_dir}; export RB_BIN_DIR
          mkdir -p ~/slow-lamd
-         printf '#!/bin/sh\\nexec strace -f -o /dev/null -e trace=bind -e inject=bind:delay_enter=2s:when=1 /usr/bin/lamd \"$@\"\\n' >~/slow-lamd/lamd
+         rm -f ~/lamd-execed
+         printf '#!/bin/sh\\ntouch %s/lamd-execed\\nexec strace -f -o /dev/null -e trace=bind -e inject=bind:delay_enter=2s:when=1 /usr/bin/lamd \"$@\"\\n' \"$HOME\" >~/slow-lamd/lamd
          chmod +x ~/slow-lamd/lamd
          echo {FRONT_END} >~/race.schema
          dir=/tmp/lam-$(id -un)@$(hostname)
          PATH=~/slow-lamd:$PATH LAMRSH=rsh timeout 20 lamboot -s ~/race.schema </dev/null >~/race-boot.out 2>&1 &
          boot=$!
          i=0
-         while [ ! -d \"$dir\" ] && [ $i -lt 10000 ]; do i=$((i + 1)); sleep 0.001; done
+         while {{ [ ! -e ~/lamd-execed ] || [ ! -d \"$dir\" ]; }} && [ $i -lt 10000 ]; do i=$((i + 1)); sleep 0.001; done
          [ -d \"$dir\" ] && echo starting=yes
          [ -S \"$dir/lam-kernel-socket\" ] && echo socket=early
          LAMRSH=rsh {grow} node03 2>&1; echo \"grow_rc=$?\"
@@ -716,6 +718,58 @@ fn lam_grow_during_the_jobs_lamboot_waits_for_its_lamd_and_leaves_the_boot_alone
     assert!(
         out.contains("boot_rc=0"),
         "the job's lamboot was left alone and returned: {out}"
+    );
+    assert!(
+        out.lines().any(|l| l.contains("\tnode03")),
+        "node03 in lamnodes: {out}"
+    );
+}
+
+/// A grow between the lamboot's tkill and its lamd: hboot's tkill makes the session
+/// directory and removes it, and for the next 2 ms (or however long the lamd takes to
+/// start) there is no directory although the boot is under way. rb-lam-add said "no
+/// lamd" there and lam-grow failed (CI, session 21: the test above caught tkill's
+/// directory). It now waits while a lamboot, hboot, tkill or lamd of the user runs there.
+/// Held for 1 s, deterministically: the lamd is a script that marks the gap, then sleeps.
+#[test]
+fn lam_grow_between_the_boots_tkill_and_its_lamd_waits_for_the_lamd() {
+    if skip_unless_root("lam_grow_between_the_boots_tkill_and_its_lamd_waits_for_the_lamd") {
+        return;
+    }
+    let env = lab();
+    let script = format!(
+        "RB_BIN_DIR={bin_dir}; export RB_BIN_DIR
+         mkdir -p ~/late-lamd
+         rm -f ~/lamd-late
+         printf '#!/bin/sh\\ntouch %s/lamd-late\\nsleep 1\\nexec /usr/bin/lamd \"$@\"\\n' \"$HOME\" >~/late-lamd/lamd
+         chmod +x ~/late-lamd/lamd
+         echo {FRONT_END} >~/gap.schema
+         dir=/tmp/lam-$(id -un)@$(hostname)
+         PATH=~/late-lamd:$PATH LAMRSH=rsh timeout 20 lamboot -s ~/gap.schema </dev/null >~/gap-boot.out 2>&1 &
+         boot=$!
+         i=0
+         while [ ! -e ~/lamd-late ] && [ $i -lt 10000 ]; do i=$((i + 1)); sleep 0.001; done
+         [ -e ~/lamd-late ] && echo gap=yes
+         [ -d \"$dir\" ] && echo directory=there
+         LAMRSH=rsh {grow} node03 2>&1; echo \"grow_rc=$?\"
+         wait $boot; echo \"boot_rc=$?\"
+         lamnodes 2>&1
+         lamhalt </dev/null >/dev/null 2>&1",
+        bin_dir = tests::bin_dir().display(),
+        grow = shipped_module("lam-grow").display()
+    );
+    let out = text(&user_sh(&env, FRONT_END, &script));
+    assert!(
+        out.contains("gap=yes") && !out.contains("directory=there"),
+        "the boot was caught between tkill and lamd (no directory): {out}"
+    );
+    assert!(
+        out.contains("grow_rc=0"),
+        "lam-grow waited for the lamd, then grew: {out}"
+    );
+    assert!(
+        out.contains("boot_rc=0"),
+        "the job's lamboot returned: {out}"
     );
     assert!(
         out.lines().any(|l| l.contains("\tnode03")),
