@@ -9,9 +9,11 @@
 //! cancel-safe (both are used inside `tokio::select!`): bytes read or not yet written stay
 //! in the connection's buffers.
 
+use std::{pin::Pin, task::Poll};
+
 use bytes::BufMut;
 use serde::{de::DeserializeOwned, Serialize};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
 use crate::MAX_FRAME_BYTES;
 
@@ -85,14 +87,36 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FramedConn<S> {
             if let Some(line) = self.take_line()? {
                 return Ok(line);
             }
-            let want = self.rbuf.len().clamp(SMALL_BUFFER, READ_CHUNK);
-            let room = (self.limit + 1 - self.rbuf.len()).min(want);
-            self.grow_for(room);
-            let mut window = (&mut self.rbuf).limit(room);
-            if self.stream.read_buf(&mut window).await? == 0 {
+            let read = if self.rbuf.len() < SMALL_BUFFER {
+                self.read_small().await?
+            } else {
+                let want = self.rbuf.len().clamp(SMALL_BUFFER, READ_CHUNK);
+                let room = (self.limit + 1 - self.rbuf.len()).min(want);
+                self.grow_for(room);
+                let mut window = (&mut self.rbuf).limit(room);
+                self.stream.read_buf(&mut window).await?
+            };
+            if read == 0 {
                 return self.take_last_line();
             }
         }
+    }
+
+    /// Reads while what is kept of a line is short: into a buffer on the stack of the poll,
+    /// keeping only the bytes that came. So a connection waiting for its peer holds no read
+    /// buffer, or one the size of a line's start: the broker keeps one connection per host
+    /// daemon (10k at once), idle between reports, and a 4 KiB buffer each was 40 MiB of
+    /// its heap (heaptrack, issue 34). Longer lines are read in place, in larger chunks.
+    async fn read_small(&mut self) -> std::io::Result<usize> {
+        let room = (SMALL_BUFFER - self.rbuf.len()).min(self.limit + 1 - self.rbuf.len());
+        std::future::poll_fn(|cx| {
+            let mut scratch = [std::mem::MaybeUninit::<u8>::uninit(); SMALL_BUFFER];
+            let mut window = ReadBuf::uninit(&mut scratch[..room]);
+            std::task::ready!(Pin::new(&mut self.stream).poll_read(cx, &mut window))?;
+            self.rbuf.extend_from_slice(window.filled());
+            Poll::Ready(Ok(window.filled().len()))
+        })
+        .await
     }
 
     /// Room for `more` bytes: capacity doubles (amortized, for multi-MiB answers) but never
@@ -127,6 +151,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FramedConn<S> {
             // follows it (usually nothing) starts the next buffer.
             let rest = self.rbuf.split_off(end + 1);
             let mut line = std::mem::replace(&mut self.rbuf, rest);
+            line.truncate(end);
+            return owned_line_text(line).map(Some);
+        }
+        if end + 1 == self.rbuf.len() {
+            // The buffer holds this line only (a report read whole): it becomes the line,
+            // and an idle connection keeps no buffer (see `read_small`).
+            let mut line = std::mem::take(&mut self.rbuf);
             line.truncate(end);
             return owned_line_text(line).map(Some);
         }
@@ -429,6 +460,33 @@ mod tests {
         assert_eq!(b.recv_line().await.expect("long"), long);
         assert_eq!(b.recv_line().await.expect("short"), "\"short\"");
         assert_eq!(b.recv_line().await.expect("long again"), long);
+        assert!(matches!(b.recv_line().await, Err(FrameError::Closed)));
+    }
+
+    /// Between lines a connection keeps no read buffer (10k idle host daemon connections
+    /// at the broker), and lines come out whole however the reads cut them: one line a
+    /// read, two in one read with the start of a third, the rest of it later, a line
+    /// longer than the first read.
+    #[tokio::test]
+    async fn a_connection_between_lines_keeps_no_read_buffer() {
+        let (mut a, b) = tokio::io::duplex(8 * SMALL_BUFFER);
+        let mut b = FramedConn::new(b);
+        a.write_all(b"\"one\"\n").await.expect("write");
+        assert_eq!(b.recv_line().await.expect("one"), "\"one\"");
+        assert_eq!(b.rbuf.capacity(), 0, "a line read whole leaves no buffer");
+        a.write_all(b"\"two\"\n\"thr").await.expect("write");
+        assert_eq!(b.recv_line().await.expect("two"), "\"two\"");
+        assert_eq!(b.rbuf, b"\"thr", "the start of the next line is kept");
+        a.write_all(b"ee\"\r\n").await.expect("write");
+        assert_eq!(b.recv_line().await.expect("three"), "\"three\"");
+        assert_eq!(b.rbuf.capacity(), 0);
+        let long = format!("\"{}\"", "x".repeat(3 * SMALL_BUFFER));
+        a.write_all(format!("{long}\n").as_bytes())
+            .await
+            .expect("write");
+        assert_eq!(b.recv_line().await.expect("long"), long);
+        assert_eq!(b.rbuf.capacity(), 0);
+        drop(a);
         assert!(matches!(b.recv_line().await, Err(FrameError::Closed)));
     }
 
