@@ -526,3 +526,20 @@ fn rb_check_probe_says_when_slurm_cannot_be_asked() {
     // Without --probe nothing is asked: the file itself is fine.
     assert_eq!(rb(&["check", lab.arg()]).status.code(), Some(0));
 }
+
+/// The broker's allocator runs with one arena (`broker/src/main.rs`: its peak RSS at 10k
+/// hosts, issue 34): jemalloc's own statistics at exit say which options it read.
+#[test]
+fn the_broker_s_allocator_runs_with_one_arena() {
+    let out = Command::new(bin("rb-broker"))
+        .arg("--version")
+        .env("_RJEM_MALLOC_CONF", "stats_print:true")
+        .output()
+        .expect("rb-broker --version");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let stats = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stats.lines().any(|l| l.trim() == "opt.narenas: 1"),
+        "jemalloc's statistics name one arena: {stats}"
+    );
+}
