@@ -186,11 +186,56 @@ pub fn write_row(out: &mut Vec<u8>, fixed_json: &str, live: &LivePart) -> serde_
         return Err(serde::ser::Error::custom("a fixed part is a JSON object"));
     };
     out.extend_from_slice(members.as_bytes());
-    let start = out.len();
-    serde_json::to_writer(&mut *out, live)?;
-    // `{` of the live part becomes the `,` between the two parts' members.
-    out[start] = b',';
+    write_live_members(out, live)?;
+    out.push(b'}');
     Ok(())
+}
+
+/// Appends `live`'s members, each after a comma, as `serde_json` writes the [`LivePart`]
+/// (same order, same members left out), but with its keys as written-out constants:
+/// serde escapes every key, ten a row, and at 10k hosts that was the largest part of
+/// encoding `rb status`'s rows. The values are serde's. Destructured, so that a field added
+/// to `LivePart` does not compile until it is written here.
+fn write_live_members(out: &mut Vec<u8>, live: &LivePart) -> serde_json::Result<()> {
+    let LivePart {
+        state,
+        down_reason,
+        last_report_age_s,
+        daemon_starts,
+        alloc_state,
+        held_by,
+        drained,
+        policy_note,
+        slurm_job,
+        lease_left_s,
+        lease_ending,
+    } = live;
+    member(out, "state", state)?;
+    member(out, "down_reason", down_reason)?;
+    member(out, "last_report_age_s", last_report_age_s)?;
+    member(out, "daemon_starts", daemon_starts)?;
+    member(out, "alloc_state", alloc_state)?;
+    member(out, "held_by", held_by)?;
+    member(out, "drained", drained)?;
+    member(out, "policy_note", policy_note)?;
+    if slurm_job.is_some() {
+        member(out, "slurm_job", slurm_job)?;
+    }
+    if lease_left_s.is_some() {
+        member(out, "lease_left_s", lease_left_s)?;
+    }
+    if *lease_ending {
+        member(out, "lease_ending", lease_ending)?;
+    }
+    Ok(())
+}
+
+/// `,"KEY":VALUE`; `key` needs no escaping (a field name).
+fn member(out: &mut Vec<u8>, key: &str, value: &impl Serialize) -> serde_json::Result<()> {
+    out.extend_from_slice(b",\"");
+    out.extend_from_slice(key.as_bytes());
+    out.extend_from_slice(b"\":");
+    serde_json::to_writer(&mut *out, value)
 }
 
 #[cfg(test)]
@@ -270,6 +315,32 @@ mod tests {
             assert_eq!(as_value, serde_json::to_value(&row).expect("value"));
             let back: HostStatus = serde_json::from_slice(&joined).expect("a row");
             assert_eq!(back, row);
+        }
+    }
+
+    /// The live members as written out are byte for byte what serde writes for the
+    /// `LivePart` (its braces aside): every field set, none set, and strings that need
+    /// escaping.
+    #[test]
+    fn the_live_members_are_what_serde_writes() {
+        let mut escaped = row().live_part();
+        escaped.policy_note = Some("quote \" back\\slash\nnew line \u{1} é".into());
+        escaped.down_reason = Some("tab\t".into());
+        for live in [
+            row().live_part(),
+            sparse().live_part(),
+            escaped,
+            LivePart::default(),
+        ] {
+            let mut ours = Vec::new();
+            write_live_members(&mut ours, &live).expect("members");
+            let serde = serde_json::to_vec(&live).expect("serde");
+            assert_eq!(ours[0], b',');
+            assert_eq!(
+                String::from_utf8_lossy(&ours[1..]),
+                String::from_utf8_lossy(&serde[1..serde.len() - 1]),
+                "{live:?}"
+            );
         }
     }
 

@@ -83,6 +83,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FramedConn<S> {
     /// Reads the next raw line (for callers that decode themselves). A last line without
     /// a newline counts as a line at the end of the stream.
     pub async fn recv_line(&mut self) -> Result<String, FrameError> {
+        let line = self.recv_line_bytes().await?;
+        String::from_utf8(line).map_err(|_| FrameError::Malformed("frame is not UTF-8".into()))
+    }
+
+    /// [`Self::recv_line`] without the UTF-8 check, for a caller that passes the line on
+    /// untouched (`rb status --json` piped: megabytes at 10k hosts, checked downstream by
+    /// whatever reads the JSON).
+    pub async fn recv_line_bytes(&mut self) -> Result<Vec<u8>, FrameError> {
         loop {
             if let Some(line) = self.take_line()? {
                 return Ok(line);
@@ -131,7 +139,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FramedConn<S> {
 
     /// The next complete line in the buffer, if any; `TooLong` once the buffer exceeds
     /// the limit without a newline.
-    fn take_line(&mut self) -> Result<Option<String>, FrameError> {
+    fn take_line(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
         if self.refused {
             return Err(FrameError::TooLong);
         }
@@ -152,31 +160,31 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FramedConn<S> {
             let rest = self.rbuf.split_off(end + 1);
             let mut line = std::mem::replace(&mut self.rbuf, rest);
             line.truncate(end);
-            return owned_line_text(line).map(Some);
+            return Ok(Some(without_cr(line)));
         }
         if end + 1 == self.rbuf.len() {
             // The buffer holds this line only (a report read whole): it becomes the line,
             // and an idle connection keeps no buffer (see `read_small`).
             let mut line = std::mem::take(&mut self.rbuf);
             line.truncate(end);
-            return owned_line_text(line).map(Some);
+            return Ok(Some(without_cr(line)));
         }
-        let line = line_text(&self.rbuf[..end]);
+        let line = without_cr(self.rbuf[..end].to_vec());
         self.rbuf.drain(..=end);
         if self.rbuf.capacity() > READ_CHUNK && self.rbuf.len() < SMALL_BUFFER {
             self.rbuf.shrink_to(SMALL_BUFFER);
         }
-        line.map(Some)
+        Ok(Some(line))
     }
 
     /// At end of stream: what is left, as a line, or `Closed`.
-    fn take_last_line(&mut self) -> Result<String, FrameError> {
+    fn take_last_line(&mut self) -> Result<Vec<u8>, FrameError> {
         if self.rbuf.is_empty() {
             return Err(FrameError::Closed);
         }
         let rest = std::mem::take(&mut self.rbuf);
         self.scanned = 0;
-        line_text(&rest)
+        Ok(without_cr(rest))
     }
 
     /// Writes one message and flushes it.
@@ -266,17 +274,12 @@ pub type FrameReader<S> = FramedConn<tokio::io::Join<tokio::io::ReadHalf<S>, tok
 /// The writing half of a [`FramedConn::split`] connection (it reads nothing).
 pub type FrameWriter<S> = FramedConn<tokio::io::Join<tokio::io::Empty, tokio::io::WriteHalf<S>>>;
 
-/// A line's text: without its `\r` (if any), and UTF-8.
-fn line_text(line: &[u8]) -> Result<String, FrameError> {
-    owned_line_text(line.to_vec())
-}
-
-/// [`line_text`] of a line already owned.
-fn owned_line_text(mut line: Vec<u8>) -> Result<String, FrameError> {
+/// A line without its `\r` (if any).
+fn without_cr(mut line: Vec<u8>) -> Vec<u8> {
     if line.last() == Some(&b'\r') {
         line.pop();
     }
-    String::from_utf8(line).map_err(|_| FrameError::Malformed("frame is not UTF-8".into()))
+    line
 }
 
 /// Decodes one frame's text.
@@ -293,12 +296,12 @@ pub fn encode<T: Serialize>(msg: &T) -> Result<String, FrameError> {
 /// Where the rows of a status response frame to request `id` are in it, as a broker
 /// writes it (between [`status_envelope`]'s two parts): to be taken untouched (not parsed: megabytes at 10k hosts); `None` for any other frame, which
 /// the caller parses.
-pub fn status_rows(line: &str, id: u64) -> Option<std::ops::Range<usize>> {
+pub fn status_rows(line: &[u8], id: u64) -> Option<std::ops::Range<usize>> {
     let (head, tail) = status_envelope(id).ok()?;
     let rows = line
-        .strip_prefix(head.as_str())?
-        .strip_suffix(tail.as_str())?;
-    (rows.starts_with('[') && rows.ends_with(']')).then(|| head.len()..head.len() + rows.len())
+        .strip_prefix(head.as_bytes())?
+        .strip_suffix(tail.as_bytes())?;
+    (rows.starts_with(b"[") && rows.ends_with(b"]")).then(|| head.len()..head.len() + rows.len())
 }
 
 /// What [`encode`] writes before and after the rows of a status response to `id`
@@ -364,16 +367,20 @@ mod tests {
         assert_eq!(frame, encode(&whole).expect("encode"));
         assert_eq!(decode::<FromBroker>(&frame).expect("decode"), whole);
         assert_eq!(
-            status_rows(&frame, 9).map(|r| &frame[r]),
+            status_rows(frame.as_bytes(), 9).map(|r| &frame[r]),
             Some(rows.as_str())
         );
-        assert_eq!(status_rows(&frame, 8), None, "another request's answer");
+        assert_eq!(
+            status_rows(frame.as_bytes(), 8),
+            None,
+            "another request's answer"
+        );
         let other = encode(&FromBroker::Response {
             id: 9,
             resp: Response::Ok,
         })
         .expect("encode");
-        assert_eq!(status_rows(&other, 9), None);
+        assert_eq!(status_rows(other.as_bytes(), 9), None);
     }
 
     /// An encoded frame goes out as one line, after what an earlier send left unwritten.

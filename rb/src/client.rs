@@ -181,12 +181,18 @@ const REQUEST_ID: u64 = 1;
 
 /// Sends one request and returns the answer's frame as it came (one line of JSON).
 async fn request_line(target: &Target, req: Request) -> anyhow::Result<String> {
+    String::from_utf8(request_frame(target, req).await?)
+        .map_err(|_| anyhow!("the broker's answer is not UTF-8"))
+}
+
+/// [`request_line`] as bytes, unchecked.
+async fn request_frame(target: &Target, req: Request) -> anyhow::Result<Vec<u8>> {
     tokio::time::timeout(TIMEOUT, request_inner(target, req))
         .await
         .map_err(|_| anyhow!("the broker did not answer within {} s", TIMEOUT.as_secs()))?
 }
 
-async fn request_inner(target: &Target, req: Request) -> anyhow::Result<String> {
+async fn request_inner(target: &Target, req: Request) -> anyhow::Result<Vec<u8>> {
     match target {
         Target::Socket(path) => {
             let stream = tokio::net::UnixStream::connect(path)
@@ -224,14 +230,14 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     mut conn: FramedConn<S>,
     auth: ClientAuth<'_>,
     req: Request,
-) -> anyhow::Result<String> {
+) -> anyhow::Result<Vec<u8>> {
     client_handshake(&mut conn, Role::Client, "rb", auth).await?;
     conn.send(&ToBroker::Request {
         id: REQUEST_ID,
         req,
     })
     .await?;
-    Ok(conn.recv_line().await?)
+    Ok(conn.recv_line_bytes().await?)
 }
 
 /// The broker's answer in `line` (one frame), or its refusal as a [`BrokerError`].
@@ -284,20 +290,49 @@ enum RespKind {
 
 /// The status of every host as the broker sent it: its JSON array of rows, untouched
 /// (never parsed into rows: megabytes at 10k hosts; see [`status_rows_json`]).
-pub async fn status_json(target: &Target) -> anyhow::Result<String> {
-    status_rows_json(request_line(target, Request::Status).await?)
+pub async fn status_json(target: &Target) -> anyhow::Result<StatusLine> {
+    status_rows_json(request_frame(target, Request::Status).await?)
 }
 
-/// The rows of a status answer `line`, as text; a refusal as a [`BrokerError`]. A frame as
-/// today's broker writes it gives its rows untouched, not even checked ([`proto::frame::status_rows`]:
-/// 5 MB at 10k hosts); another spelling (an older broker) is checked to be JSON.
-fn status_rows_json(mut line: String) -> anyhow::Result<String> {
-    if let Some(rows) = proto::frame::status_rows(&line, REQUEST_ID) {
-        // Cut around the rows: no second copy of megabytes.
-        line.truncate(rows.end);
-        line.replace_range(..rows.start, "");
-        return Ok(line);
+/// The JSON array of every host's row and a newline, in the frame it came in.
+#[derive(Debug)]
+pub struct StatusLine {
+    frame: Vec<u8>,
+    line: std::ops::Range<usize>,
+}
+
+impl StatusLine {
+    /// The rows and the newline after them: one write to a line-buffered stdout, which
+    /// then finds the newline at once (a write without one had it search the 5 MB of rows
+    /// at 10k hosts, backwards).
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.frame[self.line.clone()]
     }
+
+    fn of_text(mut rows: String) -> StatusLine {
+        rows.push('\n');
+        let line = 0..rows.len();
+        StatusLine {
+            frame: rows.into_bytes(),
+            line,
+        }
+    }
+}
+
+/// The rows of a status answer `frame`; a refusal as a [`BrokerError`]. A frame as today's
+/// broker writes it gives its rows untouched and in place (no copy), not even checked
+/// ([`proto::frame::status_rows`]: 5 MB at 10k hosts); another spelling (an older broker)
+/// is checked to be JSON.
+fn status_rows_json(mut frame: Vec<u8>) -> anyhow::Result<StatusLine> {
+    if let Some(rows) = proto::frame::status_rows(&frame, REQUEST_ID) {
+        if rows.end < frame.len() {
+            // The envelope's closing brace after the rows becomes their newline.
+            frame[rows.end] = b'\n';
+            let line = rows.start..rows.end + 1;
+            return Ok(StatusLine { frame, line });
+        }
+    }
+    let line = String::from_utf8(frame).map_err(|_| anyhow!("the broker's answer is not UTF-8"))?;
     let line = line.as_str();
     if let Ok(RawStatusFrame {
         t: FrameKind::Response,
@@ -307,10 +342,10 @@ fn status_rows_json(mut line: String) -> anyhow::Result<String> {
         },
     }) = serde_json::from_str(line)
     {
-        return Ok(hosts.get().to_string());
+        return Ok(StatusLine::of_text(hosts.get().to_string()));
     }
     match answer(line)? {
-        Response::Status { hosts } => Ok(serde_json::to_string(&hosts)?),
+        Response::Status { hosts } => Ok(StatusLine::of_text(serde_json::to_string(&hosts)?)),
         other => bail!("unexpected answer from broker: {other:?}"),
     }
 }
@@ -361,11 +396,30 @@ mod tests {
                 hosts: hosts.clone()
             }
         );
+        let rows = status_rows_json(line.clone().into_bytes()).expect("rows");
+        assert!(
+            rows.as_bytes().ends_with(b"]\n"),
+            "the rows, then a newline"
+        );
         assert_eq!(
-            serde_json::from_str::<Vec<HostStatus>>(&status_rows_json(line.clone()).expect("rows"))
-                .expect("rows parse"),
+            serde_json::from_slice::<Vec<HostStatus>>(rows.as_bytes()).expect("rows parse"),
             hosts,
             "the rows as text"
+        );
+        // An older broker's spelling (spaces around its members) is parsed, the same rows.
+        let spaced = serde_json::to_string_pretty(&FromBroker::Response {
+            id: 1,
+            resp: Response::Status {
+                hosts: hosts.clone(),
+            },
+        })
+        .expect("encode")
+        .replace('\n', " ");
+        let rows = status_rows_json(spaced.into_bytes()).expect("rows");
+        assert!(rows.as_bytes().ends_with(b"]\n"));
+        assert_eq!(
+            serde_json::from_slice::<Vec<HostStatus>>(rows.as_bytes()).expect("rows parse"),
+            hosts
         );
         let line = frame(Response::Ok).expect("encode");
         assert_eq!(answer(&line).expect("ok"), Response::Ok);
@@ -376,7 +430,7 @@ mod tests {
         .expect("encode");
         let err = answer(&refusal).expect_err("refused");
         assert!(err.downcast_ref::<BrokerError>().is_some(), "{err}");
-        let err = status_rows_json(refusal.clone()).expect_err("refused");
+        let err = status_rows_json(refusal.clone().into_bytes()).expect_err("refused");
         assert!(err.downcast_ref::<BrokerError>().is_some(), "{err}");
         assert!(answer("{\"t\":\"response\"}").is_err());
     }

@@ -391,7 +391,6 @@ async fn cmd_status(target: client::Target, json: bool) -> anyhow::Result<ExitCo
         let rows = client::status_json(&target).await?;
         let mut out = std::io::stdout().lock();
         out.write_all(rows.as_bytes())?;
-        out.write_all(b"\n")?;
         out.flush()?;
         return Ok(ExitCode::SUCCESS);
     }
