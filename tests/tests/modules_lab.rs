@@ -670,6 +670,57 @@ fn lam_grow_waits_while_another_lamgrow_of_the_universe_runs() {
     }
 }
 
+/// The job's lamboot of the front end, with `lamd` on its PATH a script that marks its
+/// start (`~/lamd-mark`) and then runs `lamd_body` (lines of a `printf` format, so `\n`
+/// between them and no `'` or `%`); once the shell condition `caught` holds (at most 10 s),
+/// the shell lines `probes`, then `lam-grow node03` during the boot, the boot's end and
+/// `lamnodes`. The script's output.
+fn lam_grow_during_a_boot(
+    env: &LabWithBroker,
+    lamd_body: &str,
+    caught: &str,
+    probes: &str,
+) -> String {
+    let script = format!(
+        "RB_BIN_DIR={bin_dir}; export RB_BIN_DIR
+         mkdir -p ~/wrapped-lamd
+         rm -f ~/lamd-mark
+         printf '#!/bin/sh\\ntouch %s/lamd-mark\\n{lamd_body}\\n' \"$HOME\" >~/wrapped-lamd/lamd
+         chmod +x ~/wrapped-lamd/lamd
+         echo {FRONT_END} >~/boot.schema
+         dir=/tmp/lam-$(id -un)@$(hostname)
+         PATH=~/wrapped-lamd:$PATH LAMRSH=rsh timeout 20 lamboot -s ~/boot.schema </dev/null >~/boot.out 2>&1 &
+         boot=$!
+         i=0
+         while ! {{ {caught}; }} && [ $i -lt 10000 ]; do i=$((i + 1)); sleep 0.001; done
+         {probes}
+         LAMRSH=rsh {grow} node03 2>&1; echo \"grow_rc=$?\"
+         wait $boot; echo \"boot_rc=$?\"
+         lamnodes 2>&1
+         lamhalt </dev/null >/dev/null 2>&1",
+        bin_dir = tests::bin_dir().display(),
+        grow = shipped_module("lam-grow").display()
+    );
+    text(&user_sh(env, FRONT_END, &script))
+}
+
+/// lam-grow's call in [`lam_grow_during_a_boot`] grew the universe onto node03, and the
+/// job's lamboot returned.
+fn assert_grown_during_the_boot(out: &str) {
+    assert!(
+        out.contains("grow_rc=0"),
+        "lam-grow waited, then grew: {out}"
+    );
+    assert!(
+        out.contains("boot_rc=0"),
+        "the job's lamboot was left alone and returned: {out}"
+    );
+    assert!(
+        out.lines().any(|l| l.contains("\tnode03")),
+        "node03 in lamnodes: {out}"
+    );
+}
+
 /// A grow while the job's lamboot is still starting its lamd: LAM's attach to a lamd it
 /// cannot reach removes the session directory, so a lamd between its mkdir of that directory
 /// and its socket then fails ("chdir failed!") and the lamboot waits 60 s for it (CI,
@@ -685,44 +736,19 @@ fn lam_grow_during_the_jobs_lamboot_waits_for_its_lamd_and_leaves_the_boot_alone
         return;
     }
     let env = lab();
-    let script = format!(
-        "RB_BIN_DIR={bin_dir}; export RB_BIN_DIR
-         mkdir -p ~/slow-lamd
-         rm -f ~/lamd-execed
-         printf '#!/bin/sh\\ntouch %s/lamd-execed\\nexec strace -f -o /dev/null -e trace=bind -e inject=bind:delay_enter=2s:when=1 /usr/bin/lamd \"$@\"\\n' \"$HOME\" >~/slow-lamd/lamd
-         chmod +x ~/slow-lamd/lamd
-         echo {FRONT_END} >~/race.schema
-         dir=/tmp/lam-$(id -un)@$(hostname)
-         PATH=~/slow-lamd:$PATH LAMRSH=rsh timeout 20 lamboot -s ~/race.schema </dev/null >~/race-boot.out 2>&1 &
-         boot=$!
-         i=0
-         while {{ [ ! -e ~/lamd-execed ] || [ ! -d \"$dir\" ]; }} && [ $i -lt 10000 ]; do i=$((i + 1)); sleep 0.001; done
-         [ -d \"$dir\" ] && echo starting=yes
-         [ -S \"$dir/lam-kernel-socket\" ] && echo socket=early
-         LAMRSH=rsh {grow} node03 2>&1; echo \"grow_rc=$?\"
-         wait $boot; echo \"boot_rc=$?\"
-         lamnodes 2>&1
-         lamhalt </dev/null >/dev/null 2>&1",
-        bin_dir = tests::bin_dir().display(),
-        grow = shipped_module("lam-grow").display()
+    let out = lam_grow_during_a_boot(
+        &env,
+        "exec strace -f -o /dev/null -e trace=bind -e inject=bind:delay_enter=2s:when=1 \
+         /usr/bin/lamd \"$@\"",
+        "[ -e ~/lamd-mark ] && [ -d \"$dir\" ]",
+        "[ -d \"$dir\" ] && echo starting=yes
+         [ -S \"$dir/lam-kernel-socket\" ] && echo socket=early",
     );
-    let out = text(&user_sh(&env, FRONT_END, &script));
     assert!(
         out.contains("starting=yes") && !out.contains("socket=early"),
         "the lamd was caught starting (its directory, no socket): {out}"
     );
-    assert!(
-        out.contains("grow_rc=0"),
-        "lam-grow waited, then grew: {out}"
-    );
-    assert!(
-        out.contains("boot_rc=0"),
-        "the job's lamboot was left alone and returned: {out}"
-    );
-    assert!(
-        out.lines().any(|l| l.contains("\tnode03")),
-        "node03 in lamnodes: {out}"
-    );
+    assert_grown_during_the_boot(&out);
 }
 
 /// A grow between the lamboot's tkill and its lamd: hboot's tkill makes the session
@@ -737,44 +763,18 @@ fn lam_grow_between_the_boots_tkill_and_its_lamd_waits_for_the_lamd() {
         return;
     }
     let env = lab();
-    let script = format!(
-        "RB_BIN_DIR={bin_dir}; export RB_BIN_DIR
-         mkdir -p ~/late-lamd
-         rm -f ~/lamd-late
-         printf '#!/bin/sh\\ntouch %s/lamd-late\\nsleep 1\\nexec /usr/bin/lamd \"$@\"\\n' \"$HOME\" >~/late-lamd/lamd
-         chmod +x ~/late-lamd/lamd
-         echo {FRONT_END} >~/gap.schema
-         dir=/tmp/lam-$(id -un)@$(hostname)
-         PATH=~/late-lamd:$PATH LAMRSH=rsh timeout 20 lamboot -s ~/gap.schema </dev/null >~/gap-boot.out 2>&1 &
-         boot=$!
-         i=0
-         while [ ! -e ~/lamd-late ] && [ $i -lt 10000 ]; do i=$((i + 1)); sleep 0.001; done
-         [ -e ~/lamd-late ] && echo gap=yes
-         [ -d \"$dir\" ] && echo directory=there
-         LAMRSH=rsh {grow} node03 2>&1; echo \"grow_rc=$?\"
-         wait $boot; echo \"boot_rc=$?\"
-         lamnodes 2>&1
-         lamhalt </dev/null >/dev/null 2>&1",
-        bin_dir = tests::bin_dir().display(),
-        grow = shipped_module("lam-grow").display()
+    let out = lam_grow_during_a_boot(
+        &env,
+        "sleep 1\\nexec /usr/bin/lamd \"$@\"",
+        "[ -e ~/lamd-mark ]",
+        "[ -e ~/lamd-mark ] && echo gap=yes
+         [ -d \"$dir\" ] && echo directory=there",
     );
-    let out = text(&user_sh(&env, FRONT_END, &script));
     assert!(
         out.contains("gap=yes") && !out.contains("directory=there"),
         "the boot was caught between tkill and lamd (no directory): {out}"
     );
-    assert!(
-        out.contains("grow_rc=0"),
-        "lam-grow waited for the lamd, then grew: {out}"
-    );
-    assert!(
-        out.contains("boot_rc=0"),
-        "the job's lamboot returned: {out}"
-    );
-    assert!(
-        out.lines().any(|l| l.contains("\tnode03")),
-        "node03 in lamnodes: {out}"
-    );
+    assert_grown_during_the_boot(&out);
 }
 
 #[test]
