@@ -24,8 +24,6 @@ pub fn remote_command(subagent: &[String], command: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::PermissionsExt;
-    use std::path::Path;
     use std::process::Command;
 
     use super::*;
@@ -55,12 +53,12 @@ mod tests {
         assert_eq!(shell_quote(""), "''");
     }
 
-    /// A stub subagent that prints each argument followed by a NUL byte.
-    fn stub(dir: &Path) -> String {
-        let path = dir.join("stub subagent's");
-        std::fs::write(&path, "#!/bin/sh\nprintf '%s\\0' \"$@\"\n").expect("write stub");
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        path.to_string_lossy().into_owned()
+    /// A stub subagent's command words: `sh` printing each further argument followed by a
+    /// NUL byte, its `$0` a word that needs quoting. Not a script file: a file written and
+    /// then run while another test thread forks fails now and then with "Text file busy"
+    /// (the forked child holds the writer's descriptor until its own exec).
+    fn stub() -> Vec<String> {
+        words(&["/bin/sh", "-c", "printf '%s\\0' \"$@\"", "stub subagent's"])
     }
 
     fn run_sh(script: &str) -> Vec<String> {
@@ -82,22 +80,16 @@ mod tests {
 
     #[test]
     fn round_trip_through_sh() {
-        let dir = tempfile::tempdir().expect("tempdir");
         let nasty = "echo \"a b\" 'c'\\'' $HOME ${X:-y} `id` $(id); rm -rf /nope;\nline2 \\ \t* ? [x] ! # ~ & | < > \"";
-        let sub = vec![
-            stub(dir.path()),
-            "--alloc".into(),
-            "7".into(),
-            "it's $x".into(),
-        ];
+        let mut sub = stub();
+        sub.extend(words(&["--alloc", "7", "it's $x"]));
         let got = run_sh(&remote_command(&sub, nasty));
         assert_eq!(got, words(&["--alloc", "7", "it's $x", "-c", nasty]));
     }
 
     #[test]
     fn round_trip_of_caller_commands() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let sub = vec![stub(dir.path())];
+        let sub = stub();
         for cmd in [
             "hboot -t -c lam-conf.lamd -d -s -I \"-H 10.77.0.1 -P 50367 -n 1 -o 0\"",
             "echo $SHELL",
