@@ -423,12 +423,28 @@ mod tests {
         }
     }
 
+    /// Writes the executable script `path` from a child process. A script this process
+    /// wrote and then ran could fail with "Text file busy": another test thread's fork,
+    /// made while the file was open for writing, keeps the descriptor until its own exec.
+    /// A child's descriptors are gone when it exits, and no thread here holds one.
+    fn write_script(path: &std::path::Path, text: &str) {
+        use std::io::Write;
+        let mut child = std::process::Command::new("/bin/sh")
+            .args(["-c", "cat >\"$0\" && chmod 755 \"$0\""])
+            .arg(path)
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("sh");
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(text.as_bytes()).expect("write");
+        drop(stdin);
+        assert!(child.wait().expect("wait").success(), "wrote {path:?}");
+    }
+
     async fn run_script(body: &str, timeout: Duration) -> Result<(), String> {
-        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().expect("tempdir");
         let p = dir.path().join("t-grow");
-        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).expect("write");
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        write_script(&p, &format!("#!/bin/sh\n{body}\n"));
         let call = Call {
             action: Action::Grow,
             host: Some(("node03".into(), "10.0.0.3".into())),
@@ -460,12 +476,10 @@ mod tests {
 
     #[tokio::test]
     async fn what_a_successful_module_says_on_stderr_is_kept_for_the_user() {
-        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().expect("tempdir");
         let p = dir.path().join("t-shrink");
         let body = "#!/bin/sh\necho quiet\necho \"t-shrink: $1 taken back: ended 2\" >&2\n";
-        std::fs::write(&p, body).expect("write");
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        write_script(&p, body);
         let call = Call {
             action: Action::Shrink,
             host: Some(("node03".into(), "10.0.0.3".into())),
