@@ -2,8 +2,10 @@
 //! against a fake agent (a unix listener on a thread), errors, the recursion guard, and (run
 //! with `--ignored --nocapture`) the pass-through overhead.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::fs::{symlink, PermissionsExt};
+use std::os::unix::fs::symlink;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -44,8 +46,7 @@ exec /bin/sh -c "$2"
 
 fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
     let path = dir.join(name);
-    std::fs::write(&path, body).expect("write script");
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    common::write_script(&path, body);
     path
 }
 

@@ -3,8 +3,10 @@
 //! session, granted hosts over ssh and over rsh against a fake agent, refusals before any
 //! allocation, `scp` told to use the job's ssh.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::{symlink, PermissionsExt};
+use std::os::unix::fs::symlink;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -27,8 +29,7 @@ const FAKE_SUBAGENT: &str = "#!/bin/sh\nwhile [ \"$#\" -gt 0 ] && [ \"$1\" != -c
 
 fn script(path: &Path, body: &str) -> PathBuf {
     std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
-    std::fs::write(path, body).expect("write script");
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    common::write_script(path, body);
     path.to_path_buf()
 }
 
