@@ -1,8 +1,9 @@
 //! Walking CEL syntax trees: every node, and field selections on a variable
-//! (`host.load1`, `job.spec.count`). Used by the field check and by explain.
+//! (`host.load1`, `job.spec.count`). Used by the field check and by explain; and the
+//! evaluated form of an expression ([`indexed`]).
 
 use cel::{
-    common::ast::{EntryExpr, Expr},
+    common::ast::{operators, CallExpr, EntryExpr, Expr, LiteralValue},
     IdedExpr,
 };
 
@@ -123,4 +124,180 @@ pub(crate) fn var_path(e: &IdedExpr) -> Option<String> {
     var_path(&s.operand)
         .filter(|p| p.ends_with(".spec"))
         .map(|p| format!("{p}.{}", s.field))
+}
+
+/// The form of `e` that is evaluated: each field selection on a variable (`host.load1`) an
+/// index with the field's name (`host["load1"]`), the rest as it was.
+///
+/// Same value and same error: on a map (every variable's value is one) a selection is the
+/// index by the field's name, and an unbound variable is the same undeclared reference.
+/// But the interpreter takes `host.load1` for a possibly qualified name: it joins the
+/// segments into a new string and looks `host.load1` up as a variable and then as a type
+/// before it tries `host`, on every evaluation; that was three quarters of the time of the
+/// paper policy's `rank` (3.1 µs an evaluation). An index resolves `host` alone.
+///
+/// Presence tests (`has(host.load1)`) stay as they are, and so does everything inside a
+/// comprehension that names its own variable like one of ours (`l.exists(host, …)`): there
+/// `host` may not be a map, and a selection on another value fails with another message.
+/// The nodes it adds take ids from `next` upwards (no source position has them).
+pub(crate) fn indexed(e: &IdedExpr) -> IdedExpr {
+    let mut out = e.clone();
+    index_var_fields(&mut out, &mut (u64::MAX / 4));
+    out
+}
+
+fn index_var_fields(e: &mut IdedExpr, next: &mut u64) {
+    match &mut e.expr {
+        Expr::Select(s) => {
+            index_var_fields(&mut s.operand, next);
+            let on_a_var = matches!(&s.operand.expr, Expr::Ident(root)
+                if Var::ALL.iter().any(|v| v.name() == root));
+            if on_a_var && !s.test {
+                let operand = std::mem::take(&mut *s.operand);
+                let field = std::mem::take(&mut s.field);
+                *next += 1;
+                let name = IdedExpr {
+                    id: *next,
+                    expr: Expr::Literal(LiteralValue::String(field.into())),
+                };
+                e.expr = Expr::Call(CallExpr {
+                    func_name: operators::INDEX.to_string(),
+                    target: None,
+                    args: vec![operand, name],
+                });
+            }
+        }
+        Expr::Call(c) => {
+            if let Some(t) = &mut c.target {
+                index_var_fields(t, next);
+            }
+            c.args.iter_mut().for_each(|a| index_var_fields(a, next));
+        }
+        Expr::List(l) => l
+            .elements
+            .iter_mut()
+            .for_each(|x| index_var_fields(x, next)),
+        Expr::Map(m) => {
+            for entry in &mut m.entries {
+                match &mut entry.expr {
+                    EntryExpr::MapEntry(m) => {
+                        index_var_fields(&mut m.key, next);
+                        index_var_fields(&mut m.value, next);
+                    }
+                    EntryExpr::StructField(s) => index_var_fields(&mut s.value, next),
+                }
+            }
+        }
+        Expr::Comprehension(c) => {
+            let shadows = [Some(&c.iter_var), c.iter_var2.as_ref(), Some(&c.accu_var)]
+                .into_iter()
+                .flatten()
+                .any(|name| Var::ALL.iter().any(|v| v.name() == name));
+            if shadows {
+                return;
+            }
+            for x in [
+                &mut c.iter_range,
+                &mut c.accu_init,
+                &mut c.loop_cond,
+                &mut c.loop_step,
+                &mut c.result,
+            ] {
+                index_var_fields(x, next);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::{
+        check::tests_support::built,
+        value::{HostFields, HostValue},
+        Policy,
+    };
+
+    /// Expressions beside the shipped policies' that the rewrite must leave alone or get
+    /// right: presence tests, deeper selections, a comprehension whose variable is named
+    /// `host`, fields no value has, variables a hook may not read, lets.
+    const TRICKY: &str = r#"
+start = 'has(host.load1) && host.users.all(u, u.idle_s >= 0) && [1, 2].exists(host, host > 1)'
+rank = 'double(size(host.labels)) + (has(job.spec.nodes) ? 1.0 : 0.0) + (host.load1 == null ? 0.0 : host.load1) + d + double([host].map(h, h.cpus)[0])'
+vacate = '[{"load1": 1}].all(host, host.load1 == 1) && (host.owner == "x" || !host.private)'
+may_preempt = 'holder.adaptive && job.user == holder.user && lab.free_hosts >= 0 && now.hour >= 0'
+max_hosts = '[job].map(j, j.count)[0]'
+[let]
+d = 'host.sessions.size() > 0 ? double(host.sessions[0].idle_s) : 0.5'
+"#;
+
+    fn policies() -> Vec<Policy> {
+        let mut all: Vec<Policy> = crate::SHIPPED
+            .iter()
+            .map(|(name, _)| Policy::shipped(name).expect("shipped"))
+            .collect();
+        all.push(Policy::from_text(Path::new("t.toml"), TRICKY).expect("loads"));
+        all
+    }
+
+    /// Every expression of every policy, evaluated as written and as rewritten, gives the
+    /// same value or the same error, on every sample, with the whole host value and with a
+    /// host value of no fields (every selection a missing key), every variable bound.
+    #[test]
+    fn the_indexed_form_evaluates_as_the_expression_does() {
+        let samples = crate::samples::complete()
+            .into_iter()
+            .chain(crate::samples::sparse())
+            .collect::<Vec<_>>();
+        let mut compared = 0;
+        for policy in policies() {
+            let ev = policy.evaluator();
+            let exprs = policy
+                .file_expressions()
+                .map(|(_, c)| c)
+                .chain(policy.lets().values())
+                .collect::<Vec<_>>();
+            for s in &samples {
+                let b = built(s);
+                let empty = HostValue::reading(&s.host, HostFields::NONE);
+                for scope in [b.scope(), b.scope().host(&empty)] {
+                    for c in &exprs {
+                        let written = ev.value(&Var::ALL, &c.expr, scope);
+                        let run = ev.value(&Var::ALL, &c.run, scope);
+                        assert_eq!(run, written, "`{}` on {}", c.entry.source, s.name);
+                        compared += 1;
+                    }
+                }
+            }
+        }
+        assert!(compared > 1000, "{compared}");
+    }
+
+    /// What the rewrite leaves: no selection on a variable but presence tests and those
+    /// inside a comprehension that names its own `host`.
+    #[test]
+    fn selections_on_variables_become_indexes() {
+        let p = Policy::from_text(Path::new("t.toml"), TRICKY).expect("loads");
+        let mut left = Vec::new();
+        for (_, c) in p.file_expressions() {
+            walk(&c.run, &mut |node| {
+                if let (Some((var, field)), Expr::Select(s)) = (var_field(node), &node.expr) {
+                    left.push(format!(
+                        "{}.{field}{}",
+                        var.name(),
+                        if s.test { "?" } else { "" }
+                    ));
+                }
+            });
+        }
+        left.sort();
+        assert_eq!(
+            left,
+            ["host.load1", "host.load1?"],
+            "has(host.load1), and `host.load1` on the comprehension's own `host`"
+        );
+    }
 }

@@ -48,6 +48,9 @@ pub const PARSE_STACK: usize = parse_thread::STACK;
 pub(crate) struct Compiled {
     pub entry: Entry,
     pub expr: IdedExpr,
+    /// What is evaluated: `expr` as [`ast::indexed`] gives it (same values, faster).
+    /// Everything that reads the expression's shape (fields, explain, costs) reads `expr`.
+    pub run: IdedExpr,
     /// The lets it names directly.
     pub lets: BTreeSet<String>,
     /// The variables it reads, through its lets too.
@@ -236,12 +239,14 @@ fn check_costs(
         let (est, per_item) = estimate_of(c, &own)?;
         c.cost = over_budget(c, est.cost)?;
         cost::instrument(&mut c.expr, &per_item);
+        c.run = ast::indexed(&c.expr);
         own.insert(name.clone(), est);
     }
     for c in hooks.values_mut() {
         let (est, per_item) = estimate_of(c, &own)?;
         c.cost = over_budget(c, est.cost)?;
         cost::instrument(&mut c.expr, &per_item);
+        c.run = ast::indexed(&c.expr);
     }
     Ok(())
 }
@@ -319,6 +324,7 @@ fn parse(entry: Entry) -> Result<Compiled, KeyError> {
     let lets = names.iter().map(|n| n.to_string()).collect();
     Ok(Compiled {
         entry,
+        run: ast::indexed(&expr),
         expr,
         lets,
         reads,

@@ -233,7 +233,7 @@ impl VariableResolver for Resolver<'_> {
                     failed: Mutex::new(None),
                 };
                 inner
-                    .run(&c.expr)
+                    .run(&c.run)
                     .and_then(|v| Box::<dyn Val>::try_from(v).map_err(|e| e.to_string()))
             });
         match built {

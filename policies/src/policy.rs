@@ -176,7 +176,7 @@ impl Policy {
                 lets: &EMPTY,
             }
         };
-        ev.answer(hook, &c.expr, scope).ok()
+        ev.answer(hook, &c.run, scope).ok()
     }
 
     /// The estimated cost of the expression in force for `hook`, with the lets it uses
@@ -220,7 +220,7 @@ impl Policy {
                 error: None,
             };
         };
-        match ev.answer(hook, &own.expr, scope) {
+        match ev.answer(hook, &own.run, scope) {
             Ok(a) => Decision {
                 value: Some(a),
                 error: None,
@@ -239,7 +239,7 @@ impl Policy {
             env: &self.env,
             lets: &EMPTY,
         };
-        ev.answer(hook, &default.expr, scope)
+        ev.answer(hook, &default.run, scope)
             .ok()
             .or_else(|| hook.fail_safe())
     }
