@@ -225,13 +225,17 @@ mod tests {
     /// right: presence tests, deeper selections, a comprehension whose variable is named
     /// `host`, fields no value has, variables a hook may not read, lets.
     const TRICKY: &str = r#"
-start = 'has(host.load1) && host.users.all(u, u.idle_s >= 0) && [1, 2].exists(host, host > 1)'
-rank = 'double(size(host.labels)) + (has(job.spec.nodes) ? 1.0 : 0.0) + (host.load1 == null ? 0.0 : host.load1) + d + double([host].map(h, h.cpus)[0])'
-vacate = '[{"load1": 1}].all(host, host.load1 == 1) && (host.owner == "x" || !host.private)'
+start = 'has(host.load1) && host.users.all(u, u.idle_s >= 0) && [1, 2].exists(host, host > 1) && [1].all(x, x <= looped)'
+rank = 'double(size(host.labels)) + (has(job.spec.nodes) ? 1.0 : 0.0) + (host.load1 == null ? 0.0 : host.load1) + d + outer + double([host].map(h, h.cpus)[0])'
+vacate = '[{"load1": 1}].all(host, host.load1 == 1) && (host.owner == "x" || !host.private) && twice > 1 && twice < 100'
 may_preempt = 'holder.adaptive && job.user == holder.user && lab.free_hosts >= 0 && now.hour >= 0'
 max_hosts = '[job].map(j, j.count)[0]'
 [let]
 d = 'host.sessions.size() > 0 ? double(host.sessions[0].idle_s) : 0.5'
+inner = 'host.load1 == null ? 1.0 : host.load1'
+outer = 'inner * 2.0'
+twice = 'host.cpus * 2'
+looped = 'host.cpus'
 "#;
 
     fn policies() -> Vec<Policy> {
@@ -243,9 +247,11 @@ d = 'host.sessions.size() > 0 ? double(host.sessions[0].idle_s) : 0.5'
         all
     }
 
-    /// Every expression of every policy, evaluated as written and as rewritten, gives the
-    /// same value or the same error, on every sample, with the whole host value and with a
-    /// host value of no fields (every selection a missing key), every variable bound.
+    /// Every expression of every policy, evaluated as written and as rewritten (lets
+    /// inlined, selections indexed), gives the same value or an error, on every sample,
+    /// with the whole host value and with a host value of no fields (every selection a
+    /// missing key, every let that reads one failing), every variable bound; and, run
+    /// again as written on failure, the same message.
     #[test]
     fn the_indexed_form_evaluates_as_the_expression_does() {
         let samples = crate::samples::complete()
@@ -267,7 +273,11 @@ d = 'host.sessions.size() > 0 ? double(host.sessions[0].idle_s) : 0.5'
                     for c in &exprs {
                         let written = ev.value(&Var::ALL, &c.expr, scope);
                         let run = ev.value(&Var::ALL, &c.run, scope);
-                        assert_eq!(run, written, "`{}` on {}", c.entry.source, s.name);
+                        let what = format!("`{}` on {}", c.entry.source, s.name);
+                        assert_eq!(run.is_ok(), written.is_ok(), "{what}");
+                        assert_eq!(run.as_ref().ok(), written.as_ref().ok(), "{what}");
+                        // The message too, once the failure is run again as written.
+                        assert_eq!(ev.value_of(&Var::ALL, c, scope), written, "{what}");
                         compared += 1;
                     }
                 }

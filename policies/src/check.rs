@@ -136,7 +136,7 @@ pub(crate) fn check(policy: &Policy) -> Result<(), KeyError> {
         for s in complete {
             // A let may fail where a hook guards it (`has(job.spec.x) && x > 0`); only a
             // name that exists nowhere is an error of its own.
-            match ev.value(&Var::ALL, &c.run, s.scope()) {
+            match ev.value_of(&Var::ALL, c, s.scope()) {
                 Err(why) if why.starts_with("undeclared reference") => {
                     return Err(failure(c, &s.name, &why));
                 }
@@ -146,12 +146,12 @@ pub(crate) fn check(policy: &Policy) -> Result<(), KeyError> {
     }
     for (hook, c) in policy.file_expressions() {
         for s in complete {
-            if let Err(why) = ev.answer(hook, &c.run, s.scope()) {
+            if let Err(why) = ev.answer_of(hook, c, s.scope()) {
                 return Err(failure(c, &s.name, &why));
             }
         }
         for s in sparse {
-            if let Ok(value) = ev.value(hook.vars(), &c.run, s.scope()) {
+            if let Ok(value) = ev.value_of(hook.vars(), c, s.scope()) {
                 to_answer(hook, &value).map_err(|why| failure(c, &s.name, &why))?;
             }
         }

@@ -20,6 +20,7 @@ use crate::{
     ast, cost,
     error::KeyError,
     hooks::{Hook, Var},
+    inline::Inliner,
     parse_thread::{self, ThreadError},
     source::{self, Entry, RawPolicy, SourceError},
 };
@@ -48,7 +49,9 @@ pub const PARSE_STACK: usize = parse_thread::STACK;
 pub(crate) struct Compiled {
     pub entry: Entry,
     pub expr: IdedExpr,
-    /// What is evaluated: `expr` as [`ast::indexed`] gives it (same values, faster).
+    /// What is evaluated: `expr` with the lets it uses once written in and selections on
+    /// variables made indexes (same values and errors, faster: [`set_run_forms`]); an
+    /// evaluation that fails is run again as written for its message ([`crate::eval`]).
     /// Everything that reads the expression's shape (fields, explain, costs) reads `expr`.
     pub run: IdedExpr,
     /// The lets it names directly.
@@ -157,6 +160,7 @@ fn compile_here(raw: RawPolicy) -> Result<CompiledPolicy, KeyError> {
     let order = let_order(&lets)?;
     check_tree_depths(&order, &lets, &hooks)?;
     check_costs(&order, &mut lets, &mut hooks)?;
+    set_run_forms(&mut lets, &mut hooks);
     for (slot, c) in lets.values_mut().enumerate() {
         c.slot = slot;
     }
@@ -175,6 +179,22 @@ fn compile_here(raw: RawPolicy) -> Result<CompiledPolicy, KeyError> {
         defaults,
         lets,
     })
+}
+
+/// Each expression's evaluated form ([`Compiled::run`]): the lets it uses once written in
+/// ([`Inliner`]), then the selections on variables made indexes ([`ast::indexed`]). After
+/// the costs: the charges the lets got are inlined with them.
+fn set_run_forms(lets: &mut BTreeMap<String, Compiled>, hooks: &mut BTreeMap<Hook, Compiled>) {
+    let mut inliner = Inliner::new(lets);
+    let mut run = |c: &Compiled| ast::indexed(&inliner.inline(&c.expr));
+    let let_runs: Vec<IdedExpr> = lets.values().map(&mut run).collect();
+    let hook_runs: Vec<IdedExpr> = hooks.values().map(&mut run).collect();
+    for (c, r) in lets.values_mut().zip(let_runs) {
+        c.run = r;
+    }
+    for (c, r) in hooks.values_mut().zip(hook_runs) {
+        c.run = r;
+    }
 }
 
 fn inherited_reads(lets: &BTreeMap<String, Compiled>, used: &BTreeSet<String>) -> Vec<Var> {
@@ -239,14 +259,12 @@ fn check_costs(
         let (est, per_item) = estimate_of(c, &own)?;
         c.cost = over_budget(c, est.cost)?;
         cost::instrument(&mut c.expr, &per_item);
-        c.run = ast::indexed(&c.expr);
         own.insert(name.clone(), est);
     }
     for c in hooks.values_mut() {
         let (est, per_item) = estimate_of(c, &own)?;
         c.cost = over_budget(c, est.cost)?;
         cost::instrument(&mut c.expr, &per_item);
-        c.run = ast::indexed(&c.expr);
     }
     Ok(())
 }

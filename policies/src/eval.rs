@@ -127,6 +127,20 @@ pub(crate) struct Evaluator<'a> {
 }
 
 impl Evaluator<'_> {
+    /// Evaluates `c` for `hook` and checks the type; `Err(message)` on any failure: its
+    /// evaluated form ([`Compiled::run`]), and when that fails, the expression as written,
+    /// whose message names the let that failed.
+    pub fn answer_of(&self, hook: Hook, c: &Compiled, scope: Scope<'_>) -> Result<Answer, String> {
+        self.answer(hook, &c.run, scope)
+            .map_err(|fast| self.answer(hook, &c.expr, scope).err().unwrap_or(fast))
+    }
+
+    /// [`Self::value`] of `c`, as [`Self::answer_of`] evaluates it.
+    pub fn value_of(&self, vars: &[Var], c: &Compiled, scope: Scope<'_>) -> Result<Value, String> {
+        self.value(vars, &c.run, scope)
+            .map_err(|fast| self.value(vars, &c.expr, scope).err().unwrap_or(fast))
+    }
+
     /// Evaluates `expr` for `hook` and checks the type; `Err(message)` on any failure.
     pub fn answer(&self, hook: Hook, expr: &IdedExpr, scope: Scope<'_>) -> Result<Answer, String> {
         let value = self.value(hook.vars(), expr, scope)?;
@@ -234,6 +248,8 @@ impl VariableResolver for Resolver<'_> {
                 };
                 inner
                     .run(&c.run)
+                    // The message of a failure: the let as written says which of its lets.
+                    .map_err(|fast| inner.run(&c.expr).err().unwrap_or(fast))
                     .and_then(|v| Box::<dyn Val>::try_from(v).map_err(|e| e.to_string()))
             });
         match built {

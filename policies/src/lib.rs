@@ -44,6 +44,7 @@ pub mod eval;
 pub mod explain;
 pub mod facts;
 pub mod hooks;
+mod inline;
 pub mod parse_thread;
 pub mod policy;
 mod samples;

@@ -176,6 +176,7 @@ impl Policy {
                 lets: &EMPTY,
             }
         };
+        // No message is kept: the evaluated form alone, never again as written.
         ev.answer(hook, &c.run, scope).ok()
     }
 
@@ -220,7 +221,7 @@ impl Policy {
                 error: None,
             };
         };
-        match ev.answer(hook, &own.run, scope) {
+        match ev.answer_of(hook, own, scope) {
             Ok(a) => Decision {
                 value: Some(a),
                 error: None,
@@ -239,7 +240,7 @@ impl Policy {
             env: &self.env,
             lets: &EMPTY,
         };
-        ev.answer(hook, &default.run, scope)
+        ev.answer_of(hook, default, scope)
             .ok()
             .or_else(|| hook.fail_safe())
     }
