@@ -196,7 +196,7 @@ impl Allocator {
     fn host_input(
         &mut self,
         host: &str,
-        changed: &serde_json::Map<String, serde_json::Value>,
+        changed: &crate::trace::Delta,
         view: Option<crate::HostView>,
         now: Instant,
     ) -> Result<Vec<Effect>, String> {

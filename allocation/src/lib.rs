@@ -107,6 +107,7 @@
 //!   [`AllocConfig::ended_jobs_kept`] have ended; then the oldest are forgotten.
 
 mod decide;
+mod delta;
 mod explain;
 mod free;
 mod handle;

@@ -35,8 +35,8 @@
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
 
+pub use crate::delta::{apply_delta, host_delta, Delta};
 use crate::{
     trace_state::TraceState, AllocId, Allocator, Effect, HostView, JobId, JobInfo, RequestId,
 };
@@ -116,7 +116,7 @@ pub enum Input {
     /// shell has it (then `changed` is only for the trace and may be left empty).
     Host {
         host: String,
-        changed: Map<String, Value>,
+        changed: Delta,
         #[serde(skip)]
         view: Option<Box<HostView>>,
     },
@@ -282,75 +282,6 @@ impl What {
             | Effect::Persist => return None,
         })
     }
-}
-
-/// The fields of `new` that differ from `old` (every field when there is no `old`), the
-/// name left out. Compared field by field, so that a report that changed only the load
-/// serializes only the load (one per host and second at 10k hosts).
-pub fn host_delta(old: Option<&HostView>, new: &HostView) -> Map<String, Value> {
-    let Some(old) = old else {
-        let Ok(Value::Object(mut all)) = serde_json::to_value(new) else {
-            return Map::new();
-        };
-        all.remove("name");
-        return all;
-    };
-    let mut changed = Map::new();
-    // Every field named: a field added to `HostView` does not compile until it is here.
-    let HostView {
-        name: _,
-        address,
-        up,
-        reported,
-        labels,
-        os,
-        owner,
-        load1,
-        load5,
-        load15,
-        mem_avail_mb,
-        cpus,
-        users,
-        console_idle_s,
-        logind,
-        logind_error,
-        job_load,
-    } = new;
-    let mut put = |key: &str, differs: bool, value: serde_json::Result<Value>| {
-        if let (true, Ok(v)) = (differs, value) {
-            changed.insert(key.to_string(), v);
-        }
-    };
-    macro_rules! field {
-        ($($f:ident),*) => {
-            $(
-                let differs = old.$f != *$f;
-                put(stringify!($f), differs, if differs { serde_json::to_value($f) } else { Ok(Value::Null) });
-            )*
-        };
-    }
-    field!(address, up, reported, labels, os, owner, load1, load5, load15);
-    field!(mem_avail_mb, cpus, users, console_idle_s, job_load);
-    field!(logind, logind_error);
-    changed
-}
-
-/// `old` (the host's previous view, if any) with the fields of `changed` applied.
-pub fn apply_delta(
-    old: Option<&HostView>,
-    host: &str,
-    changed: &Map<String, Value>,
-) -> Result<HostView, String> {
-    let mut map = match old.map(serde_json::to_value) {
-        Some(Ok(Value::Object(m))) => m,
-        _ => Map::new(),
-    };
-    for (k, v) in changed {
-        map.insert(k.clone(), v.clone());
-    }
-    map.insert("name".into(), Value::String(host.to_string()));
-    serde_json::from_value(Value::Object(map))
-        .map_err(|e| format!("host `{host}`: its view cannot be rebuilt from the trace: {e}"))
 }
 
 /// The name of trace file number `seq`: `trace-NNNNNN.jsonl`.
