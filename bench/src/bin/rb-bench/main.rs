@@ -67,7 +67,8 @@ struct Args {
     /// Runs of each kind in the module section's take-back part.
     #[arg(long, default_value_t = 9)]
     take_back_reps: usize,
-    /// Policy-section parts to run (grant, reload, footprint, owner, figure7, owner-logind); default all.
+    /// Policy-section parts to run (grant, reload, footprint, paired, owner, figure7, owner-logind);
+    /// default all (`paired` only with `--broker-compared`).
     #[arg(long, value_delimiter = ',')]
     policy_parts: Vec<String>,
     /// `rb-broker` of `policy::BEFORE_POLICY_FILES` (policy compiled in): the baseline of the
@@ -277,6 +278,40 @@ pub(crate) fn one_load_run(broker: Broker, n: usize, changing: bool) -> anyhow::
     Ok(LoadRun::measure(broker, n, changing)?.row(n))
 }
 
+/// `rb-loadgen` simulating `n` hosts against `broker` for `seconds` (reports changing each
+/// time when `changing`).
+pub(crate) fn spawn_loadgen(
+    broker: &Broker,
+    n: usize,
+    changing: bool,
+    seconds: u64,
+) -> std::io::Result<std::process::Child> {
+    Command::new(tests::bin("rb-loadgen"))
+        .args([
+            "--broker",
+            &broker.tcp_addr().to_string(),
+            "--hosts",
+            &n.to_string(),
+            "--seconds",
+            &seconds.to_string(),
+        ])
+        .args(changing.then_some("--changing"))
+        .arg("--secret-file")
+        .arg(broker.secret())
+        .stdout(Stdio::piped())
+        .spawn()
+}
+
+/// `Some(())` once `rb status` shows `n` hosts up, within `limit`.
+pub(crate) fn all_up_within(broker: &Broker, n: usize, limit: Duration) -> Option<()> {
+    wait_until(limit, || {
+        broker
+            .status()
+            .filter(|rows| rows.iter().filter(|h| h.state == HostState::Up).count() == n)
+            .map(|_| ())
+    })
+}
+
 /// What one broker under `rb-loadgen` measured; runs of the same broker pool into one row.
 #[derive(Debug, Default)]
 pub(crate) struct LoadRun {
@@ -299,31 +334,11 @@ impl LoadRun {
         let pid = broker.child.id();
         let started = Instant::now();
         let mut gen = (n > 0)
-            .then(|| {
-                Command::new(tests::bin("rb-loadgen"))
-                    .args([
-                        "--broker",
-                        &broker.tcp_addr().to_string(),
-                        "--hosts",
-                        &n.to_string(),
-                        "--seconds",
-                        "45",
-                    ])
-                    .args(changing.then_some("--changing"))
-                    .arg("--secret-file")
-                    .arg(broker.secret())
-                    .stdout(Stdio::piped())
-                    .spawn()
-            })
+            .then(|| spawn_loadgen(&broker, n, changing, 45))
             .transpose()?;
         let mut run = LoadRun::default();
         if n > 0 {
-            let all_up = wait_until(Duration::from_secs(40), || {
-                broker
-                    .status()
-                    .filter(|rows| rows.iter().filter(|h| h.state == HostState::Up).count() == n)
-                    .map(|_| ())
-            });
+            let all_up = all_up_within(&broker, n, Duration::from_secs(40));
             run.up_after_s
                 .push(all_up.map(|()| started.elapsed().as_secs_f64()));
         }

@@ -85,6 +85,9 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     if opts.wants("footprint") {
         footprint(opts)?;
     }
+    if opts.wants("paired") {
+        paired(opts)?;
+    }
     lab_rows(opts)?;
     Ok(())
 }
@@ -480,6 +483,102 @@ fn print_footprint_verdict(rows: &[FootprintRow], baseline_built: bool) {
         }
         println!();
     }
+}
+
+/// CPU windows per round of the paired rows.
+const PAIRED_WINDOWS: usize = 10;
+
+/// Today's broker and `--broker-compared`'s, both at once, each under its own `rb-loadgen`
+/// with half the hosts, their CPU read over the same 2 s windows: what slows the machine
+/// down (other work, a busy host of this virtual machine) slows both alike, so that the
+/// ratio shows a change of a few percent that the footprint rows' run-after-run figures
+/// (±10 % from one minute to the next here) cannot.
+fn paired(opts: &Options) -> anyhow::Result<()> {
+    let Some((label, compared)) = &opts.broker_compared else {
+        return Ok(());
+    };
+    let Some(&n) = opts.hosts.iter().max() else {
+        return Ok(());
+    };
+    let each = n / 2;
+    let rounds = opts.footprint_rounds.max(1);
+    println!(
+        "### The same load on two brokers at once ({label} and today's)
+"
+    );
+    println!(
+        "The paper policy; `{label}`'s broker and today's run side by side, each under its own \
+         `rb-loadgen` of {each} simulated hosts (one report per host each second), for \
+         {rounds} rounds (which broker starts first alternates); once every host is up, both \
+         brokers' CPU is read over the same {PAIRED_WINDOWS} windows of 2 s a round. CPU \
+         share of one core, median (min–max, n); the ratio is today's over {label}'s, window \
+         by window.\n"
+    );
+    println!("| reports | {label} CPU | today's CPU | today / {label} |");
+    println!("|---|---|---|---|");
+    let ours = tests::bin("rb-broker");
+    let lab = crate::manual_lab(each).replacen("[broker]\n", "[broker]\npolicy = \"paper\"\n", 1);
+    for (name, changing) in [
+        ("every report changing", true),
+        ("repeating (quiet)", false),
+    ] {
+        let (mut theirs, mut mine, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
+        for round in 0..rounds {
+            let order = if round % 2 == 0 {
+                [compared.as_path(), ours.as_path()]
+            } else {
+                [ours.as_path(), compared.as_path()]
+            };
+            let brokers = order.map(|p| Broker::start_program(p, &lab));
+            let mut gens = Vec::new();
+            for b in &brokers {
+                gens.push(crate::spawn_loadgen(b, each, changing, 90)?);
+            }
+            let up = brokers
+                .iter()
+                .all(|b| crate::all_up_within(b, each, Duration::from_secs(40)).is_some());
+            if !up {
+                eprintln!(
+                    "rb-bench paired: not every host up within 40 s: round {round} not measured"
+                );
+            }
+            let windows = if up { PAIRED_WINDOWS } else { 0 };
+            let pids = brokers.each_ref().map(|b| b.child.id());
+            let (them, us) = if round % 2 == 0 {
+                (pids[0], pids[1])
+            } else {
+                (pids[1], pids[0])
+            };
+            for _ in 0..windows {
+                let before = [them, us].map(bench::procstat::cpu_seconds);
+                std::thread::sleep(Duration::from_secs(2));
+                let after = [them, us].map(bench::procstat::cpu_seconds);
+                if let ([Some(t0), Some(u0)], [Some(t1), Some(u1)]) = (before, after) {
+                    let (t, u) = ((t1 - t0) / 2.0 * 100.0, (u1 - u0) / 2.0 * 100.0);
+                    theirs.push(t);
+                    mine.push(u);
+                    if t > 0.0 {
+                        ratio.push(u / t);
+                    }
+                }
+            }
+            for mut g in gens {
+                let _ = g.kill();
+                let _ = g.wait();
+            }
+        }
+        let show = |v: &[f64]| summarize(v).map_or("-".into(), |s| s.show("%", 2));
+        let ratio = summarize(&ratio).map_or("-".into(), |s| {
+            format!("{:.3} ({:.3}–{:.3}, n={})", s.median, s.min, s.max, s.n)
+        });
+        println!(
+            "| {name}, {each} hosts each | {} | {} | {ratio} |",
+            show(&theirs),
+            show(&mine)
+        );
+    }
+    println!();
+    Ok(())
 }
 
 /// One row of the footprint table: a broker executable (`None`: not built) with its lab
