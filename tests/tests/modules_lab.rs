@@ -9,7 +9,7 @@
 
 use std::{
     path::PathBuf,
-    process::{Child, Output},
+    process::{Child, Command, Output, Stdio},
     time::{Duration, Instant},
 };
 
@@ -45,8 +45,8 @@ fn build_program(env: &LabWithBroker, name: &str, compiler: &str, libs: &str) ->
 fn start_job(env: &LabWithBroker, module: &str, driver: &str) -> Child {
     let spec = format!("&(module=\"{module}\")(adaptive=yes)");
     env.agent_as_user(FRONT_END, &["--rsl", &spec], &["sh", "-c", driver])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("agent")
 }
@@ -876,11 +876,22 @@ fn assert_added_then_already_there(lines: &[&str], way: &str, already: &str, out
 }
 
 /// Writes an executable script (and its directory).
+/// Writes the executable script `path` from a child process: a script this process wrote
+/// and a lab host then ran could fail with "Text file busy", as another test thread's fork,
+/// made while the file was open for writing, keeps the descriptor until its own exec.
 fn write_script(path: &std::path::Path, body: &str) {
-    use std::os::unix::fs::PermissionsExt;
+    use std::io::Write;
     std::fs::create_dir_all(path.parent().expect("a directory")).expect("mkdir");
-    std::fs::write(path, body).expect("write");
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let mut child = Command::new("/bin/sh")
+        .args(["-c", "cat >\"$0\" && chmod 755 \"$0\""])
+        .arg(path)
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("sh");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(body.as_bytes()).expect("write script");
+    drop(stdin);
+    assert!(child.wait().expect("wait").success(), "wrote {path:?}");
 }
 
 /// The grace period of the releases in the take-back tests, and the most a run may take
