@@ -12,38 +12,8 @@ use crate::hooks::Var;
 /// Calls `f` on `e` and every node below it.
 pub(crate) fn walk<'e>(e: &'e IdedExpr, f: &mut impl FnMut(&'e IdedExpr)) {
     f(e);
-    match &e.expr {
-        Expr::Select(s) => walk(&s.operand, f),
-        Expr::Call(c) => {
-            if let Some(t) = &c.target {
-                walk(t, f);
-            }
-            c.args.iter().for_each(|a| walk(a, f));
-        }
-        Expr::List(l) => l.elements.iter().for_each(|x| walk(x, f)),
-        Expr::Map(m) => {
-            for entry in &m.entries {
-                match &entry.expr {
-                    EntryExpr::MapEntry(m) => {
-                        walk(&m.key, f);
-                        walk(&m.value, f);
-                    }
-                    EntryExpr::StructField(s) => walk(&s.value, f),
-                }
-            }
-        }
-        Expr::Comprehension(c) => {
-            for x in [
-                &c.iter_range,
-                &c.accu_init,
-                &c.loop_cond,
-                &c.loop_step,
-                &c.result,
-            ] {
-                walk(x, f);
-            }
-        }
-        _ => {}
+    for child in children(e) {
+        walk(child, f);
     }
 }
 
@@ -77,7 +47,7 @@ pub(crate) fn depth(e: &IdedExpr) -> usize {
 }
 
 /// The nodes right below `e`.
-fn children(e: &IdedExpr) -> Vec<&IdedExpr> {
+pub(crate) fn children(e: &IdedExpr) -> Vec<&IdedExpr> {
     match &e.expr {
         Expr::Select(s) => vec![&*s.operand],
         Expr::Call(c) => c.target.as_deref().into_iter().chain(&c.args).collect(),
@@ -96,6 +66,36 @@ fn children(e: &IdedExpr) -> Vec<&IdedExpr> {
             &c.loop_cond,
             &c.loop_step,
             &c.result,
+        ],
+        _ => Vec::new(),
+    }
+}
+
+/// The nodes right below `e`, to rewrite them (as [`children`]).
+pub(crate) fn children_mut(e: &mut IdedExpr) -> Vec<&mut IdedExpr> {
+    match &mut e.expr {
+        Expr::Select(s) => vec![&mut *s.operand],
+        Expr::Call(c) => c
+            .target
+            .as_deref_mut()
+            .into_iter()
+            .chain(&mut c.args)
+            .collect(),
+        Expr::List(l) => l.elements.iter_mut().collect(),
+        Expr::Map(m) => m
+            .entries
+            .iter_mut()
+            .flat_map(|entry| match &mut entry.expr {
+                EntryExpr::MapEntry(m) => vec![&mut m.key, &mut m.value],
+                EntryExpr::StructField(s) => vec![&mut s.value],
+            })
+            .collect(),
+        Expr::Comprehension(c) => vec![
+            &mut c.iter_range,
+            &mut c.accu_init,
+            &mut c.loop_cond,
+            &mut c.loop_step,
+            &mut c.result,
         ],
         _ => Vec::new(),
     }
@@ -147,66 +147,36 @@ pub(crate) fn indexed(e: &IdedExpr) -> IdedExpr {
 }
 
 fn index_var_fields(e: &mut IdedExpr, next: &mut u64) {
-    match &mut e.expr {
-        Expr::Select(s) => {
-            index_var_fields(&mut s.operand, next);
-            let on_a_var = matches!(&s.operand.expr, Expr::Ident(root)
-                if Var::ALL.iter().any(|v| v.name() == root));
-            if on_a_var && !s.test {
-                let operand = std::mem::take(&mut *s.operand);
-                let field = std::mem::take(&mut s.field);
-                *next += 1;
-                let name = IdedExpr {
-                    id: *next,
-                    expr: Expr::Literal(LiteralValue::String(field.into())),
-                };
-                e.expr = Expr::Call(CallExpr {
-                    func_name: operators::INDEX.to_string(),
-                    target: None,
-                    args: vec![operand, name],
-                });
-            }
+    if let Expr::Comprehension(c) = &e.expr {
+        let shadows = [Some(&c.iter_var), c.iter_var2.as_ref(), Some(&c.accu_var)]
+            .into_iter()
+            .flatten()
+            .any(|name| Var::ALL.iter().any(|v| v.name() == name));
+        if shadows {
+            return;
         }
-        Expr::Call(c) => {
-            if let Some(t) = &mut c.target {
-                index_var_fields(t, next);
-            }
-            c.args.iter_mut().for_each(|a| index_var_fields(a, next));
-        }
-        Expr::List(l) => l
-            .elements
-            .iter_mut()
-            .for_each(|x| index_var_fields(x, next)),
-        Expr::Map(m) => {
-            for entry in &mut m.entries {
-                match &mut entry.expr {
-                    EntryExpr::MapEntry(m) => {
-                        index_var_fields(&mut m.key, next);
-                        index_var_fields(&mut m.value, next);
-                    }
-                    EntryExpr::StructField(s) => index_var_fields(&mut s.value, next),
-                }
-            }
-        }
-        Expr::Comprehension(c) => {
-            let shadows = [Some(&c.iter_var), c.iter_var2.as_ref(), Some(&c.accu_var)]
-                .into_iter()
-                .flatten()
-                .any(|name| Var::ALL.iter().any(|v| v.name() == name));
-            if shadows {
-                return;
-            }
-            for x in [
-                &mut c.iter_range,
-                &mut c.accu_init,
-                &mut c.loop_cond,
-                &mut c.loop_step,
-                &mut c.result,
-            ] {
-                index_var_fields(x, next);
-            }
-        }
-        _ => {}
+    }
+    for child in children_mut(e) {
+        index_var_fields(child, next);
+    }
+    let Expr::Select(s) = &mut e.expr else {
+        return;
+    };
+    let on_a_var = matches!(&s.operand.expr, Expr::Ident(root)
+        if Var::ALL.iter().any(|v| v.name() == root));
+    if on_a_var && !s.test {
+        let operand = std::mem::take(&mut *s.operand);
+        let field = std::mem::take(&mut s.field);
+        *next += 1;
+        let name = IdedExpr {
+            id: *next,
+            expr: Expr::Literal(LiteralValue::String(field.into())),
+        };
+        e.expr = Expr::Call(CallExpr {
+            func_name: operators::INDEX.to_string(),
+            target: None,
+            args: vec![operand, name],
+        });
     }
 }
 

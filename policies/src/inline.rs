@@ -17,12 +17,12 @@
 
 use std::collections::BTreeMap;
 
-use cel::{
-    common::ast::{EntryExpr, Expr},
-    IdedExpr,
-};
+use cel::{common::ast::Expr, IdedExpr};
 
-use crate::compile::Compiled;
+use crate::{
+    ast::{children, children_mut},
+    compile::Compiled,
+};
 
 /// How often an expression uses each let, through the lets it uses too: 0, 1 or [`MANY`]
 /// (a use inside a comprehension counts as many).
@@ -64,34 +64,19 @@ impl<'a> Inliner<'a> {
     }
 
     fn expand(&mut self, e: &mut IdedExpr, uses: &Uses) {
-        match &mut e.expr {
+        match &e.expr {
             Expr::Ident(name) if self.inlinable(name, uses) => {
                 let mut body = self.lets[name.as_str()].expr.clone();
                 self.expand(&mut body, uses);
                 *e = body;
             }
-            Expr::Select(s) => self.expand(&mut s.operand, uses),
-            Expr::Call(c) => {
-                if let Some(t) = &mut c.target {
-                    self.expand(t, uses);
-                }
-                c.args.iter_mut().for_each(|a| self.expand(a, uses));
-            }
-            Expr::List(l) => l.elements.iter_mut().for_each(|x| self.expand(x, uses)),
-            Expr::Map(m) => {
-                for entry in &mut m.entries {
-                    match &mut entry.expr {
-                        EntryExpr::MapEntry(m) => {
-                            self.expand(&mut m.key, uses);
-                            self.expand(&mut m.value, uses);
-                        }
-                        EntryExpr::StructField(s) => self.expand(&mut s.value, uses),
-                    }
-                }
-            }
             // Uses inside count as many: nothing in here is inlined.
             Expr::Comprehension(_) => {}
-            _ => {}
+            _ => {
+                for child in children_mut(e) {
+                    self.expand(child, uses);
+                }
+            }
         }
     }
 
@@ -135,40 +120,13 @@ fn direct_uses(e: &IdedExpr, lets: &BTreeMap<String, Compiled>) -> Uses {
 }
 
 fn count(e: &IdedExpr, lets: &BTreeMap<String, Compiled>, weight: usize, uses: &mut Uses) {
-    let below = |x: &IdedExpr, uses: &mut Uses| count(x, lets, weight, uses);
-    match &e.expr {
-        Expr::Ident(name) if lets.contains_key(name) => add(uses, name, weight),
-        Expr::Select(s) => below(&s.operand, uses),
-        Expr::Call(c) => {
-            if let Some(t) = &c.target {
-                below(t, uses);
-            }
-            c.args.iter().for_each(|a| below(a, uses));
-        }
-        Expr::List(l) => l.elements.iter().for_each(|x| below(x, uses)),
-        Expr::Map(m) => {
-            for entry in &m.entries {
-                match &entry.expr {
-                    EntryExpr::MapEntry(m) => {
-                        below(&m.key, uses);
-                        below(&m.value, uses);
-                    }
-                    EntryExpr::StructField(s) => below(&s.value, uses),
-                }
-            }
-        }
-        Expr::Comprehension(c) => {
-            for x in [
-                &c.iter_range,
-                &c.accu_init,
-                &c.loop_cond,
-                &c.loop_step,
-                &c.result,
-            ] {
-                count(x, lets, MANY, uses);
-            }
-        }
-        _ => {}
+    let below = match &e.expr {
+        Expr::Ident(name) if lets.contains_key(name) => return add(uses, name, weight),
+        Expr::Comprehension(_) => MANY,
+        _ => weight,
+    };
+    for child in children(e) {
+        count(child, lets, below, uses);
     }
 }
 
