@@ -605,9 +605,12 @@ fn a_job_keeps_its_pilots_node_across_a_broker_restart() {
 /// the restart: a loaded node, a broker down long enough for the daemon's backoff to
 /// grow). The allocation restored on its node keeps the pilot: Slurm runs it on, the job
 /// keeps the node and its process; once the daemon is back, all goes on as above.
+///
+/// Ignored from session 13 to 23 as flaky (once in five runs beside its sibling, the job had
+/// ended right after its agent resumed; cause not found). Not seen again in 13 runs beside
+/// its sibling in session 23 (six of them under extra CPU load): run again, every failure
+/// message carrying the broker's log, so that a recurrence says why.
 #[test]
-#[ignore = "flaky, cause not found: in 1 of 5 runs (beside its sibling test) the job had ended \
-            right after its agent resumed; run with --ignored (session 13's closing note)"]
 fn a_job_keeps_its_pilots_node_when_the_pilots_daemon_is_back_late() {
     let name = "a_job_keeps_its_pilots_node_when_the_pilots_daemon_is_back_late";
     if !skip_unless_root(name) {
@@ -724,11 +727,12 @@ fn job_on_a_pilots_node_across_a_restart(late: bool) {
         .into_iter()
         .find(|j| j["id"] == job_id)
         .unwrap_or_else(|| panic!("rb jobs lists job {job_id}\n{}", broker.log()));
-    assert_eq!(job_row["state"], "running", "{job_row}");
+    assert_eq!(job_row["state"], "running", "{job_row}\n{}", broker.log());
     assert_eq!(
         job_row["hosts"],
         serde_json::json!(["slurm-node04"]),
-        "{job_row}"
+        "{job_row}\n{}",
+        broker.log()
     );
 
     // A found pilot nobody uses is cancelled 10 s after the restart
