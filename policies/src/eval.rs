@@ -132,13 +132,13 @@ impl Evaluator<'_> {
     /// whose message names the let that failed.
     pub fn answer_of(&self, hook: Hook, c: &Compiled, scope: Scope<'_>) -> Result<Answer, String> {
         self.answer(hook, &c.run, scope)
-            .map_err(|fast| self.answer(hook, &c.expr, scope).err().unwrap_or(fast))
+            .map_err(|fast| again_as_written(fast, || self.answer(hook, &c.expr, scope).err()))
     }
 
     /// [`Self::value`] of `c`, as [`Self::answer_of`] evaluates it.
     pub fn value_of(&self, vars: &[Var], c: &Compiled, scope: Scope<'_>) -> Result<Value, String> {
         self.value(vars, &c.run, scope)
-            .map_err(|fast| self.value(vars, &c.expr, scope).err().unwrap_or(fast))
+            .map_err(|fast| again_as_written(fast, || self.value(vars, &c.expr, scope).err()))
     }
 
     /// Evaluates `expr` for `hook` and checks the type; `Err(message)` on any failure.
@@ -164,6 +164,16 @@ impl Evaluator<'_> {
         }
         value
     }
+}
+
+/// The message of a failure of an evaluated form (`fast`): the failure of the expression as
+/// written (`written`, run only now), which names the let that failed. Not for a failure
+/// of the run-time budget: that one says all, and running again would spend a second one.
+fn again_as_written(fast: String, written: impl FnOnce() -> Option<String>) -> String {
+    if fast.contains(cost::EXHAUSTED) {
+        return fast;
+    }
+    written().unwrap_or(fast)
 }
 
 /// The lets evaluated so far in one evaluation, by [`Compiled::slot`]; allocated when the
@@ -249,7 +259,7 @@ impl VariableResolver for Resolver<'_> {
                 inner
                     .run(&c.run)
                     // The message of a failure: the let as written says which of its lets.
-                    .map_err(|fast| inner.run(&c.expr).err().unwrap_or(fast))
+                    .map_err(|fast| again_as_written(fast, || inner.run(&c.expr).err()))
                     .and_then(|v| Box::<dyn Val>::try_from(v).map_err(|e| e.to_string()))
             });
         match built {
