@@ -502,10 +502,7 @@ fn paired(opts: &Options) -> anyhow::Result<()> {
     };
     let each = n / 2;
     let rounds = opts.footprint_rounds.max(1);
-    println!(
-        "### The same load on two brokers at once ({label} and today's)
-"
-    );
+    println!("### The same load on two brokers at once ({label} and today's)\n");
     println!(
         "The paper policy; `{label}`'s broker and today's run side by side, each under its own \
          `rb-loadgen` of {each} simulated hosts (one report per host each second), for \
@@ -522,51 +519,20 @@ fn paired(opts: &Options) -> anyhow::Result<()> {
         ("every report changing", true),
         ("repeating (quiet)", false),
     ] {
-        let (mut theirs, mut mine, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
+        let mut windows: Vec<(f64, f64)> = Vec::new();
         for round in 0..rounds {
-            let order = if round % 2 == 0 {
-                [compared.as_path(), ours.as_path()]
-            } else {
-                [ours.as_path(), compared.as_path()]
-            };
-            let brokers = order.map(|p| Broker::start_program(p, &lab));
-            let mut gens = Vec::new();
-            for b in &brokers {
-                gens.push(crate::spawn_loadgen(b, each, changing, 90)?);
-            }
-            let up = brokers
-                .iter()
-                .all(|b| crate::all_up_within(b, each, Duration::from_secs(40)).is_some());
-            if !up {
-                eprintln!(
-                    "rb-bench paired: not every host up within 40 s: round {round} not measured"
-                );
-            }
-            let windows = if up { PAIRED_WINDOWS } else { 0 };
-            let pids = brokers.each_ref().map(|b| b.child.id());
-            let (them, us) = if round % 2 == 0 {
-                (pids[0], pids[1])
-            } else {
-                (pids[1], pids[0])
-            };
-            for _ in 0..windows {
-                let before = [them, us].map(bench::procstat::cpu_seconds);
-                std::thread::sleep(Duration::from_secs(2));
-                let after = [them, us].map(bench::procstat::cpu_seconds);
-                if let ([Some(t0), Some(u0)], [Some(t1), Some(u1)]) = (before, after) {
-                    let (t, u) = ((t1 - t0) / 2.0 * 100.0, (u1 - u0) / 2.0 * 100.0);
-                    theirs.push(t);
-                    mine.push(u);
-                    if t > 0.0 {
-                        ratio.push(u / t);
-                    }
-                }
-            }
-            for mut g in gens {
-                let _ = g.kill();
-                let _ = g.wait();
-            }
+            // Which broker starts first alternates, as it might favour one.
+            let first_ours = round % 2 == 1;
+            windows.extend(paired_round(
+                compared, &ours, &lab, each, changing, first_ours,
+            )?);
         }
+        let (theirs, mine): (Vec<f64>, Vec<f64>) = windows.iter().copied().unzip();
+        let ratio: Vec<f64> = windows
+            .iter()
+            .filter(|(t, _)| *t > 0.0)
+            .map(|(t, u)| u / t)
+            .collect();
         let show = |v: &[f64]| summarize(v).map_or("-".into(), |s| s.show("%", 2));
         let ratio = summarize(&ratio).map_or("-".into(), |s| {
             format!("{:.3} ({:.3}–{:.3}, n={})", s.median, s.min, s.max, s.n)
@@ -579,6 +545,52 @@ fn paired(opts: &Options) -> anyhow::Result<()> {
     }
     println!();
     Ok(())
+}
+
+/// One round of the paired rows: `compared` and `ours` over `lab`, each under `each`
+/// simulated hosts; the (compared, ours) CPU shares of each window, percent of one core
+/// (none when not every host came up within 40 s).
+fn paired_round(
+    compared: &Path,
+    ours: &Path,
+    lab: &str,
+    each: usize,
+    changing: bool,
+    first_ours: bool,
+) -> anyhow::Result<Vec<(f64, f64)>> {
+    let order = if first_ours {
+        [ours, compared]
+    } else {
+        [compared, ours]
+    };
+    let brokers = order.map(|p| Broker::start_program(p, lab));
+    let mut gens = Vec::new();
+    for b in &brokers {
+        gens.push(crate::spawn_loadgen(b, each, changing, 90)?);
+    }
+    let up = brokers
+        .iter()
+        .all(|b| crate::all_up_within(b, each, Duration::from_secs(40)).is_some());
+    let [a, b] = brokers.each_ref().map(|b| b.child.id());
+    let (them, us) = if first_ours { (b, a) } else { (a, b) };
+    if !up {
+        eprintln!("rb-bench paired: not every host up within 40 s: a round not measured");
+    }
+    let wanted = if up { PAIRED_WINDOWS } else { 0 };
+    let mut windows = Vec::new();
+    for _ in 0..wanted {
+        let before = [them, us].map(bench::procstat::cpu_seconds);
+        std::thread::sleep(Duration::from_secs(2));
+        let after = [them, us].map(bench::procstat::cpu_seconds);
+        if let ([Some(t0), Some(u0)], [Some(t1), Some(u1)]) = (before, after) {
+            windows.push(((t1 - t0) / 2.0 * 100.0, (u1 - u0) / 2.0 * 100.0));
+        }
+    }
+    for mut g in gens {
+        let _ = g.kill();
+        let _ = g.wait();
+    }
+    Ok(windows)
 }
 
 /// One row of the footprint table: a broker executable (`None`: not built) with its lab
