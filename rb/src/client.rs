@@ -181,8 +181,12 @@ const REQUEST_ID: u64 = 1;
 
 /// Sends one request and returns the answer's frame as it came (one line of JSON).
 async fn request_line(target: &Target, req: Request) -> anyhow::Result<String> {
-    String::from_utf8(request_frame(target, req).await?)
-        .map_err(|_| anyhow!("the broker's answer is not UTF-8"))
+    frame_text(request_frame(target, req).await?)
+}
+
+/// An answer's frame as text.
+fn frame_text(frame: Vec<u8>) -> anyhow::Result<String> {
+    String::from_utf8(frame).map_err(|_| anyhow!("the broker's answer is not UTF-8"))
 }
 
 /// [`request_line`] as bytes, unchecked.
@@ -332,7 +336,7 @@ fn status_rows_json(mut frame: Vec<u8>) -> anyhow::Result<StatusLine> {
             return Ok(StatusLine { frame, line });
         }
     }
-    let line = String::from_utf8(frame).map_err(|_| anyhow!("the broker's answer is not UTF-8"))?;
+    let line = frame_text(frame)?;
     let line = line.as_str();
     if let Ok(RawStatusFrame {
         t: FrameKind::Response,
