@@ -366,6 +366,7 @@ impl Shell {
                 if let Err(e) = jobenv::write_hosts(&self.hosts_file, &hosts) {
                     warn!(error = %e, "cannot write the job's hosts file");
                 }
+                steptimes::mark("agent.hosts_written", None);
             }
             Output::Signal(sig) => forward(self.pgid, sig),
             Output::Reconnect { until } => {
@@ -376,7 +377,10 @@ impl Shell {
                 };
                 return Performed::Feedback(input);
             }
-            Output::Pool(event) => self.tell_pool(event).await,
+            Output::Pool(event) => {
+                self.tell_pool(event).await;
+                steptimes::mark("agent.pool_told", None);
+            }
             Output::Exit { status } => return Performed::Exit(status),
         }
         Performed::Done

@@ -19,7 +19,7 @@ use steptimes::{parse_line, Line, ENV_STEP_TIMES};
 use crate::agent::{real_program, time_interleaved_with, NULL_REPS_FACTOR, OUTSIDE_JOB, TARGET};
 
 /// The steps of a call on its critical path, in order: (from, to, what happens between).
-const CHAIN: [(&str, &str, &str); 20] = [
+const CHAIN: [(&str, &str, &str); 22] = [
     (
         "timeit.spawn",
         "shim.start",
@@ -47,6 +47,16 @@ const CHAIN: [(&str, &str, &str); 20] = [
     ),
     (
         "agent.broker_granted",
+        "agent.pool_told",
+        "agent: the job's JEL pool told of the host (`joined` written)",
+    ),
+    (
+        "agent.pool_told",
+        "agent.hosts_written",
+        "agent: the job's hosts file written",
+    ),
+    (
+        "agent.hosts_written",
         "agent.grant_sent",
         "agent: the grant handed to the shim's connection",
     ),
