@@ -4,12 +4,13 @@
 
 use std::collections::HashMap;
 
-use crate::facts::{
-    HostFacts, JobFacts, LabFacts, LoginSession, NowFacts, Session, SpecValue, UserFacts,
-};
 use cel::common::{
     types::{CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelString},
     value::Val,
+};
+
+use crate::facts::{
+    HostFacts, JobFacts, LabFacts, LoginSession, NowFacts, Session, SpecValue, UserFacts,
 };
 
 /// A CEL value built once from one of the fact structs.
@@ -231,6 +232,7 @@ fn opt<T>(v: Option<T>, some: impl FnOnce(T) -> Boxed) -> Boxed {
 fn list(items: impl Iterator<Item = Boxed>) -> Boxed {
     Box::new(CelList::from(items.collect::<Vec<_>>()))
 }
+
 // `job`, `user`, `lab` and `now` are built field by field, as `host` is: through serde
 // (`cel::to_value`, then a conversion) a job's value cost 15–20 µs, built at every grant
 // and give-back (more than half of the allocator's time on an `allocate`). Each builder
