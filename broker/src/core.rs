@@ -2,7 +2,9 @@
 //! connections and supervisors in order, and performs the resulting effects. Nothing else
 //! mutates broker state; no decision is taken here (the table and the allocator decide).
 //! After every event it publishes the live allocations ([`LiveAllocs`]) on a watch channel,
-//! which each host daemon's connection forwards when it changes.
+//! which each host daemon's connection forwards when it changes. `rb-broker` runs it on a
+//! thread of its own (`rb-core`; see `on_a_thread_of_its_own` in the crate root), so the
+//! connections it wakes are not held behind its turn.
 
 use std::{
     collections::HashMap,

@@ -6,7 +6,8 @@
 //! - [`alloc`]: the pure allocation core (the `allocation` crate, re-exported: jobs, requests,
 //!   allocations, the policy seam) and its SQLite store.
 //! - [`jobs`]: the allocator's async edge: agents, their request ids, effects → messages.
-//! - [`core`]: the one task that owns broker state and applies events in order.
+//! - [`core`]: the one task that owns broker state and applies events in order (on a
+//!   thread of its own, `rb-core`, under a runtime of its own).
 //! - [`outbox`]: each agent's bounded outbox, which the core never waits on.
 //! - [`pace`]: the rate at which one agent's messages are read (a flood waits its turn).
 //! - [`log_limit`]: the rate limit on warnings a peer can trigger.
