@@ -240,7 +240,8 @@ impl Policy {
             env: &self.env,
             lets: &EMPTY,
         };
-        ev.answer_of(hook, default, scope)
+        // Its message is not kept: the evaluated form alone, never again as written.
+        ev.answer(hook, &default.run, scope)
             .ok()
             .or_else(|| hook.fail_safe())
     }

@@ -875,8 +875,7 @@ fn assert_added_then_already_there(lines: &[&str], way: &str, already: &str, out
     );
 }
 
-/// Writes an executable script (and its directory).
-/// Writes the executable script `path` from a child process: a script this process wrote
+/// Writes the executable script `path` (and its directory) from a child process: a script this process wrote
 /// and a lab host then ran could fail with "Text file busy", as another test thread's fork,
 /// made while the file was open for writing, keeps the descriptor until its own exec.
 fn write_script(path: &std::path::Path, body: &str) {
