@@ -187,6 +187,16 @@ impl EventSender {
         queue.send(event).await
     }
 
+    /// [`Self::send`] from a thread outside any runtime (the host daemons' turns, which
+    /// hand over a turn's events between turns); blocks while the queue is full.
+    pub fn blocking_send(&self, event: Event) -> Result<(), mpsc::error::SendError<Event>> {
+        let queue = match event.is_request() {
+            true => &self.requests,
+            false => &self.events,
+        };
+        queue.blocking_send(event)
+    }
+
     /// Host and agent events sent and not yet taken by the core (each is applied as it is
     /// taken): tests wait for 0 before a request that must see them.
     #[cfg(test)]
@@ -200,6 +210,14 @@ impl EventSender {
 pub struct EventReceiver {
     events: mpsc::Receiver<Event>,
     requests: mpsc::Receiver<Event>,
+}
+
+#[cfg(test)]
+impl EventReceiver {
+    /// The next host or agent event, waiting for one (`None` once every sender is gone).
+    pub(crate) async fn next_event(&mut self) -> Option<Event> {
+        self.events.recv().await
+    }
 }
 
 /// The core's queues: up to `capacity` host and agent events, and a few hundred requests.

@@ -11,7 +11,8 @@
 //! - [`outbox`]: each agent's bounded outbox, which the core never waits on.
 //! - [`pace`]: the rate at which one agent's messages are read (a flood waits its turn).
 //! - [`log_limit`]: the rate limit on warnings a peer can trigger.
-//! - [`server`]: TCP and local-socket listeners, handshakes, per-connection tasks.
+//! - [`server`]: TCP and local-socket listeners, handshakes, per-connection tasks; host
+//!   daemons' sessions on a thread of their own, run in turns (`server::turns`, `rb-hostd`).
 //! - [`requests`]: what a client request does: authorize, carry out, audit.
 //! - [`authz`]: who may do what (the owner everything; a user reads, releases own hosts).
 //! - [`users`]: the users with a credential (`rb user add|list|revoke`).
@@ -145,7 +146,8 @@ pub async fn run(
         stop_tx.clone(),
         policy_handle,
         identity,
-    );
+    )
+    .context("cannot start the host daemons' thread")?;
     ctx.pilot_hosts = lab.overflow.is_some();
     // Host daemons sweep leftovers only where each serves a machine of its own; they end
     // the processes of allocations past their deadline on every transport.

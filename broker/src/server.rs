@@ -50,9 +50,11 @@ use crate::{
 
 mod agent;
 mod hostd;
+pub mod turns;
 
 use agent::agent_session;
 use hostd::hostd_session;
+use turns::HostdTurns;
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -97,6 +99,8 @@ pub struct ServerCtx {
     tcp_slots: Arc<Semaphore>,
     next_conn: AtomicU64,
     limiter: LogLimiter,
+    /// Where host daemons' sessions run once they authenticated.
+    turns: HostdTurns,
 }
 
 /// What a connection's requests are answered from besides the core.
@@ -107,6 +111,8 @@ pub struct Identity {
 }
 
 impl ServerCtx {
+    /// Also starts the host daemons' thread ([`turns`]), which fails only as a thread or a
+    /// runtime can.
     pub fn new(
         secret: Secret,
         events: EventSender,
@@ -115,8 +121,9 @@ impl ServerCtx {
         stop: watch::Sender<bool>,
         policy: Arc<PolicyHandle>,
         identity: Identity,
-    ) -> Self {
-        Self {
+    ) -> std::io::Result<Self> {
+        Ok(Self {
+            turns: HostdTurns::start(events.clone(), stop.subscribe())?,
             policy,
             users: identity.users,
             audit: identity.audit,
@@ -134,7 +141,7 @@ impl ServerCtx {
             tcp_slots: Arc::new(Semaphore::new(Semaphore::MAX_PERMITS)),
             next_conn: AtomicU64::new(1),
             limiter: LogLimiter::new(20, Duration::from_secs(10)),
-        }
+        })
     }
 
     /// At most `slots` TCP connections at once (see [`tcp_slots_for`]).
@@ -197,12 +204,16 @@ pub async fn serve_tcp(
                 let ctx = ctx.clone();
                 let shutdown = shutdown.clone();
                 tokio::spawn(async move {
-                    let _slot = slot;
                     let auth = ServerAuth::SecretOrUser {
                         secret: &ctx.secret,
                         users: ctx.users.as_ref(),
                     };
-                    handle(stream, &ctx, auth, peer.to_string(), false, shutdown).await;
+                    let peer = Connection {
+                        name: peer.to_string(),
+                        local: false,
+                        slot: Some(slot),
+                    };
+                    handle(stream, &ctx, auth, peer, shutdown).await;
                 });
             }
             Err(e) => accept_error(&ctx, &e).await,
@@ -235,7 +246,12 @@ pub async fn serve_unix(
                         expected_uid: ctx.uid,
                         peer_uid,
                     };
-                    handle(stream, &ctx, auth, peer, true, shutdown).await;
+                    let peer = Connection {
+                        name: peer,
+                        local: true,
+                        slot: None,
+                    };
+                    handle(stream, &ctx, auth, peer, shutdown).await;
                 });
             }
             Err(e) => accept_error(&ctx, &e).await,
@@ -261,6 +277,73 @@ async fn tcp_slot(ctx: &ServerCtx) -> OwnedSemaphorePermit {
     }
 }
 
+/// Who is at the other end of a connection: its address (or local uid) as logged, whether
+/// it came over the control socket, and its TCP slot (held for the connection's life).
+struct Connection {
+    name: String,
+    local: bool,
+    slot: Option<OwnedSemaphorePermit>,
+}
+
+/// A connection's socket, which can move to the host daemons' runtime ([`turns`]): out of
+/// the runtime that accepted it as a std socket, into the other's reactor there.
+trait Movable: AsyncRead + AsyncWrite + Unpin + Send + Sized + 'static {
+    type Std: Send + 'static;
+    fn into_std(self) -> std::io::Result<Self::Std>;
+    /// In the runtime it moves to.
+    fn from_std(socket: Self::Std) -> std::io::Result<Self>;
+}
+
+impl Movable for tokio::net::TcpStream {
+    type Std = std::net::TcpStream;
+    fn into_std(self) -> std::io::Result<Self::Std> {
+        tokio::net::TcpStream::into_std(self)
+    }
+    fn from_std(socket: Self::Std) -> std::io::Result<Self> {
+        tokio::net::TcpStream::from_std(socket)
+    }
+}
+
+impl Movable for tokio::net::UnixStream {
+    type Std = std::os::unix::net::UnixStream;
+    fn into_std(self) -> std::io::Result<Self::Std> {
+        tokio::net::UnixStream::into_std(self)
+    }
+    fn from_std(socket: Self::Std) -> std::io::Result<Self> {
+        tokio::net::UnixStream::from_std(socket)
+    }
+}
+
+/// Moves an authenticated host daemon's connection to the host daemons' runtime, where its
+/// session runs ([`turns`]); a socket that cannot move is closed and said (the daemon
+/// connects again).
+fn hand_over<S: Movable>(
+    conn: FramedConn<S>,
+    ctx: &Arc<ServerCtx>,
+    host: String,
+    connection: Connection,
+    shutdown: watch::Receiver<bool>,
+) {
+    let conn = match conn.map_stream(S::into_std) {
+        Ok(conn) => conn,
+        Err(e) => {
+            let why = format!("cannot move the connection of host `{host}`'s daemon: {e}");
+            return ctx.limiter.warn(&connection.name, &why);
+        }
+    };
+    let ctx = ctx.clone();
+    ctx.clone().turns.spawn(async move {
+        let _slot = connection.slot;
+        match conn.map_stream(S::from_std) {
+            Ok(conn) => hostd_session(conn, &ctx, host, shutdown).await,
+            Err(e) => {
+                let why = format!("cannot move the connection of host `{host}`'s daemon: {e}");
+                ctx.limiter.warn(&connection.name, &why)
+            }
+        }
+    });
+}
+
 /// Out of descriptors and similar: log and back off briefly instead of spinning.
 async fn accept_error(ctx: &ServerCtx, e: &std::io::Error) {
     if ctx.limiter.allow() {
@@ -269,16 +352,14 @@ async fn accept_error(ctx: &ServerCtx, e: &std::io::Error) {
     tokio::time::sleep(Duration::from_millis(50)).await;
 }
 
-async fn handle<S>(
+async fn handle<S: Movable>(
     stream: S,
-    ctx: &ServerCtx,
+    ctx: &Arc<ServerCtx>,
     auth: ServerAuth<'_>,
-    peer: String,
-    local: bool,
+    connection: Connection,
     shutdown: watch::Receiver<bool>,
-) where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
+) {
+    let (peer, local) = (connection.name.clone(), connection.local);
     let mut conn = FramedConn::new(stream);
     // The handshake and the sessions other than a host daemon's are boxed: a future keeps
     // room for its largest state for its whole life, and the broker keeps one host daemon
@@ -305,14 +386,14 @@ async fn handle<S>(
             ctx.limiter.warn(&peer, &reason);
         }
         Role::Hostd if ctx.hosts.contains(&hello.name) => {
-            hostd_session(conn, ctx, hello.name, shutdown).await
+            hand_over(conn, ctx, hello.name, connection, shutdown)
         }
         Role::Hostd => match pilot_address(ctx, &hello.name, &peer, local) {
             Some(address) => {
                 let host = hello.name.clone();
                 let joined = Event::PilotJoined { host, address };
                 if ctx.events.send(joined).await.is_ok() {
-                    hostd_session(conn, ctx, hello.name, shutdown).await
+                    hand_over(conn, ctx, hello.name, connection, shutdown)
                 }
             }
             None => {

@@ -54,6 +54,23 @@ pub struct FramedConn<S> {
     refused: bool,
 }
 
+impl<S> FramedConn<S> {
+    /// The same connection over `f(stream)`, with the bytes read and not yet returned, and
+    /// those not yet written: e.g. a socket moved to another runtime (deregistered from one
+    /// reactor as a std socket, registered with the other). `f`'s error is returned as is.
+    pub fn map_stream<T, E>(self, f: impl FnOnce(S) -> Result<T, E>) -> Result<FramedConn<T>, E> {
+        Ok(FramedConn {
+            stream: f(self.stream)?,
+            rbuf: self.rbuf,
+            scanned: self.scanned,
+            wbuf: self.wbuf,
+            wsent: self.wsent,
+            limit: self.limit,
+            refused: self.refused,
+        })
+    }
+}
+
 impl<S: AsyncRead + AsyncWrite + Unpin> FramedConn<S> {
     /// A connection that accepts frames up to [`MAX_FRAME_BYTES`] (what servers use).
     pub fn new(stream: S) -> Self {
@@ -381,6 +398,22 @@ mod tests {
         })
         .expect("encode");
         assert_eq!(status_rows(other.as_bytes(), 9), None);
+    }
+
+    /// A connection moved to another stream keeps the lines read and not yet returned
+    /// (a daemon's first report may arrive with the handshake's last line).
+    #[tokio::test]
+    async fn a_connection_moved_to_another_stream_keeps_what_it_read() {
+        let (a, mut b) = tokio::io::duplex(1024);
+        b.write_all(b"one\ntwo\nthr").await.expect("write");
+        let mut conn = FramedConn::new(a);
+        assert_eq!(conn.recv_line().await.expect("line"), "one");
+        let mut moved = conn
+            .map_stream(|a| Ok::<_, std::convert::Infallible>(tokio::io::BufReader::new(a)))
+            .expect("moved");
+        b.write_all(b"ee\n").await.expect("write");
+        assert_eq!(moved.recv_line().await.expect("line"), "two");
+        assert_eq!(moved.recv_line().await.expect("line"), "three");
     }
 
     /// An encoded frame goes out as one line, after what an earlier send left unwritten.

@@ -1,7 +1,9 @@
 //! A host daemon's session: its reports to the core, the live allocations (and those to
-//! end) to it whenever they change, until the core closes it or it goes away.
+//! end) to it whenever they change, until the core closes it or it goes away. Sessions run
+//! on the host daemons' runtime, in its turns ([`super::turns`]): their events go to the
+//! core at the end of each turn, in order.
 
-use super::*;
+use super::{turns::Pace, *};
 
 pub(super) async fn hostd_session<S>(
     mut conn: FramedConn<S>,
@@ -18,7 +20,13 @@ pub(super) async fn hostd_session<S>(
         conn: id,
         close: close_tx,
     };
-    if ctx.events.send(connected).await.is_err() || welcome(&mut conn, ctx).await.is_err() {
+    ctx.turns.queue(connected);
+    if welcome(&mut conn, ctx).await.is_err() {
+        ctx.turns.queue(Event::Disconnected {
+            host,
+            conn: id,
+            reason: "connection closed".into(),
+        });
         return;
     }
     let mut live = ctx.live.clone();
@@ -28,6 +36,7 @@ pub(super) async fn hostd_session<S>(
     let mut told = Told::default();
     let mut frames = HostdFrames::default();
     let mut last_allocs_running: Option<Vec<u64>> = None;
+    let mut pace = Pace::default();
     let reason = loop {
         tokio::select! {
             _ = shutdown.changed() => break "broker stopping".to_string(),
@@ -38,6 +47,7 @@ pub(super) async fn hostd_session<S>(
                 }
             }
             msg = conn.recv_line() => {
+                ctx.turns.frame_read(&mut pace).await;
                 let report = match msg.and_then(|line| frames.decode(line)) {
                     Ok(HostdFrame::Parsed(ToBroker::Report(report))) => {
                         last_allocs_running.clone_from(&report.allocs_running);
@@ -57,9 +67,7 @@ pub(super) async fn hostd_session<S>(
                 };
                 let ends_allocs = last_allocs_running.is_some() && !told.ends_allocs;
                 crate::web::METRICS.report();
-                if ctx.events.send(report).await.is_err() {
-                    break "broker stopping".into();
-                }
+                ctx.turns.queue(report);
                 // A daemon that ends allocations past their deadline hears of them from now.
                 let word = live.as_ref().and_then(|rx| rx.borrow().clone());
                 if let (true, Some(word)) = (ends_allocs, word) {
@@ -71,14 +79,11 @@ pub(super) async fn hostd_session<S>(
             }
         }
     };
-    let _ = ctx
-        .events
-        .send(Event::Disconnected {
-            host,
-            conn: id,
-            reason,
-        })
-        .await;
+    ctx.turns.queue(Event::Disconnected {
+        host,
+        conn: id,
+        reason,
+    });
 }
 
 /// A frame from the daemon that is not a report: a pilot's lease goes to the core (`Ok`);
@@ -94,15 +99,12 @@ where
 {
     match frame {
         Ok(HostdFrame::Parsed(ToBroker::PilotLease { slurm_job, ending })) => {
-            let said = Event::PilotLease {
+            ctx.turns.queue(Event::PilotLease {
                 host: host.to_string(),
                 slurm_job,
                 ending,
-            };
-            match ctx.events.send(said).await {
-                Ok(()) => Ok(()),
-                Err(_) => Err("broker stopping".into()),
-            }
+            });
+            Ok(())
         }
         Ok(HostdFrame::Parsed(other)) => {
             let why = format!("unexpected message from a host daemon: {}", short(&other));

@@ -1,0 +1,258 @@
+//! The host daemons' sessions run here, on a thread of their own (`rb-hostd`), in turns
+//! [`TURN`] apart rather than whenever a frame arrives, and the events they make go to the
+//! core together at the end of each turn.
+//!
+//! Why: at 10k hosts reporting each second a report arrives every 0.1 ms. Woken for each
+//! (a worker of the connections' runtime from epoll, then the core's thread from its
+//! queue), the broker of a quiet lab spent about half of its CPU (16 % of a core) switching
+//! threads in and out (perf: `finish_task_switch` a third of its samples, `eventfd_write`
+//! and futex waits most of the rest of that half). In turns, one wake reads the ~100 frames
+//! that arrived since the last and the core takes their events in a row: 0.58× the CPU
+//! with quiet reports, 0.75× with changing ones (BENCHMARKS.md, "Host daemons' sessions
+//! in turns"). The price is a delay of up to two turns
+//! (20 ms) for a report to reach the core, or for a word of the core to reach a daemon,
+//! which nothing of a host daemon's needs sooner: reports come each second, silence is
+//! counted in seconds, a reclaim's grace in seconds.
+//!
+//! A turn is one `block_on(yield_now())` of the runtime: every session woken since the
+//! last turn runs (its frames read, its events queued), then the I/O that became ready
+//! meanwhile is polled once (the sessions it wakes run in the next turn), and the runtime
+//! is left until the next turn. A session that reads more than
+//! [`FRAMES_PER_TURN`] frames in one turn (a daemon flooding the broker) waits for the
+//! next: what it sends meanwhile stays in its socket's buffers, and what waits for the core
+//! stays bounded.
+
+use std::{
+    future::Future,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex, PoisonError,
+    },
+    time::Duration,
+};
+
+use tokio::sync::{watch, Notify};
+
+use crate::core::{Event, EventSender};
+
+/// How long the host daemons' runtime sleeps between turns.
+pub const TURN: Duration = Duration::from_millis(10);
+
+/// Frames one session reads in a turn at most (a daemon sends one a second).
+pub const FRAMES_PER_TURN: u32 = 16;
+
+/// The host daemons' runtime: where their sessions are spawned, and where they queue
+/// their events for the core.
+#[derive(Debug, Clone)]
+pub struct HostdTurns {
+    runtime: tokio::runtime::Handle,
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    /// Events of this turn, in the order the sessions made them.
+    queued: Mutex<Vec<Event>>,
+    /// Turns run so far.
+    turns: AtomicU64,
+    /// Notified at the end of each turn: sessions that read their frames of the turn wait.
+    turn_ended: Notify,
+}
+
+impl HostdTurns {
+    /// Starts the runtime's thread; it hands each turn's events to `events` and stops
+    /// after the turn that finds `stop` set or its sender gone (the sessions see it too
+    /// and end), or once the core is gone.
+    pub fn start(events: EventSender, stop: watch::Receiver<bool>) -> std::io::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            // Every session woken runs in the turn: the runtime polls I/O again only once
+            // none is left (by default it would after 61, and end the turn there).
+            .event_interval(u32::MAX)
+            .build()?;
+        let turns = HostdTurns {
+            runtime: runtime.handle().clone(),
+            shared: Arc::default(),
+        };
+        let shared = turns.shared.clone();
+        std::thread::Builder::new()
+            .name("rb-hostd".into())
+            .spawn(move || run_turns(&runtime, &shared, &events, &stop))?;
+        Ok(turns)
+    }
+
+    /// Runs `session` on the host daemons' runtime.
+    pub fn spawn(&self, session: impl Future<Output = ()> + Send + 'static) {
+        self.runtime.spawn(session);
+    }
+
+    /// Queues `event` for the core, after those queued before it in this turn.
+    pub fn queue(&self, event: Event) {
+        let mut queued = self
+            .shared
+            .queued
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        queued.push(event);
+    }
+
+    /// Counts a frame a session read (`pace` is the session's own); once it read
+    /// [`FRAMES_PER_TURN`] in this turn, returns at the next.
+    pub async fn frame_read(&self, pace: &mut Pace) {
+        let turn = self.shared.turns.load(Ordering::Acquire);
+        if pace.turn != turn {
+            *pace = Pace { turn, frames: 0 };
+        }
+        pace.frames += 1;
+        if pace.frames < FRAMES_PER_TURN {
+            return;
+        }
+        let ended = self.shared.turn_ended.notified();
+        tokio::pin!(ended);
+        ended.as_mut().enable();
+        if self.shared.turns.load(Ordering::Acquire) == turn {
+            ended.await;
+        }
+    }
+}
+
+/// Turns run so far (the tests count them).
+#[cfg(test)]
+impl HostdTurns {
+    fn turns_run(&self) -> u64 {
+        self.shared.turns.load(Ordering::Acquire)
+    }
+}
+
+/// A session's frames in the current turn ([`HostdTurns::frame_read`]).
+#[derive(Debug, Default)]
+pub struct Pace {
+    turn: u64,
+    frames: u32,
+}
+
+/// The runtime's thread: a turn, its events to the core, a sleep; until `stop`.
+fn run_turns(
+    runtime: &tokio::runtime::Runtime,
+    shared: &Shared,
+    events: &EventSender,
+    stop: &watch::Receiver<bool>,
+) {
+    loop {
+        // Also once nobody can tell it to stop any more.
+        let stopping = *stop.borrow() || stop.has_changed().is_err();
+        runtime.block_on(tokio::task::yield_now());
+        shared.turns.fetch_add(1, Ordering::AcqRel);
+        shared.turn_ended.notify_waiters();
+        let queued =
+            std::mem::take(&mut *shared.queued.lock().unwrap_or_else(PoisonError::into_inner));
+        for event in queued {
+            if events.blocking_send(event).is_err() {
+                return; // the core is gone
+            }
+        }
+        if stopping {
+            return; // the sessions saw `stop` before this turn: each ended in it
+        }
+        std::thread::sleep(TURN);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn started() -> (HostdTurns, crate::core::EventReceiver, watch::Sender<bool>) {
+        let (events, queues) = crate::core::channel(1024);
+        let (stop, stopped) = watch::channel(false);
+        let turns = HostdTurns::start(events, stopped).expect("the turns' thread");
+        (turns, queues, stop)
+    }
+
+    fn daemon_started(i: usize) -> Event {
+        Event::DaemonStarted {
+            host: format!("h{i}"),
+        }
+    }
+
+    /// Every session woken before a turn runs in it, however many (tokio's current-thread
+    /// runtime would by default leave all but 61 for later turns), and each event they
+    /// queue reaches the core once.
+    #[tokio::test]
+    async fn every_session_woken_runs_in_the_next_turn_and_each_event_reaches_the_core() {
+        let (turns, mut queues, _stop) = started();
+        let sessions = 500;
+        let (go, _) = tokio::sync::broadcast::channel::<()>(1);
+        for i in 0..sessions {
+            let (turns_, mut go) = (turns.clone(), go.subscribe());
+            turns.spawn(async move {
+                let _ = go.recv().await;
+                turns_.queue(daemon_started(i));
+            });
+        }
+        // Wait for a turn in which every session registered, then wake them all at once.
+        let spawned = turns.turns_run();
+        while turns.turns_run() < spawned + 2 {
+            tokio::time::sleep(TURN / 4).await;
+        }
+        let woken = turns.turns_run();
+        go.send(()).expect("sessions listen");
+        let mut hosts = Vec::new();
+        while hosts.len() < sessions {
+            match queues.next_event().await {
+                Some(Event::DaemonStarted { host }) => hosts.push(host),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        let taken = turns.turns_run() - woken;
+        assert!(taken <= 2, "{sessions} sessions took {taken} turns");
+        let numbered: Vec<usize> = hosts.iter().map(|h| h[1..].parse().expect("n")).collect();
+        let mut sorted = numbered.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..sessions).collect::<Vec<_>>(), "each once");
+    }
+
+    /// A session reads at most [`FRAMES_PER_TURN`] frames in a turn: the next one waits
+    /// for the next turn.
+    #[tokio::test]
+    async fn a_session_reads_its_frames_of_a_turn_then_waits_for_the_next() {
+        let (turns, _queues, _stop) = started();
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        let frames = 3 * FRAMES_PER_TURN as usize;
+        let turns_ = turns.clone();
+        turns.spawn(async move {
+            let mut pace = Pace::default();
+            let mut seen = Vec::new();
+            for _ in 0..frames {
+                seen.push(turns_.turns_run());
+                turns_.frame_read(&mut pace).await;
+            }
+            let _ = done_tx.send(seen);
+        });
+        let seen = done_rx.await.expect("the session ends");
+        let mut per_turn = std::collections::BTreeMap::<u64, usize>::new();
+        for turn in seen {
+            *per_turn.entry(turn).or_default() += 1;
+        }
+        assert!(
+            per_turn.values().all(|&n| n <= FRAMES_PER_TURN as usize),
+            "frames per turn: {per_turn:?}"
+        );
+        assert!(per_turn.len() >= 3, "frames per turn: {per_turn:?}");
+    }
+
+    /// The thread stops after the turn that finds `stop` set; events queued before it
+    /// still reach the core.
+    #[tokio::test]
+    async fn the_turns_stop_when_told_and_hand_over_what_was_queued() {
+        let (turns, mut queues, stop) = started();
+        turns.queue(daemon_started(1));
+        stop.send(true).expect("the thread listens");
+        assert!(matches!(
+            queues.next_event().await,
+            Some(Event::DaemonStarted { .. })
+        ));
+        // The thread held the only sender: once it ended, the queue closed.
+        assert!(queues.next_event().await.is_none(), "the thread is gone");
+    }
+}
