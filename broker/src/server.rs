@@ -386,13 +386,17 @@ async fn handle<S: Movable>(
             ctx.limiter.warn(&peer, &reason);
         }
         Role::Hostd if ctx.hosts.contains(&hello.name) => {
-            hand_over(conn, ctx, hello.name, connection, shutdown)
+            // Welcomed here, not in its turn: the daemon's handshake ends without waiting
+            // for one (a connect storm at start comes up as fast as before).
+            if welcome(&mut conn, ctx).await.is_ok() {
+                hand_over(conn, ctx, hello.name, connection, shutdown)
+            }
         }
         Role::Hostd => match pilot_address(ctx, &hello.name, &peer, local) {
             Some(address) => {
                 let host = hello.name.clone();
                 let joined = Event::PilotJoined { host, address };
-                if ctx.events.send(joined).await.is_ok() {
+                if ctx.events.send(joined).await.is_ok() && welcome(&mut conn, ctx).await.is_ok() {
                     hand_over(conn, ctx, hello.name, connection, shutdown)
                 }
             }

@@ -20,15 +20,7 @@ pub(super) async fn hostd_session<S>(
         conn: id,
         close: close_tx,
     };
-    ctx.turns.queue(connected);
-    if welcome(&mut conn, ctx).await.is_err() {
-        ctx.turns.queue(Event::Disconnected {
-            host,
-            conn: id,
-            reason: "connection closed".into(),
-        });
-        return;
-    }
+    ctx.turns.queue(connected); // the daemon was welcomed when it authenticated
     let mut live = ctx.live.clone();
     if let Some(rx) = live.as_mut() {
         rx.mark_changed(); // the current word goes out at once
