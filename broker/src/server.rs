@@ -331,8 +331,8 @@ fn hand_over<S: Movable>(
             return ctx.limiter.warn(&connection.name, &why);
         }
     };
-    let ctx = ctx.clone();
-    ctx.clone().turns.spawn(async move {
+    let (turns, ctx) = (ctx.turns.clone(), ctx.clone());
+    turns.spawn(async move {
         let _slot = connection.slot;
         match conn.map_stream(S::from_std) {
             Ok(conn) => hostd_session(conn, &ctx, host, shutdown).await,

@@ -9,18 +9,18 @@
 //! and futex waits most of the rest of that half). In turns, one wake reads the ~100 frames
 //! that arrived since the last and the core takes their events in a row: 0.58× the CPU
 //! with quiet reports, 0.75× with changing ones (BENCHMARKS.md, "Host daemons' sessions
-//! in turns"). The price is a delay of up to two turns
-//! (20 ms) for a report to reach the core, or for a word of the core to reach a daemon,
-//! which nothing of a host daemon's needs sooner: reports come each second, silence is
-//! counted in seconds, a reclaim's grace in seconds.
+//! in turns"). The price is a delay of up to two turns (20 ms) for a report to reach the
+//! core, or for a word of the core to reach a daemon, which nothing of a host daemon's
+//! needs sooner: reports come each second, silence is counted in seconds, a reclaim's
+//! grace in seconds. The handshake and the welcome stay with the other connections
+//! (`hand_over` in the parent module), so a daemon's connect is not held for a turn.
 //!
 //! A turn is one `block_on(yield_now())` of the runtime: every session woken since the
 //! last turn runs (its frames read, its events queued), then the I/O that became ready
 //! meanwhile is polled once (the sessions it wakes run in the next turn), and the runtime
-//! is left until the next turn. A session that reads more than
-//! [`FRAMES_PER_TURN`] frames in one turn (a daemon flooding the broker) waits for the
-//! next: what it sends meanwhile stays in its socket's buffers, and what waits for the core
-//! stays bounded.
+//! is left until the next turn. A session that reads more than [`FRAMES_PER_TURN`] frames
+//! in one turn (a daemon flooding the broker) waits for the next: what it sends meanwhile
+//! stays in its socket's buffers, and what waits for the core stays bounded.
 
 use std::{
     future::Future,
