@@ -314,16 +314,20 @@ impl Movable for tokio::net::UnixStream {
     }
 }
 
-/// Moves an authenticated host daemon's connection to the host daemons' runtime, where its
-/// session runs ([`turns`]); a socket that cannot move is closed and said (the daemon
-/// connects again).
-fn hand_over<S: Movable>(
-    conn: FramedConn<S>,
+/// Welcomes an authenticated host daemon, then moves its connection to the host daemons'
+/// runtime, where its session runs ([`turns`]); a socket that cannot move is closed and
+/// said (the daemon connects again). Welcomed here, not in its first turn: the daemon's
+/// handshake ends without waiting for one (a connect storm comes up as fast).
+async fn hand_over<S: Movable>(
+    mut conn: FramedConn<S>,
     ctx: &Arc<ServerCtx>,
     host: String,
     connection: Connection,
     shutdown: watch::Receiver<bool>,
 ) {
+    if welcome(&mut conn, ctx).await.is_err() {
+        return;
+    }
     let conn = match conn.map_stream(S::into_std) {
         Ok(conn) => conn,
         Err(e) => {
@@ -386,18 +390,14 @@ async fn handle<S: Movable>(
             ctx.limiter.warn(&peer, &reason);
         }
         Role::Hostd if ctx.hosts.contains(&hello.name) => {
-            // Welcomed here, not in its turn: the daemon's handshake ends without waiting
-            // for one (a connect storm at start comes up as fast as before).
-            if welcome(&mut conn, ctx).await.is_ok() {
-                hand_over(conn, ctx, hello.name, connection, shutdown)
-            }
+            hand_over(conn, ctx, hello.name, connection, shutdown).await
         }
         Role::Hostd => match pilot_address(ctx, &hello.name, &peer, local) {
             Some(address) => {
                 let host = hello.name.clone();
                 let joined = Event::PilotJoined { host, address };
-                if ctx.events.send(joined).await.is_ok() && welcome(&mut conn, ctx).await.is_ok() {
-                    hand_over(conn, ctx, hello.name, connection, shutdown)
+                if ctx.events.send(joined).await.is_ok() {
+                    hand_over(conn, ctx, hello.name, connection, shutdown).await
                 }
             }
             None => {

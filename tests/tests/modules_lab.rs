@@ -875,9 +875,10 @@ fn assert_added_then_already_there(lines: &[&str], way: &str, already: &str, out
     );
 }
 
-/// Writes the executable script `path` (and its directory) from a child process: a script this process wrote
-/// and a lab host then ran could fail with "Text file busy", as another test thread's fork,
-/// made while the file was open for writing, keeps the descriptor until its own exec.
+/// Writes the executable script `path` (and its directory) from a child process: a script
+/// this process wrote and a lab host then ran could fail with "Text file busy", as another
+/// test thread's fork, made while the file was open for writing, keeps the descriptor until
+/// its own exec.
 fn write_script(path: &std::path::Path, body: &str) {
     use std::io::Write;
     std::fs::create_dir_all(path.parent().expect("a directory")).expect("mkdir");
