@@ -19,13 +19,14 @@
  *
  * Before it attaches to the local lamd it waits while one is starting (the job's lamboot
  * still running): LAM's attach removes the session directory of a lamd it cannot reach,
- * which would end the starting one (wait_for_the_local_lamd). A boot is under way also
- * while there is no directory at all: hboot's tkill makes and removes it before the lamd
- * makes its own (boot_running_here).
+ * which would end the starting one (wait_for_the_local_lamd). A lamd is starting until it
+ * listens on its socket, not when the socket file appears (listens). A boot is under way
+ * also while there is no directory at all: hboot's tkill makes and removes it before the
+ * lamd makes its own (boot_running_here).
  *
  * Exit status (see main.rs): 0 added; 1 LAM refused or failed (its message on stderr);
- * 4 no lamd of this user here (none starting either, or one that stayed without its
- * socket for BOOT_LIMIT_MS); 5 another lamgrow stayed enrolled on this node for
+ * 4 no lamd of this user here (none starting either, a socket nobody listens on, or a lamd
+ * that stayed without a listening socket for BOOT_LIMIT_MS); 5 another lamgrow stayed enrolled on this node for
  * BUSY_LIMIT_MS; 6 the host is a node of the universe already (LAM refused the boot, and
  * the host's address is one of the universe's links: what `lamnodes -i` lists).
  */
@@ -34,13 +35,16 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -112,19 +116,68 @@ static int other_lamgrow_here(void)
     return 0;
 }
 
+/* 1 if a process listens on the Unix stream socket at `path`: our connect is taken into its
+   queue (or the queue is full). 0 when it is refused (bound, not listening: a lamd starting,
+   or one that died) or cannot be made. Non-blocking, so a full queue never holds us. The
+   lamd takes the connection and its end as a client gone before it attached (kio_req: a
+   short read, the descriptor closed), as for any LAM command killed at its start. A path
+   longer than sun_path is reached through its directory's descriptor, as LAM itself chdirs
+   to it. */
+static int listens(const char *path)
+{
+    struct sockaddr_un address;
+    memset(&address, 0, sizeof address);
+    address.sun_family = AF_UNIX;
+    int directory = -1;
+    if (strlen(path) < sizeof address.sun_path) {
+        strcpy(address.sun_path, path);
+    } else {
+        const char *slash = strrchr(path, '/');
+        if (slash == NULL)
+            return 0;
+        char *parent = strndup(path, (size_t) (slash - path));
+        if (parent == NULL)
+            return 0;
+        directory = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        free(parent);
+        if (directory < 0)
+            return 0;
+        int length = snprintf(address.sun_path, sizeof address.sun_path, "/proc/self/fd/%d/%s",
+                              directory, slash + 1);
+        if (length < 0 || (size_t) length >= sizeof address.sun_path) {
+            close(directory);
+            return 0;
+        }
+    }
+    int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int taken = probe >= 0 &&
+                (connect(probe, (struct sockaddr *) &address, sizeof address) == 0 ||
+                 errno == EAGAIN);
+    if (probe >= 0)
+        close(probe);
+    if (directory >= 0)
+        close(directory);
+    return taken;
+}
+
 /* What this node's LAM session directory says of the local lamd (LAM's own paths: the
-   directory and its kernel socket, lam_get_tmpdir and lam_get_sockname). */
-enum local_lamd { LAMD_NONE, LAMD_STARTING, LAMD_LISTENING };
+   directory and its kernel socket, lam_get_tmpdir and lam_get_sockname). A socket file is
+   not yet a lamd that answers: the lamd binds it (the file appears) and only then listens
+   (LAM's sfh_sock_open_srv_unix_stm), and a client's connect in between is refused, which
+   makes LAM's attach remove the session directory. */
+enum local_lamd { LAMD_NONE, LAMD_STARTING, LAMD_BOUND, LAMD_LISTENING };
 
 static enum local_lamd local_lamd(void)
 {
     char *dir = lam_get_tmpdir();
     char *socket = lam_get_sockname();
     enum local_lamd state = LAMD_NONE;
-    if (dir != NULL && socket != NULL)
-        state = access(socket, F_OK) == 0 ? LAMD_LISTENING
-                : access(dir, F_OK) == 0  ? LAMD_STARTING
-                                          : LAMD_NONE;
+    if (dir != NULL && socket != NULL) {
+        if (access(socket, F_OK) == 0)
+            state = listens(socket) ? LAMD_LISTENING : LAMD_BOUND;
+        else if (access(dir, F_OK) == 0)
+            state = LAMD_STARTING;
+    }
     free(dir);
     free(socket);
     return state;
@@ -172,13 +225,15 @@ static int boot_running_here(void)
 
 /* 0 once the local lamd listens, -1 when none does (said on stderr). LAM's client attach
    (kenter) that finds no lamd *removes the session directory*; a lamd between its mkdir of
-   that directory and its socket (a lamboot of the job in progress) then fails ("chdir
+   that directory and its listen (a lamboot of the job in progress) then fails ("chdir
    failed!", exit 2) and the lamboot waits 60 s for it. So this program attaches only to a
-   lamd whose socket is there, and waits while one is starting, at most BOOT_LIMIT_MS: a
-   directory without a socket for that long is one a dead lamd left. A lamd is starting
-   while its directory is there without the socket, and also while there is no directory
-   but a boot program of this user runs here (boot_running_here): the directory tkill made
-   is gone before the lamd makes its own. */
+   lamd that listens on its socket, and waits while one is starting, at most BOOT_LIMIT_MS:
+   a directory without a listening socket for that long is one a dead lamd left. A lamd is
+   starting while its directory is there without the socket, or with the socket bound but
+   not listened on, and also while there is no directory but a boot program of this user
+   runs here (boot_running_here): the directory tkill made is gone before the lamd makes
+   its own. A socket nobody listens on, with no boot program of this user here, is a dead
+   lamd's. */
 static int wait_for_the_local_lamd(void)
 {
     struct timespec start;
@@ -190,13 +245,15 @@ static int wait_for_the_local_lamd(void)
         if (state == LAMD_LISTENING)
             return 0;
         long waited = ms_since(&start);
-        if (state == LAMD_NONE && !boot_running_here()) {
-            fprintf(stderr, "rb-lam-add: no LAM universe of this user on %s (no lamd)\n", here);
+        if ((state == LAMD_NONE || state == LAMD_BOUND) && !boot_running_here()) {
+            fprintf(stderr, "rb-lam-add: no LAM universe of this user on %s (%s)\n", here,
+                    state == LAMD_NONE ? "no lamd"
+                                       : "no lamd listens on its socket: one that died left it");
             return -1;
         }
         if (waited >= BOOT_LIMIT_MS) {
             fprintf(stderr,
-                    "rb-lam-add: no LAM universe of this user on %s: no lamd socket in its "
+                    "rb-lam-add: no LAM universe of this user on %s: no listening lamd socket in its "
                     "session directory for %ld ms (a lamd that died, or a lamboot that "
                     "hangs)\n",
                     here, waited);

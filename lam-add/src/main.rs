@@ -16,10 +16,11 @@
 //! - 3: LAM cannot be used from this build (no LAM headers when it was built) or as root
 //!   (LAM refuses root): the caller falls back to `lamgrow`, which explains itself;
 //! - 4: no lamd of this user runs here (no LAM universe). One that is starting (the
-//!   job's lamboot in progress: LAM's session directory without its socket, or no
-//!   directory while a `lamboot`, `hboot`, `tkill` or `lamd` of this user runs here, as
-//!   between the boot's tkill and its lamd) is waited for, up to 10 s, since LAM's attach
-//!   to a lamd it cannot reach removes that directory and so ends the starting lamd;
+//!   job's lamboot in progress: LAM's session directory without a socket the lamd listens
+//!   on -- the socket file appears at its bind, before its listen -- or no directory while
+//!   a `lamboot`, `hboot`, `tkill` or `lamd` of this user runs here, as between the boot's
+//!   tkill and its lamd) is waited for, up to 10 s, since LAM's attach to a lamd it cannot
+//!   reach removes that directory and so ends the starting lamd;
 //! - 5: another lamgrow stayed enrolled on this node for 5 s;
 //! - 6: HOST is a node of the universe already (LAM refused it: "already a part of the
 //!   existing LAM universe"; the same code as `lam-grow`'s, modules/CONTRACT.md).

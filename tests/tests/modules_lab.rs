@@ -777,6 +777,37 @@ fn lam_grow_between_the_boots_tkill_and_its_lamd_waits_for_the_lamd() {
     assert_grown_during_the_boot(&out);
 }
 
+/// A grow while the job's lamd has bound its kernel socket but does not listen on it yet:
+/// the socket file is there, and a LAM client's connect is refused, which makes LAM's
+/// attach remove the session directory; the lamd then died and the job's lamboot hung
+/// until its timeout (CI, session 26: rb-lam-add took the socket file for a listening lamd
+/// and caught that window, microseconds wide, on a loaded machine). rb-lam-add now asks
+/// the socket itself. Held for 2 s, deterministically: strace delays the lamd's first
+/// listen, the kernel socket's (it follows that socket's bind in LAM's
+/// `sfh_sock_open_srv_unix_stm`). The script sees the socket not listening in the
+/// kernel's table of this host's Unix sockets (a listening one has flag 00010000).
+#[test]
+fn lam_grow_while_the_lamd_binds_but_does_not_yet_listen_waits_for_it() {
+    if skip_unless_root("lam_grow_while_the_lamd_binds_but_does_not_yet_listen_waits_for_it") {
+        return;
+    }
+    let env = lab();
+    let out = lam_grow_during_a_boot(
+        &env,
+        "exec strace -f -o /dev/null -e trace=listen -e inject=listen:delay_enter=2s:when=1 \
+         /usr/bin/lamd \"$@\"",
+        "[ -S \"$dir/lam-kernel-socket\" ]",
+        "[ -S \"$dir/lam-kernel-socket\" ] && echo socket=bound
+         awk '$4 == \"00010000\" && $NF ~ /lam-kernel-socket$/' /proc/net/unix | grep -q . \
+           && echo listening=early",
+    );
+    assert!(
+        out.contains("socket=bound") && !out.contains("listening=early"),
+        "the lamd was caught between its socket's bind and its listen: {out}"
+    );
+    assert_grown_during_the_boot(&out);
+}
+
 #[test]
 fn lam_grow_answers_alike_with_rb_lam_add_and_with_lamgrow() {
     if skip_unless_root("lam_grow_answers_alike_with_rb_lam_add_and_with_lamgrow") {
