@@ -55,6 +55,15 @@ pub(crate) struct Allocation {
     pub(crate) since: Instant,
 }
 
+/// One host's allocations, as its daemon is told of them ([`Allocator::allocs_by_host`]):
+/// the live ones, whose processes stay, and those past their reclaim deadline, whose
+/// processes a daemon that ends allocations ends. Ascending.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostAllocs {
+    pub live: Vec<AllocId>,
+    pub ending: Vec<AllocId>,
+}
+
 /// A queued request.
 #[derive(Debug, Clone)]
 pub(crate) struct Waiting {
@@ -576,8 +585,6 @@ impl Allocator {
         self.allocs.get(&id).map(|a| (a.job, id))
     }
 
-    /// Every live allocation (granted or being released), ascending, and the next id to be
-    /// issued (every id below it has been): what host daemons sweep leftovers by.
     /// A stamp that changes whenever the set of live allocations does: a new allocation
     /// always takes the next id, and one that ends shrinks the count. O(1), for callers that
     /// would otherwise compare [`Allocator::live_allocs`] after every event.
@@ -586,7 +593,24 @@ impl Allocator {
         (self.allocs.len(), self.next_alloc, self.ending_changes)
     }
 
-    /// Those past their deadline are not live: their processes are to end.
+    /// Each host's allocations, as its daemon is told of them: the live ones and those
+    /// past their deadline ([`Self::ending_allocs`]), ascending; and the next id to be
+    /// issued. A host with no allocation is not listed. O(allocations).
+    pub fn allocs_by_host(&self) -> (BTreeMap<&str, HostAllocs>, AllocId) {
+        let mut hosts: BTreeMap<&str, HostAllocs> = BTreeMap::new();
+        for (&id, a) in &self.allocs {
+            let host = hosts.entry(a.host.as_str()).or_default();
+            match self.ending.contains(&id) {
+                true => host.ending.push(id),
+                false => host.live.push(id),
+            }
+        }
+        (hosts, self.next_alloc)
+    }
+
+    /// Every live allocation (granted or being released), ascending, and the next id to be
+    /// issued (every id below it has been). Those past their deadline are not live: their
+    /// processes are to end.
     pub fn live_allocs(&self) -> (Vec<AllocId>, AllocId) {
         let live = self
             .allocs

@@ -1,8 +1,8 @@
 //! The core task: owns the [`HostTable`] and the [`JobDesk`], applies events from
 //! connections and supervisors in order, and performs the resulting effects. Nothing else
 //! mutates broker state; no decision is taken here (the table and the allocator decide).
-//! After every event it publishes the live allocations ([`LiveAllocs`]) on a watch channel,
-//! which each host daemon's connection forwards when it changes. `rb-broker` runs it on a
+//! After every event it tells the daemons of the hosts whose allocations changed
+//! ([`HostWords`]), through each daemon's session. `rb-broker` runs it on a
 //! thread of its own (`rb-core`; see `on_a_thread_of_its_own` in the crate root), so the
 //! connections it wakes are not held behind its turn.
 
@@ -21,8 +21,9 @@ use tracing::{info, warn};
 use crate::{
     alloc::JobId,
     authz::{Actor, AdminError},
+    host_words::{HostWords, WordSender},
     hosts::{ConnId, Effect, HostTable, StatusPart},
-    jobs::{JobDesk, LiveAllocs},
+    jobs::JobDesk,
     outbox::Outbox,
     supervisor::SupervisorSet,
 };
@@ -37,11 +38,13 @@ pub const PILOT_TICK: Duration = Duration::from_millis(50);
 /// Events the core consumes.
 #[derive(Debug)]
 pub enum Event {
-    /// A daemon finished its handshake; `close` ends its connection task when fired.
+    /// A daemon finished its handshake; `close` ends its connection task when fired;
+    /// `word` is where its session hears of its host's allocations.
     HostdConnected {
         host: String,
         conn: ConnId,
         close: oneshot::Sender<String>,
+        word: WordSender,
     },
     /// `sbatch` answered for pilot `pilot`: its Slurm job id, or why not.
     PilotSubmitted {
@@ -239,25 +242,24 @@ const REQUESTS: usize = 256;
 /// Every host change the table records (a report, a connection, up/down, and each host of
 /// the lab file at start) reaches the allocator right after the event that caused it (or
 /// the batch of reports, [`REPORT_BATCH`]), before any other event is applied; and
-/// every effect of every allocator entry point is performed. `live` gets the live
-/// allocations after every event that changed them (after the grants it caused went out).
+/// every effect of every allocator entry point is performed. The daemons of the hosts
+/// whose allocations an event changed hear of it after it (after the grants it caused
+/// went out).
 pub async fn run(
     mut table: HostTable,
     mut desk: JobDesk,
     mut queues: EventReceiver,
     supervisors: SupervisorSet,
     mut shutdown: watch::Receiver<bool>,
-    live: watch::Sender<Option<LiveAllocs>>,
 ) -> Vec<HostStatus> {
-    let mut closers: HashMap<ConnId, oneshot::Sender<String>> = HashMap::new();
+    let mut sessions = Sessions::default();
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut pilot_tick = tokio::time::interval(PILOT_TICK);
     pilot_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     hosts_to_desk(&mut table, &mut desk);
     let mut saved = desk.store_progress();
-    let mut live_stamp = None;
-    publish_live(&desk, &live, &mut live_stamp);
+    sessions.words.publish(&desk);
     // An event of another kind found behind a batch of reports: applied next, first.
     let mut held = None;
     // A waiting request goes before the next batch of events (at most every other turn,
@@ -271,7 +273,7 @@ pub async fn run(
         request_first = request.is_none();
         let effects = match (held.take(), request) {
             (Some(event), _) | (None, Some(event)) => {
-                apply(&mut table, &mut desk, &mut closers, event)
+                apply(&mut table, &mut desk, &mut sessions, event)
             }
             (None, None) => tokio::select! {
                 _ = shutdown.changed() => break,
@@ -293,12 +295,12 @@ pub async fn run(
                     Vec::new()
                 }
                 event = queues.requests.recv() => match event {
-                    Some(event) => apply(&mut table, &mut desk, &mut closers, event),
+                    Some(event) => apply(&mut table, &mut desk, &mut sessions, event),
                     None => break,
                 },
                 event = queues.events.recv() => match event {
                     Some(event) => {
-                        let effects = apply(&mut table, &mut desk, &mut closers, event);
+                        let effects = apply(&mut table, &mut desk, &mut sessions, event);
                         let queue = &mut queues.events;
                         reports_behind(&mut table, &mut desk, queue, &mut held);
                         effects
@@ -308,8 +310,8 @@ pub async fn run(
             },
         };
         hosts_to_desk(&mut table, &mut desk);
-        perform(effects, &mut closers, &supervisors);
-        publish_live(&desk, &live, &mut live_stamp);
+        perform(effects, &mut sessions, &supervisors);
+        sessions.words.publish(&desk);
     }
     supervisors.shutdown().await;
     desk.cancel_pilots().await;
@@ -353,26 +355,12 @@ fn reports_behind(
     }
 }
 
-/// Publishes the live allocations when they changed (receivers wake only then). Most
-/// events (host reports) change none: `stamp` tells so in O(1), without listing them.
-fn publish_live(
-    desk: &JobDesk,
-    live: &watch::Sender<Option<LiveAllocs>>,
-    stamp: &mut Option<(usize, u64, u64)>,
-) {
-    let current = desk.live_allocs_stamp();
-    if *stamp == Some(current) {
-        return;
-    }
-    *stamp = Some(current);
-    let now = desk.live_allocs();
-    live.send_if_modified(|last| {
-        let changed = last.as_ref() != Some(&now);
-        if changed {
-            *last = Some(now);
-        }
-        changed
-    });
+/// The connected host daemons' sessions: how to end each, and what each is told of its
+/// host's allocations.
+#[derive(Default)]
+struct Sessions {
+    closers: HashMap<ConnId, oneshot::Sender<String>>,
+    words: HostWords,
 }
 
 /// The next snapshot sequence number the store's writer has written; never without a
@@ -410,7 +398,7 @@ fn hosts_to_desk(table: &mut HostTable, desk: &mut JobDesk) {
 fn apply(
     table: &mut HostTable,
     desk: &mut JobDesk,
-    closers: &mut HashMap<ConnId, oneshot::Sender<String>>,
+    sessions: &mut Sessions,
     event: Event,
 ) -> Vec<Effect> {
     let now = now();
@@ -488,7 +476,7 @@ fn apply(
             seq,
             allocs_running,
         } => apply_same_report(table, desk, &host, conn, seq, allocs_running),
-        event => return apply_host(table, closers, event, now),
+        event => return apply_host(table, sessions, event, now),
     }
     Vec::new()
 }
@@ -534,14 +522,20 @@ fn allocs_running(desk: &mut JobDesk, host: &str, running: Option<Vec<u64>>, now
 /// Applies an event about a host daemon to the table.
 fn apply_host(
     table: &mut HostTable,
-    closers: &mut HashMap<ConnId, oneshot::Sender<String>>,
+    sessions: &mut Sessions,
     event: Event,
     now: Instant,
 ) -> Vec<Effect> {
     match event {
-        Event::HostdConnected { host, conn, close } => {
+        Event::HostdConnected {
+            host,
+            conn,
+            close,
+            word,
+        } => {
             info!(%host, conn, "host daemon connected");
-            closers.insert(conn, close);
+            sessions.closers.insert(conn, close);
+            sessions.words.connected(&host, conn, word);
             return table.connected(&host, conn);
         }
         Event::PilotJoined { host, address } => {
@@ -549,7 +543,8 @@ fn apply_host(
             table.add_pilot(&host, &address);
         }
         Event::Disconnected { host, conn, reason } => {
-            closers.remove(&conn);
+            sessions.closers.remove(&conn);
+            sessions.words.disconnected(&host, conn);
             info!(%host, conn, %reason, "host daemon disconnected");
             table.disconnected(&host, conn, &reason);
         }
@@ -574,15 +569,11 @@ fn apply_host(
     Vec::new()
 }
 
-fn perform(
-    effects: Vec<Effect>,
-    closers: &mut HashMap<ConnId, oneshot::Sender<String>>,
-    supervisors: &SupervisorSet,
-) {
+fn perform(effects: Vec<Effect>, sessions: &mut Sessions, supervisors: &SupervisorSet) {
     for effect in effects {
         match effect {
             Effect::CloseConn { conn, reason } => {
-                if let Some(close) = closers.remove(&conn) {
+                if let Some(close) = sessions.closers.remove(&conn) {
                     let _ = close.send(reason);
                 }
             }

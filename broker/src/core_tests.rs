@@ -2,7 +2,7 @@
 //! events connections and supervisors send, asserting the messages agents get. No sockets,
 //! no daemons: the supervisor set is empty and "daemons" are events.
 
-use std::{path::Path, time::Duration};
+use std::{collections::HashMap, path::Path, time::Duration};
 
 use config::HostEntry;
 use proto::{
@@ -17,8 +17,9 @@ use tokio::{
 use super::{run, Event, EventSender};
 use crate::{
     alloc::{AllocConfig, Allocator, JobId},
+    host_words::HostWord,
     hosts::HostTable,
-    jobs::{JobDesk, LiveAllocs},
+    jobs::JobDesk,
     supervisor::SupervisorSet,
 };
 
@@ -31,8 +32,8 @@ struct Core {
     stop: watch::Sender<bool>,
     task: JoinHandle<Vec<HostStatus>>,
     next_conn: u64,
-    /// What host daemons are told of live allocations.
-    live: watch::Receiver<Option<LiveAllocs>>,
+    /// What each connected host daemon is told of its host's allocations.
+    words: HashMap<String, watch::Receiver<Option<HostWord>>>,
 }
 
 /// A registered job's agent: its id and the messages the broker sends it.
@@ -77,14 +78,13 @@ impl Core {
         let (events, rx) = super::channel(capacity);
         let (stop, stop_rx) = watch::channel(false);
         let supervisors = SupervisorSet::default();
-        let (live_tx, live) = watch::channel(None);
-        let task = tokio::spawn(run(table, desk, rx, supervisors, stop_rx, live_tx));
+        let task = tokio::spawn(run(table, desk, rx, supervisors, stop_rx));
         Core {
             events,
             stop,
             task,
             next_conn: 1,
-            live,
+            words: HashMap::new(),
         }
     }
 
@@ -97,12 +97,15 @@ impl Core {
         let conn = self.next_conn;
         self.next_conn += 1;
         let (close, _closed) = oneshot::channel();
+        let (word, words) = watch::channel(None);
         let host = host.to_string();
         let connected = Event::HostdConnected {
             host: host.clone(),
             conn,
             close,
+            word,
         };
+        self.words.insert(host.clone(), words);
         self.send(connected).await;
         self.report_on(&host, conn, report).await;
         conn
@@ -195,13 +198,26 @@ impl Core {
     }
 }
 
-/// The next word on live allocations, or a failure after [`WAIT`].
-async fn changed(live: &mut watch::Receiver<Option<LiveAllocs>>) -> Option<LiveAllocs> {
-    tokio::time::timeout(WAIT, live.changed())
-        .await
-        .expect("a change within the wait")
-        .expect("core runs");
-    live.borrow_and_update().clone()
+impl Core {
+    /// The next word to `host`'s daemon, or a failure after [`WAIT`].
+    async fn next_word(&mut self, host: &str) -> Option<HostWord> {
+        let word = self
+            .words
+            .get_mut(host)
+            .expect("the host's daemon connected");
+        tokio::time::timeout(WAIT, word.changed())
+            .await
+            .expect("a change within the wait")
+            .expect("core runs");
+        word.borrow_and_update().clone()
+    }
+
+    /// The last word to `host`'s daemon, and whether it is news since the last look.
+    fn word(&self, host: &str) -> (Option<HostWord>, bool) {
+        let word = &self.words[host];
+        let news = word.has_changed().expect("core runs");
+        (word.borrow().clone(), news)
+    }
 }
 
 /// The next message to an agent, or a failure after [`WAIT`].
@@ -242,35 +258,42 @@ async fn grant_decided_while_an_agent_registers_is_sent() {
     core.stop().await;
 }
 
-/// Host daemons learn which allocations are live (to end leftovers of the others)
-/// as soon as a grant or a give-back changes them, with every id issued so far.
+/// A host's daemon learns which allocations of its host are live (to end leftovers of the
+/// others) when it connects and as soon as a grant or a give-back changes them, with every
+/// id issued so far; the daemons of other hosts hear nothing of it.
 #[tokio::test(start_paused = true)]
-async fn host_daemons_are_told_each_change_of_the_live_allocations() {
-    let mut core = Core::start(&[entry("node02", None)]);
-    let first = changed(&mut core.live).await;
-    assert_eq!(
-        first,
-        Some(LiveAllocs {
-            live: vec![],
-            issued_below: 1,
-            ending: vec![],
-        })
-    );
+async fn host_daemons_are_told_each_change_of_their_hosts_allocations_only() {
+    let mut core = Core::start(&[entry("node02", None), entry("node03", None)]);
     let mut agent = core.register(false).await;
     core.report("node02", idle_report("node02")).await;
+    let word = |live: Vec<u64>, issued_below| {
+        Some(HostWord {
+            live,
+            issued_below,
+            ending: vec![],
+        })
+    };
+    assert_eq!(core.next_word("node02").await, word(vec![], 1));
     core.allocate(&agent, 1, "anyHost").await;
     let alloc = match next_decision(&mut agent.rx).await {
         FromBroker::Granted { alloc, .. } => alloc,
         other => panic!("expected a grant, got {other:?}"),
     };
-    let held = changed(&mut core.live).await;
+    assert_eq!(core.next_word("node02").await, word(vec![alloc], alloc + 1));
+    // node03's daemon connects after the grant: its word bounds the ids issued so far.
+    core.report("node03", idle_report("node03")).await;
+    assert_eq!(core.next_word("node03").await, word(vec![], alloc + 1));
+    core.allocate(&agent, 2, "anyHost").await;
+    let other = match next_decision(&mut agent.rx).await {
+        FromBroker::Granted { alloc, host, .. } if host == "node03" => alloc,
+        other => panic!("expected a grant of node03, got {other:?}"),
+    };
+    assert_eq!(core.next_word("node03").await, word(vec![other], other + 1));
+    let _ = core.status().await; // every word of the grant is out
     assert_eq!(
-        held,
-        Some(LiveAllocs {
-            live: vec![alloc],
-            issued_below: alloc + 1,
-            ending: vec![],
-        })
+        core.word("node02"),
+        (word(vec![alloc], alloc + 1), false),
+        "a grant of another host is no news to node02"
     );
     let msg = ToBroker::GiveBack { alloc };
     core.send(Event::AgentMessage {
@@ -280,14 +303,8 @@ async fn host_daemons_are_told_each_change_of_the_live_allocations() {
     })
     .await;
     let _ = core.status().await; // the give-back is applied
-    assert_eq!(
-        *core.live.borrow(),
-        Some(LiveAllocs {
-            live: vec![],
-            issued_below: alloc + 1,
-            ending: vec![],
-        })
-    );
+    assert_eq!(core.word("node02"), (word(vec![], other + 1), true));
+    assert!(!core.word("node03").1, "node03's allocation stays");
     core.stop().await;
 }
 
@@ -296,7 +313,6 @@ async fn host_daemons_are_told_each_change_of_the_live_allocations() {
 #[tokio::test(start_paused = true)]
 async fn returns_of_allocations_not_held_by_the_job_change_nothing() {
     let mut core = Core::start(&[entry("node02", None)]);
-    let _ = changed(&mut core.live).await;
     let mut holder = core.register(false).await;
     let other = core.register(false).await;
     core.report("node02", idle_report("node02")).await;
@@ -305,7 +321,7 @@ async fn returns_of_allocations_not_held_by_the_job_change_nothing() {
         FromBroker::Granted { alloc, .. } => alloc,
         other => panic!("expected a grant, got {other:?}"),
     };
-    let live = |core: &Core| core.live.borrow().as_ref().map(|l| l.live.clone());
+    let live = |core: &Core| core.word("node02").0.map(|w| w.live);
     for msg in [ToBroker::Released { alloc }, ToBroker::GiveBack { alloc }] {
         core.send(Event::AgentMessage {
             job: other.job,

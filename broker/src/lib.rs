@@ -34,6 +34,7 @@ pub mod authz;
 pub mod cli;
 pub mod core;
 pub mod embedded;
+pub mod host_words;
 pub mod hosts;
 pub mod jobs;
 pub mod log_limit;
@@ -131,7 +132,6 @@ pub async fn run(
     );
     let watcher = reload::spawn_policy_watcher(policy_handle.clone(), stop_rx.clone())
         .context("cannot watch for SIGHUP")?;
-    let (live_tx, live_rx) = watch::channel(None);
     let owner = owner_name();
     let identity = server::Identity {
         users: Arc::new(users::Users::load(&lab.broker.state_dir, &owner)?),
@@ -155,7 +155,7 @@ pub async fn run(
         lab.broker.transport,
         config::Transport::Ssh | config::Transport::Rsh
     );
-    ctx = ctx.with_live_allocs(live_rx, sweep);
+    ctx.sweep_live = sweep;
     if let Some(limit) = fd_limit {
         let daemons = match lab.broker.transport {
             config::Transport::Manual => 0,
@@ -190,7 +190,6 @@ pub async fn run(
         events_rx,
         supervisors,
         stop_rx.clone(),
-        live_tx,
     ))?;
     let tcp_task = tokio::spawn(server::serve_tcp(tcp, ctx.clone(), stop_rx.clone()));
     let unix_task = tokio::spawn(server::serve_unix(unix, ctx, stop_rx.clone()));

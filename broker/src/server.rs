@@ -39,7 +39,6 @@ use crate::{
     audit::AuditLog,
     authz::{Actor, AdminError},
     core::{Event, EventSender},
-    jobs::LiveAllocs,
     log_limit::LogLimiter,
     outbox::{self, OutboxRx},
     pace::Pace,
@@ -72,10 +71,6 @@ pub struct ServerCtx {
     pub stop: watch::Sender<bool>,
     /// The policy in force and its reloads.
     pub policy: Arc<PolicyHandle>,
-    /// The live allocations, forwarded to each host daemon as they change: those past
-    /// their deadline on every transport (to daemons that end them), the live ones only
-    /// where `sweep_live`.
-    pub live: Option<watch::Receiver<Option<LiveAllocs>>>,
     /// Whether daemons are told the live allocations to sweep leftovers by: not where
     /// daemons share a machine (`local`, `manual`), where they must not sweep each other's
     /// processes (see `hostd::sweep`).
@@ -134,7 +129,6 @@ impl ServerCtx {
             report_interval_ms,
             uid: nix::unistd::geteuid().as_raw(),
             stop,
-            live: None,
             sweep_live: false,
             pilot_hosts: false,
             agent_outbox: outbox::agent_outbox_size(),
@@ -147,19 +141,6 @@ impl ServerCtx {
     /// At most `slots` TCP connections at once (see [`tcp_slots_for`]).
     pub fn with_tcp_slots(mut self, slots: usize) -> Self {
         self.tcp_slots = Arc::new(Semaphore::new(slots.min(Semaphore::MAX_PERMITS)));
-        self
-    }
-
-    /// Host daemons are told of the live allocations from `live`: those past their
-    /// deadline (`FromBroker::EndAllocs`), and the live ones (`FromBroker::LiveAllocs`)
-    /// when `sweep`.
-    pub fn with_live_allocs(
-        mut self,
-        live: watch::Receiver<Option<LiveAllocs>>,
-        sweep: bool,
-    ) -> Self {
-        self.live = Some(live);
-        self.sweep_live = sweep;
         self
     }
 }

@@ -24,7 +24,7 @@ mod overflow;
 pub use host_side::host_view;
 
 use std::{
-    collections::{HashMap, HashSet, VecDeque},
+    collections::{BTreeMap, HashMap, HashSet, VecDeque},
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
@@ -59,31 +59,6 @@ pub const DEFAULT_RELEASE_GRACE: Duration = Duration::from_secs(5);
 pub const MAX_RELEASE_GRACE: Duration = Duration::from_secs(3600);
 
 pub use allocation::RESUME_WINDOW;
-
-/// Which allocations are live, as host daemons are told (`FromBroker::LiveAllocs`): they
-/// end leftover processes of the others. `ending`: those past their reclaim deadline,
-/// whose processes daemons end on every transport (`FromBroker::EndAllocs`).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct LiveAllocs {
-    pub live: Vec<u64>,
-    pub issued_below: u64,
-    pub ending: Vec<u64>,
-}
-
-impl LiveAllocs {
-    pub fn message(&self) -> FromBroker {
-        FromBroker::LiveAllocs {
-            live: self.live.clone(),
-            issued_below: self.issued_below,
-        }
-    }
-
-    pub fn end_message(&self) -> FromBroker {
-        FromBroker::EndAllocs {
-            allocs: self.ending.clone(),
-        }
-    }
-}
 
 /// Jobs, their agents and their allocations.
 pub struct JobDesk {
@@ -199,20 +174,15 @@ impl JobDesk {
         self
     }
 
-    /// The host daemons' word on live allocations (see `FromBroker::LiveAllocs`).
-    /// Changes whenever [`JobDesk::live_allocs`] does (O(1)).
+    /// A stamp that changes whenever [`JobDesk::allocs_by_host`] does (O(1)).
     pub fn live_allocs_stamp(&self) -> (usize, u64, u64) {
         self.alloc.live_allocs_stamp()
     }
 
-    pub fn live_allocs(&self) -> LiveAllocs {
-        let (live, issued_below) = self.alloc.live_allocs();
-        let ending = self.alloc.ending_allocs();
-        LiveAllocs {
-            live,
-            issued_below,
-            ending,
-        }
+    /// Each host's allocations as its daemon is told of them, and the next allocation id
+    /// ([`crate::host_words`]).
+    pub fn allocs_by_host(&self) -> (BTreeMap<&str, allocation::HostAllocs>, u64) {
+        self.alloc.allocs_by_host()
     }
 
     /// Whether the core should tick faster: it may ask Slurm for a pilot soon

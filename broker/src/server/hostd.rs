@@ -1,9 +1,11 @@
-//! A host daemon's session: its reports to the core, the live allocations (and those to
-//! end) to it whenever they change, until the core closes it or it goes away. Sessions run
+//! A host daemon's session: its reports to the core, its host's allocations (the live ones
+//! and those to end, [`crate::host_words`]) to it whenever they change, until the core
+//! closes it or it goes away. Sessions run
 //! on the host daemons' runtime, in its turns ([`super::turns`]): their events go to the
 //! core at the end of each turn, in order.
 
 use super::{turns::Pace, *};
+use crate::host_words::HostWord;
 
 pub(super) async fn hostd_session<S>(
     mut conn: FramedConn<S>,
@@ -15,16 +17,15 @@ pub(super) async fn hostd_session<S>(
 {
     let id = ctx.next_conn.fetch_add(1, Ordering::Relaxed);
     let (close_tx, mut close_rx) = oneshot::channel::<String>();
+    // The core sends the host's word as it takes the connection, then at each change.
+    let (word_tx, mut word_rx) = watch::channel(None);
     let connected = Event::HostdConnected {
         host: host.clone(),
         conn: id,
         close: close_tx,
+        word: word_tx,
     };
     ctx.turns.queue(connected); // the daemon was welcomed when it authenticated
-    let mut live = ctx.live.clone();
-    if let Some(rx) = live.as_mut() {
-        rx.mark_changed(); // the current word goes out at once
-    }
     let mut told = Told::default();
     let mut frames = HostdFrames::default();
     let mut last_allocs_running: Option<Vec<u64>> = None;
@@ -33,7 +34,7 @@ pub(super) async fn hostd_session<S>(
         tokio::select! {
             _ = shutdown.changed() => break "broker stopping".to_string(),
             why = &mut close_rx => break why.unwrap_or_else(|_| "closed by broker".into()),
-            word = next_live(&mut live) => {
+            word = next_word(&mut word_rx) => {
                 if told.send(&mut conn, &word, ctx.sweep_live).await.is_err() {
                     break "connection closed".into();
                 }
@@ -61,8 +62,8 @@ pub(super) async fn hostd_session<S>(
                 crate::web::METRICS.report();
                 ctx.turns.queue(report);
                 // A daemon that ends allocations past their deadline hears of them from now.
-                let word = live.as_ref().and_then(|rx| rx.borrow().clone());
-                if let (true, Some(word)) = (ends_allocs, word) {
+                let word = ends_allocs.then(|| word_rx.borrow().clone()).flatten();
+                if let Some(word) = word {
                     told.ends_allocs = true;
                     if told.send(&mut conn, &word, ctx.sweep_live).await.is_err() {
                         break "connection closed".into();
@@ -128,7 +129,7 @@ impl Told {
     async fn send<S: AsyncRead + AsyncWrite + Unpin>(
         &mut self,
         conn: &mut FramedConn<S>,
-        word: &LiveAllocs,
+        word: &HostWord,
         sweep: bool,
     ) -> Result<(), FrameError> {
         let live = (word.live.clone(), word.issued_below);
@@ -144,19 +145,14 @@ impl Told {
     }
 }
 
-/// The next word on live allocations for a host daemon; never without a channel, or once
-/// the core is gone.
-async fn next_live(live: &mut Option<watch::Receiver<Option<LiveAllocs>>>) -> LiveAllocs {
+/// The next word of the core on the host's allocations; never once the core is gone.
+async fn next_word(word: &mut watch::Receiver<Option<HostWord>>) -> HostWord {
     loop {
-        let Some(rx) = live.as_mut() else {
+        if word.changed().await.is_err() {
             return std::future::pending().await;
-        };
-        if rx.changed().await.is_err() {
-            *live = None;
-            continue;
         }
-        if let Some(word) = rx.borrow_and_update().as_ref() {
-            return word.clone();
+        if let Some(current) = word.borrow_and_update().as_ref() {
+            return current.clone();
         }
     }
 }
