@@ -4,7 +4,8 @@
 //!
 //! Reports go out every interval (from the broker's `Welcome`, or `--interval-ms`), and at
 //! once when [`detect_trigger`] sees a login or returning input (polled every
-//! [`ACTIVITY_POLL`], and at once at each of logind's signals). The broker's `LiveAllocs` feed the [`Sweeper`], which ends leftover
+//! [`ACTIVITY_POLL`], and at once at each of logind's signals). The broker's `LiveAllocs`
+//! (this host's allocations, whenever they change) feed the [`Sweeper`], which ends leftover
 //! processes of allocations that are over (see [`crate::sweep`]); its word is kept across
 //! reconnections (a stale word only spares processes, it never ends a live one). On every
 //! transport the broker's `EndAllocs` (allocations past their reclaim deadline) feed it

@@ -25,7 +25,7 @@ use std::{
 };
 
 use nix::{sys::signal::Signal, unistd::Pid};
-use tracing::warn;
+use tracing::{info, warn};
 
 /// Time between SIGTERM and SIGKILL for a leftover process (its allocation is already over:
 /// the job's own grace period has passed or the job gave the host back).
@@ -78,6 +78,8 @@ pub struct Sweeper {
     live: Option<Live>,
     /// What was below a subagent of this lab, for processes that lost their tag.
     lineage: crate::lineage::Lineage,
+    /// The noted processes without a tag already logged (pid, start): each is logged once.
+    untagged_logged: BTreeSet<(i32, u64)>,
     /// Allocations whose reclaim deadline passed (`FromBroker::EndAllocs`): their
     /// processes end whatever `live` says, on every transport.
     ending: BTreeSet<u64>,
@@ -98,6 +100,7 @@ impl Sweeper {
         Self {
             live: None,
             lineage: Default::default(),
+            untagged_logged: BTreeSet::new(),
             ending: BTreeSet::new(),
             termed: BTreeMap::new(),
             grace,
@@ -273,15 +276,37 @@ pub fn sweep(sweeper: &mut Sweeper, scope: &Scope, now: Instant) -> Vec<u64> {
         .and_then(proto::tag::parse)
         .map(|tag| tag.alloc);
     let table = crate::lineage::read(scope);
+    let mut untagged = BTreeSet::new();
     for noted in sweeper.lineage.update(&table, own_alloc) {
         if !found.iter().any(|t| t.pid == noted.pid) {
+            untagged.insert((noted.pid, noted.start));
+            if !sweeper.untagged_logged.contains(&(noted.pid, noted.start)) {
+                log_untagged(scope.proc_root, &noted);
+            }
             found.push(noted);
         }
     }
+    sweeper.untagged_logged = untagged;
     found.sort();
     let kills = sweeper.plan(&found, now);
     perform(scope.proc_root, &kills);
     allocs_of(&found)
+}
+
+/// Says, once per process, that one below a subagent carries no tag of this lab (it
+/// cleared or replaced its environment): it is known only by the note, and ends with its
+/// allocation all the same.
+fn log_untagged(proc_root: &Path, noted: &Tagged) {
+    let comm = std::fs::read_to_string(proc_root.join(noted.pid.to_string()).join("comm"))
+        .map(|c| c.trim().to_string())
+        .unwrap_or_default();
+    info!(
+        pid = noted.pid,
+        alloc = noted.alloc,
+        %comm,
+        "noted a process below a subagent that carries no tag (its environment was cleared \
+         or replaced): it ends with its allocation"
+    );
 }
 
 /// The allocations of `found`, ascending, each once.

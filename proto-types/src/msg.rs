@@ -313,19 +313,21 @@ pub enum FromBroker {
     Shutdown {
         reason: String,
     },
-    /// To a host daemon, on connecting and whenever it changes: the allocations live in the
-    /// lab now (granted or being released, ascending), and that every allocation id below
-    /// `issued_below` has been issued. A process of the daemon's user tagged
-    /// (`proto::tag`) for an allocation below `issued_below` that is not in `live` belongs
-    /// to a host its job no longer holds: the daemon ends it (SIGTERM, then SIGKILL).
-    /// Sent only where one daemon serves one machine (the `ssh` and `rsh` transports).
+    /// To a host daemon, on connecting and whenever they change: the allocations of its
+    /// host live now (granted or being released, ascending), and that every allocation id
+    /// below `issued_below` has been issued (as of that change: grants of other hosts since
+    /// do not move it). A process of the daemon's user tagged (`proto::tag`) for an
+    /// allocation below `issued_below` that is not in `live` belongs to a host its job no
+    /// longer holds: the daemon ends it (SIGTERM, then SIGKILL). Sent only where one daemon
+    /// serves one machine (the `ssh` and `rsh` transports). (Brokers before 672babe listed
+    /// every live allocation of the lab, and sent the list at each change anywhere.)
     LiveAllocs {
         live: Vec<u64>,
         issued_below: u64,
     },
     /// To a host daemon that reports `allocs_running` (see [`crate::report::HostReport`]),
-    /// on connecting and whenever it changes: the allocations whose reclaim deadline has
-    /// passed (ascending). The daemon ends every process of its user tagged for one of them
+    /// on connecting and whenever it changes: the allocations of its host whose reclaim
+    /// deadline has passed (ascending). The daemon ends every process of its user tagged for one of them
     /// on its machine (SIGTERM, then SIGKILL); the broker holds their hosts until the
     /// daemon's reports no longer list them, or the host is down. Sent on every transport.
     EndAllocs {

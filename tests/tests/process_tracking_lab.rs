@@ -232,8 +232,11 @@ fn calls_to_a_held_host_share_one_ssh_connection_closed_when_the_host_goes_back(
 
 /// The last net on a granted host: the guardian is SIGKILLed after its command ended, so
 /// what it had adopted — here a daemon that erased its environment, tag included — goes
-/// to init. The host daemon noted the daemon below the subagent while it lived, and ends it
-/// once the allocation is over.
+/// to init. The host daemon noted the daemon below the subagent while it lived (at one of
+/// its sweeps: within 5 s, at once when its host's allocations change; it logs each such
+/// process once, which the test waits for before it kills the guardian), and ends it once
+/// the allocation is over. (Until 672babe every grant anywhere in the lab made every host
+/// daemon sweep, and the test relied on its second call's grant of another host for it.)
 #[test]
 fn the_host_daemon_ends_an_untagged_leftover_whose_guardian_was_killed() {
     let name = "the_host_daemon_ends_an_untagged_leftover_whose_guardian_was_killed";
@@ -245,12 +248,9 @@ fn the_host_daemon_ends_an_untagged_leftover_whose_guardian_was_killed() {
     let marker = format!("rbnoted{}", std::process::id());
     let dir = tempfile::tempdir().expect("tempdir");
     let go_on = dir.path().join("go-on");
-    // The second call's grant and release change the live allocations: every host daemon
-    // sweeps (and notes what is below the subagents) at once.
     let script = format!(
         "mkfifo {fifo}\n\
          rsh anyLinux '{daemon} 600 {marker}'\n\
-         rsh anyLinux true\n\
          echo ready\n\
          read -r _ <{fifo}\n",
         fifo = go_on.display(),
@@ -269,11 +269,37 @@ fn the_host_daemon_ends_an_untagged_leftover_whose_guardian_was_killed() {
     assert_eq!(line.trim(), "ready", "the job's calls failed");
     let pattern = format!("600 {marker}$");
     let found = on_hosts(&env, &pattern);
-    let host = found
+    // pgrep's lines are "PID COMMAND…": the daemon's (the subagent's own ends alike).
+    let daemon_path = daemon.display().to_string();
+    let (host, pid) = found
         .first()
-        .and_then(|l| l.split(':').next())
-        .expect("the daemon runs on a granted host")
-        .to_string();
+        .and_then(|l| {
+            let (host, lines) = l.split_once(": ")?;
+            let pid = lines.lines().find_map(|line| {
+                let mut words = line.split_whitespace();
+                let pid = words.next()?;
+                (words.next()? == daemon_path).then(|| pid.to_string())
+            })?;
+            Some((host.to_string(), pid))
+        })
+        .expect("the daemon runs on a granted host");
+    let hostd_log = env
+        .broker
+        .state_dir()
+        .join(format!("logs/hostd-{host}.log"));
+    let noted = wait_until(Duration::from_secs(20), || {
+        let log = std::fs::read_to_string(&hostd_log).unwrap_or_default();
+        log.lines()
+            .any(|l| {
+                l.contains("noted a process below a subagent") && l.contains(&format!("pid={pid} "))
+            })
+            .then_some(())
+    });
+    assert!(
+        noted.is_some(),
+        "{host}'s daemon never noted pid {pid}: {}",
+        std::fs::read_to_string(&hostd_log).unwrap_or_default()
+    );
     let guardians = env
         .lab
         .exec(&host, &["pgrep", "-f", "rb-subagent --agent"])
