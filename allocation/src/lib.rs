@@ -140,7 +140,7 @@ pub use overflow::{OverflowSettings, PilotId};
 pub use prepare::{HostInputs, PreparedPolicy, Retired};
 pub use replay::{Difference, Outcome, Replay};
 pub use snapshot::{AllocRecord, JobRecord, ReleasingRecord, RequestRecord, Snapshot};
-pub use state::{Allocator, HostAllocs};
+pub use state::Allocator;
 pub use trace::{Recorder, TraceClock};
 pub use trace_state::TraceState;
 pub use usage::{ByUse, HostUse, Span, Timeline, Usage};

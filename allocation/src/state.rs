@@ -55,15 +55,6 @@ pub(crate) struct Allocation {
     pub(crate) since: Instant,
 }
 
-/// One host's allocations, as its daemon is told of them ([`Allocator::allocs_by_host`]):
-/// the live ones, whose processes stay, and those past their reclaim deadline, whose
-/// processes a daemon that ends allocations ends. Ascending.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HostAllocs {
-    pub live: Vec<AllocId>,
-    pub ending: Vec<AllocId>,
-}
-
 /// A queued request.
 #[derive(Debug, Clone)]
 pub(crate) struct Waiting {
@@ -593,19 +584,15 @@ impl Allocator {
         (self.allocs.len(), self.next_alloc, self.ending_changes)
     }
 
-    /// Each host's allocations, as its daemon is told of them: the live ones and those
-    /// past their deadline ([`Self::ending_allocs`]), ascending; and the next id to be
-    /// issued. A host with no allocation is not listed. O(allocations).
-    pub fn allocs_by_host(&self) -> (BTreeMap<&str, HostAllocs>, AllocId) {
-        let mut hosts: BTreeMap<&str, HostAllocs> = BTreeMap::new();
-        for (&id, a) in &self.allocs {
-            let host = hosts.entry(a.host.as_str()).or_default();
-            match self.ending.contains(&id) {
-                true => host.ending.push(id),
-                false => host.live.push(id),
-            }
-        }
-        (hosts, self.next_alloc)
+    /// Every allocation, ascending by id, with its host and whether it is past its deadline
+    /// ([`Self::ending_allocs`]; else live), and the next id to be issued: what each host's
+    /// daemon is told of its own (`broker::host_words`).
+    pub fn allocs_with_hosts(&self) -> (impl Iterator<Item = (AllocId, &str, bool)>, AllocId) {
+        let allocs = self
+            .allocs
+            .iter()
+            .map(|(&id, a)| (id, a.host.as_str(), self.ending.contains(&id)));
+        (allocs, self.next_alloc)
     }
 
     /// Every live allocation (granted or being released), ascending, and the next id to be

@@ -18,10 +18,17 @@
 //! of the host issued below it was live in the word or is over. One granted and ended
 //! between two publishes (never in a word) is swept at the host's next change — at the
 //! latest when the host is granted again.
+//!
+//! A publish walks the allocator's allocations beside those it last published, both in id
+//! order (integers compared, no host name touched but those of the allocations that came,
+//! went or passed their deadline), and changes only those hosts' words.
 
-use std::collections::HashMap;
+use std::{
+    cmp::Ordering,
+    collections::{BTreeMap, BTreeSet, HashMap},
+    iter::Peekable,
+};
 
-use allocation::HostAllocs;
 use proto::msg::FromBroker;
 use tokio::sync::watch;
 
@@ -50,8 +57,24 @@ impl HostWord {
         }
     }
 
-    fn holds(&self, allocs: &HostAllocs) -> bool {
-        self.live == allocs.live && self.ending == allocs.ending
+    fn is_empty(&self) -> bool {
+        self.live.is_empty() && self.ending.is_empty()
+    }
+
+    /// Adds `alloc` to the live or the ending ones (each stays ascending).
+    fn add(&mut self, alloc: u64, ending: bool) {
+        let list = match ending {
+            true => &mut self.ending,
+            false => &mut self.live,
+        };
+        if let Err(at) = list.binary_search(&alloc) {
+            list.insert(at, alloc);
+        }
+    }
+
+    fn remove(&mut self, alloc: u64) {
+        self.live.retain(|&a| a != alloc);
+        self.ending.retain(|&a| a != alloc);
     }
 }
 
@@ -63,6 +86,8 @@ pub type WordSender = watch::Sender<Option<HostWord>>;
 pub struct HostWords {
     /// The last word of each host that has allocations.
     published: HashMap<String, HostWord>,
+    /// Every allocation as last published: its host, and whether it is past its deadline.
+    known: BTreeMap<u64, (String, bool)>,
     /// Each connected daemon's session: its connection and its word's channel.
     sessions: HashMap<String, (ConnId, WordSender)>,
     /// The allocator's stamp at the last publish (it changes with the allocations).
@@ -90,45 +115,195 @@ impl HostWords {
     }
 
     /// Tells the daemons of the hosts whose allocations changed since the last call.
-    /// O(1) when none did; else O(allocations).
+    /// O(1) when none did (the allocator's stamp says so); else a walk of the allocations'
+    /// ids, and a word for each host that changed.
     pub fn publish(&mut self, desk: &JobDesk) {
         let stamp = desk.live_allocs_stamp();
         if self.stamp == Some(stamp) {
             return;
         }
         self.stamp = Some(stamp);
-        let (by_host, issued_below) = desk.allocs_by_host();
-        self.issued_below = issued_below;
-        let emptied: Vec<String> = self
-            .published
-            .keys()
-            .filter(|host| !by_host.contains_key(host.as_str()))
-            .cloned()
-            .collect();
-        for host in emptied {
-            self.published.remove(&host);
-            self.tell(&host, HostWord::default());
-        }
-        for (host, allocs) in by_host {
-            if self.published.get(host).is_some_and(|w| w.holds(&allocs)) {
-                continue;
-            }
-            let word = HostWord {
-                live: allocs.live,
-                issued_below: 0,
-                ending: allocs.ending,
-            };
-            let told = self.tell(host, word);
-            self.published.insert(host.to_string(), told);
-        }
+        let (allocs, issued_below) = desk.allocs_with_hosts();
+        self.publish_allocs(allocs, issued_below);
     }
 
-    /// Sends `word` (as of now) to `host`'s session, if its daemon is connected; returns it.
-    fn tell(&self, host: &str, mut word: HostWord) -> HostWord {
-        word.issued_below = self.issued_below;
-        if let Some((_, session)) = self.sessions.get(host) {
-            session.send_replace(Some(word.clone()));
+    /// [`Self::publish`] of `allocs` (ascending by id: id, host, past its deadline), with
+    /// every id below `issued_below` issued.
+    fn publish_allocs<'a>(
+        &mut self,
+        allocs: impl Iterator<Item = (u64, &'a str, bool)>,
+        issued_below: u64,
+    ) {
+        self.issued_below = issued_below;
+        let mut changed = BTreeSet::new();
+        for change in changes(self.known.iter().peekable(), allocs.peekable()) {
+            let (alloc, host, ending) = match change {
+                Change::Gone(alloc) => {
+                    let (host, _) = self.known.remove(&alloc).unwrap_or_default();
+                    if let Some(word) = self.published.get_mut(&host) {
+                        word.remove(alloc);
+                    }
+                    changed.insert(host);
+                    continue;
+                }
+                Change::Came(alloc, host, ending) | Change::Moved(alloc, host, ending) => {
+                    (alloc, host, ending)
+                }
+            };
+            let word = self.published.entry(host.clone()).or_default();
+            word.remove(alloc);
+            word.add(alloc, ending);
+            self.known.insert(alloc, (host.clone(), ending));
+            changed.insert(host);
         }
-        word
+        for host in changed {
+            let word = match self.published.get_mut(&host) {
+                Some(word) if !word.is_empty() => {
+                    word.issued_below = issued_below;
+                    word.clone()
+                }
+                _ => {
+                    self.published.remove(&host);
+                    HostWord {
+                        issued_below,
+                        ..HostWord::default()
+                    }
+                }
+            };
+            if let Some((_, session)) = self.sessions.get(&host) {
+                session.send_replace(Some(word));
+            }
+        }
+    }
+}
+
+/// What became of one allocation since the last publish.
+enum Change {
+    /// Granted since: its host, and whether it is past its deadline already.
+    Came(u64, String, bool),
+    /// Over since.
+    Gone(u64),
+    /// Passed its deadline (or, restored, came back from it) since.
+    Moved(u64, String, bool),
+}
+
+/// The differences between the allocations published (`known`) and `now`, both ascending
+/// by id.
+fn changes<'k, 'a>(
+    mut known: Peekable<impl Iterator<Item = (&'k u64, &'k (String, bool))>>,
+    mut now: Peekable<impl Iterator<Item = (u64, &'a str, bool)>>,
+) -> Vec<Change> {
+    let mut out = Vec::new();
+    loop {
+        let order = match (known.peek(), now.peek()) {
+            (None, None) => return out,
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (Some((&k, _)), Some(&(n, _, _))) => k.cmp(&n),
+        };
+        match order {
+            Ordering::Less => {
+                let (&alloc, _) = known.next().expect("peeked");
+                out.push(Change::Gone(alloc));
+            }
+            Ordering::Greater => {
+                let (alloc, host, ending) = now.next().expect("peeked");
+                out.push(Change::Came(alloc, host.to_string(), ending));
+            }
+            Ordering::Equal => {
+                let ((_, (_, was_ending)), (alloc, host, ending)) =
+                    (known.next().expect("peeked"), now.next().expect("peeked"));
+                if *was_ending != ending {
+                    out.push(Change::Moved(alloc, host.to_string(), ending));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A session for `host` on connection `conn`, and what it hears.
+    fn connect(
+        words: &mut HostWords,
+        host: &str,
+        conn: ConnId,
+    ) -> watch::Receiver<Option<HostWord>> {
+        let (tx, rx) = watch::channel(None);
+        words.connected(host, conn, tx);
+        rx
+    }
+
+    fn word(live: &[u64], ending: &[u64], issued_below: u64) -> Option<HostWord> {
+        Some(HostWord {
+            live: live.to_vec(),
+            issued_below,
+            ending: ending.to_vec(),
+        })
+    }
+
+    /// The news `rx` has, once (`None`: none since the last look).
+    fn news(rx: &mut watch::Receiver<Option<HostWord>>) -> Option<Option<HostWord>> {
+        rx.has_changed()
+            .expect("sender kept")
+            .then(|| rx.borrow_and_update().clone())
+    }
+
+    #[test]
+    fn each_host_hears_of_its_own_allocations_when_they_change_and_only_then() {
+        let mut words = HostWords::default();
+        words.publish_allocs(std::iter::empty(), 1);
+        let mut a = connect(&mut words, "a", 1);
+        let mut b = connect(&mut words, "b", 2);
+        assert_eq!(news(&mut a), Some(word(&[], &[], 1)));
+        assert_eq!(news(&mut b), Some(word(&[], &[], 1)));
+
+        words.publish_allocs([(1, "a", false)].into_iter(), 2);
+        assert_eq!(news(&mut a), Some(word(&[1], &[], 2)));
+        assert_eq!(news(&mut b), None, "a grant of a is no news to b");
+
+        words.publish_allocs(
+            [(1, "a", false), (2, "b", false), (3, "a", false)].into_iter(),
+            4,
+        );
+        assert_eq!(news(&mut a), Some(word(&[1, 3], &[], 4)));
+        assert_eq!(news(&mut b), Some(word(&[2], &[], 4)));
+
+        // 1 passes its deadline; 2 is over.
+        words.publish_allocs([(1, "a", true), (3, "a", false)].into_iter(), 4);
+        assert_eq!(news(&mut a), Some(word(&[3], &[1], 4)));
+        assert_eq!(news(&mut b), Some(word(&[], &[], 4)));
+
+        // A grant of a new host: a and b hear nothing; c, connecting later, gets its word.
+        words.publish_allocs(
+            [(1, "a", true), (3, "a", false), (4, "c", false)].into_iter(),
+            5,
+        );
+        assert_eq!((news(&mut a), news(&mut b)), (None, None));
+        let mut c = connect(&mut words, "c", 3);
+        assert_eq!(news(&mut c), Some(word(&[4], &[], 5)));
+
+        // Everything over: a's word empties, with the bound of that change.
+        words.publish_allocs([(4, "c", false)].into_iter(), 7);
+        assert_eq!(news(&mut a), Some(word(&[], &[], 7)));
+        assert_eq!((news(&mut b), news(&mut c)), (None, None));
+    }
+
+    #[test]
+    fn a_newer_connection_of_a_host_takes_its_words_and_the_older_ones_close_leaves_it() {
+        let mut words = HostWords::default();
+        words.publish_allocs([(1, "a", false)].into_iter(), 2);
+        let old = connect(&mut words, "a", 1);
+        let mut new = connect(&mut words, "a", 2);
+        assert_eq!(news(&mut new), Some(word(&[1], &[], 2)));
+        words.disconnected("a", 1);
+        words.publish_allocs(std::iter::empty(), 2);
+        assert_eq!(news(&mut new), Some(word(&[], &[], 2)));
+        assert!(
+            old.has_changed().is_err(),
+            "the older session's channel is closed once replaced"
+        );
     }
 }

@@ -24,7 +24,7 @@ mod overflow;
 pub use host_side::host_view;
 
 use std::{
-    collections::{BTreeMap, HashMap, HashSet, VecDeque},
+    collections::{HashMap, HashSet, VecDeque},
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
@@ -174,15 +174,15 @@ impl JobDesk {
         self
     }
 
-    /// A stamp that changes whenever [`JobDesk::allocs_by_host`] does (O(1)).
+    /// A stamp that changes whenever [`JobDesk::allocs_with_hosts`] does (O(1)).
     pub fn live_allocs_stamp(&self) -> (usize, u64, u64) {
         self.alloc.live_allocs_stamp()
     }
 
-    /// Each host's allocations as its daemon is told of them, and the next allocation id
-    /// ([`crate::host_words`]).
-    pub fn allocs_by_host(&self) -> (BTreeMap<&str, allocation::HostAllocs>, u64) {
-        self.alloc.allocs_by_host()
+    /// Every allocation (ascending) with its host and whether it is past its deadline, and
+    /// the next allocation id ([`crate::host_words`]).
+    pub fn allocs_with_hosts(&self) -> (impl Iterator<Item = (u64, &str, bool)>, u64) {
+        self.alloc.allocs_with_hosts()
     }
 
     /// Whether the core should tick faster: it may ask Slurm for a pilot soon
