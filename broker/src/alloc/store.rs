@@ -1,13 +1,18 @@
 //! [`Store`]: the broker's durable state in one SQLite file (WAL, `synchronous=NORMAL`).
 //!
-//! The file holds exactly one [`Snapshot`]; [`Store::save`] rewrites its small tables in one
-//! transaction and [`Store::load`] reads it back. The schema is versioned in
+//! The file holds exactly one [`Snapshot`]; [`Store::save`] writes it in one transaction and
+//! [`Store::load`] reads it back. A save writes only the rows that differ from the snapshot
+//! this store last wrote (the first save of an opened store, or the one after a failed save,
+//! rewrites every table): a grant changes one allocation row and a counter, not every row of
+//! a lab where a job holds thousands of hosts. The schema is versioned in
 //! `schema_version`; the `MIGRATIONS` list takes a file from any older version (0 = empty file) to
 //! the current one, and a file from a newer broker is refused rather than misread.
 //!
 //! The store is written after decisions, never consulted by them (see `DESIGN.md`, State).
 
 use std::{
+    collections::{HashMap, HashSet},
+    hash::Hash,
     path::{Path, PathBuf},
     time::Duration,
 };
@@ -68,6 +73,9 @@ pub enum StoreError {
 pub struct Store {
     path: PathBuf,
     conn: Connection,
+    /// What the file holds, as this store last wrote it (`None`: not known, the next save
+    /// rewrites every table).
+    written: Option<Snapshot>,
 }
 
 impl Store {
@@ -80,6 +88,7 @@ impl Store {
         let mut store = Store {
             path: path.to_path_buf(),
             conn,
+            written: None,
         };
         store.configure()?;
         store.migrate()?;
@@ -142,18 +151,27 @@ impl Store {
         Ok(v.unwrap_or(0))
     }
 
-    /// Replaces the stored state with `s`, in one transaction.
+    /// Replaces the stored state with `s`, in one transaction: the rows that differ from
+    /// the last snapshot saved, or every row when that is not known.
     pub fn save(&mut self, s: &Snapshot) -> Result<(), StoreError> {
         let path = self.path.clone();
         let err = |e| classify(&path, "write", e);
+        // Unknown until this save commits: a failed one leaves the next to rewrite it all.
+        let written = self.written.take();
         let tx = self.conn.transaction().map_err(err)?;
-        tx.execute_batch(
-            "DELETE FROM counters; DELETE FROM jobs; DELETE FROM allocations;
-             DELETE FROM requests; DELETE FROM drained;",
-        )
+        match &written {
+            Some(old) => write_changes(&tx, old, s),
+            None => tx
+                .execute_batch(
+                    "DELETE FROM counters; DELETE FROM jobs; DELETE FROM allocations;
+                     DELETE FROM requests; DELETE FROM drained;",
+                )
+                .and_then(|()| write_rows(&tx, s)),
+        }
         .map_err(err)?;
-        write_rows(&tx, s).map_err(err)?;
-        tx.commit().map_err(err)
+        tx.commit().map_err(err)?;
+        self.written = Some(s.clone());
+        Ok(())
     }
 
     /// The stored state; `None` when nothing was ever saved.
@@ -286,51 +304,131 @@ impl Store {
 
 /// Writes every row of `s` (the tables are empty).
 fn write_rows(tx: &Transaction<'_>, s: &Snapshot) -> rusqlite::Result<()> {
-    let mut counter = tx.prepare("INSERT INTO counters (name, value) VALUES (?1, ?2)")?;
+    write_counters(tx, s)?;
+    let mut job = tx.prepare(INSERT_JOB)?;
+    for j in &s.jobs {
+        insert_job(&mut job, j)?;
+    }
+    let mut alloc = tx.prepare(INSERT_ALLOC)?;
+    for a in &s.allocations {
+        insert_alloc(&mut alloc, a)?;
+    }
+    write_requests(tx, s)?;
+    write_drained(tx, s)
+}
+
+/// Writes what differs between `old` (what the file holds) and `new`: jobs and allocations
+/// row by row (by id); the counters, the queue and the drained hosts whole, when they
+/// changed.
+fn write_changes(tx: &Transaction<'_>, old: &Snapshot, new: &Snapshot) -> rusqlite::Result<()> {
+    let counters = |s: &Snapshot| (s.next_job, s.next_alloc, s.next_request);
+    if counters(old) != counters(new) {
+        write_counters(tx, new)?;
+    }
+    let (jobs, jobs_gone) = changed_rows(&old.jobs, &new.jobs, |j| j.id);
+    let mut delete = tx.prepare("DELETE FROM jobs WHERE id = ?1")?;
+    for id in jobs_gone {
+        delete.execute([id as i64])?;
+    }
+    let mut job = tx.prepare(INSERT_JOB)?;
+    for j in jobs {
+        insert_job(&mut job, j)?;
+    }
+    let (allocs, allocs_gone) = changed_rows(&old.allocations, &new.allocations, |a| a.id);
+    let mut delete = tx.prepare("DELETE FROM allocations WHERE id = ?1")?;
+    for id in allocs_gone {
+        delete.execute([id as i64])?;
+    }
+    let mut alloc = tx.prepare(INSERT_ALLOC)?;
+    for a in allocs {
+        insert_alloc(&mut alloc, a)?;
+    }
+    if old.requests != new.requests {
+        tx.execute("DELETE FROM requests", [])?;
+        write_requests(tx, new)?;
+    }
+    if old.drained != new.drained {
+        tx.execute("DELETE FROM drained", [])?;
+        write_drained(tx, new)?;
+    }
+    Ok(())
+}
+
+/// The records of `new` that `old` does not hold as they are (new or changed), and the keys
+/// of those of `old` that `new` no longer has.
+fn changed_rows<'a, T: PartialEq, K: Copy + Eq + Hash>(
+    old: &[T],
+    new: &'a [T],
+    key: impl Fn(&T) -> K,
+) -> (Vec<&'a T>, Vec<K>) {
+    let before: HashMap<K, &T> = old.iter().map(|r| (key(r), r)).collect();
+    let now: HashSet<K> = new.iter().map(&key).collect();
+    let upserts = new
+        .iter()
+        .filter(|r| before.get(&key(r)) != Some(r))
+        .collect();
+    let gone = before.into_keys().filter(|k| !now.contains(k)).collect();
+    (upserts, gone)
+}
+
+fn write_counters(tx: &Transaction<'_>, s: &Snapshot) -> rusqlite::Result<()> {
+    let mut counter =
+        tx.prepare("INSERT OR REPLACE INTO counters (name, value) VALUES (?1, ?2)")?;
     counter.execute(params!["next_job", s.next_job as i64])?;
     counter.execute(params!["next_alloc", s.next_alloc as i64])?;
     counter.execute(params!["next_request", s.next_request as i64])?;
-    let mut job = tx.prepare(
-        "INSERT INTO jobs (id, user, cwd, argv, spec, adaptive, state)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-    )?;
-    for j in &s.jobs {
-        let argv = serde_json::Value::from(j.info.argv.clone()).to_string();
-        let spec = j.info.spec.as_ref().map(|v| v.to_string());
-        let i = &j.info;
-        let state = j.state.as_str();
-        job.execute(params![
-            j.id as i64,
-            i.user,
-            i.cwd,
-            argv,
-            spec,
-            i.adaptive,
-            state
-        ])?;
-    }
-    let mut alloc = tx.prepare(
-        "INSERT INTO allocations (id, job, host, address, request, releasing, grace_ms, for_request)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-    )?;
-    for a in &s.allocations {
-        let rel = a.releasing.as_ref();
-        alloc.execute(params![
-            a.id as i64,
-            a.job as i64,
-            a.host,
-            a.address,
-            a.request.map(|r| r as i64),
-            rel.is_some(),
-            rel.map(|r| r.grace.as_millis().min(i64::MAX as u128) as i64),
-            rel.and_then(|r| r.for_request).map(|r| r as i64),
-        ])?;
-    }
+    Ok(())
+}
+
+const INSERT_JOB: &str = "INSERT OR REPLACE INTO jobs (id, user, cwd, argv, spec, adaptive, state)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+
+fn insert_job(stmt: &mut rusqlite::Statement<'_>, j: &JobRecord) -> rusqlite::Result<()> {
+    let argv = serde_json::Value::from(j.info.argv.clone()).to_string();
+    let spec = j.info.spec.as_ref().map(|v| v.to_string());
+    let i = &j.info;
+    let state = j.state.as_str();
+    stmt.execute(params![
+        j.id as i64,
+        i.user,
+        i.cwd,
+        argv,
+        spec,
+        i.adaptive,
+        state
+    ])?;
+    Ok(())
+}
+
+const INSERT_ALLOC: &str = "INSERT OR REPLACE INTO allocations
+     (id, job, host, address, request, releasing, grace_ms, for_request)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+
+fn insert_alloc(stmt: &mut rusqlite::Statement<'_>, a: &AllocRecord) -> rusqlite::Result<()> {
+    let rel = a.releasing.as_ref();
+    stmt.execute(params![
+        a.id as i64,
+        a.job as i64,
+        a.host,
+        a.address,
+        a.request.map(|r| r as i64),
+        rel.is_some(),
+        rel.map(|r| r.grace.as_millis().min(i64::MAX as u128) as i64),
+        rel.and_then(|r| r.for_request).map(|r| r as i64),
+    ])?;
+    Ok(())
+}
+
+fn write_requests(tx: &Transaction<'_>, s: &Snapshot) -> rusqlite::Result<()> {
     let mut req =
         tx.prepare("INSERT INTO requests (position, id, job, symbolic) VALUES (?1, ?2, ?3, ?4)")?;
     for (pos, r) in s.requests.iter().enumerate() {
         req.execute(params![pos as i64, r.id as i64, r.job as i64, r.symbolic])?;
     }
+    Ok(())
+}
+
+fn write_drained(tx: &Transaction<'_>, s: &Snapshot) -> rusqlite::Result<()> {
     let mut drained = tx.prepare("INSERT INTO drained (host) VALUES (?1)")?;
     for h in &s.drained {
         drained.execute([h])?;
@@ -464,6 +562,45 @@ mod tests {
         let smaller = sample(3);
         store.save(&smaller).expect("save again");
         assert_eq!(store.load().expect("load"), Some(smaller), "full rewrite");
+    }
+
+    /// A save writes the rows that changed since the last one (it rewrote every row: at a
+    /// lab where a job holds thousands of hosts, each grant rewrote thousands), and what it
+    /// leaves reads back as the snapshot saved, whatever changed.
+    #[test]
+    fn a_save_writes_only_what_changed_and_reads_back_whole() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut store = Store::open(&dir.path().join("broker.db")).expect("open");
+        let mut s = sample(500);
+        store.save(&s).expect("first save");
+        let before = store.conn.total_changes();
+        let mut granted = s.allocations[0].clone();
+        granted.id = s.next_alloc;
+        granted.host = "node9999".into();
+        s.allocations.push(granted);
+        s.next_alloc += 1;
+        store.save(&s).expect("a grant");
+        let rows = store.conn.total_changes() - before;
+        assert!(rows <= 5, "a grant wrote {rows} rows");
+        assert_eq!(store.load().expect("load"), Some(s.clone()));
+        // Every kind of change at once, row by row and whole.
+        s.allocations.retain(|a| a.id % 3 != 0);
+        s.allocations[1].releasing = None;
+        s.jobs.retain(|j| j.id != 4);
+        s.jobs[0].state = JobState::Ended;
+        s.requests.truncate(7);
+        s.requests.reverse();
+        s.drained.push("node0042".into());
+        s.next_job += 2;
+        store.save(&s).expect("changes");
+        assert_eq!(store.load().expect("load"), Some(s.clone()));
+        let before = store.conn.total_changes();
+        store.save(&s).expect("the same again");
+        assert_eq!(
+            store.conn.total_changes(),
+            before,
+            "nothing changed, nothing written"
+        );
     }
 
     #[test]
