@@ -8,22 +8,35 @@ cargo build --release --workspace --lib --bins --examples --quiet
 # The production build (README, "Static build"): the two programs every remote call execs.
 cargo rustc --release --quiet -p rsh-shim --bin rsh -- -C target-feature=+crt-static
 cargo rustc --release --quiet -p agent --bin rb-subagent -- -C target-feature=+crt-static
-# The footprint's baseline: the broker whose footprint issue 15 quotes (rb-bench's
-# policy::BEFORE_POLICY_FILES, policy compiled in), built once from this clone's history.
-before_policy_files=ba708db
-before_dir=target/baseline-$before_policy_files
+# A broker of an older commit, built once from this clone's history into
+# target/baseline-COMMIT; says so when it cannot be.
+build_baseline() {
+  local commit=$1 dir=target/baseline-$1
+  if [ ! -x "$dir/release/rb-broker" ] && git cat-file -e "$commit^{commit}" 2>/dev/null; then
+    rm -rf "$dir/src" && mkdir -p "$dir/src"
+    git archive "$commit" | tar -x -C "$dir/src"
+    cargo build --release --quiet --manifest-path "$dir/src/Cargo.toml" \
+      --target-dir "$dir" -p broker --bin rb-broker ||
+      echo "bench.sh: building $commit's rb-broker failed (see above)" >&2
+  fi
+  [ -x "$dir/release/rb-broker" ] ||
+    echo "bench.sh: no rb-broker of $commit (not in this clone, or not built)" >&2
+}
 baseline_args=()
-if [ ! -x "$before_dir/release/rb-broker" ] && git cat-file -e "$before_policy_files^{commit}" 2>/dev/null; then
-  rm -rf "$before_dir/src" && mkdir -p "$before_dir/src"
-  git archive "$before_policy_files" | tar -x -C "$before_dir/src"
-  cargo build --release --quiet --manifest-path "$before_dir/src/Cargo.toml" \
-    --target-dir "$before_dir" -p broker --bin rb-broker ||
-    echo "bench.sh: building $before_policy_files's rb-broker failed (see above)" >&2
+# The footprint's baseline: the broker whose footprint issue 15 quotes (rb-bench's
+# policy::BEFORE_POLICY_FILES, policy compiled in).
+before_policy_files=ba708db
+build_baseline "$before_policy_files"
+if [ -x "target/baseline-$before_policy_files/release/rb-broker" ]; then
+  baseline_args+=(--broker-before-policy-files "target/baseline-$before_policy_files/release/rb-broker")
 fi
-if [ -x "$before_dir/release/rb-broker" ]; then
-  baseline_args=(--broker-before-policy-files "$before_dir/release/rb-broker")
-else
-  echo "bench.sh: no rb-broker of $before_policy_files (not in this clone, or not built): the footprint runs without its baseline" >&2
+# Issue 34's baseline (speed at scale): main before that work. Its footprint rows and the
+# paired rows (both brokers at once) run it beside today's.
+before_scale=52ad0fe
+build_baseline "$before_scale"
+if [ -x "target/baseline-$before_scale/release/rb-broker" ]; then
+  baseline_args+=(--broker-compared "target/baseline-$before_scale/release/rb-broker"
+    --broker-compared-label "$before_scale, before issue 34")
 fi
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT

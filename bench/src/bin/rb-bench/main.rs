@@ -258,6 +258,20 @@ pub(crate) fn manual_lab(n: usize) -> String {
     text
 }
 
+/// [`manual_lab`] with an address for each host, 127.1.x.y: a job's remote shell to one
+/// reaches nobody (nothing listens there) and fails at once, on this machine.
+pub(crate) fn manual_lab_with_addresses(n: usize) -> String {
+    let mut text = manual_lab(0);
+    for i in 1..=n {
+        text.push_str(&format!(
+            "[[host]]\nname = \"load{i:05}\"\naddress = \"127.1.{}.{}\"\n",
+            i / 256,
+            i % 256
+        ));
+    }
+    text
+}
+
 fn broker_load(counts: &[usize]) -> anyhow::Result<()> {
     println!("### Broker under load: simulated hosts reporting every second\n");
     println!("A load generator (`rb-loadgen`) opens one TCP connection per simulated host, completes the real HMAC handshake as `hostd`, and sends a real-sized report (one user session) every second. CPU share is of one core (100 % = one core busy), median of five 2 s windows (min–max); RSS is the largest seen. Baseline: the same broker with no hosts.\n");

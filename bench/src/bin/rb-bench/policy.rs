@@ -7,7 +7,10 @@
 use std::{
     path::{Path, PathBuf},
     process::Stdio,
-    sync::Arc,
+    sync::{
+        atomic::{AtomicU64, Ordering as AtomicOrdering},
+        Arc,
+    },
     time::{Duration, Instant},
 };
 
@@ -509,23 +512,38 @@ fn paired(opts: &Options) -> anyhow::Result<()> {
          {rounds} rounds (which broker starts first alternates); once every host is up, both \
          brokers' CPU is read over the same {PAIRED_WINDOWS} windows of 2 s a round. CPU \
          share of one core, median (min–max, n); the ratio is today's over {label}'s, window \
-         by window.\n"
+         by window. In the row \"a job taking hosts\" each broker also has a job whose loop \
+         calls `rsh anyLinux true` through the shim: each call is a grant, its remote shell \
+         fails at once (the hosts' addresses are 127.1.x.y, where nothing listens) and the \
+         host goes back 6 s later (a subagent may still attach late), so the job holds \
+         hundreds of hosts and takes tens a second; the calls each broker served in the \
+         windows are given beside its CPU.\n"
     );
     println!("| reports | {label} CPU | today's CPU | today / {label} |");
     println!("|---|---|---|---|");
     let ours = tests::bin("rb-broker");
-    let lab = crate::manual_lab(each).replacen("[broker]\n", "[broker]\npolicy = \"paper\"\n", 1);
-    for (name, changing) in [
-        ("every report changing", true),
-        ("repeating (quiet)", false),
+    let paper = |lab: String| lab.replacen("[broker]\n", "[broker]\npolicy = \"paper\"\n", 1);
+    let lab = paper(crate::manual_lab(each));
+    let churn_lab = paper(crate::manual_lab_with_addresses(each));
+    for (name, changing, churn) in [
+        ("every report changing", true, false),
+        ("repeating (quiet)", false, false),
+        ("repeating (quiet), a job taking hosts", false, true),
     ] {
+        let lab = if churn { &churn_lab } else { &lab };
         let mut windows: Vec<(f64, f64)> = Vec::new();
+        let mut calls = (0, 0);
         for round in 0..rounds {
             // Which broker starts first alternates, as it might favour one.
             let first_ours = round % 2 == 1;
-            windows.extend(paired_round(
-                compared, &ours, &lab, each, changing, first_ours,
-            )?);
+            let load = Load {
+                each,
+                changing,
+                churn,
+            };
+            let measured = paired_round(compared, &ours, lab, &load, first_ours)?;
+            windows.extend(measured.windows);
+            calls = (calls.0 + measured.calls.0, calls.1 + measured.calls.1);
         }
         let (theirs, mine): (Vec<f64>, Vec<f64>) = windows.iter().copied().unzip();
         let ratio: Vec<f64> = windows
@@ -533,31 +551,73 @@ fn paired(opts: &Options) -> anyhow::Result<()> {
             .filter(|(t, _)| *t > 0.0)
             .map(|(t, u)| u / t)
             .collect();
-        let show = |v: &[f64]| summarize(v).map_or("-".into(), |s| s.show("%", 2));
+        let show = |v: &[f64], calls: u64| {
+            let cpu = summarize(v).map_or("-".into(), |s| s.show("%", 2));
+            match churn {
+                true => format!("{cpu}; {calls} calls"),
+                false => cpu,
+            }
+        };
         let ratio = summarize(&ratio).map_or("-".into(), |s| {
             format!("{:.3} ({:.3}–{:.3}, n={})", s.median, s.min, s.max, s.n)
         });
         println!(
             "| {name}, {each} hosts each | {} | {} | {ratio} |",
-            show(&theirs),
-            show(&mine)
+            show(&theirs, calls.0),
+            show(&mine, calls.1)
         );
     }
     println!();
     Ok(())
 }
 
-/// One round of the paired rows: `compared` and `ours` over `lab`, each under `each`
-/// simulated hosts; the (compared, ours) CPU shares of each window, percent of one core
-/// (none when not every host came up within 40 s).
+/// The load of a paired round: simulated hosts per broker, whether every report changes,
+/// and whether a job takes hosts meanwhile.
+struct Load {
+    each: usize,
+    changing: bool,
+    churn: bool,
+}
+
+/// What a paired round measured: the (compared, ours) CPU shares of each window, percent of
+/// one core, and the calls each broker's job made during the windows.
+struct Paired {
+    windows: Vec<(f64, f64)>,
+    calls: (u64, u64),
+}
+
+/// The loop of the job that takes hosts: a call per line of output.
+const TAKING_HOSTS: &str = "while :; do rsh anyLinux true 2>/dev/null; echo; done";
+
+/// A job of `broker` looping over [`TAKING_HOSTS`], and the count of its calls so far.
+fn taking_hosts(broker: &Broker) -> anyhow::Result<(std::process::Child, Arc<AtomicU64>)> {
+    let mut job = broker
+        .agent(&["sh", "-c", TAKING_HOSTS])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let calls = Arc::new(AtomicU64::new(0));
+    let counter = calls.clone();
+    let out = job.stdout.take().expect("piped");
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for _ in std::io::BufReader::new(out).lines() {
+            counter.fetch_add(1, AtomicOrdering::Relaxed);
+        }
+    });
+    Ok((job, calls))
+}
+
+/// One round of the paired rows: `compared` and `ours` over `lab`, each under the `load`
+/// (none measured when not every host came up within 40 s).
 fn paired_round(
     compared: &Path,
     ours: &Path,
     lab: &str,
-    each: usize,
-    changing: bool,
+    load: &Load,
     first_ours: bool,
-) -> anyhow::Result<Vec<(f64, f64)>> {
+) -> anyhow::Result<Paired> {
     let order = if first_ours {
         [ours, compared]
     } else {
@@ -566,17 +626,30 @@ fn paired_round(
     let brokers = order.map(|p| Broker::start_program(p, lab));
     let mut gens = Vec::new();
     for b in &brokers {
-        gens.push(crate::spawn_loadgen(b, each, changing, 90)?);
+        gens.push(crate::spawn_loadgen(b, load.each, load.changing, 90)?);
     }
     let up = brokers
         .iter()
-        .all(|b| crate::all_up_within(b, each, Duration::from_secs(40)).is_some());
+        .all(|b| crate::all_up_within(b, load.each, Duration::from_secs(40)).is_some());
+    let mut jobs = Vec::new();
+    if up && load.churn {
+        for b in &brokers {
+            jobs.push(taking_hosts(b)?);
+        }
+        std::thread::sleep(Duration::from_secs(3)); // the jobs reach their pace
+    }
     let [a, b] = brokers.each_ref().map(|b| b.child.id());
     let (them, us) = if first_ours { (b, a) } else { (a, b) };
     if !up {
         eprintln!("rb-bench paired: not every host up within 40 s: a round not measured");
     }
     let wanted = if up { PAIRED_WINDOWS } else { 0 };
+    let calls_now = || -> Vec<u64> {
+        jobs.iter()
+            .map(|(_, c)| c.load(AtomicOrdering::Relaxed))
+            .collect()
+    };
+    let calls_before = calls_now();
     let mut windows = Vec::new();
     for _ in 0..wanted {
         let before = [them, us].map(bench::procstat::cpu_seconds);
@@ -586,11 +659,25 @@ fn paired_round(
             windows.push(((t1 - t0) / 2.0 * 100.0, (u1 - u0) / 2.0 * 100.0));
         }
     }
+    let served: Vec<u64> = calls_now()
+        .iter()
+        .zip(&calls_before)
+        .map(|(after, before)| after - before)
+        .collect();
+    let calls = match served.as_slice() {
+        [first, second] if first_ours => (*second, *first),
+        [first, second] => (*first, *second),
+        _ => (0, 0),
+    };
+    for (mut job, _) in jobs {
+        let _ = job.kill();
+        let _ = job.wait();
+    }
     for mut g in gens {
         let _ = g.kill();
         let _ = g.wait();
     }
-    Ok(windows)
+    Ok(Paired { windows, calls })
 }
 
 /// One row of the footprint table: a broker executable (`None`: not built) with its lab
