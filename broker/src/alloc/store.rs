@@ -669,20 +669,18 @@ mod tests {
         );
     }
 
+    /// A thousand jobs, allocations and requests saved and saved again round-trip (their
+    /// time is a benchmark's, not a test's: see BENCHMARKS.md).
     #[test]
-    fn saving_a_thousand_jobs_is_fast() {
+    fn a_thousand_jobs_round_trip_through_full_and_incremental_saves() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut store = Store::open(&dir.path().join("broker.db")).expect("open");
         let s = sample(1000);
-        store.save(&s).expect("warm-up save");
-        let started = Instant::now();
-        let rounds = 5;
-        for _ in 0..rounds {
-            store.save(&s).expect("save");
-        }
-        let each = started.elapsed() / rounds;
-        eprintln!("save of 1000 jobs, 1000 allocations, 1000 requests: {each:?}");
-        assert!(each < Duration::from_millis(500), "save took {each:?}");
-        assert_eq!(store.load().expect("load"), Some(s));
+        store.save(&s).expect("full save");
+        assert_eq!(store.load().expect("load"), Some(s.clone()));
+        let mut fewer = s.clone();
+        fewer.allocations.truncate(10);
+        store.save(&fewer).expect("incremental save");
+        assert_eq!(store.load().expect("load"), Some(fewer));
     }
 }
