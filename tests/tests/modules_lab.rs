@@ -704,6 +704,33 @@ fn lam_grow_during_a_boot(
     text(&user_sh(env, FRONT_END, &script))
 }
 
+/// A boot caught in one state ([`lam_grow_during_a_boot`]'s arguments), and what its
+/// probes print there (`seen`, not `unseen`: `what`).
+struct BootCaught {
+    lamd_body: &'static str,
+    caught: &'static str,
+    probes: &'static str,
+    seen: &'static str,
+    unseen: &'static str,
+    what: &'static str,
+}
+
+/// The test `name` (as root): lam-grow during the job's boot caught as `boot` says; the
+/// boot was caught so, the grow grew the universe and the boot returned.
+fn grows_during_a_boot(name: &str, boot: &BootCaught) {
+    if skip_unless_root(name) {
+        return;
+    }
+    let env = lab();
+    let out = lam_grow_during_a_boot(&env, boot.lamd_body, boot.caught, boot.probes);
+    assert!(
+        out.contains(boot.seen) && !out.contains(boot.unseen),
+        "{}: {out}",
+        boot.what
+    );
+    assert_grown_during_the_boot(&out);
+}
+
 /// lam-grow's call in [`lam_grow_during_a_boot`] grew the universe onto node03, and the
 /// job's lamboot returned.
 fn assert_grown_during_the_boot(out: &str) {
@@ -730,25 +757,19 @@ fn assert_grown_during_the_boot(out: &str) {
 /// directory: the one hboot's tkill makes and removes just before is not it.
 #[test]
 fn lam_grow_during_the_jobs_lamboot_waits_for_its_lamd_and_leaves_the_boot_alone() {
-    if skip_unless_root(
+    grows_during_a_boot(
         "lam_grow_during_the_jobs_lamboot_waits_for_its_lamd_and_leaves_the_boot_alone",
-    ) {
-        return;
-    }
-    let env = lab();
-    let out = lam_grow_during_a_boot(
-        &env,
-        "exec strace -f -o /dev/null -e trace=bind -e inject=bind:delay_enter=2s:when=1 \
-         /usr/bin/lamd \"$@\"",
-        "[ -e ~/lamd-mark ] && [ -d \"$dir\" ]",
-        "[ -d \"$dir\" ] && echo starting=yes
-         [ -S \"$dir/lam-kernel-socket\" ] && echo socket=early",
+        &BootCaught {
+            lamd_body: "exec strace -f -o /dev/null -e trace=bind \
+                        -e inject=bind:delay_enter=2s:when=1 /usr/bin/lamd \"$@\"",
+            caught: "[ -e ~/lamd-mark ] && [ -d \"$dir\" ]",
+            probes: "[ -d \"$dir\" ] && echo starting=yes
+                     [ -S \"$dir/lam-kernel-socket\" ] && echo socket=early",
+            seen: "starting=yes",
+            unseen: "socket=early",
+            what: "the lamd was caught starting (its directory, no socket)",
+        },
     );
-    assert!(
-        out.contains("starting=yes") && !out.contains("socket=early"),
-        "the lamd was caught starting (its directory, no socket): {out}"
-    );
-    assert_grown_during_the_boot(&out);
 }
 
 /// A grow between the lamboot's tkill and its lamd: hboot's tkill makes the session
@@ -759,22 +780,18 @@ fn lam_grow_during_the_jobs_lamboot_waits_for_its_lamd_and_leaves_the_boot_alone
 /// Held for 1 s, deterministically: the lamd is a script that marks the gap, then sleeps.
 #[test]
 fn lam_grow_between_the_boots_tkill_and_its_lamd_waits_for_the_lamd() {
-    if skip_unless_root("lam_grow_between_the_boots_tkill_and_its_lamd_waits_for_the_lamd") {
-        return;
-    }
-    let env = lab();
-    let out = lam_grow_during_a_boot(
-        &env,
-        "sleep 1\\nexec /usr/bin/lamd \"$@\"",
-        "[ -e ~/lamd-mark ]",
-        "[ -e ~/lamd-mark ] && echo gap=yes
-         [ -d \"$dir\" ] && echo directory=there",
+    grows_during_a_boot(
+        "lam_grow_between_the_boots_tkill_and_its_lamd_waits_for_the_lamd",
+        &BootCaught {
+            lamd_body: "sleep 1\\nexec /usr/bin/lamd \"$@\"",
+            caught: "[ -e ~/lamd-mark ]",
+            probes: "[ -e ~/lamd-mark ] && echo gap=yes
+                     [ -d \"$dir\" ] && echo directory=there",
+            seen: "gap=yes",
+            unseen: "directory=there",
+            what: "the boot was caught between tkill and lamd (no directory)",
+        },
     );
-    assert!(
-        out.contains("gap=yes") && !out.contains("directory=there"),
-        "the boot was caught between tkill and lamd (no directory): {out}"
-    );
-    assert_grown_during_the_boot(&out);
 }
 
 /// A grow while the job's lamd has bound its kernel socket but does not listen on it yet:
@@ -788,24 +805,20 @@ fn lam_grow_between_the_boots_tkill_and_its_lamd_waits_for_the_lamd() {
 /// kernel's table of this host's Unix sockets (a listening one has flag 00010000).
 #[test]
 fn lam_grow_while_the_lamd_binds_but_does_not_yet_listen_waits_for_it() {
-    if skip_unless_root("lam_grow_while_the_lamd_binds_but_does_not_yet_listen_waits_for_it") {
-        return;
-    }
-    let env = lab();
-    let out = lam_grow_during_a_boot(
-        &env,
-        "exec strace -f -o /dev/null -e trace=listen -e inject=listen:delay_enter=2s:when=1 \
-         /usr/bin/lamd \"$@\"",
-        "[ -S \"$dir/lam-kernel-socket\" ]",
-        "[ -S \"$dir/lam-kernel-socket\" ] && echo socket=bound
-         awk '$4 == \"00010000\" && $NF ~ /lam-kernel-socket$/' /proc/net/unix | grep -q . \
-           && echo listening=early",
+    grows_during_a_boot(
+        "lam_grow_while_the_lamd_binds_but_does_not_yet_listen_waits_for_it",
+        &BootCaught {
+            lamd_body: "exec strace -f -o /dev/null -e trace=listen \
+                        -e inject=listen:delay_enter=2s:when=1 /usr/bin/lamd \"$@\"",
+            caught: "[ -S \"$dir/lam-kernel-socket\" ]",
+            probes: "[ -S \"$dir/lam-kernel-socket\" ] && echo socket=bound
+                     awk '$4 == \"00010000\" && $NF ~ /lam-kernel-socket$/' /proc/net/unix \
+                       | grep -q . && echo listening=early",
+            seen: "socket=bound",
+            unseen: "listening=early",
+            what: "the lamd was caught between its socket's bind and its listen",
+        },
     );
-    assert!(
-        out.contains("socket=bound") && !out.contains("listening=early"),
-        "the lamd was caught between its socket's bind and its listen: {out}"
-    );
-    assert_grown_during_the_boot(&out);
 }
 
 #[test]

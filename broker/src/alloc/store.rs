@@ -325,24 +325,22 @@ fn write_changes(tx: &Transaction<'_>, old: &Snapshot, new: &Snapshot) -> rusqli
     if counters(old) != counters(new) {
         write_counters(tx, new)?;
     }
-    let (jobs, jobs_gone) = changed_rows(&old.jobs, &new.jobs, |j| j.id);
-    let mut delete = tx.prepare("DELETE FROM jobs WHERE id = ?1")?;
-    for id in jobs_gone {
-        delete.execute([id as i64])?;
-    }
-    let mut job = tx.prepare(INSERT_JOB)?;
-    for j in jobs {
-        insert_job(&mut job, j)?;
-    }
-    let (allocs, allocs_gone) = changed_rows(&old.allocations, &new.allocations, |a| a.id);
-    let mut delete = tx.prepare("DELETE FROM allocations WHERE id = ?1")?;
-    for id in allocs_gone {
-        delete.execute([id as i64])?;
-    }
-    let mut alloc = tx.prepare(INSERT_ALLOC)?;
-    for a in allocs {
-        insert_alloc(&mut alloc, a)?;
-    }
+    let job_rows = Rows {
+        table: "jobs",
+        insert: INSERT_JOB,
+    };
+    job_rows.write_changes(tx, &old.jobs, &new.jobs, |j| j.id, insert_job)?;
+    let alloc_rows = Rows {
+        table: "allocations",
+        insert: INSERT_ALLOC,
+    };
+    alloc_rows.write_changes(
+        tx,
+        &old.allocations,
+        &new.allocations,
+        |a| a.id,
+        insert_alloc,
+    )?;
     if old.requests != new.requests {
         tx.execute("DELETE FROM requests", [])?;
         write_requests(tx, new)?;
@@ -352,6 +350,37 @@ fn write_changes(tx: &Transaction<'_>, old: &Snapshot, new: &Snapshot) -> rusqli
         write_drained(tx, new)?;
     }
     Ok(())
+}
+
+/// A table of records keyed by an integer `id`, and its statement that inserts or replaces
+/// one.
+struct Rows {
+    table: &'static str,
+    insert: &'static str,
+}
+
+impl Rows {
+    /// Deletes the rows of the records `new` no longer has and inserts (or replaces) those
+    /// it holds otherwise than `old` (`insert` binds one record to the statement).
+    fn write_changes<T: PartialEq>(
+        &self,
+        tx: &Transaction<'_>,
+        old: &[T],
+        new: &[T],
+        id: impl Fn(&T) -> u64,
+        insert: impl Fn(&mut rusqlite::Statement<'_>, &T) -> rusqlite::Result<()>,
+    ) -> rusqlite::Result<()> {
+        let (upserts, gone) = changed_rows(old, new, id);
+        let mut delete = tx.prepare(&format!("DELETE FROM {} WHERE id = ?1", self.table))?;
+        for id in gone {
+            delete.execute([id as i64])?;
+        }
+        let mut statement = tx.prepare(self.insert)?;
+        for record in upserts {
+            insert(&mut statement, record)?;
+        }
+        Ok(())
+    }
 }
 
 /// The records of `new` that `old` does not hold as they are (new or changed), and the keys
