@@ -17,7 +17,7 @@ use tokio::{
 use super::{run, Event, EventSender};
 use crate::{
     alloc::{AllocConfig, Allocator, JobId},
-    host_words::HostWord,
+    host_words::{HostWord, WordSender},
     hosts::HostTable,
     jobs::JobDesk,
     supervisor::SupervisorSet,
@@ -33,7 +33,7 @@ struct Core {
     task: JoinHandle<Vec<HostStatus>>,
     next_conn: u64,
     /// What each connected host daemon is told of its host's allocations.
-    words: HashMap<String, watch::Receiver<Option<HostWord>>>,
+    words: HashMap<String, WordSender>,
 }
 
 /// A registered job's agent: its id and the messages the broker sends it.
@@ -97,15 +97,15 @@ impl Core {
         let conn = self.next_conn;
         self.next_conn += 1;
         let (close, _closed) = oneshot::channel();
-        let (word, words) = watch::channel(None);
+        let word = WordSender::default();
         let host = host.to_string();
         let connected = Event::HostdConnected {
             host: host.clone(),
             conn,
             close,
-            word,
+            word: word.clone(),
         };
-        self.words.insert(host.clone(), words);
+        self.words.insert(host.clone(), word);
         self.send(connected).await;
         self.report_on(&host, conn, report).await;
         conn
@@ -201,22 +201,23 @@ impl Core {
 impl Core {
     /// The next word to `host`'s daemon, or a failure after [`WAIT`].
     async fn next_word(&mut self, host: &str) -> Option<HostWord> {
-        let word = self
-            .words
-            .get_mut(host)
-            .expect("the host's daemon connected");
-        tokio::time::timeout(WAIT, word.changed())
-            .await
-            .expect("a change within the wait")
-            .expect("core runs");
-        word.borrow_and_update().clone()
+        let word = &self.words[host];
+        let next = tokio::time::timeout(WAIT, word.next()).await;
+        Some(next.expect("a word within the wait"))
     }
 
     /// The last word to `host`'s daemon, and whether it is news since the last look.
     fn word(&self, host: &str) -> (Option<HostWord>, bool) {
-        let word = &self.words[host];
-        let news = word.has_changed().expect("core runs");
-        (word.borrow().clone(), news)
+        use std::{
+            future::Future,
+            pin::pin,
+            task::{Context, Poll, Waker},
+        };
+        let slot = &self.words[host];
+        match pin!(slot.next()).poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(word) => (Some(word), true),
+            Poll::Pending => (slot.current(), false),
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 //! core at the end of each turn, in order.
 
 use super::{turns::Pace, *};
-use crate::host_words::HostWord;
+use crate::host_words::{HostWord, WordSender};
 
 pub(super) async fn hostd_session<S>(
     mut conn: FramedConn<S>,
@@ -17,13 +17,13 @@ pub(super) async fn hostd_session<S>(
 {
     let id = ctx.next_conn.fetch_add(1, Ordering::Relaxed);
     let (close_tx, mut close_rx) = oneshot::channel::<String>();
-    // The core sends the host's word as it takes the connection, then at each change.
-    let (word_tx, mut word_rx) = watch::channel(None);
+    // The core sets the host's word as it takes the connection, then at each change.
+    let word = WordSender::default();
     let connected = Event::HostdConnected {
         host: host.clone(),
         conn: id,
         close: close_tx,
-        word: word_tx,
+        word: word.clone(),
     };
     ctx.turns.queue(connected); // the daemon was welcomed when it authenticated
     let mut told = Told::default();
@@ -34,7 +34,7 @@ pub(super) async fn hostd_session<S>(
         tokio::select! {
             _ = shutdown.changed() => break "broker stopping".to_string(),
             why = &mut close_rx => break why.unwrap_or_else(|_| "closed by broker".into()),
-            word = next_word(&mut word_rx) => {
+            word = word.next() => {
                 if told.send(&mut conn, &word, ctx.sweep_live).await.is_err() {
                     break "connection closed".into();
                 }
@@ -62,8 +62,7 @@ pub(super) async fn hostd_session<S>(
                 crate::web::METRICS.report();
                 ctx.turns.queue(report);
                 // A daemon that ends allocations past their deadline hears of them from now.
-                let word = ends_allocs.then(|| word_rx.borrow().clone()).flatten();
-                if let Some(word) = word {
+                if let Some(word) = ends_allocs.then(|| word.current()).flatten() {
                     told.ends_allocs = true;
                     if told.send(&mut conn, &word, ctx.sweep_live).await.is_err() {
                         break "connection closed".into();
@@ -142,17 +141,5 @@ impl Told {
             self.ending = Some(word.ending.clone());
         }
         Ok(())
-    }
-}
-
-/// The next word of the core on the host's allocations; never once the core is gone.
-async fn next_word(word: &mut watch::Receiver<Option<HostWord>>) -> HostWord {
-    loop {
-        if word.changed().await.is_err() {
-            return std::future::pending().await;
-        }
-        if let Some(current) = word.borrow_and_update().as_ref() {
-            return current.clone();
-        }
     }
 }
