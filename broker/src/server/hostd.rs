@@ -1,8 +1,7 @@
 //! A host daemon's session: its reports to the core, its host's allocations (the live ones
 //! and those to end, [`crate::host_words`]) to it whenever they change, until the core
-//! closes it or it goes away. Sessions run
-//! on the host daemons' runtime, in its turns ([`super::turns`]): their events go to the
-//! core at the end of each turn, in order.
+//! closes it or it goes away. Sessions run on the host daemons' runtime, in its turns
+//! ([`super::turns`]): their events go to the core at the end of each turn, in order.
 
 use super::{turns::Pace, *};
 use crate::host_words::{HostWord, WordSender};
@@ -18,12 +17,12 @@ pub(super) async fn hostd_session<S>(
     let id = ctx.next_conn.fetch_add(1, Ordering::Relaxed);
     let (close_tx, mut close_rx) = oneshot::channel::<String>();
     // The core sets the host's word as it takes the connection, then at each change.
-    let word = WordSender::default();
+    let word_slot = WordSender::default();
     let connected = Event::HostdConnected {
         host: host.clone(),
         conn: id,
         close: close_tx,
-        word: word.clone(),
+        word: word_slot.clone(),
     };
     ctx.turns.queue(connected); // the daemon was welcomed when it authenticated
     let mut told = Told::default();
@@ -34,7 +33,7 @@ pub(super) async fn hostd_session<S>(
         tokio::select! {
             _ = shutdown.changed() => break "broker stopping".to_string(),
             why = &mut close_rx => break why.unwrap_or_else(|_| "closed by broker".into()),
-            word = word.next() => {
+            word = word_slot.next() => {
                 if told.send(&mut conn, &word, ctx.sweep_live).await.is_err() {
                     break "connection closed".into();
                 }
@@ -62,7 +61,7 @@ pub(super) async fn hostd_session<S>(
                 crate::web::METRICS.report();
                 ctx.turns.queue(report);
                 // A daemon that ends allocations past their deadline hears of them from now.
-                if let Some(word) = ends_allocs.then(|| word.current()).flatten() {
+                if let Some(word) = ends_allocs.then(|| word_slot.current()).flatten() {
                     told.ends_allocs = true;
                     if told.send(&mut conn, &word, ctx.sweep_live).await.is_err() {
                         break "connection closed".into();
