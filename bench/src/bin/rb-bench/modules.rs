@@ -388,9 +388,10 @@ fn run_once(env: &LabWithBroker, system: System, way: Way, n: usize) -> anyhow::
     }
 }
 
-/// Before the next run: no host held, no pvmd or lamd of the lab user on any host.
+/// Before the next run: no host held, no pvmd or lamd of the lab user on any host, and
+/// reserved ports left on the front end for the run's remote shells.
 fn wait_clean(env: &LabWithBroker) -> anyhow::Result<()> {
-    let clean = wait_until(Duration::from_secs(30), || {
+    let clean = wait_until(Duration::from_secs(90), || {
         if !env.broker.held_hosts().is_empty() {
             return None;
         }
@@ -399,7 +400,38 @@ fn wait_clean(env: &LabWithBroker) -> anyhow::Result<()> {
                 .exec(&h.name, &["pgrep", "-u", "rblab", "pvmd|lamd"])
                 .is_ok_and(|o| o.status.success())
         });
-        (!busy).then_some(())
+        let ports_short = reserved_ports_waiting(env).is_none_or(|n| n > RESERVED_PORTS_BUSY_MAX);
+        (!busy && !ports_short).then_some(())
     });
-    clean.ok_or_else(|| anyhow::anyhow!("hosts still held or daemons left after a run"))
+    clean.ok_or_else(|| {
+        anyhow::anyhow!(
+            "hosts still held, daemons left or the front end's reserved ports in TIME-WAIT \
+             after a run"
+        )
+    })
+}
+
+/// Reserved ports (512–1023) of the front end in TIME-WAIT at most before a run. netkit
+/// rsh binds one for each call and closes first, so the port waits 60 s (docs/src/user/
+/// rsh.md: about 500 calls a minute from one host). At this section's pace — hundreds of
+/// calls a minute at 8 machines, after the smaller counts — they ran out: 2 or 3 runs in 15
+/// failed in every way, the real rsh included, with "Can't start pvmd" (session 26: 511
+/// such sockets on node02 at those failures; none when 8 machines ran alone). A run of 8
+/// machines takes 8 for its pvmds or lamds, a few more for the module job's calls.
+const RESERVED_PORTS_BUSY_MAX: usize = 448;
+
+/// The front end's TCP sockets in TIME-WAIT on a reserved local port (`None`: cannot ask).
+fn reserved_ports_waiting(env: &LabWithBroker) -> Option<usize> {
+    let out = env
+        .lab
+        .exec(FRONT_END, &["ss", "-Htan", "state", "time-wait"])
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let reserved = text
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(2)?.rsplit_once(':'))
+        .filter_map(|(_, port)| port.parse::<u16>().ok())
+        .filter(|port| (512..1024).contains(port))
+        .count();
+    out.status.success().then_some(reserved)
 }
