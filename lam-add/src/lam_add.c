@@ -26,9 +26,10 @@
  *
  * Exit status (see main.rs): 0 added; 1 LAM refused or failed (its message on stderr);
  * 4 no lamd of this user here (none starting either, a socket nobody listens on, or a lamd
- * that stayed without a listening socket for BOOT_LIMIT_MS); 5 another lamgrow stayed enrolled on this node for
- * BUSY_LIMIT_MS; 6 the host is a node of the universe already (LAM refused the boot, and
- * the host's address is one of the universe's links: what `lamnodes -i` lists).
+ * that stayed without a listening socket for BOOT_LIMIT_MS); 5 another lamgrow stayed
+ * enrolled on this node for BUSY_LIMIT_MS; 6 the host is a node of the universe already
+ * (LAM refused the boot, and the host's address is one of the universe's links: what
+ * `lamnodes -i` lists).
  */
 #include <lam_config.h>
 
