@@ -124,7 +124,7 @@ pub struct Allocator {
     /// Allocations whose reclaim deadline passed on a host whose daemon ends an
     /// allocation's processes when told ([`Allocator::allocs_running`]): they hold their
     /// host until the daemon no longer finds a process of theirs, or the host is down. Not
-    /// live for the daemons' sweep ([`Allocator::live_allocs`]). Soft state: after a
+    /// live for the daemons' sweep ([`Allocator::allocs_with_hosts`]). Soft state: after a
     /// restart their deadline passes again.
     pub(crate) ending: BTreeSet<AllocId>,
     /// Changes of `ending`, for [`Allocator::live_allocs_stamp`].
@@ -526,8 +526,10 @@ impl Allocator {
     }
 
     /// Allocations past their reclaim deadline whose processes their host's daemon is to
-    /// end now (see [`Allocator::tick`]), ascending.
-    pub fn ending_allocs(&self) -> Vec<AllocId> {
+    /// end now (see [`Allocator::tick`]), ascending. (The shell reads them, host by host,
+    /// from [`Allocator::allocs_with_hosts`].)
+    #[cfg(test)]
+    pub(crate) fn ending_allocs(&self) -> Vec<AllocId> {
         self.ending.iter().copied().collect()
     }
 
@@ -578,15 +580,15 @@ impl Allocator {
 
     /// A stamp that changes whenever the set of live allocations does: a new allocation
     /// always takes the next id, and one that ends shrinks the count. O(1), for callers that
-    /// would otherwise compare [`Allocator::live_allocs`] after every event.
-    /// It changes too when the allocations past their deadline do ([`Self::ending_allocs`]).
+    /// would otherwise walk [`Allocator::allocs_with_hosts`] after every event. It changes
+    /// too when the allocations past their deadline do.
     pub fn live_allocs_stamp(&self) -> (usize, AllocId, u64) {
         (self.allocs.len(), self.next_alloc, self.ending_changes)
     }
 
-    /// Every allocation, ascending by id, with its host and whether it is past its deadline
-    /// ([`Self::ending_allocs`]; else live), and the next id to be issued: what each host's
-    /// daemon is told of its own (`broker::host_words`).
+    /// Every allocation, ascending by id, with its host and whether it is past its reclaim
+    /// deadline (its processes to end; else live), and the next id to be issued: what each
+    /// host's daemon is told of its own (`broker::host_words`).
     pub fn allocs_with_hosts(&self) -> (impl Iterator<Item = (AllocId, &str, bool)>, AllocId) {
         let allocs = self
             .allocs
@@ -597,8 +599,10 @@ impl Allocator {
 
     /// Every live allocation (granted or being released), ascending, and the next id to be
     /// issued (every id below it has been). Those past their deadline are not live: their
-    /// processes are to end.
-    pub fn live_allocs(&self) -> (Vec<AllocId>, AllocId) {
+    /// processes are to end. (The shell reads them, host by host, from
+    /// [`Allocator::allocs_with_hosts`].)
+    #[cfg(test)]
+    pub(crate) fn live_allocs(&self) -> (Vec<AllocId>, AllocId) {
         let live = self
             .allocs
             .keys()
