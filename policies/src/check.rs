@@ -95,7 +95,7 @@ pub(crate) struct Built {
 }
 
 impl Built {
-    fn new(s: &Sample) -> Built {
+    pub(crate) fn new(s: &Sample) -> Built {
         let job = |j: &JobFacts| JobValue::new(j);
         Built {
             name: s.name.clone(),

@@ -19,6 +19,7 @@ use cel::{common::ast::SourceInfo, parser::Parser, IdedExpr};
 use crate::{
     ast, cost,
     error::KeyError,
+    fast,
     hooks::{Hook, Var},
     inline::Inliner,
     parse_thread::{self, ThreadError},
@@ -64,6 +65,8 @@ pub(crate) struct Compiled {
     pub cost: u64,
     /// A let's index among the file's lets (its slot in an evaluation's memo); 0 for a hook.
     pub slot: usize,
+    /// `run` without the `cel` interpreter, when it is made of what [`crate::fast`] evaluates.
+    pub fast: Option<fast::Node>,
 }
 
 impl Compiled {
@@ -161,6 +164,7 @@ fn compile_here(raw: RawPolicy) -> Result<CompiledPolicy, KeyError> {
     check_tree_depths(&order, &lets, &hooks)?;
     check_costs(&order, &mut lets, &mut hooks)?;
     set_run_forms(&mut lets, &mut hooks);
+    set_fast_forms(&order, &mut lets, &mut hooks);
     for (slot, c) in lets.values_mut().enumerate() {
         c.slot = slot;
     }
@@ -194,6 +198,28 @@ fn set_run_forms(lets: &mut BTreeMap<String, Compiled>, hooks: &mut BTreeMap<Hoo
     }
     for (c, r) in hooks.values_mut().zip(hook_runs) {
         c.run = r;
+    }
+}
+
+/// Each expression's fast form ([`Compiled::fast`]), from its evaluated form (`order`: each
+/// let after those it uses).
+fn set_fast_forms(
+    order: &[String],
+    lets: &mut BTreeMap<String, Compiled>,
+    hooks: &mut BTreeMap<Hook, Compiled>,
+) {
+    let mut fast_lets = BTreeMap::new();
+    for name in order {
+        let Some(c) = lets.get_mut(name) else {
+            continue;
+        };
+        c.fast = fast::compile(&c.run, &fast_lets);
+        if let Some(f) = &c.fast {
+            fast_lets.insert(name.clone(), f.clone());
+        }
+    }
+    for c in hooks.values_mut() {
+        c.fast = fast::compile(&c.run, &fast_lets);
     }
 }
 
@@ -340,9 +366,11 @@ fn parse(entry: Entry) -> Result<Compiled, KeyError> {
         .filter(|v| names.contains(&v.name()))
         .collect();
     let lets = names.iter().map(|n| n.to_string()).collect();
+    let run = ast::indexed(&expr);
     Ok(Compiled {
         entry,
-        run: ast::indexed(&expr),
+        fast: fast::compile(&run, &BTreeMap::new()),
+        run,
         expr,
         lets,
         reads,

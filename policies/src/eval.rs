@@ -93,6 +93,11 @@ impl<'a> Scope<'a> {
         self.get(var).is_some()
     }
 
+    /// The value bound to `var`, if any.
+    pub(crate) fn prebuilt(&self, var: Var) -> Option<&'a Prebuilt> {
+        self.get(var)
+    }
+
     fn get(&self, var: Var) -> Option<&'a Prebuilt> {
         match var {
             Var::Host => self.host.map(|v| &v.0),
@@ -130,7 +135,12 @@ impl Evaluator<'_> {
     /// Evaluates `c` for `hook` and checks the type; `Err(message)` on any failure: its
     /// evaluated form ([`Compiled::run`]), and when that fails, the expression as written,
     /// whose message names the let that failed.
+    ///
+    /// Its fast form first ([`crate::fast`]), when it has one and that gives a value.
     pub fn answer_of(&self, hook: Hook, c: &Compiled, scope: Scope<'_>) -> Result<Answer, String> {
+        if let Some(Ok(answer)) = fast_answer(hook, c, &scope) {
+            return Ok(answer);
+        }
         self.answer(hook, &c.run, scope)
             .map_err(|fast| again_as_written(fast, || self.answer(hook, &c.expr, scope).err()))
     }
@@ -272,6 +282,21 @@ impl VariableResolver for Resolver<'_> {
                 None
             }
         }
+    }
+}
+
+/// `c`'s answer for `hook` from its fast form: `None` when it has none or the fast path
+/// cannot tell (evaluate with `cel`), `Some(Err(()))` when the evaluation fails (an error,
+/// or a value of the wrong type: `cel` says why).
+pub(crate) fn fast_answer(
+    hook: Hook,
+    c: &Compiled,
+    scope: &Scope<'_>,
+) -> Option<Result<Answer, ()>> {
+    match c.fast.as_ref()?.eval(hook.vars(), scope) {
+        Ok(value) => Some(to_answer(hook, &crate::fast::to_value(value)).map_err(|_| ())),
+        Err(crate::fast::Stop::Error) => Some(Err(())),
+        Err(crate::fast::Stop::Unknown) => None,
     }
 }
 

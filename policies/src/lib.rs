@@ -18,6 +18,7 @@
 //! - [`cost`]: the static cost estimate checked at load and the run-time budget.
 //! - [`policy`]: [`Policy`], loading and the evaluation entry points.
 //! - [`eval`]: [`Scope`], [`Decision`], the evaluation itself.
+//! - `fast`: the evaluated form's path without the `cel` interpreter (scalar expressions).
 //! - [`explain`]: each hook's value and the input fields it read (`rb policy explain`).
 //!
 //! # Use
@@ -43,6 +44,7 @@ pub mod error;
 pub mod eval;
 pub mod explain;
 pub mod facts;
+mod fast;
 pub mod hooks;
 mod inline;
 pub mod parse_thread;

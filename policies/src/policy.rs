@@ -168,6 +168,9 @@ impl Policy {
         let c = self.active(hook)?;
         let mut scope = Scope::new().host(host);
         scope.now = now;
+        if let Some(fast) = crate::eval::fast_answer(hook, c, &scope) {
+            return fast.ok();
+        }
         let ev = if self.is_set(hook) {
             self.evaluator()
         } else {
@@ -236,6 +239,9 @@ impl Policy {
     /// The default expression's value, or the fail-safe when even it cannot run.
     fn default_answer(&self, hook: Hook, scope: Scope<'_>) -> Option<Answer> {
         let default = self.compiled.defaults.get(&hook)?;
+        if let Some(fast) = crate::eval::fast_answer(hook, default, &scope) {
+            return fast.ok().or_else(|| hook.fail_safe());
+        }
         let ev = Evaluator {
             env: &self.env,
             lets: &EMPTY,

@@ -12,9 +12,16 @@ use cel::common::{
 use crate::facts::{
     HostFacts, JobFacts, LabFacts, LoginSession, NowFacts, Session, SpecValue, UserFacts,
 };
+use crate::fast::Scalar;
 
-/// A CEL value built once from one of the fact structs.
-pub struct Prebuilt(Box<dyn Val>);
+/// A CEL value built once from one of the fact structs, and its scalar fields by name
+/// (what [`crate::fast`] reads; `None` for a value built otherwise, which it never reads).
+pub struct Prebuilt(Box<dyn Val>, Option<Scalars>);
+
+/// The top-level fields of a value, each as a [`Scalar`] (a string, list or map as
+/// [`Scalar::Other`]), in the order they were built: a value has at most 22, and a linear
+/// search by name is faster than the CEL map's hash.
+pub(crate) type Scalars = Vec<(&'static str, Scalar)>;
 
 impl std::fmt::Debug for Prebuilt {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -32,11 +39,20 @@ impl Prebuilt {
         let val: Box<dyn Val> = value
             .try_into()
             .expect("a serialized fact struct converts to a CEL value");
-        Prebuilt(val)
+        Prebuilt(val, None)
     }
 
     pub(crate) fn val(&self) -> &dyn Val {
         self.0.as_ref()
+    }
+
+    /// The top-level field `name` as a scalar; `None` when the value has no such field.
+    /// Built without scalars (the tests' serde values): every field is [`Scalar::Other`].
+    pub(crate) fn scalar(&self, name: &str) -> Option<Scalar> {
+        let Some(scalars) = &self.1 else {
+            return Some(Scalar::Other);
+        };
+        scalars.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
     }
 }
 
@@ -48,7 +64,7 @@ macro_rules! prebuilt {
 
         impl $name {
             pub fn new(facts: &$facts) -> Self {
-                $name(Prebuilt($fields(facts).build()))
+                $name($fields(facts).build())
             }
         }
     };
@@ -71,7 +87,7 @@ impl HostValue {
 
     /// Only `fields`: an expression that reads another finds no such key.
     pub fn reading(h: &HostFacts, fields: HostFields) -> Self {
-        HostValue(Prebuilt(host_fields(h, fields).build()), fields)
+        HostValue(host_fields(h, fields).build(), fields)
     }
 
     /// Whether it holds every one of `fields`.
@@ -166,20 +182,41 @@ host_value_fields! {
 
 type Boxed = Box<dyn Val>;
 
-/// A CEL map under construction, keyed by field name.
-struct Fields(HashMap<CelMapKey<'static>, Boxed>);
+/// A CEL map under construction, keyed by field name, and its fields as scalars.
+struct Fields(HashMap<CelMapKey<'static>, Boxed>, Scalars);
 
 impl Fields {
     fn with_capacity(n: usize) -> Self {
-        Fields(HashMap::with_capacity(n))
+        Fields(HashMap::with_capacity(n), Vec::with_capacity(n))
     }
 
     fn put(&mut self, key: &'static str, value: Boxed) {
+        self.1.push((key, scalar_of(value.as_ref())));
         self.0.insert(CelMapKey::from(key), value);
     }
 
-    fn build(self) -> Boxed {
+    fn map(self) -> Boxed {
         Box::new(CelMap::from(self.0))
+    }
+
+    fn build(self) -> Prebuilt {
+        let scalars = Some(self.1);
+        Prebuilt(Box::new(CelMap::from(self.0)), scalars)
+    }
+}
+
+/// A built field as the fast path sees it.
+fn scalar_of(value: &dyn Val) -> Scalar {
+    if value.downcast_ref::<CelNull>().is_some() {
+        Scalar::Null
+    } else if let Some(b) = value.downcast_ref::<CelBool>() {
+        Scalar::Bool(*b.inner())
+    } else if let Some(i) = value.downcast_ref::<CelInt>() {
+        Scalar::Int(*i.inner())
+    } else if let Some(d) = value.downcast_ref::<CelDouble>() {
+        Scalar::Double(*d.inner())
+    } else {
+        Scalar::Other
     }
 }
 
@@ -188,7 +225,7 @@ fn session(s: &Session) -> Boxed {
     m.put("user", string(&s.user));
     m.put("tty", string(&s.tty));
     m.put("idle_s", opt(s.idle_s, int));
-    m.build()
+    m.map()
 }
 
 fn login_session(s: &LoginSession) -> Boxed {
@@ -206,7 +243,7 @@ fn login_session(s: &LoginSession) -> Boxed {
     m.put("idle_source", string(&s.idle_source));
     m.put("person", boolean(s.person));
     m.put("local", boolean(s.local));
-    m.build()
+    m.map()
 }
 
 fn string(s: &str) -> Boxed {
