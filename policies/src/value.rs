@@ -2,10 +2,10 @@
 //! expression on it (REFERENCE-NOTES Part F), so the broker builds a [`HostValue`] once per
 //! host report and a [`JobValue`] once per job change, and every evaluation borrows them.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::OnceLock};
 
 use cel::common::{
-    types::{CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelString},
+    types::{CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelString, CelUInt},
     value::Val,
 };
 
@@ -14,18 +14,22 @@ use crate::facts::{
 };
 use crate::fast::Scalar;
 
-/// A CEL value built once from one of the fact structs, and its scalar fields by name
-/// (what [`crate::fast`] reads; `None` for a value built otherwise, which it never reads).
-pub struct Prebuilt(Box<dyn Val>, Option<Scalars>);
-
-/// The top-level fields of a value, each as a [`Scalar`] (a string, list or map as
-/// [`Scalar::Other`]), in the order they were built: a value has at most 22, and a linear
-/// search by name is faster than the CEL map's hash.
-pub(crate) type Scalars = Vec<(&'static str, Scalar)>;
+/// A value built once from one of the fact structs: its top-level fields as scalars (what
+/// [`crate::fast`] reads) and the CEL map `cel` evaluates on. A value of scalars only (the
+/// paper policy's host value) builds its map the first time `cel` reads it, which a policy
+/// whose expressions all have fast forms never does: the map's hash table and a box per
+/// field were most of the cost of building a host's value at each report.
+pub struct Prebuilt {
+    /// Each field, a string, list or map as [`Scalar::Other`], in the order built: at most
+    /// 22, and a search by name is faster than the map's hash. `None`: built otherwise (the
+    /// tests' serde values), every field read through `cel`.
+    scalars: Option<Box<[(&'static str, Scalar)]>>,
+    map: OnceLock<Box<dyn Val>>,
+}
 
 impl std::fmt::Debug for Prebuilt {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:?}", self.0)
+        write!(f, "{:?}", self.val())
     }
 }
 
@@ -39,20 +43,36 @@ impl Prebuilt {
         let val: Box<dyn Val> = value
             .try_into()
             .expect("a serialized fact struct converts to a CEL value");
-        Prebuilt(val, None)
+        Prebuilt {
+            scalars: None,
+            map: OnceLock::from(val),
+        }
     }
 
+    /// The CEL map, built now if it was not.
     pub(crate) fn val(&self) -> &dyn Val {
-        self.0.as_ref()
+        let scalars = self.scalars.as_deref().unwrap_or_default();
+        let map = self.map.get_or_init(|| map_of(scalars, Vec::new()));
+        map.as_ref()
     }
 
     /// The top-level field `name` as a scalar; `None` when the value has no such field.
-    /// Built without scalars (the tests' serde values): every field is [`Scalar::Other`].
     pub(crate) fn scalar(&self, name: &str) -> Option<Scalar> {
-        let Some(scalars) = &self.1 else {
+        let Some(scalars) = &self.scalars else {
             return Some(Scalar::Other);
         };
         scalars.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
+    }
+}
+
+/// The CEL value of a scalar field (never [`Scalar::Other`], which is kept in the map).
+fn boxed(s: Scalar) -> Boxed {
+    match s {
+        Scalar::Null | Scalar::Other => Box::new(CelNull),
+        Scalar::Bool(b) => boolean(b),
+        Scalar::Int(i) => int(i),
+        Scalar::UInt(u) => Box::new(CelUInt::from(u)),
+        Scalar::Double(d) => double(d),
     }
 }
 
@@ -182,27 +202,59 @@ host_value_fields! {
 
 type Boxed = Box<dyn Val>;
 
-/// A CEL map under construction, keyed by field name, and its fields as scalars.
-struct Fields(HashMap<CelMapKey<'static>, Boxed>, Scalars);
+/// A value under construction: its fields as scalars, and those that are not (strings,
+/// lists, maps) as CEL values.
+struct Fields {
+    scalars: Vec<(&'static str, Scalar)>,
+    others: Vec<(&'static str, Boxed)>,
+}
 
 impl Fields {
     fn with_capacity(n: usize) -> Self {
-        Fields(HashMap::with_capacity(n), Vec::with_capacity(n))
+        Fields {
+            scalars: Vec::with_capacity(n),
+            others: Vec::new(),
+        }
     }
 
     fn put(&mut self, key: &'static str, value: Boxed) {
-        self.1.push((key, scalar_of(value.as_ref())));
-        self.0.insert(CelMapKey::from(key), value);
+        let scalar = scalar_of(value.as_ref());
+        self.scalars.push((key, scalar));
+        if scalar == Scalar::Other {
+            self.others.push((key, value));
+        }
     }
 
+    /// The CEL map of every field, now (a session's or a login session's).
     fn map(self) -> Boxed {
-        Box::new(CelMap::from(self.0))
+        map_of(&self.scalars, self.others)
     }
 
+    /// The value: its map built now when a field is not a scalar (that field's value lives
+    /// only there), else when `cel` first reads it.
     fn build(self) -> Prebuilt {
-        let scalars = Some(self.1);
-        Prebuilt(Box::new(CelMap::from(self.0)), scalars)
+        let Fields { scalars, others } = self;
+        let map = OnceLock::new();
+        if !others.is_empty() {
+            let _ = map.set(map_of(&scalars, others));
+        }
+        Prebuilt {
+            scalars: Some(scalars.into_boxed_slice()),
+            map,
+        }
     }
+}
+
+/// A CEL map of `scalars` (but [`Scalar::Other`]) and `others`.
+fn map_of(scalars: &[(&'static str, Scalar)], others: Vec<(&'static str, Boxed)>) -> Boxed {
+    let mut m = HashMap::with_capacity(scalars.len());
+    for (name, s) in scalars.iter().filter(|(_, s)| *s != Scalar::Other) {
+        m.insert(CelMapKey::from(*name), boxed(*s));
+    }
+    for (name, value) in others {
+        m.insert(CelMapKey::from(name), value);
+    }
+    Box::new(CelMap::from(m))
 }
 
 /// A built field as the fast path sees it.
@@ -213,6 +265,8 @@ fn scalar_of(value: &dyn Val) -> Scalar {
         Scalar::Bool(*b.inner())
     } else if let Some(i) = value.downcast_ref::<CelInt>() {
         Scalar::Int(*i.inner())
+    } else if let Some(u) = value.downcast_ref::<CelUInt>() {
+        Scalar::UInt(*u.inner())
     } else if let Some(d) = value.downcast_ref::<CelDouble>() {
         Scalar::Double(*d.inner())
     } else {
@@ -474,6 +528,17 @@ mod tests {
             assert_eq!(full.map.get(key), Some(value));
         }
         assert_eq!(HostFields::named(["no_such_field"]), HostFields::ALL);
+        // Scalars only: the map is built when `cel` first reads it, with the same fields.
+        let scalars = HostFields::named(["load1", "cpus", "private", "owner_idle_s", "up"]);
+        let lazy = HostValue::reading(&host, scalars);
+        assert!(lazy.0.map.get().is_none());
+        let cel::Value::Map(lazy) = cel::Value::try_from(lazy.0.val()).expect("value") else {
+            panic!("a map");
+        };
+        assert_eq!(lazy.map.len(), 5);
+        for (key, value) in lazy.map.iter() {
+            assert_eq!(full.map.get(key), Some(value));
+        }
         assert_eq!(
             HostFields::named(HOST_FIELD_NAMES.iter().copied()).len(),
             HOST_FIELD_NAMES.len()
