@@ -51,8 +51,10 @@ impl Prebuilt {
 
     /// The CEL map, built now if it was not.
     pub(crate) fn val(&self) -> &dyn Val {
-        let scalars = self.scalars.as_deref().unwrap_or_default();
-        let map = self.map.get_or_init(|| map_of(scalars, Vec::new()));
+        let map = self.map.get_or_init(|| {
+            let scalars = self.scalars.as_deref().unwrap_or_default();
+            map_of(scalars.iter().map(|(n, s)| (*n, boxed(*s))).collect())
+        });
         map.as_ref()
     }
 
@@ -202,41 +204,37 @@ host_value_fields! {
 
 type Boxed = Box<dyn Val>;
 
-/// A value under construction: its fields as scalars, and those that are not (strings,
-/// lists, maps) as CEL values.
+/// A value under construction: its fields as scalars and as CEL values.
 struct Fields {
     scalars: Vec<(&'static str, Scalar)>,
-    others: Vec<(&'static str, Boxed)>,
+    values: Vec<(&'static str, Boxed)>,
 }
 
 impl Fields {
     fn with_capacity(n: usize) -> Self {
         Fields {
             scalars: Vec::with_capacity(n),
-            others: Vec::new(),
+            values: Vec::with_capacity(n),
         }
     }
 
     fn put(&mut self, key: &'static str, value: Boxed) {
-        let scalar = scalar_of(value.as_ref());
-        self.scalars.push((key, scalar));
-        if scalar == Scalar::Other {
-            self.others.push((key, value));
-        }
+        self.scalars.push((key, scalar_of(value.as_ref())));
+        self.values.push((key, value));
     }
 
     /// The CEL map of every field, now (a session's or a login session's).
     fn map(self) -> Boxed {
-        map_of(&self.scalars, self.others)
+        map_of(self.values)
     }
 
-    /// The value: its map built now when a field is not a scalar (that field's value lives
-    /// only there), else when `cel` first reads it.
+    /// The value: its map built now when a field is not a scalar (that field's value is
+    /// kept only there), else when `cel` first reads it.
     fn build(self) -> Prebuilt {
-        let Fields { scalars, others } = self;
+        let Fields { scalars, values } = self;
         let map = OnceLock::new();
-        if !others.is_empty() {
-            let _ = map.set(map_of(&scalars, others));
+        if scalars.iter().any(|(_, s)| *s == Scalar::Other) {
+            let _ = map.set(map_of(values));
         }
         Prebuilt {
             scalars: Some(scalars.into_boxed_slice()),
@@ -245,13 +243,10 @@ impl Fields {
     }
 }
 
-/// A CEL map of `scalars` (but [`Scalar::Other`]) and `others`.
-fn map_of(scalars: &[(&'static str, Scalar)], others: Vec<(&'static str, Boxed)>) -> Boxed {
-    let mut m = HashMap::with_capacity(scalars.len());
-    for (name, s) in scalars.iter().filter(|(_, s)| *s != Scalar::Other) {
-        m.insert(CelMapKey::from(*name), boxed(*s));
-    }
-    for (name, value) in others {
+/// A CEL map of `values`.
+fn map_of(values: Vec<(&'static str, Boxed)>) -> Boxed {
+    let mut m = HashMap::with_capacity(values.len());
+    for (name, value) in values {
         m.insert(CelMapKey::from(name), value);
     }
     Box::new(CelMap::from(m))
