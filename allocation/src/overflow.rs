@@ -393,13 +393,19 @@ impl Allocator {
             .collect()
     }
 
-    /// Whether an allocation holds a host the core has no view of: after a restart, the
-    /// node of a pilot whose daemon has not reconnected yet (every host of the lab file is
-    /// made known at start; a pilot's node only once its daemon connects).
+    /// Whether an allocation holds a pilot's node that is not back: after a restart, one
+    /// the core has no view of (its daemon has not reconnected: every host of the lab file
+    /// is made known at start, a pilot's node only once its daemon connects), or one whose
+    /// daemon connected but has not reported yet (the node is known, not up). Taking the
+    /// latter for back cancelled the found pilot of a node a job still held when a tick
+    /// fell between the connection and the first report (`overflow_tests`).
     fn a_held_host_is_not_back(&self) -> bool {
         self.by_host
             .keys()
-            .any(|h| !self.hosts.contains_key(h.as_str()))
+            .any(|h| match self.hosts.get(h.as_str()) {
+                None => true,
+                Some(view) => is_pilot_node(view) && !view.up,
+            })
     }
 
     /// Joined pilots whose host nobody has held for `idle_exit` are cancelled: nothing is

@@ -249,6 +249,41 @@ fn found_pilots_are_kept_while_a_restored_job_holds_a_node_whose_daemon_is_not_b
     assert_eq!(cancelled(&lab.tick(10)), ["4242"], "idle exit");
 }
 
+/// After a restart, the held pilot's node is known to the core as soon as its daemon
+/// connects, but it is up only with its first report: a tick in between (past the found
+/// pilots' grace) must not take the node for back and cancel its pilot as unwanted. The
+/// race behind the lab test `a_job_keeps_its_pilots_node_when_the_pilots_daemon_is_back_late`
+/// (one run in five: a 250 ms tick between the connection and the first report).
+#[test]
+fn a_found_pilot_is_kept_while_its_held_node_is_known_but_not_up_yet() {
+    let (mut lab, waiter) = full_lab(1);
+    assert_eq!(submitted(&lab.tick(2)), [1]);
+    lab.a.pilot_submitted(1, "4242".into());
+    let fx = pilot_joins(&mut lab);
+    let (alloc, host) = super::tests::granted(&fx).expect("the waiter gets the node");
+    lab.a.pilot_lease(&host, "4242", None, false, lab.now);
+    let (mut restored, _) = Allocator::restore(lab.a.snapshot(), AllocConfig::default(), lab.now);
+    restored.set_overflow(Some(settings(1)));
+    lab.a = restored;
+    let node = lab.views.pop().expect("the pilot's node");
+    lab.sync();
+    lab.a.pilots_found(vec!["4242".into()], lab.now);
+    assert!(cancelled(&lab.tick(11)).is_empty(), "its daemon not back");
+
+    // The daemon connects: the node's row comes, down until its first report.
+    lab.views.push(node);
+    lab.set(&host, |v| v.up = false);
+    assert!(
+        cancelled(&lab.tick(1)).is_empty(),
+        "known but not up: not back yet"
+    );
+    lab.set(&host, |v| v.up = true);
+    assert!(cancelled(&lab.tick(1)).is_empty(), "back: its pilot joined");
+    lab.a.pilot_lease(&host, "4242", None, false, lab.now);
+    assert_eq!(lab.a.holder(&host), Some((waiter, alloc)), "still the job's");
+    assert!(cancelled(&lab.tick(11)).is_empty(), "in use");
+}
+
 /// The Slurm job a pilot's daemon names is the pilot its host joins, whatever the guess
 /// made when the host came up (the oldest outstanding one).
 #[test]
