@@ -53,7 +53,11 @@ impl Prebuilt {
     pub(crate) fn val(&self) -> &dyn Val {
         let map = self.map.get_or_init(|| {
             let scalars = self.scalars.as_deref().unwrap_or_default();
-            map_of(scalars.iter().map(|(n, s)| (*n, boxed(*s))).collect())
+            let fields = scalars
+                .iter()
+                .map(|(n, s)| (*n, Field::Scalar(*s)))
+                .collect();
+            Box::new(CelMap::from(map_of(fields)))
         });
         map.as_ref()
     }
@@ -71,10 +75,10 @@ impl Prebuilt {
 fn boxed(s: Scalar) -> Boxed {
     match s {
         Scalar::Null | Scalar::Other => Box::new(CelNull),
-        Scalar::Bool(b) => boolean(b),
-        Scalar::Int(i) => int(i),
+        Scalar::Bool(b) => Box::new(CelBool::from(b)),
+        Scalar::Int(i) => Box::new(CelInt::from(i)),
         Scalar::UInt(u) => Box::new(CelUInt::from(u)),
-        Scalar::Double(d) => double(d),
+        Scalar::Double(d) => Box::new(CelDouble::from(d)),
     }
 }
 
@@ -204,72 +208,49 @@ host_value_fields! {
 
 type Boxed = Box<dyn Val>;
 
-/// A value under construction: its fields as scalars and as CEL values.
-struct Fields {
-    scalars: Vec<(&'static str, Scalar)>,
-    values: Vec<(&'static str, Boxed)>,
-}
+/// A value under construction, field by field.
+struct Fields(Vec<(&'static str, Field)>);
 
 impl Fields {
     fn with_capacity(n: usize) -> Self {
-        Fields {
-            scalars: Vec::with_capacity(n),
-            values: Vec::with_capacity(n),
-        }
+        Fields(Vec::with_capacity(n))
     }
 
-    fn put(&mut self, key: &'static str, value: Boxed) {
-        self.scalars.push((key, scalar_of(value.as_ref())));
-        self.values.push((key, value));
+    fn put(&mut self, key: &'static str, value: Field) {
+        self.0.push((key, value));
     }
 
     /// The CEL map of every field, now (a session's or a login session's).
-    fn map(self) -> Boxed {
-        map_of(self.values)
+    fn map(self) -> Field {
+        map(map_of(self.0))
     }
 
     /// The value: its map built now when a field is not a scalar (that field's value is
     /// kept only there), else when `cel` first reads it.
     fn build(self) -> Prebuilt {
-        let Fields { scalars, values } = self;
+        let scalars: Box<[(&'static str, Scalar)]> =
+            self.0.iter().map(|(n, f)| (*n, f.scalar())).collect();
         let map = OnceLock::new();
         if scalars.iter().any(|(_, s)| *s == Scalar::Other) {
-            let _ = map.set(map_of(values));
+            let _ = map.set(Box::new(CelMap::from(map_of(self.0))) as Boxed);
         }
         Prebuilt {
-            scalars: Some(scalars.into_boxed_slice()),
+            scalars: Some(scalars),
             map,
         }
     }
 }
 
-/// A CEL map of `values`.
-fn map_of(values: Vec<(&'static str, Boxed)>) -> Boxed {
-    let mut m = HashMap::with_capacity(values.len());
-    for (name, value) in values {
-        m.insert(CelMapKey::from(name), value);
+/// The CEL map entries of `fields`.
+fn map_of(fields: Vec<(&'static str, Field)>) -> HashMap<CelMapKey<'static>, Boxed> {
+    let mut m = HashMap::with_capacity(fields.len());
+    for (name, field) in fields {
+        m.insert(CelMapKey::from(name), field.boxed());
     }
-    Box::new(CelMap::from(m))
+    m
 }
 
-/// A built field as the fast path sees it.
-fn scalar_of(value: &dyn Val) -> Scalar {
-    if value.downcast_ref::<CelNull>().is_some() {
-        Scalar::Null
-    } else if let Some(b) = value.downcast_ref::<CelBool>() {
-        Scalar::Bool(*b.inner())
-    } else if let Some(i) = value.downcast_ref::<CelInt>() {
-        Scalar::Int(*i.inner())
-    } else if let Some(u) = value.downcast_ref::<CelUInt>() {
-        Scalar::UInt(*u.inner())
-    } else if let Some(d) = value.downcast_ref::<CelDouble>() {
-        Scalar::Double(*d.inner())
-    } else {
-        Scalar::Other
-    }
-}
-
-fn session(s: &Session) -> Boxed {
+fn session(s: &Session) -> Field {
     let mut m = Fields::with_capacity(3);
     m.put("user", string(&s.user));
     m.put("tty", string(&s.tty));
@@ -277,7 +258,7 @@ fn session(s: &Session) -> Boxed {
     m.map()
 }
 
-fn login_session(s: &LoginSession) -> Boxed {
+fn login_session(s: &LoginSession) -> Field {
     let mut m = Fields::with_capacity(13);
     m.put("user", string(&s.user));
     m.put("seat", opt(s.seat.as_deref(), string));
@@ -295,28 +276,55 @@ fn login_session(s: &LoginSession) -> Boxed {
     m.map()
 }
 
-fn string(s: &str) -> Boxed {
-    Box::new(CelString::from(s.to_string()))
+/// One field as built: a scalar (kept unboxed until `cel` reads the value) or a CEL value.
+enum Field {
+    Scalar(Scalar),
+    Value(Boxed),
 }
 
-fn int(i: i64) -> Boxed {
-    Box::new(CelInt::from(i))
+impl Field {
+    fn scalar(&self) -> Scalar {
+        match self {
+            Field::Scalar(s) => *s,
+            Field::Value(_) => Scalar::Other,
+        }
+    }
+
+    fn boxed(self) -> Boxed {
+        match self {
+            Field::Scalar(s) => boxed(s),
+            Field::Value(v) => v,
+        }
+    }
 }
 
-fn double(f: f64) -> Boxed {
-    Box::new(CelDouble::from(f))
+fn string(s: &str) -> Field {
+    Field::Value(Box::new(CelString::from(s.to_string())))
 }
 
-fn boolean(b: bool) -> Boxed {
-    Box::new(CelBool::from(b))
+fn int(i: i64) -> Field {
+    Field::Scalar(Scalar::Int(i))
 }
 
-fn opt<T>(v: Option<T>, some: impl FnOnce(T) -> Boxed) -> Boxed {
-    v.map_or_else(|| Box::new(CelNull) as Boxed, some)
+fn double(f: f64) -> Field {
+    Field::Scalar(Scalar::Double(f))
 }
 
-fn list(items: impl Iterator<Item = Boxed>) -> Boxed {
-    Box::new(CelList::from(items.collect::<Vec<_>>()))
+fn boolean(b: bool) -> Field {
+    Field::Scalar(Scalar::Bool(b))
+}
+
+fn opt<T>(v: Option<T>, some: impl FnOnce(T) -> Field) -> Field {
+    v.map_or(Field::Scalar(Scalar::Null), some)
+}
+
+fn list(items: impl Iterator<Item = Field>) -> Field {
+    let items: Vec<Boxed> = items.map(Field::boxed).collect();
+    Field::Value(Box::new(CelList::from(items)))
+}
+
+fn map(m: HashMap<CelMapKey<'static>, Boxed>) -> Field {
+    Field::Value(Box::new(CelMap::from(m)))
 }
 
 // `job`, `user`, `lab` and `now` are built field by field, as `host` is: through serde
@@ -381,14 +389,14 @@ fn job_fields(j: &JobFacts) -> Fields {
     m.put("started_s", int(*started_s));
     let mut relations = HashMap::with_capacity(spec.len());
     for (name, value) in spec {
-        relations.insert(CelMapKey::from(name.clone()), spec_value(value));
+        relations.insert(CelMapKey::from(name.clone()), spec_value(value).boxed());
     }
-    m.put("spec", Box::new(CelMap::from(relations)));
+    m.put("spec", map(relations));
     m.put("share", double(*share));
     m
 }
 
-fn spec_value(v: &SpecValue) -> Boxed {
+fn spec_value(v: &SpecValue) -> Field {
     match v {
         SpecValue::Bool(b) => boolean(*b),
         SpecValue::Int(i) => int(*i),
