@@ -280,7 +280,11 @@ fn a_found_pilot_is_kept_while_its_held_node_is_known_but_not_up_yet() {
     lab.set(&host, |v| v.up = true);
     assert!(cancelled(&lab.tick(1)).is_empty(), "back: its pilot joined");
     lab.a.pilot_lease(&host, "4242", None, false, lab.now);
-    assert_eq!(lab.a.holder(&host), Some((waiter, alloc)), "still the job's");
+    assert_eq!(
+        lab.a.holder(&host),
+        Some((waiter, alloc)),
+        "still the job's"
+    );
     assert!(cancelled(&lab.tick(11)).is_empty(), "in use");
 }
 
