@@ -290,3 +290,134 @@ fn slow_answer(
 ) -> Result<crate::Answer, String> {
     ev.answer(hook, &c.run, scope)
 }
+
+/// Composed expressions (depth up to 5: nested `? :`, `||` and `&&` over errors, mixed
+/// kinds, fields that are null, strings or missing) on varied hosts and jobs: the fast
+/// form gives what `cel` gives, value or error, whenever it tells (a fixed seed: the same
+/// cases each run).
+#[test]
+fn generated_expressions_give_what_cel_gives() {
+    use proptest::{
+        prelude::*,
+        test_runner::{Config, RngAlgorithm, TestRng, TestRunner},
+    };
+    const LEAVES: &[&str] = &[
+        "null",
+        "true",
+        "false",
+        "0",
+        "1",
+        "-2",
+        "3u",
+        "0.0",
+        "1.5",
+        "-2.5",
+        "300.0",
+        "host.load1",
+        "host.cpus",
+        "host.private",
+        "host.owner_idle_s",
+        "host.keyboard_idle_s",
+        "host.name",
+        "host.users",
+        "host.mem_avail_mb",
+        "job.adaptive",
+        "job.hosts_held",
+        "job.share",
+        "holder.adaptive",
+    ];
+    let leaf = prop::sample::select(LEAVES).prop_map(String::from);
+    let expr = leaf.prop_recursive(5, 48, 3, |inner| {
+        prop_oneof![
+            (inner.clone(), prop::sample::select(BINARY), inner.clone())
+                .prop_map(|(a, op, b)| format!("({a}) {op} ({b})")),
+            (prop::sample::select(UNARY), inner.clone()).prop_map(|(op, a)| match op {
+                "double" => format!("double({a})"),
+                _ => format!("{op}({a})"),
+            }),
+            (inner.clone(), inner.clone(), inner)
+                .prop_map(|(c, a, b)| format!("({c}) ? ({a}) : ({b})")),
+        ]
+    });
+    let host = (
+        prop::option::of(prop::sample::select(&[0.0, 0.5, 2.0, -1.0][..])),
+        0i64..3,
+        any::<bool>(),
+        prop::option::of(prop::sample::select(
+            &[0i64, 299, 300, 9_223_372_036_854_775_807][..],
+        )),
+    );
+    let job = (
+        any::<bool>(),
+        0i64..3,
+        prop::sample::select(&[0.0, 1.0, 2.5][..]),
+    );
+    let env = std::sync::Arc::new(crate::cost::env());
+    let lets = BTreeMap::new();
+    let ev = Evaluator {
+        env: &env,
+        lets: &lets,
+    };
+    let (told, compared) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
+    let check = |(text, (load1, cpus, private, idle), (adaptive, held, share)): (
+        String,
+        (Option<f64>, i64, bool, Option<i64>),
+        (bool, i64, f64),
+    )| {
+        let host = HostFacts {
+            name: "n1".into(),
+            load1,
+            cpus,
+            owner: private.then(|| "ann".to_string()),
+            users: Some(Vec::new()),
+            console_idle_s: idle,
+            ..HostFacts::default()
+        }
+        .derive();
+        let fields = crate::value::HostFields::named([
+            "load1",
+            "cpus",
+            "private",
+            "owner_idle_s",
+            "keyboard_idle_s",
+            "name",
+            "users",
+        ]);
+        let host = HostValue::reading(&host, fields);
+        let job = JobValue::new(&JobFacts {
+            adaptive,
+            hosts_held: held,
+            share,
+            ..JobFacts::default()
+        });
+        let scope = Scope::new().host(&host).job(&job);
+        let parsed = cel::parser::Parser::new().parse(&text).expect("parses");
+        let run = ast::indexed(&parsed);
+        let node = compile(&run, &BTreeMap::new()).expect("a fast form");
+        let vars = [Var::Host, Var::Job];
+        compared.set(compared.get() + 1);
+        let slow = || ev.value(&vars, &run, scope).map_err(|_| ());
+        match node.eval(&vars, &scope) {
+            Err(Stop::Unknown) => return Ok(()),
+            Err(Stop::Error) => assert!(slow().is_err(), "`{text}`: fast fails, cel not"),
+            Ok(s) => {
+                let (fast, slow) = (Ok(to_value(s)), slow());
+                assert!(same(&fast, &slow), "`{text}`: fast {fast:?}, cel {slow:?}");
+            }
+        }
+        told.set(told.get() + 1);
+        Ok(())
+    };
+    let config = Config {
+        cases: 3000,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, b"resourcebroker-fast-path-vs-cel!");
+    let mut runner = TestRunner::new_with_rng(config, rng);
+    runner
+        .run(&(expr, host, job), check)
+        .expect("the fast form agrees with cel");
+    let (told, compared) = (told.get(), compared.get());
+    assert!(told > compared / 2, "{told} of {compared} told");
+}
