@@ -291,6 +291,14 @@ fn slow_answer(
     ev.answer(hook, &c.run, scope)
 }
 
+/// One generated case: an expression, a host (`load1`, `cpus`, private, the owner's and the
+/// console's idle time) and a job (adaptive, hosts held, share).
+type Case = (
+    String,
+    (Option<f64>, i64, bool, Option<i64>),
+    (bool, i64, f64),
+);
+
 /// Composed expressions (depth up to 5: nested `? :`, `||` and `&&` over errors, mixed
 /// kinds, fields that are null, strings or missing) on varied hosts and jobs: the fast
 /// form gives what `cel` gives, value or error, whenever it tells (a fixed seed: the same
@@ -359,11 +367,7 @@ fn generated_expressions_give_what_cel_gives() {
         lets: &lets,
     };
     let (told, compared) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
-    let check = |(text, (load1, cpus, private, idle), (adaptive, held, share)): (
-        String,
-        (Option<f64>, i64, bool, Option<i64>),
-        (bool, i64, f64),
-    )| {
+    let check = |(text, (load1, cpus, private, idle), (adaptive, held, share)): Case| {
         let host = HostFacts {
             name: "n1".into(),
             load1,
