@@ -199,6 +199,30 @@ fn pilots_found_after_a_restart_are_adopted_or_cancelled() {
     assert_eq!(lab.a.pilot_ids(), ["100"], "the adopted one stays");
 }
 
+/// A job holding a pilot's node (Slurm job 4242) across a broker restart: the core rebuilt
+/// from its snapshot, the lab file's hosts known at start, the pilot's node not (its daemon
+/// has not reconnected), the pilots `found` in Slurm's queue adopted. Returns the lab, the
+/// job, its allocation, the node's name and its view (for its daemon's return).
+fn restarted_holding_a_pilots_node(found: &[&str]) -> (Lab, JobId, AllocId, String, HostView) {
+    let (mut lab, waiter) = full_lab(1);
+    assert_eq!(submitted(&lab.tick(2)), [1]);
+    lab.a.pilot_submitted(1, "4242".into());
+    let fx = pilot_joins(&mut lab);
+    let (alloc, host) = super::tests::granted(&fx).expect("the waiter gets the node");
+    lab.a.pilot_lease(&host, "4242", None, false, lab.now);
+    let (mut restored, dropped) =
+        Allocator::restore(lab.a.snapshot(), AllocConfig::default(), lab.now);
+    assert!(dropped.is_empty(), "{dropped:?}");
+    restored.set_overflow(Some(settings(1)));
+    lab.a = restored;
+    let node = lab.views.pop().expect("the pilot's node");
+    lab.sync();
+    let found = found.iter().map(|s| s.to_string()).collect();
+    lab.a.pilots_found(found, lab.now);
+    assert_eq!(lab.a.holder(&host), Some((waiter, alloc)), "restored");
+    (lab, waiter, alloc, host, node)
+}
+
 /// A broker restart while a job holds a pilot's node: the allocation is restored, and the
 /// pilots found in Slurm's queue are kept however long the node's daemon takes to come
 /// back (the job still runs there; only the node's report is missing), not cancelled after
@@ -207,25 +231,7 @@ fn pilots_found_after_a_restart_are_adopted_or_cancelled() {
 /// its job, the queued one is cancelled; when the job lets go, the idle pilot is too.
 #[test]
 fn found_pilots_are_kept_while_a_restored_job_holds_a_node_whose_daemon_is_not_back() {
-    let (mut lab, waiter) = full_lab(1);
-    assert_eq!(submitted(&lab.tick(2)), [1]);
-    lab.a.pilot_submitted(1, "4242".into());
-    let fx = pilot_joins(&mut lab);
-    let (alloc, host) = super::tests::granted(&fx).expect("the waiter gets the node");
-    lab.a.pilot_lease(&host, "4242", None, false, lab.now);
-
-    // The restart: the core is rebuilt from its snapshot; the lab file's hosts are made
-    // known at start, the pilot's node only when its daemon reconnects.
-    let (mut restored, dropped) =
-        Allocator::restore(lab.a.snapshot(), AllocConfig::default(), lab.now);
-    assert!(dropped.is_empty(), "{dropped:?}");
-    restored.set_overflow(Some(settings(1)));
-    lab.a = restored;
-    let node = lab.views.pop().expect("the pilot's node");
-    lab.sync();
-    lab.a
-        .pilots_found(vec!["4240".into(), "4242".into()], lab.now);
-    assert_eq!(lab.a.holder(&host), Some((waiter, alloc)), "restored");
+    let (mut lab, waiter, _, host, node) = restarted_holding_a_pilots_node(&["4240", "4242"]);
     assert!(
         cancelled(&lab.tick(11)).is_empty(),
         "in use: kept past the found pilots' grace"
@@ -256,18 +262,7 @@ fn found_pilots_are_kept_while_a_restored_job_holds_a_node_whose_daemon_is_not_b
 /// (one run in five: a 250 ms tick between the connection and the first report).
 #[test]
 fn a_found_pilot_is_kept_while_its_held_node_is_known_but_not_up_yet() {
-    let (mut lab, waiter) = full_lab(1);
-    assert_eq!(submitted(&lab.tick(2)), [1]);
-    lab.a.pilot_submitted(1, "4242".into());
-    let fx = pilot_joins(&mut lab);
-    let (alloc, host) = super::tests::granted(&fx).expect("the waiter gets the node");
-    lab.a.pilot_lease(&host, "4242", None, false, lab.now);
-    let (mut restored, _) = Allocator::restore(lab.a.snapshot(), AllocConfig::default(), lab.now);
-    restored.set_overflow(Some(settings(1)));
-    lab.a = restored;
-    let node = lab.views.pop().expect("the pilot's node");
-    lab.sync();
-    lab.a.pilots_found(vec!["4242".into()], lab.now);
+    let (mut lab, waiter, alloc, host, node) = restarted_holding_a_pilots_node(&["4242"]);
     assert!(cancelled(&lab.tick(11)).is_empty(), "its daemon not back");
 
     // The daemon connects: the node's row comes, down until its first report.

@@ -296,23 +296,22 @@ fn equals(lhs: Scalar, rhs: Scalar) -> bool {
 /// checked (`None`: an overflow, a division by zero, or no such overload).
 fn arithmetic_op(op: Binary, lhs: Scalar, rhs: Scalar) -> Option<Scalar> {
     use Scalar::*;
+    // The same checked operations on i64 and u64.
+    macro_rules! checked {
+        ($a:expr, $b:expr) => {
+            match op {
+                Binary::Add => $a.checked_add($b)?,
+                Binary::Subtract => $a.checked_sub($b)?,
+                Binary::Multiply => $a.checked_mul($b)?,
+                Binary::Divide => $a.checked_div($b)?,
+                Binary::Modulo => $a.checked_rem($b)?,
+                _ => return None,
+            }
+        };
+    }
     Some(match (lhs, rhs) {
-        (Int(a), Int(b)) => Int(match op {
-            Binary::Add => a.checked_add(b)?,
-            Binary::Subtract => a.checked_sub(b)?,
-            Binary::Multiply => a.checked_mul(b)?,
-            Binary::Divide => a.checked_div(b)?,
-            Binary::Modulo => a.checked_rem(b)?,
-            _ => return None,
-        }),
-        (UInt(a), UInt(b)) => UInt(match op {
-            Binary::Add => a.checked_add(b)?,
-            Binary::Subtract => a.checked_sub(b)?,
-            Binary::Multiply => a.checked_mul(b)?,
-            Binary::Divide => a.checked_div(b)?,
-            Binary::Modulo => a.checked_rem(b)?,
-            _ => return None,
-        }),
+        (Int(a), Int(b)) => Int(checked!(a, b)),
+        (UInt(a), UInt(b)) => UInt(checked!(a, b)),
         (Double(a), Double(b)) => Double(match op {
             Binary::Add => a + b,
             Binary::Subtract => a - b,
