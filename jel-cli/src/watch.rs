@@ -1,13 +1,27 @@
 //! `rb-jel watch [--from SEQ] [--json] [--exec SCRIPT]`: the stream from SEQ, then live,
 //! until `terminated`. Printed one event per line (as the stream has it with `--json`), or
 //! handed to SCRIPT one event at a time, as Serf's event handlers are.
+//!
+//! **SIGTERM** ends the watch as it would any process (it dies of it), but only once the
+//! events already on its connection are printed: a host's reclaim delivers `vacate` to the
+//! host's members and sends SIGTERM right after, sooner than a loaded host may run the
+//! watch to read it. SIGTERM is held back (blocked, and waited for on a signalfd beside the
+//! connection); commands of `--exec` start with it unblocked (std resets their mask).
 
 use std::{
     io::Write,
+    os::fd::AsFd,
     process::{Command, Stdio},
 };
 
-use jel::{wire::EventKind, Event, Member};
+use jel::{client::Watcher, wire::EventKind, Event, Member};
+use nix::{
+    poll::{poll, PollFd, PollFlags, PollTimeout},
+    sys::{
+        signal::{SigSet, Signal},
+        signalfd::{SfdFlags, SignalFd},
+    },
+};
 
 use crate::{
     error::connect_error,
@@ -15,21 +29,96 @@ use crate::{
     CliError,
 };
 
-/// Runs the watch; 0 once the job's stream ended (`terminated`).
+/// Runs the watch; 0 once the job's stream ended (`terminated`). At SIGTERM, dies of it
+/// once the events already received are shown (see the module docs).
 pub fn run(from: u64, json: bool, exec: Option<&str>) -> Result<i32, CliError> {
+    let term = HeldTerm::hold();
     let mut events = connect()?.watch(from)?;
-    loop {
-        let event = events.next_event().map_err(connect_error)?;
-        let line = serde_json::to_string(&event).expect("events always serialize");
+    let show = |event: &Event| -> Result<bool, CliError> {
+        let line = serde_json::to_string(event).expect("events always serialize");
         match exec {
-            Some(script) => run_script(script, &event, &line)?,
+            Some(script) => run_script(script, event, &line)?,
             None if json => print(&line)?,
-            None => print(&text(&event))?,
+            None => print(&text(event))?,
         }
-        if event.kind == EventKind::Terminated {
+        Ok(event.kind == EventKind::Terminated)
+    };
+    loop {
+        if let Some(term) = &term {
+            if !events.has_buffered_line() && term.wait_with(&events) {
+                while readable_now(&events) {
+                    match events.next_event() {
+                        Ok(event) if !show(&event)? => {}
+                        _ => break,
+                    }
+                }
+                term.die();
+            }
+        }
+        let event = events.next_event().map_err(connect_error)?;
+        if show(&event)? {
             return Ok(0);
         }
     }
+}
+
+/// SIGTERM blocked, and a signalfd that is readable once it is pending.
+struct HeldTerm(SignalFd);
+
+impl HeldTerm {
+    /// Blocks SIGTERM (`None`, left as it was, when that fails: the watch then dies at
+    /// once, as any process does).
+    fn hold() -> Option<HeldTerm> {
+        let set = term_set();
+        set.thread_block().ok()?;
+        match SignalFd::with_flags(&set, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK) {
+            Ok(fd) => Some(HeldTerm(fd)),
+            Err(_) => {
+                let _ = set.thread_unblock();
+                None
+            }
+        }
+    }
+
+    /// Waits until `events` has something to read or SIGTERM is pending; whether it is.
+    fn wait_with(&self, events: &Watcher) -> bool {
+        let readable = PollFlags::POLLIN;
+        loop {
+            let mut fds = [
+                PollFd::new(events.as_fd(), readable),
+                PollFd::new(self.0.as_fd(), readable),
+            ];
+            match poll(&mut fds, PollTimeout::NONE) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                // Nothing to wait with: read (blocking) as before.
+                Err(_) => return false,
+                Ok(_) => return fds[1].any().unwrap_or(false),
+            }
+        }
+    }
+
+    /// Dies of the SIGTERM held back: unblocked, it is delivered at once.
+    fn die(&self) -> ! {
+        let _ = term_set().thread_unblock();
+        let _ = nix::sys::signal::raise(Signal::SIGTERM);
+        std::process::exit(128 + Signal::SIGTERM as i32)
+    }
+}
+
+fn term_set() -> SigSet {
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGTERM);
+    set
+}
+
+/// Whether the next event can be read without waiting (a whole line read already, or the
+/// connection has bytes or its end).
+fn readable_now(events: &Watcher) -> bool {
+    if events.has_buffered_line() {
+        return true;
+    }
+    let mut fds = [PollFd::new(events.as_fd(), PollFlags::POLLIN)];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
 }
 
 /// The `event` field of an event (`joined`, `vacate`…).

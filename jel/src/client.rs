@@ -458,6 +458,12 @@ impl Watcher {
         self.next
     }
 
+    /// Whether a whole line is read already: [`Watcher::next_event`] will not wait for the
+    /// connection (else wait on [`AsFd::as_fd`] to know when it will not).
+    pub fn has_buffered_line(&self) -> bool {
+        self.conn.reader.buffer().contains(&b'\n')
+    }
+
     /// The next event, waiting for it; after a snapshot the stream goes on at its seq + 1.
     pub fn next_event(&mut self) -> Result<Event, JelError> {
         let line = match self.conn.read_line() {
@@ -478,6 +484,13 @@ impl Watcher {
         let conn = Conn::open(&self.conn.path)?;
         *self = Watcher::start(conn, self.next)?;
         Ok(())
+    }
+}
+
+impl std::os::fd::AsFd for Watcher {
+    /// The connection, to wait on beside other descriptors (`poll`).
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.conn.reader.get_ref().as_fd()
     }
 }
 

@@ -375,6 +375,38 @@ fn watch_from_resumes_with_no_gap_and_no_duplicate_as_jel_py_sees_the_stream() {
     );
 }
 
+/// A watch ended by SIGTERM prints the events already on its connection first, then dies
+/// of it: a host's reclaim delivers `vacate` and sends SIGTERM right after, sooner than a
+/// loaded host may run the watch to read it (the lab test
+/// `a_release_is_vacate_on_the_host_before_sigterm_then_left_or_died_vacated` failed so once
+/// in session 27). Made certain here: the watch is stopped, the `vacate` written to its
+/// connection, SIGTERM sent, then SIGCONT: the SIGTERM is there before the watch runs again.
+#[test]
+fn a_watch_ended_by_sigterm_prints_the_events_already_delivered_then_dies_of_it() {
+    use nix::sys::signal::{kill, Signal};
+    use std::os::unix::process::ExitStatusExt;
+    let mut pool = Pool::start();
+    pool.event("granted nodeb");
+    let mut watch = Reader::spawn(pool.rb_jel(&["watch", "--json"]));
+    watch.event(|v| kind(v) == "host_granted");
+    let pid = watch.child.id();
+    let signal = |sig| kill(nix::unistd::Pid::from_raw(pid as i32), sig).expect("kill");
+    signal(Signal::SIGSTOP);
+    let stopped = wait_until(Duration::from_secs(10), || {
+        tests::proc_stat(pid).filter(|f| f[0] == "T").map(|_| ())
+    });
+    assert!(stopped.is_some(), "the watch stopped");
+    // `ok` comes once the pool's lines are written: the `vacate` is on the connection.
+    pool.event("reclaim nodeb 1764000005000");
+    signal(Signal::SIGTERM);
+    signal(Signal::SIGCONT);
+    let vacate = watch.event(|v| kind(v) == "vacate");
+    assert_eq!(vacate["host"], "nodeb", "{vacate}");
+    assert!(watch.lines.next().is_none(), "nothing after it");
+    let status = watch.child.wait().expect("wait");
+    assert_eq!(status.signal(), Some(Signal::SIGTERM as i32), "{status:?}");
+}
+
 #[test]
 fn watch_exec_runs_the_script_once_per_event_with_the_jel_variables() {
     let mut pool = Pool::start();
