@@ -213,6 +213,24 @@ impl Broker {
         );
     }
 
+    /// Stops the broker: SIGTERM, SIGKILL when it has not stopped 8 s later (what dropping
+    /// it does, before its directory is removed). Stopping a stopped broker does nothing.
+    pub fn stop(&mut self) {
+        // Ended and reaped: its pid may be another process's now.
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let stopped = wait_until(Duration::from_secs(8), || {
+            self.child.try_wait().ok().flatten()
+        });
+        if stopped.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
     /// SIGKILLs the broker and starts a new one on the same lab file and state dir.
     pub fn kill_and_restart(&mut self) {
         let _ = self.child.kill();
@@ -355,15 +373,7 @@ impl Broker {
 
 impl Drop for Broker {
     fn drop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let stopped = wait_until(Duration::from_secs(8), || {
-            self.child.try_wait().ok().flatten()
-        });
-        if stopped.is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        self.stop();
     }
 }
 
