@@ -459,7 +459,7 @@ impl Watcher {
     }
 
     /// Whether a whole line is read already: [`Watcher::next_event`] will not wait for the
-    /// connection (else wait on [`AsFd::as_fd`] to know when it will not).
+    /// connection (else wait on [`std::os::fd::AsFd::as_fd`] to know when it will not).
     pub fn has_buffered_line(&self) -> bool {
         self.conn.reader.buffer().contains(&b'\n')
     }
