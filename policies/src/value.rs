@@ -15,7 +15,7 @@ use crate::facts::{
 use crate::fast::Scalar;
 
 /// A value built once from one of the fact structs: its top-level fields as scalars (what
-/// [`crate::fast`] reads) and the CEL map `cel` evaluates on. A value of scalars only (the
+/// the fast path reads) and the CEL map `cel` evaluates on. A value of scalars only (the
 /// paper policy's host value) builds its map the first time `cel` reads it, which a policy
 /// whose expressions all have fast forms never does: the map's hash table and a box per
 /// field were most of the cost of building a host's value at each report.
