@@ -32,7 +32,7 @@ use crate::{
 /// Runs the watch; 0 once the job's stream ended (`terminated`). At SIGTERM, dies of it
 /// once the events already received are shown (see the module docs).
 pub fn run(from: u64, json: bool, exec: Option<&str>) -> Result<i32, CliError> {
-    let term = HeldTerm::hold();
+    let mut term = HeldTerm::hold();
     let mut events = connect()?.watch(from)?;
     let show = |event: &Event| -> Result<bool, CliError> {
         let line = serde_json::to_string(event).expect("events always serialize");
@@ -44,15 +44,24 @@ pub fn run(from: u64, json: bool, exec: Option<&str>) -> Result<i32, CliError> {
         Ok(event.kind == EventKind::Terminated)
     };
     loop {
-        if let Some(term) = &term {
-            if !events.has_buffered_line() && term.wait_with(&events) {
-                while readable_now(&events) {
-                    match events.next_event() {
-                        Ok(event) if !show(&event)? => {}
-                        _ => break,
+        if let Some(held) = term.as_ref().filter(|_| !events.has_buffered_line()) {
+            match held.wait_with(&events) {
+                Woken::Events => {}
+                Woken::Term => {
+                    while readable_now(&events) {
+                        match events.next_event() {
+                            Ok(event) if !show(&event)? => {}
+                            _ => break,
+                        }
+                    }
+                    held.die();
+                }
+                // Nothing to wait with: SIGTERM as any process has it, reads as before.
+                Woken::Neither => {
+                    if let Some(held) = term.take() {
+                        held.release();
                     }
                 }
-                term.die();
             }
         }
         let event = events.next_event().map_err(connect_error)?;
@@ -80,8 +89,8 @@ impl HeldTerm {
         }
     }
 
-    /// Waits until `events` has something to read or SIGTERM is pending; whether it is.
-    fn wait_with(&self, events: &Watcher) -> bool {
+    /// Waits until `events` has something to read or SIGTERM is pending.
+    fn wait_with(&self, events: &Watcher) -> Woken {
         let readable = PollFlags::POLLIN;
         loop {
             let mut fds = [
@@ -90,11 +99,16 @@ impl HeldTerm {
             ];
             match poll(&mut fds, PollTimeout::NONE) {
                 Err(nix::errno::Errno::EINTR) => continue,
-                // Nothing to wait with: read (blocking) as before.
-                Err(_) => return false,
-                Ok(_) => return fds[1].any().unwrap_or(false),
+                Err(_) => return Woken::Neither,
+                Ok(_) if fds[1].any().unwrap_or(false) => return Woken::Term,
+                Ok(_) => return Woken::Events,
             }
         }
+    }
+
+    /// SIGTERM unblocked again (a pending one ends the watch now).
+    fn release(self) {
+        let _ = term_set().thread_unblock();
     }
 
     /// Dies of the SIGTERM held back: unblocked, it is delivered at once.
@@ -103,6 +117,14 @@ impl HeldTerm {
         let _ = nix::sys::signal::raise(Signal::SIGTERM);
         std::process::exit(128 + Signal::SIGTERM as i32)
     }
+}
+
+/// What [`HeldTerm::wait_with`] woke for.
+enum Woken {
+    Events,
+    Term,
+    /// `poll` failed.
+    Neither,
 }
 
 fn term_set() -> SigSet {
