@@ -54,7 +54,7 @@ impl StoreWriter {
                         snap = newer;
                     }
                     let (seq, snap) = snap;
-                    let result = store.save(&snap);
+                    let result = store.save(snap);
                     flag.store(result.is_ok(), Ordering::SeqCst);
                     if let Err(e) = result {
                         error!(error = %e, "cannot save broker state");

@@ -152,25 +152,26 @@ impl Store {
     }
 
     /// Replaces the stored state with `s`, in one transaction: the rows that differ from
-    /// the last snapshot saved, or every row when that is not known.
-    pub fn save(&mut self, s: &Snapshot) -> Result<(), StoreError> {
+    /// the last snapshot saved, or every row when that is not known. The store keeps `s`
+    /// (what the file holds) for the next save to compare with.
+    pub fn save(&mut self, s: Snapshot) -> Result<(), StoreError> {
         let path = self.path.clone();
         let err = |e| classify(&path, "write", e);
         // Unknown until this save commits: a failed one leaves the next to rewrite it all.
         let written = self.written.take();
         let tx = self.conn.transaction().map_err(err)?;
         match &written {
-            Some(old) => write_changes(&tx, old, s),
+            Some(old) => write_changes(&tx, old, &s),
             None => tx
                 .execute_batch(
                     "DELETE FROM counters; DELETE FROM jobs; DELETE FROM allocations;
                      DELETE FROM requests; DELETE FROM drained;",
                 )
-                .and_then(|()| write_rows(&tx, s)),
+                .and_then(|()| write_rows(&tx, &s)),
         }
         .map_err(err)?;
         tx.commit().map_err(err)?;
-        self.written = Some(s.clone());
+        self.written = Some(s);
         Ok(())
     }
 
@@ -526,7 +527,7 @@ mod tests {
         let (j, _) = a.register_job(info(false), now);
         a.request(j, "anyLinux", now);
         let mut store = Store::open(&path).expect("open");
-        store.save(&a.snapshot()).expect("save");
+        store.save(a.snapshot()).expect("save");
         drop(store);
         let loaded = Store::open(&path).expect("reopen").load().expect("load");
         assert_eq!(loaded, Some(a.snapshot()));
@@ -586,10 +587,10 @@ mod tests {
         let mut store = Store::open(&dir.path().join("broker.db")).expect("open");
         assert_eq!(store.load().expect("load"), None);
         let s = sample(20);
-        store.save(&s).expect("save");
+        store.save(s.clone()).expect("save");
         assert_eq!(store.load().expect("load"), Some(s.clone()));
         let smaller = sample(3);
-        store.save(&smaller).expect("save again");
+        store.save(smaller.clone()).expect("save again");
         assert_eq!(store.load().expect("load"), Some(smaller), "full rewrite");
     }
 
@@ -601,14 +602,14 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut store = Store::open(&dir.path().join("broker.db")).expect("open");
         let mut s = sample(500);
-        store.save(&s).expect("first save");
+        store.save(s.clone()).expect("first save");
         let before = store.conn.total_changes();
         let mut granted = s.allocations[0].clone();
         granted.id = s.next_alloc;
         granted.host = "node9999".into();
         s.allocations.push(granted);
         s.next_alloc += 1;
-        store.save(&s).expect("a grant");
+        store.save(s.clone()).expect("a grant");
         let rows = store.conn.total_changes() - before;
         assert!(rows <= 5, "a grant wrote {rows} rows");
         assert_eq!(store.load().expect("load"), Some(s.clone()));
@@ -621,10 +622,10 @@ mod tests {
         s.requests.reverse();
         s.drained.push("node0042".into());
         s.next_job += 2;
-        store.save(&s).expect("changes");
+        store.save(s.clone()).expect("changes");
         assert_eq!(store.load().expect("load"), Some(s.clone()));
         let before = store.conn.total_changes();
-        store.save(&s).expect("the same again");
+        store.save(s.clone()).expect("the same again");
         assert_eq!(
             store.conn.total_changes(),
             before,
@@ -639,7 +640,7 @@ mod tests {
         let s = sample(7);
         {
             let mut store = Store::open(&path).expect("open");
-            store.save(&s).expect("save");
+            store.save(s.clone()).expect("save");
         }
         let store = Store::open(&path).expect("reopen");
         assert_eq!(store.load().expect("load"), Some(s));
@@ -673,7 +674,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("broker.db");
         let mut store = Store::open(&path).expect("open");
-        store.save(&sample(2)).expect("save");
+        store.save(sample(2)).expect("save");
         store
             .conn
             .execute("UPDATE jobs SET state = 'zombie' WHERE id = 1", [])
@@ -705,11 +706,11 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut store = Store::open(&dir.path().join("broker.db")).expect("open");
         let s = sample(1000);
-        store.save(&s).expect("full save");
+        store.save(s.clone()).expect("full save");
         assert_eq!(store.load().expect("load"), Some(s.clone()));
         let mut fewer = s.clone();
         fewer.allocations.truncate(10);
-        store.save(&fewer).expect("incremental save");
+        store.save(fewer.clone()).expect("incremental save");
         assert_eq!(store.load().expect("load"), Some(fewer));
     }
 }
