@@ -184,9 +184,7 @@ impl HostWords {
                     changed.insert(host);
                     continue;
                 }
-                Change::Came(alloc, host, ending) | Change::Moved(alloc, host, ending) => {
-                    (alloc, host, ending)
-                }
+                Change::Now(alloc, host, ending) => (alloc, host, ending),
             };
             let word = self.published.entry(host.clone()).or_default();
             word.remove(alloc);
@@ -217,12 +215,11 @@ impl HostWords {
 
 /// What became of one allocation since the last publish.
 enum Change {
-    /// Granted since: its host, and whether it is past its deadline already.
-    Came(u64, String, bool),
+    /// Granted, or passed its deadline (or, restored, came back from it), since: its host,
+    /// and whether it is past its deadline now.
+    Now(u64, String, bool),
     /// Over since.
     Gone(u64),
-    /// Passed its deadline (or, restored, came back from it) since.
-    Moved(u64, String, bool),
 }
 
 /// The differences between the allocations published (`known`) and `now`, both ascending
@@ -246,13 +243,13 @@ fn changes<'k, 'a>(
             }
             Ordering::Greater => {
                 let (alloc, host, ending) = now.next().expect("peeked");
-                out.push(Change::Came(alloc, host.to_string(), ending));
+                out.push(Change::Now(alloc, host.to_string(), ending));
             }
             Ordering::Equal => {
                 let ((_, (_, was_ending)), (alloc, host, ending)) =
                     (known.next().expect("peeked"), now.next().expect("peeked"));
                 if *was_ending != ending {
-                    out.push(Change::Moved(alloc, host.to_string(), ending));
+                    out.push(Change::Now(alloc, host.to_string(), ending));
                 }
             }
         }
