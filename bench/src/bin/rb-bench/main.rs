@@ -248,26 +248,26 @@ fn sample_windows(pid: u32, n: usize, window: Duration) -> (Summary, u64) {
     )
 }
 
+/// A manual lab of `n` hosts with no address (the load generator plays their daemons).
 pub(crate) fn manual_lab(n: usize) -> String {
-    let mut text = String::from(
-        "[broker]\nlisten = \"127.0.0.1:0\"\ntransport = \"manual\"\nstate_dir = \"@STATE@\"\nsecret_file = \"@SECRET@\"\nreport_interval_s = 1\ndown_after_s = 5\n",
-    );
-    for i in 1..=n {
-        text.push_str(&format!("[[host]]\nname = \"load{i:05}\"\n"));
-    }
-    text
+    lab_of(n, |_| String::new())
 }
 
 /// [`manual_lab`] with an address for each host, 127.1.x.y: a job's remote shell to one
 /// reaches nobody (nothing listens there) and fails at once, on this machine.
 pub(crate) fn manual_lab_with_addresses(n: usize) -> String {
-    let mut text = manual_lab(0);
+    lab_of(n, |i| {
+        format!("address = \"127.1.{}.{}\"\n", i / 256, i % 256)
+    })
+}
+
+/// A manual lab of `n` hosts `load00001`…, each entry ended by `more(i)`.
+fn lab_of(n: usize, more: impl Fn(usize) -> String) -> String {
+    let mut text = String::from(
+        "[broker]\nlisten = \"127.0.0.1:0\"\ntransport = \"manual\"\nstate_dir = \"@STATE@\"\nsecret_file = \"@SECRET@\"\nreport_interval_s = 1\ndown_after_s = 5\n",
+    );
     for i in 1..=n {
-        text.push_str(&format!(
-            "[[host]]\nname = \"load{i:05}\"\naddress = \"127.1.{}.{}\"\n",
-            i / 256,
-            i % 256
-        ));
+        text.push_str(&format!("[[host]]\nname = \"load{i:05}\"\n{}", more(i)));
     }
     text
 }
