@@ -384,6 +384,69 @@ impl LoadRun {
         Ok(run)
     }
 
+    /// As [`Self::measure`] with `rb-readfloor` in the broker's place (its frames read, and
+    /// with `parse` parsed, nothing else): the floor under the broker's CPU for the same
+    /// load. "All up" is when it has read `n` connections' welcomes; no `rb status`.
+    pub(crate) fn measure_floor(n: usize, changing: bool, parse: bool) -> anyhow::Result<LoadRun> {
+        use std::io::BufRead;
+        let dir = tempfile::tempdir()?;
+        let secret = dir.path().join("secret");
+        let mut key = [0u8; 32];
+        std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut key)?;
+        let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+        std::fs::write(&secret, hex)?;
+        std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+        let started = Instant::now();
+        let mut floor = Command::new(tests::bin("rb-readfloor"))
+            .args(["--hosts", &n.to_string()])
+            .args(parse.then_some("--parse"))
+            .arg("--secret-file")
+            .arg(&secret)
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let mut said = std::io::BufReader::new(floor.stdout.take().expect("piped")).lines();
+        let addr = said.next().transpose()?.unwrap_or_default();
+        let mut gen = Command::new(tests::bin("rb-loadgen"))
+            .args([
+                "--broker",
+                &addr,
+                "--hosts",
+                &n.to_string(),
+                "--seconds",
+                "45",
+            ])
+            .args(changing.then_some("--changing"))
+            .arg("--secret-file")
+            .arg(&secret)
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let mut run = LoadRun::default();
+        // The line comes once all are connected, or never (then the reader is killed below).
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(said.next());
+        });
+        let all_up = rx.recv_timeout(Duration::from_secs(40)).ok().flatten();
+        run.up_after_s
+            .push(all_up.map(|_| started.elapsed().as_secs_f64()));
+        if run.up_after_s == [None] {
+            let _ = floor.kill();
+        }
+        run.gen_cpu
+            .extend(procstat::measure(gen.id(), Duration::from_secs(2)).map(|(s, _)| s * 100.0));
+        for _ in 0..5 {
+            if let Some((share, kb)) = procstat::measure(floor.id(), Duration::from_secs(2)) {
+                run.cpu.push(share * 100.0);
+                run.rss_kb = run.rss_kb.max(kb);
+            }
+        }
+        for child in [&mut gen, &mut floor] {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        Ok(run)
+    }
+
     /// Adds `other`'s samples (another run of the same broker and load).
     pub(crate) fn pool(&mut self, other: LoadRun) {
         self.cpu.extend(other.cpu);

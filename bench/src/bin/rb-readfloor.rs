@@ -1,0 +1,124 @@
+//! `rb-readfloor`: what reading the host daemons' reports costs when nothing is done with
+//! them: the floor under the broker's CPU at N simulated hosts (`rb-bench`'s footprint
+//! rows put it beside the broker's).
+//!
+//! It listens on 127.0.0.1 (the address is the first line it prints), takes each
+//! `rb-loadgen` connection through the broker's own handshake (the lab secret), welcomes it,
+//! then reads its frames as the broker's host daemons' sessions do: on one thread of their
+//! own, a current-thread tokio runtime run in 10 ms turns, each connection a task reading
+//! lines with `FramedConn::recv_line`. With `--parse` each frame also goes through the
+//! broker's decoder (`HostdFrames::decode`: a repeated report found by its text, any other
+//! parsed). Nothing else happens: no core, no host table, no allocator, no trace. Prints
+//! `all N connected` once the N of `--hosts` are, then reads until killed.
+
+use std::{
+    io::Write,
+    path::PathBuf,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use clap::Parser;
+use proto::{
+    auth::Secret,
+    frame::FramedConn,
+    handshake::{authenticate, ServerAuth},
+    msg::FromBroker,
+    repeats::HostdFrames,
+};
+use tokio::net::{TcpListener, TcpStream};
+
+/// The broker's turn (`broker::server::turns::TURN`).
+const TURN: Duration = Duration::from_millis(10);
+
+#[derive(Debug, Parser)]
+#[command(name = "rb-readfloor")]
+struct Args {
+    /// The lab secret the connections prove (as `rb-loadgen --secret-file`).
+    #[arg(long)]
+    secret_file: PathBuf,
+    /// Connections expected: `all N connected` is printed once that many are read.
+    #[arg(long)]
+    hosts: usize,
+    /// Also parse each frame with the broker's decoder.
+    #[arg(long)]
+    parse: bool,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let secret = Arc::new(Secret::load(&args.secret_file)?);
+    let readers = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .event_interval(u32::MAX)
+        .build()?;
+    let reading = readers.handle().clone();
+    std::thread::Builder::new()
+        .name("readers".into())
+        .spawn(move || loop {
+            readers.block_on(tokio::task::yield_now());
+            std::thread::sleep(TURN);
+        })?;
+    let accept = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    accept.block_on(serve(args, secret, reading))
+}
+
+async fn serve(
+    args: Args,
+    secret: Arc<Secret>,
+    reading: tokio::runtime::Handle,
+) -> anyhow::Result<()> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    println!("{}", listener.local_addr()?);
+    std::io::stdout().flush()?;
+    let connected = Arc::new(AtomicUsize::new(0));
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let (secret, reading, connected) = (secret.clone(), reading.clone(), connected.clone());
+        let (hosts, parse) = (args.hosts, args.parse);
+        tokio::spawn(async move {
+            let Some(conn) = welcomed(stream, &secret).await else {
+                return;
+            };
+            let Ok(conn) = conn.map_stream(TcpStream::into_std) else {
+                return;
+            };
+            reading.spawn(read_all(conn, parse));
+            if connected.fetch_add(1, Ordering::AcqRel) + 1 == hosts {
+                println!("all {hosts} connected");
+                let _ = std::io::stdout().flush();
+            }
+        });
+    }
+}
+
+/// The broker's handshake and welcome; `None` when the peer failed either.
+async fn welcomed(stream: TcpStream, secret: &Secret) -> Option<FramedConn<TcpStream>> {
+    let mut conn = FramedConn::new(stream);
+    authenticate(&mut conn, ServerAuth::Secret(secret))
+        .await
+        .ok()?;
+    let welcome = FromBroker::Welcome {
+        report_interval_ms: 1000,
+    };
+    conn.send(&welcome).await.ok()?;
+    Some(conn)
+}
+
+/// Reads the connection's frames until it ends (parsing each with `parse`).
+async fn read_all(conn: FramedConn<std::net::TcpStream>, parse: bool) {
+    let Ok(mut conn) = conn.map_stream(TcpStream::from_std) else {
+        return;
+    };
+    let mut frames = HostdFrames::default();
+    while let Ok(line) = conn.recv_line().await {
+        if parse {
+            let _ = frames.decode(line);
+        }
+    }
+}
