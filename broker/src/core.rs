@@ -174,45 +174,108 @@ impl Event {
 /// queue, in order; requests someone waits for ([`Event::is_request`]) in another, which
 /// the core serves before the next batch of events (`run`): a request waits for at most
 /// one batch, never for the second's burst of reports.
+///
+/// The events' queue carries them in runs ([`Self::blocking_send_all`]: the host daemons'
+/// thread hands over a turn's events as one), so that the core's task is woken once a
+/// turn, not once an event: woken for each, it emptied the queue between two events and
+/// waited again, and the daemons' thread woke it again (tokio's `wake`, 2.6 % of the
+/// broker's CPU at 10k quiet hosts).
 #[derive(Debug, Clone)]
 pub struct EventSender {
-    events: mpsc::Sender<Event>,
+    events: mpsc::Sender<Vec<Event>>,
     requests: mpsc::Sender<Event>,
 }
 
 impl EventSender {
     /// Queues `event`; waits while its queue is full. Fails once the core is gone.
     pub async fn send(&self, event: Event) -> Result<(), mpsc::error::SendError<Event>> {
-        let queue = match event.is_request() {
-            true => &self.requests,
-            false => &self.events,
-        };
-        queue.send(event).await
+        if event.is_request() {
+            return self.requests.send(event).await;
+        }
+        self.events.send(vec![event]).await.map_err(first_back)
     }
 
-    /// [`Self::send`] from a thread outside any runtime (the host daemons' turns, which
-    /// hand over a turn's events between turns); blocks while the queue is full.
-    pub fn blocking_send(&self, event: Event) -> Result<(), mpsc::error::SendError<Event>> {
-        let queue = match event.is_request() {
-            true => &self.requests,
-            false => &self.events,
-        };
-        queue.blocking_send(event)
+    /// `events` in their order from a thread outside any runtime (the host daemons' turns,
+    /// which hand over each turn's events between turns): the requests among them one by
+    /// one to theirs, the others as one run; blocks while a queue is full. Fails once the
+    /// core is gone.
+    pub fn blocking_send_all(&self, mut events: Vec<Event>) -> Result<(), Gone> {
+        if events.iter().any(Event::is_request) {
+            let (requests, others) = events.into_iter().partition(Event::is_request);
+            for request in requests {
+                self.requests.blocking_send(request).map_err(|_| Gone)?;
+            }
+            events = others;
+        }
+        if events.is_empty() {
+            return Ok(());
+        }
+        // Room is the rule: taken without `blocking_send`'s runtime guard and park.
+        match self.events.try_send(events) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Full(events)) => {
+                self.events.blocking_send(events).map_err(|_| Gone)
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(Gone),
+        }
     }
 
-    /// Host and agent events sent and not yet taken by the core (each is applied as it is
-    /// taken): tests wait for 0 before a request that must see them.
+    /// Runs of host and agent events sent and not yet taken by the core (an event sent
+    /// alone is applied as it is taken): tests wait for 0 before a request that must see
+    /// them.
     #[cfg(test)]
     pub(crate) fn events_waiting(&self) -> usize {
         self.events.max_capacity() - self.events.capacity()
     }
 }
 
+/// The core is gone: nothing takes events any more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gone;
+
+/// The event of a run of one that could not be sent.
+fn first_back(e: mpsc::error::SendError<Vec<Event>>) -> mpsc::error::SendError<Event> {
+    let event = e.0.into_iter().next().expect("a run of one event");
+    mpsc::error::SendError(event)
+}
+
 /// The core's side of [`EventSender`].
 #[derive(Debug)]
 pub struct EventReceiver {
-    events: mpsc::Receiver<Event>,
+    events: Events,
     requests: mpsc::Receiver<Event>,
+}
+
+/// The host and agent events as the core takes them: one by one, out of the runs they
+/// came in.
+#[derive(Debug)]
+struct Events {
+    runs: mpsc::Receiver<Vec<Event>>,
+    /// What is left of the run taken last.
+    run: std::vec::IntoIter<Event>,
+}
+
+impl Events {
+    /// The next event, waiting for one (`None` once every sender is gone). Cancel-safe:
+    /// a run is taken and its first event returned in one poll.
+    async fn recv(&mut self) -> Option<Event> {
+        loop {
+            if let Some(event) = self.run.next() {
+                return Some(event);
+            }
+            self.run = self.runs.recv().await?.into_iter();
+        }
+    }
+
+    /// The next event if one is there.
+    fn try_recv(&mut self) -> Option<Event> {
+        loop {
+            if let Some(event) = self.run.next() {
+                return Some(event);
+            }
+            self.run = self.runs.try_recv().ok()?.into_iter();
+        }
+    }
 }
 
 #[cfg(test)]
@@ -223,13 +286,18 @@ impl EventReceiver {
     }
 }
 
-/// The core's queues: up to `capacity` host and agent events, and a few hundred requests.
+/// The core's queues: up to `capacity` runs of host and agent events (the host daemons'
+/// thread sends one a turn), and a few hundred requests.
 pub fn channel(capacity: usize) -> (EventSender, EventReceiver) {
-    let (events_tx, events) = mpsc::channel(capacity);
+    let (events_tx, runs) = mpsc::channel(capacity);
     let (requests_tx, requests) = mpsc::channel(REQUESTS);
     let sender = EventSender {
         events: events_tx,
         requests: requests_tx,
+    };
+    let events = Events {
+        runs,
+        run: Vec::new().into_iter(),
     };
     (sender, EventReceiver { events, requests })
 }
@@ -332,25 +400,25 @@ const REPORT_BATCH: usize = 64;
 fn reports_behind(
     table: &mut HostTable,
     desk: &mut JobDesk,
-    events: &mut mpsc::Receiver<Event>,
+    events: &mut Events,
     held: &mut Option<Event>,
 ) {
     for _ in 1..REPORT_BATCH {
         match events.try_recv() {
-            Ok(Event::Report { host, conn, report }) => {
+            Some(Event::Report { host, conn, report }) => {
                 apply_report(table, desk, host, conn, *report)
             }
-            Ok(Event::SameReport {
+            Some(Event::SameReport {
                 host,
                 conn,
                 seq,
                 allocs_running,
             }) => apply_same_report(table, desk, &host, conn, seq, allocs_running),
-            Ok(other) => {
+            Some(other) => {
                 *held = Some(other);
                 break;
             }
-            Err(_) => break,
+            None => break,
         }
     }
 }

@@ -633,3 +633,36 @@ async fn a_request_queued_behind_reports_sees_their_hosts() {
     }
     core.stop().await;
 }
+
+/// A turn's events handed over as one run reach the core one by one in their order, and a
+/// request among them goes to the requests' queue (served before the next batch), not
+/// into the run.
+#[tokio::test]
+async fn a_run_of_events_is_taken_one_by_one_in_order_and_its_requests_go_apart() {
+    let (sender, mut queues) = super::channel(4);
+    let started = |host: &str| Event::DaemonStarted { host: host.into() };
+    let (reply, _answer) = oneshot::channel();
+    let run = vec![
+        started("h1"),
+        Event::Status { reply },
+        started("h2"),
+        started("h3"),
+    ];
+    // From a thread outside any runtime, as the host daemons' turns send.
+    std::thread::spawn(move || sender.blocking_send_all(run))
+        .join()
+        .expect("the sending thread")
+        .expect("the core's queues are there");
+    let mut hosts = Vec::new();
+    while let Some(event) = queues.events.try_recv() {
+        match event {
+            Event::DaemonStarted { host } => hosts.push(host),
+            other => panic!("not in the run: {other:?}"),
+        }
+    }
+    assert_eq!(hosts, ["h1", "h2", "h3"]);
+    assert!(matches!(
+        queues.requests.try_recv(),
+        Ok(Event::Status { .. })
+    ));
+}

@@ -144,12 +144,13 @@ fn run_turns(
         runtime.block_on(tokio::task::yield_now());
         shared.turns.fetch_add(1, Ordering::AcqRel);
         shared.turn_ended.notify_waiters();
-        let queued =
-            std::mem::take(&mut *shared.queued.lock().unwrap_or_else(PoisonError::into_inner));
-        for event in queued {
-            if events.blocking_send(event).is_err() {
-                return; // the core is gone
-            }
+        let queued = {
+            let mut queued = shared.queued.lock().unwrap_or_else(PoisonError::into_inner);
+            let room = queued.len();
+            std::mem::replace(&mut *queued, Vec::with_capacity(room))
+        };
+        if events.blocking_send_all(queued).is_err() {
+            return; // the core is gone
         }
         if stopping {
             return; // the sessions saw `stop` before this turn: each ended in it

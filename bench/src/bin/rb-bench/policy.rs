@@ -550,15 +550,20 @@ fn paired(opts: &Options) -> anyhow::Result<()> {
          {rounds} rounds (which broker starts first alternates); once every host is up, both \
          brokers' CPU is read over the same {PAIRED_WINDOWS} windows of 2 s a round. CPU \
          share of one core, median (min–max, n); the ratio is today's over {label}'s, window \
-         by window. In the row \"a job taking hosts\" each broker also has a job whose loop \
+         by window, and in the last column the CPU time of all windows over all of theirs \
+         (then round by round): /proc counts CPU in 10 ms ticks, a few a window at 5 % of a \
+         core, so that small changes show there and not in the windows' median. In the row \"a job taking hosts\" each broker also has a job whose loop \
          calls `rsh anyLinux true` through the shim: each call is a grant, its remote shell \
          fails at once (the hosts' addresses are 127.1.x.y, where nothing listens) and the \
          host goes back 6 s later (a subagent may still attach late), so the job holds \
          hundreds of hosts and takes tens a second; the calls each broker served in the \
          windows are given beside its CPU.\n"
     );
-    println!("| reports | {label} CPU | today's CPU | today / {label} |");
-    println!("|---|---|---|---|");
+    println!(
+        "| reports | {label} CPU | today's CPU | today / {label} | all windows' CPU, today / \
+         {label} (by round) |"
+    );
+    println!("|---|---|---|---|---|");
     let ours = tests::bin("rb-broker");
     let paper = |lab: String| lab.replacen("[broker]\n", "[broker]\npolicy = \"paper\"\n", 1);
     let lab = paper(crate::manual_lab(each));
@@ -570,6 +575,7 @@ fn paired(opts: &Options) -> anyhow::Result<()> {
     ] {
         let lab = if churn { &churn_lab } else { &lab };
         let mut windows: Vec<(f64, f64)> = Vec::new();
+        let mut by_round: Vec<f64> = Vec::new();
         let mut calls = (0, 0);
         for round in 0..rounds {
             // Which broker starts first alternates, as it might favour one.
@@ -580,6 +586,7 @@ fn paired(opts: &Options) -> anyhow::Result<()> {
                 churn,
             };
             let measured = paired_round(compared, &ours, lab, &load, first_ours)?;
+            by_round.extend(total_ratio(&measured.windows));
             windows.extend(measured.windows);
             calls = (calls.0 + measured.calls.0, calls.1 + measured.calls.1);
         }
@@ -599,14 +606,25 @@ fn paired(opts: &Options) -> anyhow::Result<()> {
         let ratio = summarize(&ratio).map_or("-".into(), |s| {
             format!("{:.3} ({:.3}–{:.3}, n={})", s.median, s.min, s.max, s.n)
         });
+        let total = total_ratio(&windows).map_or("-".into(), |r| format!("{r:.3}"));
+        let rounds: Vec<String> = by_round.iter().map(|r| format!("{r:.3}")).collect();
         println!(
-            "| {name}, {each} hosts each | {} | {} | {ratio} |",
+            "| {name}, {each} hosts each | {} | {} | {ratio} | {total} ({}) |",
             show(&theirs, calls.0),
-            show(&mine, calls.1)
+            show(&mine, calls.1),
+            rounds.join(", ")
         );
     }
     println!();
     Ok(())
+}
+
+/// Today's CPU time over the compared broker's, all `windows` (compared, today's) summed.
+fn total_ratio(windows: &[(f64, f64)]) -> Option<f64> {
+    let (theirs, mine) = windows
+        .iter()
+        .fold((0.0, 0.0), |(t, m), (wt, wm)| (t + wt, m + wm));
+    (theirs > 0.0).then(|| mine / theirs)
 }
 
 /// The load of a paired round: simulated hosts per broker, whether every report changes,
