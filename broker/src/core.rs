@@ -188,11 +188,12 @@ pub struct EventSender {
 
 impl EventSender {
     /// Queues `event`; waits while its queue is full. Fails once the core is gone.
-    pub async fn send(&self, event: Event) -> Result<(), mpsc::error::SendError<Event>> {
-        if event.is_request() {
-            return self.requests.send(event).await;
-        }
-        self.events.send(vec![event]).await.map_err(first_back)
+    pub async fn send(&self, event: Event) -> Result<(), Gone> {
+        let sent = match event.is_request() {
+            true => self.requests.send(event).await.is_ok(),
+            false => self.events.send(vec![event]).await.is_ok(),
+        };
+        sent.then_some(()).ok_or(Gone)
     }
 
     /// `events` in their order from a thread outside any runtime (the host daemons' turns,
@@ -232,12 +233,6 @@ impl EventSender {
 /// The core is gone: nothing takes events any more.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Gone;
-
-/// The event of a run of one that could not be sent.
-fn first_back(e: mpsc::error::SendError<Vec<Event>>) -> mpsc::error::SendError<Event> {
-    let event = e.0.into_iter().next().expect("a run of one event");
-    mpsc::error::SendError(event)
-}
 
 /// The core's side of [`EventSender`].
 #[derive(Debug)]
@@ -287,7 +282,8 @@ impl EventReceiver {
 }
 
 /// The core's queues: up to `capacity` runs of host and agent events (the host daemons'
-/// thread sends one a turn), and a few hundred requests.
+/// thread sends one a turn, an agent's session or a supervisor one of a single event), and a
+/// few hundred requests.
 pub fn channel(capacity: usize) -> (EventSender, EventReceiver) {
     let (events_tx, runs) = mpsc::channel(capacity);
     let (requests_tx, requests) = mpsc::channel(REQUESTS);
