@@ -451,10 +451,10 @@ fn now() -> Instant {
 /// rows ([`JobDesk::hosts_repeated`]).
 fn hosts_to_desk(table: &mut HostTable, desk: &mut JobDesk) {
     let now = now();
-    for row in table.take_changes(now) {
-        let effects = desk.host_changed(row, now);
+    table.take_changes(now, |fixed, live| {
+        let effects = desk.host_changed(fixed, &live, now);
         desk.perform(effects, now);
-    }
+    });
     desk.hosts_repeated(table.take_repeated(), now);
 }
 

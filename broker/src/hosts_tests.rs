@@ -56,10 +56,10 @@ fn newer_connection_replaces_older_and_stale_reports_are_ignored() {
 #[test]
 fn a_pilot_joins_as_a_public_slurm_host_and_is_never_restarted() {
     let mut t = table();
-    let _ = t.take_changes(Instant::now());
+    let _ = t.take_changed_rows(Instant::now());
     let start = Instant::now();
     t.add_pilot("slurm-node09", "10.77.0.9");
-    let rows = t.take_changes(start);
+    let rows = t.take_changed_rows(start);
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].name, "slurm-node09");
     assert_eq!(rows[0].address, "10.77.0.9");
@@ -168,12 +168,12 @@ fn changes_are_every_host_at_start_then_only_those_that_changed() {
     let mut t = table();
     let now = Instant::now();
     let names = |rows: Vec<HostStatus>| rows.into_iter().map(|r| r.name).collect::<Vec<_>>();
-    assert_eq!(names(t.take_changes(now)), ["node02", "node03"]);
-    assert!(t.take_changes(now).is_empty());
+    assert_eq!(names(t.take_changed_rows(now)), ["node02", "node03"]);
+    assert!(t.take_changed_rows(now).is_empty());
     t.connected("node03", 1);
     t.report("node03", 1, report("node03"), now);
     t.daemon_started("node02", now);
-    let rows = t.take_changes(now);
+    let rows = t.take_changed_rows(now);
     assert_eq!(rows.len(), 1);
     assert_eq!(
         (rows[0].name.as_str(), rows[0].state),
@@ -181,7 +181,7 @@ fn changes_are_every_host_at_start_then_only_those_that_changed() {
     );
     let later = now + Duration::from_secs(7);
     t.tick(later);
-    let rows = t.take_changes(later);
+    let rows = t.take_changed_rows(later);
     assert_eq!(
         (rows[0].name.as_str(), rows[0].state),
         ("node03", HostState::Down)
@@ -194,7 +194,7 @@ fn a_repeated_report_is_listed_apart_and_a_changed_field_is_a_change() {
     let now = Instant::now();
     t.connected("node02", 1);
     t.report("node02", 1, report("node02"), now);
-    let _ = t.take_changes(now);
+    let _ = t.take_changed_rows(now);
     // Only the counter and the trigger differ: the row changes only in age.
     let again = HostReport {
         seq: 2,
@@ -203,7 +203,7 @@ fn a_repeated_report_is_listed_apart_and_a_changed_field_is_a_change() {
     };
     let later = now + Duration::from_secs(1);
     assert!(t.report("node02", 1, again.clone(), later));
-    assert!(t.take_changes(later).is_empty());
+    assert!(t.take_changed_rows(later).is_empty());
     assert_eq!(t.take_repeated(), ["node02"]);
     assert!(t.take_repeated().is_empty());
     let row = t.row("node02", later).expect("a row");
@@ -228,7 +228,7 @@ fn a_repeated_report_is_listed_apart_and_a_changed_field_is_a_change() {
         let at = later + Duration::from_secs(i as u64 + 1);
         t.report("node02", 1, next.clone(), at);
         assert!(t.take_repeated().is_empty(), "change {i}");
-        let rows = t.take_changes(at);
+        let rows = t.take_changed_rows(at);
         assert_eq!(rows.len(), 1, "change {i}");
         assert_eq!(Some(&rows[0]), t.status(at).first(), "change {i}");
         last = next;
@@ -248,7 +248,7 @@ fn the_same_report_again_is_taken_as_the_report_parsed_again() {
         t.connected("node02", 1);
         assert!(!t.report_same("node02", 1, 1, now), "no report yet");
         t.report("node02", 1, report("node02"), now);
-        let _ = t.take_changes(now);
+        let _ = t.take_changed_rows(now);
     }
     let later = now + Duration::from_secs(1);
     let again = HostReport {
@@ -258,7 +258,7 @@ fn the_same_report_again_is_taken_as_the_report_parsed_again() {
     assert!(parsed.report("node02", 1, again, later));
     assert!(same.report_same("node02", 1, 7, later));
     for t in [&mut parsed, &mut same] {
-        assert!(t.take_changes(later).is_empty());
+        assert!(t.take_changed_rows(later).is_empty());
         assert_eq!(t.take_repeated(), ["node02"]);
     }
     let status = |t: &HostTable| serde_json::to_string(&t.status(later)).expect("encodes");
@@ -286,20 +286,20 @@ fn a_report_repeating_one_from_before_a_disconnect_is_a_change() {
     t.report("node02", 1, report("node02"), now);
     t.disconnected("node02", 1, "eof");
     t.connected("node02", 2);
-    let _ = t.take_changes(now);
+    let _ = t.take_changed_rows(now);
     t.report("node02", 2, report("node02"), now);
     assert!(t.take_repeated().is_empty());
-    assert_eq!(t.take_changes(now)[0].state, HostState::Up);
+    assert_eq!(t.take_changed_rows(now)[0].state, HostState::Up);
     // A NaN is never equal to itself: such a report always reaches the allocator.
     let nan = HostReport {
         cpu_util: Some(f64::NAN),
         ..report("node02")
     };
     t.report("node02", 2, nan.clone(), now);
-    let _ = t.take_changes(now);
+    let _ = t.take_changed_rows(now);
     t.report("node02", 2, nan, now);
     assert!(t.take_repeated().is_empty());
-    assert_eq!(t.take_changes(now).len(), 1);
+    assert_eq!(t.take_changed_rows(now).len(), 1);
 }
 
 #[test]
@@ -324,11 +324,11 @@ fn status_parts_join_to_the_status_rows_whatever_was_taken() {
     let mut t = table();
     let start = Instant::now();
     assert_eq!(joined(&t, start), t.status(start), "nothing taken yet");
-    let _ = t.take_changes(start);
+    let _ = t.take_changed_rows(start);
     t.connected("node02", 1);
     t.report("node02", 1, report("node02"), start);
     assert_eq!(joined(&t, start), t.status(start), "a change not taken yet");
-    let _ = t.take_changes(start);
+    let _ = t.take_changed_rows(start);
     let later = start + Duration::from_millis(1500);
     let mut busier = report("node02");
     busier.load = Some([1.5, 0.4, 0.3]);
@@ -338,16 +338,66 @@ fn status_parts_join_to_the_status_rows_whatever_was_taken() {
         t.status(later),
         "changed again, not taken"
     );
-    let _ = t.take_changes(later);
+    let _ = t.take_changed_rows(later);
     let mut same = report("node02");
     same.load = Some([1.5, 0.4, 0.3]);
     same.seq = 9;
     t.report("node02", 1, same, later + Duration::from_secs(1));
     assert!(
-        t.take_changes(later).is_empty(),
+        t.take_changed_rows(later).is_empty(),
         "a repeated report changes no row"
     );
     let silent = later + Duration::from_secs(20);
     assert_eq!(joined(&t, silent), t.status(silent), "aged and silent");
     assert_eq!(t.status(silent)[0].state, HostState::Down);
+}
+
+/// What the core is handed for a changed host (the fixed part borrowed from the record, its
+/// labels kept from report to report) is what the host's status row gives, in every state:
+/// no report yet, reports whose labels differ in case from the lab file's, change, and go
+/// away, users unknown, logind and warnings, a host gone silent.
+#[test]
+fn a_changed_hosts_parts_are_its_rows_whatever_its_reports_said() {
+    let mut t = table();
+    let start = Instant::now();
+    let same_as_row = |t: &HostTable, at: Instant, when: &str| {
+        for (name, rec) in &t.hosts {
+            let row = status_row(rec, at, t.down_after);
+            assert_eq!(
+                fixed_json(&rec.fixed_part()),
+                fixed_json(&row.fixed_part()),
+                "{name}, {when}"
+            );
+        }
+    };
+    same_as_row(&t, start, "no report");
+    assert!(t.connected("node02", 1).is_empty());
+    let mixed = HostReport {
+        labels: vec!["Public".into(), "GPU".into(), "linux".into()],
+        users: None,
+        logind: Some(Vec::new()),
+        logind_error: Some("no system bus".into()),
+        warnings: vec!["runtime dir moved".into()],
+        ..report("node02")
+    };
+    t.report("node02", 1, mixed.clone(), start);
+    same_as_row(&t, start, "labels in another case");
+    assert_eq!(t.hosts["node02"].labels, ["gpu", "linux", "public"]);
+    let fewer = HostReport {
+        labels: vec!["linux".into()],
+        ..mixed
+    };
+    t.report("node02", 1, fewer, start);
+    same_as_row(&t, start, "labels changed");
+    assert_eq!(t.hosts["node02"].labels, ["linux", "public"]);
+    let rows = t.take_changed_rows(start);
+    assert_eq!(rows[0].labels, ["linux", "public"], "{rows:?}");
+    let _replaced = t.connected("node02", 2);
+    same_as_row(&t, start, "connected again, no report");
+    assert_eq!(t.hosts["node02"].labels, ["public"]);
+    t.report("node02", 2, report("node02"), start);
+    let silent = start + Duration::from_secs(60);
+    let _ = t.tick(silent);
+    same_as_row(&t, silent, "gone silent");
+    assert_eq!(t.hosts["node02"].labels, ["public"]);
 }

@@ -17,9 +17,15 @@ impl JobDesk {
         self.handle(input, now).0
     }
 
-    /// Tells the allocator that one host's row changed (as it happens).
-    pub fn host_changed(&mut self, row: HostStatus, now: Instant) -> Vec<Effect> {
-        let view = host_view(row);
+    /// Tells the allocator that one host's row changed (as it happens): the row in the two
+    /// parts the table hands over ([`crate::hosts::HostTable::take_changes`]).
+    pub fn host_changed(
+        &mut self,
+        fixed: &FixedPart<'_>,
+        live: &LivePart,
+        now: Instant,
+    ) -> Vec<Effect> {
+        let view = host_view(fixed, live);
         // The delta costs a serialization: only when a trace is kept.
         let changed = if self.trace.is_some() {
             host_delta(self.alloc.host_view(&view.name), &view)
@@ -133,27 +139,26 @@ impl JobDesk {
     }
 }
 
-/// The allocator's view of a host, from the host's status row (the core's input is its
-/// own type, not the row `rb status` shows).
-pub fn host_view(s: HostStatus) -> HostView {
-    // Moved out of the row, not cloned: a changed report's row is built for this alone.
+/// The allocator's view of a host, from the two parts of the host's status row (the
+/// core's input is its own type, not the row `rb status` shows).
+pub fn host_view(fixed: &FixedPart<'_>, live: &LivePart) -> HostView {
     HostView {
-        up: s.state == proto::report::HostState::Up,
-        reported: s.last_report_age_s.is_some(),
-        labels: s.labels.iter().map(|l| label_name(l)).collect(),
-        mem_avail_mb: s.mem_available_kb.map(|kb| kb / 1024),
-        users: s.users_known.then_some(s.users),
-        name: s.name,
-        address: s.address,
-        os: s.os,
-        owner: s.owner,
-        load1: s.load1,
-        load5: s.load5,
-        load15: s.load15,
-        cpus: s.cpus,
-        console_idle_s: s.console_idle_s,
-        logind: s.logind,
-        logind_error: s.logind_error,
-        job_load: s.job_load,
+        up: live.state == proto::report::HostState::Up,
+        reported: live.last_report_age_s.is_some(),
+        labels: fixed.labels.iter().map(|l| label_name(l)).collect(),
+        mem_avail_mb: fixed.mem_available_kb.map(|kb| kb / 1024),
+        users: fixed.users_known.then(|| fixed.users.to_vec()),
+        name: fixed.name.to_string(),
+        address: fixed.address.to_string(),
+        os: fixed.os.map(str::to_string),
+        owner: fixed.owner.map(str::to_string),
+        load1: fixed.load1,
+        load5: fixed.load5,
+        load15: fixed.load15,
+        cpus: fixed.cpus,
+        console_idle_s: fixed.console_idle_s,
+        logind: fixed.logind.map(<[_]>::to_vec),
+        logind_error: fixed.logind_error.map(str::to_string),
+        job_load: fixed.job_load,
     }
 }

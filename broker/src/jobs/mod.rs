@@ -31,7 +31,7 @@ use std::{
 use proto::{
     msg::{FromBroker, JobRegistration, Request, Response, ToBroker},
     report::HostStatus,
-    row_parts::LivePart,
+    row_parts::{FixedPart, LivePart},
     symbolic::label_name,
 };
 use tracing::{debug, info, warn};

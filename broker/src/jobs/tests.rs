@@ -83,7 +83,7 @@ fn granted_host(effects: &[Effect]) -> Option<String> {
 async fn a_user_releases_only_their_own_jobs_hosts() {
     let mut desk = desk();
     let now = Instant::now();
-    desk.host_changed(status("node02", "10.0.0.2"), now);
+    host_changed(&mut desk, status("node02", "10.0.0.2"), now);
     let (tx, _rx) = crate::outbox::channel(16);
     let mut reg = registration(None);
     reg.user = "bob".into();
@@ -125,7 +125,7 @@ async fn a_module_job_is_never_granted_the_host_its_agent_runs_on() {
         status("node03", "10.0.0.3"),
     ];
     for host in hosts {
-        desk.host_changed(host, now);
+        host_changed(&mut desk, host, now);
     }
     let (tx, _rx) = crate::outbox::channel(16);
     let (pvm, _) = desk
@@ -168,7 +168,11 @@ async fn repeated_hosts_are_one_trace_line_a_held_one_among_them() {
         .expect("a trace");
     let mut desk = desk().with_trace(sink);
     for n in 2..=4 {
-        desk.host_changed(status(&format!("node0{n}"), &format!("10.0.0.{n}")), now);
+        host_changed(
+            &mut desk,
+            status(&format!("node0{n}"), &format!("10.0.0.{n}")),
+            now,
+        );
     }
     let (tx, _rx) = crate::outbox::channel(16);
     let (job, _) = desk
@@ -200,4 +204,9 @@ async fn repeated_hosts_are_one_trace_line_a_held_one_among_them() {
         host_inputs, 3,
         "the three first reports, no row after:\n{text}"
     );
+}
+
+/// [`JobDesk::host_changed`] with a whole row, as its two parts.
+fn host_changed(desk: &mut JobDesk, row: HostStatus, now: Instant) -> Vec<Effect> {
+    desk.host_changed(&row.fixed_part(), &row.live_part(), now)
 }
