@@ -28,16 +28,31 @@ use super::{
 /// A free host's place in the grant order (smaller first).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct FreeKey {
+    at: Standing,
+    name: String,
+}
+
+/// What orders a free host, its name aside (the tie-break): fewest labels, then the highest
+/// cached `rank`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Standing {
     labels: usize,
     rank: Reverse<i64>,
-    name: String,
+}
+
+impl Standing {
+    fn new(labels: usize, rank: f64) -> Self {
+        Standing {
+            labels,
+            rank: Reverse(total_order(rank)),
+        }
+    }
 }
 
 impl FreeKey {
     fn new(labels: usize, rank: f64, name: &str) -> Self {
         FreeKey {
-            labels,
-            rank: Reverse(total_order(rank)),
+            at: Standing::new(labels, rank),
             name: name.to_string(),
         }
     }
@@ -60,26 +75,43 @@ pub(crate) struct FreeHosts {
 
 impl FreeHosts {
     /// Moves `host` to `place`: `None` takes it out; `Some(None)` keeps it apart.
-    pub(crate) fn set(&mut self, host: &str, place: Option<Option<FreeKey>>) {
+    pub(crate) fn set(&mut self, host: &str, place: Option<Option<Standing>>) {
         let Some(place) = place else {
             if let Some(old) = self.place.remove(host) {
                 self.take_out(host, old);
             }
             return;
         };
-        match self.place.get_mut(host) {
+        let old = match (self.place.get_mut(host), place) {
             // The usual report: nothing that orders the host changed.
-            Some(current) if *current == place => {}
-            Some(current) => {
-                let old = std::mem::replace(current, place.clone());
+            (Some(current), _) if current.as_ref().map(|k| k.at) == place => return,
+            // The next most usual: its rank moved. Both copies of its key (the place's and
+            // the order's) move with their names, nothing allocated (at 10k hosts whose load
+            // moves, a host a report).
+            (Some(Some(key)), Some(at)) => {
+                let mut ordered = self.ranked.take(&*key).unwrap_or_else(|| key.clone());
+                key.at = at;
+                ordered.at = at;
+                self.ranked.insert(ordered);
+                return;
+            }
+            (Some(current), _) => current.take(),
+            (None, _) => None,
+        };
+        let key = place.map(|at| FreeKey {
+            at,
+            name: host.to_string(),
+        });
+        match self.place.get_mut(host) {
+            Some(slot) => {
+                *slot = key.clone();
                 self.take_out(host, old);
-                self.put_in(host, place);
             }
             None => {
-                self.place.insert(host.to_string(), place.clone());
-                self.put_in(host, place);
+                self.place.insert(host.to_string(), key.clone());
             }
         }
+        self.put_in(host, key);
     }
 
     /// Removes `host` from the order or the hosts kept apart (`place` was its place).
@@ -111,12 +143,12 @@ impl HostEntry {
     /// The host's place in the free-host order: `None` when no grant can go to it (down,
     /// drained, held, or `start` false for every job); `Some(None)` kept apart (its `rank`
     /// depends on the job).
-    pub(crate) fn place(&self, name: &str) -> Option<Option<FreeKey>> {
+    pub(crate) fn place(&self) -> Option<Option<Standing>> {
         let labels = self.labels?;
         if self.start == Some(false) {
             return None;
         }
-        Some(self.rank.map(|r| FreeKey::new(labels, r, name)))
+        Some(self.rank.map(|r| Standing::new(labels, r)))
     }
 }
 
@@ -124,7 +156,7 @@ impl Allocator {
     /// Puts `host` at its place in the free-host order, or takes it out (after its entry in
     /// `inputs` was rebuilt).
     pub(crate) fn place_host(&mut self, host: &str) {
-        let place = self.inputs.hosts.get(host).and_then(|e| e.place(host));
+        let place = self.inputs.hosts.get(host).and_then(|e| e.place());
         self.inputs.free.set(host, place);
     }
 
@@ -301,12 +333,44 @@ mod tests {
         }
     }
 
+    /// However a host moved (in, apart, out, its rank or labels changing in place), the order
+    /// is the one its last places give when set afresh: the key moved in place keeps the
+    /// order and the places in step.
+    #[test]
+    fn the_order_after_any_moves_is_the_order_of_the_last_places() {
+        let mut moved = FreeHosts::default();
+        let mut last: BTreeMap<String, Option<Option<Standing>>> = BTreeMap::new();
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        for _ in 0..5000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let host = format!("h{}", x % 40);
+            let place = match (x >> 8) % 6 {
+                0 => None,
+                1 => Some(None),
+                k => Some(Some(Standing::new(
+                    (k % 2) as usize,
+                    ((x >> 16) % 5) as f64,
+                ))),
+            };
+            moved.set(&host, place);
+            last.insert(host, place);
+        }
+        let mut afresh = FreeHosts::default();
+        for (host, place) in &last {
+            afresh.set(host, *place);
+        }
+        assert_eq!(moved, afresh);
+        assert_eq!(moved.ranked.len() + moved.unranked.len(), moved.place.len());
+    }
+
     #[test]
     fn a_host_moves_between_places_and_leaves() {
         let mut f = FreeHosts::default();
-        f.set("a", Some(Some(FreeKey::new(1, 2.0, "a"))));
+        f.set("a", Some(Some(Standing::new(1, 2.0))));
         f.set("b", Some(None));
-        f.set("a", Some(Some(FreeKey::new(1, 3.0, "a"))));
+        f.set("a", Some(Some(Standing::new(1, 3.0))));
         assert_eq!(f.ranked.len(), 1);
         f.set("a", Some(None));
         assert!(f.ranked.is_empty());

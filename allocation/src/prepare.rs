@@ -78,7 +78,7 @@ impl PreparedPolicy {
                 rank,
                 labels: entry.labels,
             };
-            self.free.set(name, decided.place(name));
+            self.free.set(name, decided.place());
             self.hosts.insert(name.clone(), Arc::new(decided));
         }
         let gone: Vec<String> = self
@@ -114,7 +114,7 @@ impl HostInputs {
                     rank,
                     labels: old.labels,
                 };
-                free.set(name, entry.place(name));
+                free.set(name, entry.place());
                 (name.clone(), Arc::new(entry))
             })
             .collect();

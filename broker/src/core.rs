@@ -208,14 +208,26 @@ impl EventSender {
             }
             events = others;
         }
-        if events.is_empty() {
+        if events.len() <= RUN_EVENTS {
+            return self.blocking_send_run(events);
+        }
+        let mut events = events.into_iter().peekable();
+        while events.peek().is_some() {
+            self.blocking_send_run(events.by_ref().take(RUN_EVENTS).collect())?;
+        }
+        Ok(())
+    }
+
+    /// One run of at most [`RUN_EVENTS`] events (none a request).
+    fn blocking_send_run(&self, run: Vec<Event>) -> Result<(), Gone> {
+        if run.is_empty() {
             return Ok(());
         }
         // Room is the rule: taken without `blocking_send`'s runtime guard and park.
-        match self.events.try_send(events) {
+        match self.events.try_send(run) {
             Ok(()) => Ok(()),
-            Err(mpsc::error::TrySendError::Full(events)) => {
-                self.events.blocking_send(events).map_err(|_| Gone)
+            Err(mpsc::error::TrySendError::Full(run)) => {
+                self.events.blocking_send(run).map_err(|_| Gone)
             }
             Err(mpsc::error::TrySendError::Closed(_)) => Err(Gone),
         }
@@ -229,6 +241,10 @@ impl EventSender {
         self.events.max_capacity() - self.events.capacity()
     }
 }
+
+/// Events in one run at most: the queue's room in runs times this is what it holds at most
+/// (a turn of a connect storm can make thousands).
+const RUN_EVENTS: usize = 64;
 
 /// The core is gone: nothing takes events any more.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -282,8 +298,8 @@ impl EventReceiver {
 }
 
 /// The core's queues: up to `capacity` runs of host and agent events (the host daemons'
-/// thread sends one a turn, an agent's session or a supervisor one of a single event), and a
-/// few hundred requests.
+/// thread sends a turn's in runs of [`RUN_EVENTS`] at most, an agent's session or a
+/// supervisor runs of one), and a few hundred requests.
 pub fn channel(capacity: usize) -> (EventSender, EventReceiver) {
     let (events_tx, runs) = mpsc::channel(capacity);
     let (requests_tx, requests) = mpsc::channel(REQUESTS);

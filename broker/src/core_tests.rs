@@ -666,3 +666,29 @@ async fn a_run_of_events_is_taken_one_by_one_in_order_and_its_requests_go_apart(
         Ok(Event::Status { .. })
     ));
 }
+
+/// A turn of more than [`super::RUN_EVENTS`] events (a connect storm) goes as several runs,
+/// each at most that long, so that the queue's room in runs bounds the events it holds; the
+/// core still takes them in their order.
+#[tokio::test]
+async fn a_long_turn_goes_as_runs_of_a_bounded_length_in_order() {
+    let (sender, mut queues) = super::channel(8);
+    let n = 2 * super::RUN_EVENTS + 3;
+    let run: Vec<Event> = (0..n)
+        .map(|i| Event::DaemonStarted {
+            host: format!("h{i}"),
+        })
+        .collect();
+    let waiting = sender.clone();
+    std::thread::spawn(move || sender.blocking_send_all(run))
+        .join()
+        .expect("the sending thread")
+        .expect("the core's queues are there");
+    assert_eq!(waiting.events_waiting(), 3, "runs of at most RUN_EVENTS");
+    let mut hosts = Vec::new();
+    while let Some(Event::DaemonStarted { host }) = queues.events.try_recv() {
+        hosts.push(host);
+    }
+    let expected: Vec<String> = (0..n).map(|i| format!("h{i}")).collect();
+    assert_eq!(hosts, expected);
+}

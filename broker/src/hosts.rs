@@ -46,8 +46,9 @@ struct HostRecord {
     /// Set through [`HostRecord::set_report`] only: `labels` follow it.
     last_report: Option<(Instant, HostReport)>,
     /// The row's labels: the lab file's and the last report's, lower-case, sorted, once each
-    /// (made again only when the report's labels change, not at each report).
-    labels: Vec<String>,
+    /// (made again only when the report's labels change, not at each report; shared by
+    /// the hosts with the same, [`LabelLists`]).
+    labels: Arc<[String]>,
     down_reason: Option<String>,
     daemon_starts: u32,
     daemon_started_at: Option<Instant>,
@@ -61,9 +62,9 @@ struct HostRecord {
 }
 
 impl HostRecord {
-    fn new(entry: HostEntry) -> Self {
+    fn new(entry: HostEntry, lists: &mut LabelLists) -> Self {
         HostRecord {
-            labels: merged_labels(&entry.labels, &[]),
+            labels: lists.get(merged_labels(&entry.labels, &[])),
             entry,
             conn: None,
             last_report: None,
@@ -77,9 +78,9 @@ impl HostRecord {
     }
 
     /// The host's last report (`None`: none since the daemon connected, or it went silent).
-    fn set_report(&mut self, report: Option<(Instant, HostReport)>) {
+    fn set_report(&mut self, report: Option<(Instant, HostReport)>, lists: &mut LabelLists) {
         if labels_of(&self.last_report) != labels_of(&report) {
-            self.labels = merged_labels(&self.entry.labels, labels_of(&report));
+            self.labels = lists.get(merged_labels(&self.entry.labels, labels_of(&report)));
         }
         self.last_report = report;
     }
@@ -115,6 +116,30 @@ impl HostRecord {
     }
 }
 
+/// The hosts' label lists, one allocation for each distinct list (a lab's hosts share a
+/// few), so that keeping each host's made list costs a pointer. Lists no host holds any more
+/// are dropped whenever the lists have doubled since the last such sweep.
+#[derive(Debug, Default)]
+struct LabelLists {
+    lists: BTreeSet<Arc<[String]>>,
+    after_sweep: usize,
+}
+
+impl LabelLists {
+    fn get(&mut self, labels: Vec<String>) -> Arc<[String]> {
+        if let Some(list) = self.lists.get(labels.as_slice()) {
+            return Arc::clone(list);
+        }
+        if self.lists.len() >= (2 * self.after_sweep).max(64) {
+            self.lists.retain(|list| Arc::strong_count(list) > 1);
+            self.after_sweep = self.lists.len();
+        }
+        let list: Arc<[String]> = labels.into();
+        self.lists.insert(Arc::clone(&list));
+        list
+    }
+}
+
 /// The labels a report (if any) gives.
 fn labels_of(report: &Option<(Instant, HostReport)>) -> &[String] {
     report.as_ref().map_or(&[], |(_, r)| r.labels.as_slice())
@@ -140,6 +165,7 @@ pub const FIRST_REPORT_GRACE: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub struct HostTable {
     hosts: BTreeMap<String, HostRecord>,
+    label_lists: LabelLists,
     down_after: Duration,
     /// Hosts whose row changed since the last [`take_changes`](Self::take_changes).
     changed: BTreeSet<String>,
@@ -150,13 +176,15 @@ pub struct HostTable {
 
 impl HostTable {
     pub fn new(entries: &[HostEntry], down_after: Duration) -> Self {
+        let mut label_lists = LabelLists::default();
         let hosts = entries
             .iter()
-            .map(|e| (e.name.clone(), HostRecord::new(e.clone())))
+            .map(|e| (e.name.clone(), HostRecord::new(e.clone(), &mut label_lists)))
             .collect::<BTreeMap<_, _>>();
         let changed = hosts.keys().cloned().collect();
         Self {
             hosts,
+            label_lists,
             down_after,
             changed,
             repeated: Vec::new(),
@@ -241,7 +269,7 @@ impl HostTable {
                 .collect(),
             owner: None,
         };
-        let mut record = HostRecord::new(entry);
+        let mut record = HostRecord::new(entry, &mut self.label_lists);
         record.pilot = true;
         record.down_reason = Some("a Slurm pilot's daemon is connecting".into());
         self.hosts.insert(host.to_string(), record);
@@ -256,7 +284,7 @@ impl HostTable {
         let old = rec.conn.replace(conn);
         rec.connected_since_start = true;
         rec.down_reason = Some("connected, waiting for the first report".into());
-        rec.set_report(None);
+        rec.set_report(None, &mut self.label_lists);
         self.changed.insert(host.to_string());
         old.filter(|&c| c != conn)
             .map(|c| Effect::CloseConn {
@@ -282,7 +310,7 @@ impl HostTable {
                 .last_report
                 .as_ref()
                 .is_some_and(|(_, last)| repeats(last, &report));
-        rec.set_report(Some((now, report)));
+        rec.set_report(Some((now, report)), &mut self.label_lists);
         rec.down_reason = None;
         self.reported(host, repeats);
         true
@@ -358,7 +386,7 @@ impl HostTable {
                         reason: reason.clone(),
                     });
                 }
-                rec.set_report(None);
+                rec.set_report(None, &mut self.label_lists);
                 rec.down_reason = Some(reason.clone());
                 rec.daemon_started_at = None;
                 self.changed.insert(name.clone());
@@ -527,7 +555,7 @@ fn silence(rec: &HostRecord, now: Instant, down_after: Duration) -> Option<Strin
 
 fn status_row(rec: &HostRecord, now: Instant, down_after: Duration) -> HostStatus {
     let r = rec.last_report.as_ref().map(|(_, r)| r);
-    let labels = rec.labels.clone();
+    let labels = rec.labels.to_vec();
     let mut row = HostStatus {
         name: rec.entry.name.clone(),
         address: rec.entry.address.clone(),

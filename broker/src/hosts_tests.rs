@@ -382,22 +382,51 @@ fn a_changed_hosts_parts_are_its_rows_whatever_its_reports_said() {
     };
     t.report("node02", 1, mixed.clone(), start);
     same_as_row(&t, start, "labels in another case");
-    assert_eq!(t.hosts["node02"].labels, ["gpu", "linux", "public"]);
+    assert_eq!(*t.hosts["node02"].labels, ["gpu", "linux", "public"]);
     let fewer = HostReport {
         labels: vec!["linux".into()],
         ..mixed
     };
     t.report("node02", 1, fewer, start);
     same_as_row(&t, start, "labels changed");
-    assert_eq!(t.hosts["node02"].labels, ["linux", "public"]);
+    assert_eq!(*t.hosts["node02"].labels, ["linux", "public"]);
     let rows = t.take_changed_rows(start);
     assert_eq!(rows[0].labels, ["linux", "public"], "{rows:?}");
     let _replaced = t.connected("node02", 2);
     same_as_row(&t, start, "connected again, no report");
-    assert_eq!(t.hosts["node02"].labels, ["public"]);
+    assert_eq!(*t.hosts["node02"].labels, ["public"]);
     t.report("node02", 2, report("node02"), start);
     let silent = start + Duration::from_secs(60);
     let _ = t.tick(silent);
     same_as_row(&t, silent, "gone silent");
-    assert_eq!(t.hosts["node02"].labels, ["public"]);
+    assert_eq!(*t.hosts["node02"].labels, ["public"]);
+}
+
+/// Hosts with the same labels share one list; a list no host holds any more goes at the
+/// next sweep, so that daemons sending ever new labels do not grow the lists for ever.
+#[test]
+fn hosts_with_the_same_labels_share_one_list_and_unheld_lists_are_swept() {
+    let mut t = table();
+    let now = Instant::now();
+    for (conn, host) in [(1, "node02"), (2, "node03")] {
+        let _ = t.connected(host, conn);
+        t.report(host, conn, report(host), now);
+    }
+    assert!(Arc::ptr_eq(
+        &t.hosts["node02"].labels,
+        &t.hosts["node03"].labels
+    ));
+    for i in 0..1000 {
+        let odd = HostReport {
+            labels: vec![format!("label{i}")],
+            ..report("node02")
+        };
+        t.report("node02", 1, odd, now);
+    }
+    assert_eq!(*t.hosts["node02"].labels, ["label999", "public"]);
+    assert!(
+        t.label_lists.lists.len() < 200,
+        "{} lists kept",
+        t.label_lists.lists.len()
+    );
 }

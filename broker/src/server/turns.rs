@@ -144,11 +144,8 @@ fn run_turns(
         runtime.block_on(tokio::task::yield_now());
         shared.turns.fetch_add(1, Ordering::AcqRel);
         shared.turn_ended.notify_waiters();
-        let queued = {
-            let mut queued = shared.queued.lock().unwrap_or_else(PoisonError::into_inner);
-            let room = queued.len();
-            std::mem::replace(&mut *queued, Vec::with_capacity(room))
-        };
+        let queued =
+            std::mem::take(&mut *shared.queued.lock().unwrap_or_else(PoisonError::into_inner));
         if events.blocking_send_all(queued).is_err() {
             return; // the core is gone
         }
