@@ -554,37 +554,9 @@ fn silence(rec: &HostRecord, now: Instant, down_after: Duration) -> Option<Strin
 }
 
 fn status_row(rec: &HostRecord, now: Instant, down_after: Duration) -> HostStatus {
-    let r = rec.last_report.as_ref().map(|(_, r)| r);
-    let labels = rec.labels.to_vec();
-    let mut row = HostStatus {
-        name: rec.entry.name.clone(),
-        address: rec.entry.address.clone(),
-        hostname: r.map(|r| r.hostname.clone()),
-        cpus: r.and_then(|r| r.cpus),
-        load1: r.and_then(|r| r.load.map(|l| l[0])),
-        load5: r.and_then(|r| r.load.map(|l| l[1])),
-        load15: r.and_then(|r| r.load.map(|l| l[2])),
-        cpu_util: r.and_then(|r| r.cpu_util),
-        mem_total_kb: r.and_then(|r| r.mem_total_kb),
-        mem_available_kb: r.and_then(|r| r.mem_available_kb),
-        os: r.and_then(|r| r.os.clone()),
-        arch: r.and_then(|r| r.arch.clone()),
-        users: r.and_then(|r| r.users.clone()).unwrap_or_default(),
-        users_known: r.is_some_and(|r| r.users.is_some()),
-        console_idle_s: r.and_then(|r| r.console_idle_s),
-        logind: r.and_then(|r| r.logind.clone()),
-        logind_error: r.and_then(|r| r.logind_error.clone()),
-        warnings: r.map(|r| r.warnings.clone()).unwrap_or_default(),
-        managed_procs: r.and_then(|r| r.managed_procs),
-        job_load: r.and_then(|r| r.job_load),
-        labels,
-        owner: rec.entry.owner.clone(),
-        // The allocator's fields stay empty: the job desk fills them in
-        // (`JobDesk::annotate`); the table does not allocate.
-        ..HostStatus::default()
-    };
-    row.set_live(table_live(rec, now, down_after));
-    row
+    // The allocator's fields stay empty: the job desk fills them in (`JobDesk::annotate`);
+    // the table does not allocate.
+    HostStatus::from_parts(&rec.fixed_part(), table_live(rec, now, down_after))
 }
 
 #[cfg(test)]

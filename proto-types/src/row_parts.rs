@@ -150,6 +150,61 @@ impl HostStatus {
         }
     }
 
+    /// The row the two parts make (what [`write_row`] writes them as, as a value).
+    pub fn from_parts(fixed: &FixedPart<'_>, live: LivePart) -> HostStatus {
+        let FixedPart {
+            name,
+            address,
+            hostname,
+            cpus,
+            load1,
+            load5,
+            load15,
+            cpu_util,
+            mem_total_kb,
+            mem_available_kb,
+            os,
+            arch,
+            users,
+            users_known,
+            console_idle_s,
+            logind,
+            logind_error,
+            warnings,
+            managed_procs,
+            job_load,
+            labels,
+            owner,
+        } = *fixed;
+        let mut row = HostStatus {
+            name: name.into(),
+            address: address.into(),
+            hostname: hostname.map(Into::into),
+            cpus,
+            load1,
+            load5,
+            load15,
+            cpu_util,
+            mem_total_kb,
+            mem_available_kb,
+            os: os.map(Into::into),
+            arch: arch.map(Into::into),
+            users: users.to_vec(),
+            users_known,
+            console_idle_s,
+            logind: logind.map(<[_]>::to_vec),
+            logind_error: logind_error.map(Into::into),
+            warnings: warnings.to_vec(),
+            managed_procs,
+            job_load,
+            labels: labels.to_vec(),
+            owner: owner.map(Into::into),
+            ..HostStatus::default()
+        };
+        row.set_live(live);
+        row
+    }
+
     /// Puts `live` into the row.
     pub fn set_live(&mut self, live: LivePart) {
         let LivePart {

@@ -296,7 +296,10 @@ impl Run<'_> {
                 let i = self.rng.below(HOSTS);
                 let up = self.rng.chance(90);
                 let load = self.rng.below(300) as f64 / 100.0;
-                let effects = self.desk.host_changed(status(i, up, load), self.now);
+                let row = status(i, up, load);
+                let effects = self
+                    .desk
+                    .host_changed(&row.fixed_part(), &row.live_part(), self.now);
                 self.perform(effects);
             }
             _ => {
@@ -350,7 +353,10 @@ fn scenario(state: &Path, seed: u64) -> (usize, usize, Vec<String>) {
             grants: 0,
         };
         for i in 0..HOSTS {
-            let effects = r.desk.host_changed(status(i, true, 0.1), r.now);
+            let row = status(i, true, 0.1);
+            let effects = r
+                .desk
+                .host_changed(&row.fixed_part(), &row.live_part(), r.now);
             r.perform(effects);
         }
         // Agents of the previous run come back (some as another user, refused: a new
