@@ -300,18 +300,24 @@ pub(crate) fn spawn_loadgen(
     changing: bool,
     seconds: u64,
 ) -> std::io::Result<std::process::Child> {
+    let addr = broker.tcp_addr().to_string();
+    spawn_loadgen_at(&addr, &broker.secret(), n, changing, seconds)
+}
+
+/// `rb-loadgen` of `n` hosts against `addr`, proving the secret in `secret`.
+fn spawn_loadgen_at(
+    addr: &str,
+    secret: &Path,
+    n: usize,
+    changing: bool,
+    seconds: u64,
+) -> std::io::Result<std::process::Child> {
     Command::new(tests::bin("rb-loadgen"))
-        .args([
-            "--broker",
-            &broker.tcp_addr().to_string(),
-            "--hosts",
-            &n.to_string(),
-            "--seconds",
-            &seconds.to_string(),
-        ])
+        .args(["--broker", addr, "--hosts", &n.to_string()])
+        .args(["--seconds", &seconds.to_string()])
         .args(changing.then_some("--changing"))
         .arg("--secret-file")
-        .arg(broker.secret())
+        .arg(secret)
         .stdout(Stdio::piped())
         .spawn()
 }
@@ -356,18 +362,7 @@ impl LoadRun {
             run.up_after_s
                 .push(all_up.map(|()| started.elapsed().as_secs_f64()));
         }
-        let gen_pid = gen.as_ref().map(|g| g.id());
-        run.gen_cpu.extend(
-            gen_pid
-                .and_then(|p| procstat::measure(p, Duration::from_secs(2)))
-                .map(|(s, _)| s * 100.0),
-        );
-        for _ in 0..5 {
-            if let Some((share, kb)) = procstat::measure(pid, Duration::from_secs(2)) {
-                run.cpu.push(share * 100.0);
-                run.rss_kb = run.rss_kb.max(kb);
-            }
-        }
+        run.sample_cpu(pid, gen.as_ref().map(|g| g.id()));
         for _ in 0..5 {
             // The command alone, its output piped as a script's would be (not parsed here).
             let t = Instant::now();
@@ -391,11 +386,7 @@ impl LoadRun {
         use std::io::BufRead;
         let dir = tempfile::tempdir()?;
         let secret = dir.path().join("secret");
-        let mut key = [0u8; 32];
-        std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut key)?;
-        let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
-        std::fs::write(&secret, hex)?;
-        std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+        proto::auth::write_new_secret(&secret, false)?;
         let started = Instant::now();
         let mut floor = Command::new(tests::bin("rb-readfloor"))
             .args(["--hosts", &n.to_string()])
@@ -406,20 +397,7 @@ impl LoadRun {
             .spawn()?;
         let mut said = std::io::BufReader::new(floor.stdout.take().expect("piped")).lines();
         let addr = said.next().transpose()?.unwrap_or_default();
-        let mut gen = Command::new(tests::bin("rb-loadgen"))
-            .args([
-                "--broker",
-                &addr,
-                "--hosts",
-                &n.to_string(),
-                "--seconds",
-                "45",
-            ])
-            .args(changing.then_some("--changing"))
-            .arg("--secret-file")
-            .arg(&secret)
-            .stdout(Stdio::piped())
-            .spawn()?;
+        let mut gen = spawn_loadgen_at(&addr, &secret, n, changing, 45)?;
         let mut run = LoadRun::default();
         // The line comes once all are connected, or never (then the reader is killed below).
         let (tx, rx) = std::sync::mpsc::channel();
@@ -429,22 +407,25 @@ impl LoadRun {
         let all_up = rx.recv_timeout(Duration::from_secs(40)).ok().flatten();
         run.up_after_s
             .push(all_up.map(|_| started.elapsed().as_secs_f64()));
-        if run.up_after_s == [None] {
-            let _ = floor.kill();
-        }
-        run.gen_cpu
-            .extend(procstat::measure(gen.id(), Duration::from_secs(2)).map(|(s, _)| s * 100.0));
-        for _ in 0..5 {
-            if let Some((share, kb)) = procstat::measure(floor.id(), Duration::from_secs(2)) {
-                run.cpu.push(share * 100.0);
-                run.rss_kb = run.rss_kb.max(kb);
-            }
-        }
+        run.sample_cpu(floor.id(), Some(gen.id()));
         for child in [&mut gen, &mut floor] {
             let _ = child.kill();
             let _ = child.wait();
         }
         Ok(run)
+    }
+
+    /// The load generator's CPU over one 2 s window, then `pid`'s over five, and its RSS.
+    fn sample_cpu(&mut self, pid: u32, gen: Option<u32>) {
+        let window = Duration::from_secs(2);
+        let gen_cpu = gen.and_then(|g| procstat::measure(g, window));
+        self.gen_cpu.extend(gen_cpu.map(|(s, _)| s * 100.0));
+        for _ in 0..5 {
+            if let Some((share, kb)) = procstat::measure(pid, window) {
+                self.cpu.push(share * 100.0);
+                self.rss_kb = self.rss_kb.max(kb);
+            }
+        }
     }
 
     /// Adds `other`'s samples (another run of the same broker and load).

@@ -463,13 +463,13 @@ fn footprint(opts: &Options) -> anyhow::Result<()> {
         println!("| {} |{}", row.name, figures.trim_start_matches('|'));
     }
     println!();
-    print_footprint_verdict(&rows, opts.broker_before.is_some());
+    print_footprint_verdict(&rows, opts.broker_before.is_some(), n);
     Ok(())
 }
 
 /// The goal (paper, quiet reports, against the baseline broker) and the changing reports'
 /// cost against the same broker's; `rows` as `footprint` built them.
-fn print_footprint_verdict(rows: &[FootprintRow], baseline_built: bool) {
+fn print_footprint_verdict(rows: &[FootprintRow], baseline_built: bool, hosts: usize) {
     let median = |i: usize| rows.get(i)?.run.as_ref()?.cpu_median();
     let named = |name: &str| {
         let row = rows.iter().find(|r| r.name == name)?;
@@ -503,19 +503,25 @@ fn print_footprint_verdict(rows: &[FootprintRow], baseline_built: bool) {
         named(FLOOR_QUIET),
         named(FLOOR_CHANGING),
     ) {
-        println!(
+        print!(
             "Above the floor (the rows of `rb-readfloor`: the same connections' frames read \
              and parsed as the broker's host daemons' sessions do, in the same turns, and \
              nothing more): quiet {quiet:.1} % against {floor_quiet:.1} % (+{:.1} %), \
-             every report changing {changing:.1} % against {floor_changing:.1} % (+{:.1} %). \
-             Issue 34's goals (≤ 5 % quiet, ≤ 10 % changing) allow the broker {:+.1} % and \
-             {:+.1} % of a core above reading alone (a negative margin: a goal below the \
-             floor).",
+             every report changing {changing:.1} % against {floor_changing:.1} % (+{:.1} %).",
             quiet - floor_quiet,
             changing - floor_changing,
-            5.0 - floor_quiet,
-            10.0 - floor_changing,
         );
+        // The goals are for 10k hosts.
+        if hosts == 10_000 {
+            print!(
+                " Issue 34's goals (≤ 5 % quiet, ≤ 10 % changing) allow the broker {:+.1} % \
+                 and {:+.1} % of a core above reading alone (a negative margin: a goal below \
+                 the floor).",
+                5.0 - floor_quiet,
+                10.0 - floor_changing,
+            );
+        }
+        println!();
         println!();
     }
 }
