@@ -129,7 +129,7 @@ impl Allocator {
 /// answered right.
 pub struct PolicyNotes<'a> {
     alloc: &'a Allocator,
-    entries: std::iter::Peekable<std::collections::btree_map::Iter<'a, String, Arc<HostEntry>>>,
+    entries: std::iter::Peekable<crate::host_map::Iter<'a, Arc<HostEntry>>>,
 }
 
 impl<'a> PolicyNotes<'a> {

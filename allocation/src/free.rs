@@ -17,10 +17,11 @@
 
 use std::{
     cmp::Reverse,
-    collections::{BTreeMap, BTreeSet},
+    collections::{BTreeSet, HashMap},
 };
 
 use super::{
+    host_map::NameHash,
     inputs::HostEntry,
     state::{Allocator, Waiting},
 };
@@ -69,8 +70,9 @@ fn total_order(x: f64) -> i64 {
 pub(crate) struct FreeHosts {
     ranked: BTreeSet<FreeKey>,
     unranked: BTreeSet<String>,
-    /// Each host in the order: `Some(key)` ranked, `None` unranked.
-    place: BTreeMap<String, Option<FreeKey>>,
+    /// Each host in the order: `Some(key)` ranked, `None` unranked (looked up, never
+    /// walked: found by a hash, [`crate::host_map`]).
+    place: HashMap<String, Option<FreeKey>, NameHash>,
 }
 
 impl FreeHosts {
@@ -189,7 +191,7 @@ impl Allocator {
 
 #[cfg(test)]
 mod tests {
-    use std::{path::Path, sync::Arc, time::Instant};
+    use std::{collections::BTreeMap, path::Path, sync::Arc, time::Instant};
 
     use policies::Policy;
     use proto_types::report::UserSession;

@@ -23,6 +23,7 @@ use super::{
     decide::ErrorLog,
     free::FreeHosts,
     host::HostView,
+    host_map::HostMap,
     state::{AllocState, Allocator, Job},
     Effect, JobId, JobState,
 };
@@ -61,7 +62,7 @@ pub(crate) struct HostEntry {
 /// The policy inputs and caches of an [`Allocator`].
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Inputs {
-    pub(crate) hosts: BTreeMap<String, Arc<HostEntry>>,
+    pub(crate) hosts: HostMap<Arc<HostEntry>>,
     pub(crate) jobs: BTreeMap<JobId, (JobFacts, Arc<JobValue>)>,
     pub(crate) users: BTreeMap<String, Arc<UserValue>>,
     /// `lab`, with the facts it was built from (rebuilt only when they change).

@@ -15,7 +15,9 @@
 //! The result is the state `set_policy` would have built: the same pure function of the same
 //! values.
 
-use std::{collections::BTreeMap, sync::Arc, time::Instant};
+use std::{sync::Arc, time::Instant};
+
+use crate::HostMap;
 
 use policies::Policy;
 
@@ -30,7 +32,7 @@ use super::{
 /// elsewhere ([`Allocator::policy_inputs`]). Cheap to take: shared references.
 #[derive(Debug, Clone)]
 pub struct HostInputs {
-    hosts: BTreeMap<String, Arc<HostEntry>>,
+    hosts: HostMap<Arc<HostEntry>>,
 }
 
 /// What a policy change replaced: the cached values of every host. Dropping them frees
@@ -38,7 +40,7 @@ pub struct HostInputs {
 /// this off its core.
 #[derive(Debug)]
 pub struct Retired {
-    _hosts: Vec<BTreeMap<String, Arc<HostEntry>>>,
+    _hosts: Vec<HostMap<Arc<HostEntry>>>,
 }
 
 /// A policy with its host-only decisions worked out for every host of a [`HostInputs`];
@@ -47,9 +49,9 @@ pub struct Retired {
 pub struct PreparedPolicy {
     policy: Arc<Policy>,
     /// The entries the decisions were worked out from.
-    from: BTreeMap<String, Arc<HostEntry>>,
+    from: HostMap<Arc<HostEntry>>,
     /// The same hosts' entries under `policy`.
-    hosts: BTreeMap<String, Arc<HostEntry>>,
+    hosts: HostMap<Arc<HostEntry>>,
     /// The free-host order of `hosts`.
     free: FreeHosts,
 }
@@ -191,7 +193,7 @@ impl Allocator {
 
     /// The hosts whose entry differs from the one in `from` (or that only one of them has),
     /// and hosts with a view but no entry: one ordered walk over both maps.
-    fn stale_since(&self, from: &BTreeMap<String, Arc<HostEntry>>) -> Vec<String> {
+    fn stale_since(&self, from: &HostMap<Arc<HostEntry>>) -> Vec<String> {
         let mut stale = Vec::new();
         let mut old = from.iter().peekable();
         for (host, entry) in &self.inputs.hosts {

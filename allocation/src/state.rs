@@ -12,6 +12,8 @@ use std::{
 
 use policies::Policy;
 
+use crate::host_map::{HostMap, HostSet};
+
 use super::{
     host::{HostView, Want, Wanted},
     inputs::{paper, Inputs},
@@ -105,7 +107,7 @@ pub struct Allocator {
     /// Queued requests, first in line first.
     pub(crate) queue: Vec<Waiting>,
     /// Latest host views (soft state, not persisted).
-    pub(crate) hosts: BTreeMap<String, HostView>,
+    pub(crate) hosts: HostMap<HostView>,
     pub(crate) drained: BTreeSet<String>,
     /// Hosts whose Slurm lease ends ([`Allocator::lease_ends`]): closed to grants like a
     /// drained host until they go down (soft state: a pilot's daemon says so again after
@@ -131,7 +133,7 @@ pub struct Allocator {
     pub(crate) ending_changes: u64,
     /// Hosts whose daemon reports the allocations running there and ends those it is told
     /// to (soft state: until the host goes down; its next daemon says so again).
-    pub(crate) ends_allocs: BTreeSet<String>,
+    pub(crate) ends_allocs: HostSet,
     /// Jobs restored after a restart whose agents have not come back, with the instant
     /// their resume window closes ([`Allocator::await_agents`]).
     pub(crate) awaiting: BTreeMap<JobId, Instant>,
@@ -162,7 +164,7 @@ impl Allocator {
             allocs: BTreeMap::new(),
             by_host: BTreeMap::new(),
             queue: Vec::new(),
-            hosts: BTreeMap::new(),
+            hosts: HostMap::new(),
             drained: BTreeSet::new(),
             leaving: BTreeSet::new(),
             in_use: BTreeMap::new(),
@@ -171,7 +173,7 @@ impl Allocator {
             overflow: None,
             ending: BTreeSet::new(),
             ending_changes: 0,
-            ends_allocs: BTreeSet::new(),
+            ends_allocs: HostSet::default(),
             awaiting: BTreeMap::new(),
             staged: None,
         }

@@ -16,11 +16,12 @@
 //! building no row.
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::BTreeSet,
     sync::Arc,
     time::{Duration, Instant},
 };
 
+use allocation::HostMap;
 use config::HostEntry;
 use proto::{
     report::{HostReport, HostState, HostStatus},
@@ -164,7 +165,7 @@ pub const FIRST_REPORT_GRACE: Duration = Duration::from_secs(10);
 /// Every host's latest state.
 #[derive(Debug)]
 pub struct HostTable {
-    hosts: BTreeMap<String, HostRecord>,
+    hosts: HostMap<HostRecord>,
     label_lists: LabelLists,
     down_after: Duration,
     /// Hosts whose row changed since the last [`take_changes`](Self::take_changes).
@@ -180,7 +181,7 @@ impl HostTable {
         let hosts = entries
             .iter()
             .map(|e| (e.name.clone(), HostRecord::new(e.clone(), &mut label_lists)))
-            .collect::<BTreeMap<_, _>>();
+            .collect::<HostMap<_>>();
         let changed = hosts.keys().cloned().collect();
         Self {
             hosts,

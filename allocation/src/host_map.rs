@@ -1,0 +1,220 @@
+//! [`HostMap`]: the maps keyed by host name that every report looks up, kept in name order
+//! like the `BTreeMap`s they replace, found by a hash.
+//!
+//! Why: at 10k hosts whose every report changes, the allocator and the host table look a
+//! host's name up a dozen times a report. In a `BTreeMap<String, _>` each lookup compares
+//! the name with ~14 others, each comparison a `memcmp` through a pointer to another heap
+//! string: ~230 ns a lookup on this machine against ~25 ns for a hash map with `foldhash`
+//! (10k names `load00000`…, random order), and a sixth of the broker's CPU in those
+//! searches (perf, BENCHMARKS.md "Host names found by a hash"). Iteration stays in name
+//! order (status rows, traces, snapshots, the first host that passes a scan): the entries
+//! are kept sorted, so adding a host not yet in the map costs a shift of those after it
+//! (O(n): hosts join a lab rarely, replacing a host's value is O(1)).
+
+use std::{borrow::Borrow, fmt, ops::Index};
+
+use indexmap::IndexMap;
+
+/// The hash used for host names: names come from the lab file and the broker's own
+/// pilots, not from strangers, so the fast variant (no DoS resistance beyond its random
+/// seed) is the one to take. Also the hash of the sets and maps of hosts that are only
+/// asked about a host, never walked ([`HostSet`]).
+pub type NameHash = foldhash::fast::RandomState;
+
+/// A set of host names only asked whether it holds one (never walked: no order).
+pub type HostSet = std::collections::HashSet<String, NameHash>;
+
+/// The hosts of a [`HostMap`] and their values, in name order.
+pub type Iter<'a, V> = indexmap::map::Iter<'a, String, V>;
+
+/// A map from host name to `V`, iterated in name order, looked up by hash.
+#[derive(Clone)]
+pub struct HostMap<V> {
+    entries: IndexMap<String, V, NameHash>,
+}
+
+impl<V> Default for HostMap<V> {
+    fn default() -> Self {
+        HostMap {
+            entries: IndexMap::default(),
+        }
+    }
+}
+
+impl<V: fmt::Debug> fmt::Debug for HostMap<V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.entries.iter()).finish()
+    }
+}
+
+/// Equal when they hold the same names with equal values (the order is the names' own).
+impl<V: PartialEq> PartialEq for HostMap<V> {
+    fn eq(&self, other: &Self) -> bool {
+        self.entries.len() == other.entries.len()
+            && self.iter().zip(other.iter()).all(|(a, b)| a == b)
+    }
+}
+
+impl<V> HostMap<V> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn get<Q: ?Sized + Borrow<str>>(&self, host: &Q) -> Option<&V> {
+        self.entries.get(host.borrow())
+    }
+
+    pub fn get_mut<Q: ?Sized + Borrow<str>>(&mut self, host: &Q) -> Option<&mut V> {
+        self.entries.get_mut(host.borrow())
+    }
+
+    pub fn contains_key<Q: ?Sized + Borrow<str>>(&self, host: &Q) -> bool {
+        self.entries.contains_key(host.borrow())
+    }
+
+    /// Sets `host`'s value, returning the one it replaces; a new host takes its place in
+    /// name order.
+    pub fn insert(&mut self, host: String, value: V) -> Option<V> {
+        if let Some(slot) = self.entries.get_mut(host.as_str()) {
+            return Some(std::mem::replace(slot, value));
+        }
+        self.entries.insert_sorted(host, value).1
+    }
+
+    /// The value of `host`, inserted by `make` first if it has none.
+    pub fn get_or_insert_with(&mut self, host: &str, make: impl FnOnce() -> V) -> &mut V {
+        let index = match self.entries.get_index_of(host) {
+            Some(index) => index,
+            None => self.entries.insert_sorted(host.to_string(), make()).0,
+        };
+        &mut self.entries[index]
+    }
+
+    /// Takes `host` out, keeping the others in order.
+    pub fn remove<Q: ?Sized + Borrow<str>>(&mut self, host: &Q) -> Option<V> {
+        self.entries.shift_remove(host.borrow())
+    }
+
+    /// Keeps the hosts for which `keep` says so, in order.
+    pub fn retain(&mut self, mut keep: impl FnMut(&String, &mut V) -> bool) {
+        self.entries.retain(|k, v| keep(k, v));
+    }
+
+    pub fn clear(&mut self) {
+        self.entries.clear();
+    }
+
+    /// The hosts and their values, in name order.
+    pub fn iter(&self) -> Iter<'_, V> {
+        self.entries.iter()
+    }
+
+    pub fn iter_mut(&mut self) -> indexmap::map::IterMut<'_, String, V> {
+        self.entries.iter_mut()
+    }
+
+    pub fn keys(&self) -> indexmap::map::Keys<'_, String, V> {
+        self.entries.keys()
+    }
+
+    pub fn values(&self) -> indexmap::map::Values<'_, String, V> {
+        self.entries.values()
+    }
+
+    pub fn values_mut(&mut self) -> indexmap::map::ValuesMut<'_, String, V> {
+        self.entries.values_mut()
+    }
+}
+
+impl<V, Q: ?Sized + Borrow<str>> Index<&Q> for HostMap<V> {
+    type Output = V;
+
+    /// The value of a host known to be in the map (panics otherwise, like `BTreeMap`'s).
+    fn index(&self, host: &Q) -> &V {
+        let host = host.borrow();
+        match self.entries.get(host) {
+            Some(value) => value,
+            None => panic!("host {host:?} not in the map"),
+        }
+    }
+}
+
+/// Collected in any order, kept in name order (a name given twice keeps its last value).
+impl<V> FromIterator<(String, V)> for HostMap<V> {
+    fn from_iter<I: IntoIterator<Item = (String, V)>>(iter: I) -> Self {
+        let mut entries: IndexMap<String, V, NameHash> = iter.into_iter().collect();
+        entries.sort_unstable_keys();
+        HostMap { entries }
+    }
+}
+
+impl<V> IntoIterator for HostMap<V> {
+    type Item = (String, V);
+    type IntoIter = indexmap::map::IntoIter<String, V>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.entries.into_iter()
+    }
+}
+
+impl<'a, V> IntoIterator for &'a HostMap<V> {
+    type Item = (&'a String, &'a V);
+    type IntoIter = Iter<'a, V>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.entries.iter()
+    }
+}
+
+impl<'a, V> IntoIterator for &'a mut HostMap<V> {
+    type Item = (&'a String, &'a mut V);
+    type IntoIter = indexmap::map::IterMut<'a, String, V>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.entries.iter_mut()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    /// Any sequence of inserts, replacements and removals leaves the map as a `BTreeMap`
+    /// given the same sequence: the same hosts, values and order.
+    #[test]
+    fn it_keeps_what_and_in_which_order_a_btreemap_keeps() {
+        let mut map = HostMap::new();
+        let mut model = BTreeMap::new();
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for step in 0..5_000u32 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let host = format!("h{:03}", seed % 300);
+            match seed % 5 {
+                0 | 1 => assert_eq!(map.insert(host.clone(), step), model.insert(host, step)),
+                2 => assert_eq!(map.remove(&host), model.remove(&host)),
+                3 => {
+                    *map.get_or_insert_with(&host, || step) += 1;
+                    *model.entry(host).or_insert(step) += 1;
+                }
+                _ => assert_eq!(map.get(&host), model.get(&host)),
+            }
+        }
+        assert!(map.len() > 50, "the walk left hosts in the map");
+        assert!(map.iter().eq(model.iter()), "same hosts, values and order");
+        let collected: HostMap<u32> = model.clone().into_iter().rev().collect();
+        assert!(collected.iter().eq(model.iter()), "collected in name order");
+        assert_eq!(collected, map);
+    }
+}
