@@ -26,11 +26,30 @@ use super::{
     state::{Allocator, Waiting},
 };
 
-/// A free host's place in the grant order (smaller first).
+/// A free host's place in the grant order (smaller first): its standing, then its name.
+/// The name's first bytes come first as a number (`NamePrefix`): most hosts of a lab stand
+/// alike (the same labels, often the same load) and are ordered by name alone, and most
+/// names fit, so a comparison rarely reads a name from the heap.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct FreeKey {
     at: Standing,
+    prefix: NamePrefix,
     name: String,
+}
+
+/// The first 16 bytes of a host name, zero-padded, as a big-endian number: ordered as the
+/// names are (a name holds no NUL byte, so a shorter name pads below any byte that
+/// follows), and equal prefixes leave the order to the names themselves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct NamePrefix(u128);
+
+impl NamePrefix {
+    fn of(name: &str) -> Self {
+        let mut bytes = [0u8; 16];
+        let n = name.len().min(16);
+        bytes[..n].copy_from_slice(&name.as_bytes()[..n]);
+        NamePrefix(u128::from_be_bytes(bytes))
+    }
 }
 
 /// What orders a free host, its name aside (the tie-break): fewest labels, then the highest
@@ -54,6 +73,7 @@ impl FreeKey {
     fn new(labels: usize, rank: f64, name: &str) -> Self {
         FreeKey {
             at: Standing::new(labels, rank),
+            prefix: NamePrefix::of(name),
             name: name.to_string(),
         }
     }
@@ -102,6 +122,7 @@ impl FreeHosts {
         };
         let key = place.map(|at| FreeKey {
             at,
+            prefix: NamePrefix::of(host),
             name: host.to_string(),
         });
         match self.place.get_mut(host) {
@@ -365,6 +386,43 @@ mod tests {
         }
         assert_eq!(moved, afresh);
         assert_eq!(moved.ranked.len() + moved.unranked.len(), moved.place.len());
+    }
+
+    /// Hosts that stand alike are in name order, whatever the names' lengths and shared
+    /// beginnings (the keys compare the names' first 16 bytes as a number first).
+    #[test]
+    fn hosts_that_stand_alike_are_in_name_order() {
+        let stems = [
+            "",
+            "n",
+            "node",
+            "node0",
+            "lab-pc-",
+            "a-very-long-lab-host-name-",
+        ];
+        let mut names = Vec::new();
+        let mut x = 0x2545_f491_4f6c_dd1d_u64;
+        for _ in 0..2000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let stem = stems[(x % stems.len() as u64) as usize];
+            let tail = ((x >> 8) % 1000).to_string();
+            // Tails of one to three digits, some cut to share more of their beginning.
+            let cut = 1 + ((x >> 20) % tail.len() as u64) as usize;
+            names.push(format!("{stem}{}", &tail[..cut]));
+        }
+        let mut keys: Vec<FreeKey> = names.iter().map(|n| FreeKey::new(1, 0.5, n)).collect();
+        keys.sort();
+        let mut sorted = names.clone();
+        sorted.sort();
+        sorted.dedup();
+        keys.dedup();
+        assert!(keys.iter().map(|k| &k.name).eq(sorted.iter()));
+        assert!(
+            names.iter().any(|n| n.len() > 16),
+            "some names are longer than a prefix"
+        );
     }
 
     #[test]
