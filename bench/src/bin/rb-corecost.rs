@@ -1,0 +1,250 @@
+//! `rb-corecost [--hosts N] [--rounds R] [--quiet] [--no-trace]`: the broker's core alone,
+//! taking host reports as the host daemons' thread hands them over (runs of events, no
+//! sockets, no parsing): N hosts of a lab under the paper policy connect and report once,
+//! then each reports R times more, changing as `rb-loadgen --changing` reports do, or
+//! (`--quiet`) repeating the last one, as the sessions pass on a report whose text repeats.
+//! The decision trace is written as the broker's defaults write it (8 MiB files, 8 kept) to a
+//! temporary directory, unless `--no-trace`.
+//!
+//! Prints the core's wall time and the process's CPU time per report over the R rounds.
+//! Both move with this machine (±30 % between runs of the same build were seen); for a
+//! comparison of two builds, run it under `valgrind --tool=callgrind`: the instruction
+//! counts of `broker::core::run` and below are the same from run to run.
+//!
+//! Not a test: nothing here asserts a speed.
+
+use std::{
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use anyhow::Context;
+use bench::report_shape::{report, Shape};
+use broker::{
+    alloc::{AllocConfig, Allocator, TraceClock},
+    core::{self, Event, EventSender},
+    host_words::WordSender,
+    hosts::HostTable,
+    jobs::JobDesk,
+    supervisor::SupervisorSet,
+    trace::TraceSink,
+};
+use clap::Parser;
+use config::HostEntry;
+use tokio::sync::{oneshot, watch};
+
+#[derive(Debug, Parser)]
+#[command(name = "rb-corecost")]
+struct Args {
+    /// Hosts in the lab, named `load00001`…
+    #[arg(long, default_value_t = 10_000)]
+    hosts: usize,
+    /// Reports of every host after the first, timed.
+    #[arg(long, default_value_t = 5)]
+    rounds: u64,
+    /// Each report repeats the host's last one (as `rb-loadgen` without `--changing`).
+    #[arg(long)]
+    quiet: bool,
+    /// No decision trace (as `trace_files_kept = 0`).
+    #[arg(long)]
+    no_trace: bool,
+}
+
+/// rb-broker's allocator, with its options (broker/src/main.rs): the core's cost is much
+/// that of allocating and freeing each report's strings.
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+#[used]
+#[export_name = "_rjem_malloc_conf"]
+static MALLOC_CONF: &[u8; 10] = b"narenas:1\0";
+
+/// The host whose daemon connects again after each round: the core sets its word when it
+/// takes the connection, after every event sent before it.
+const MARKER: &str = "marker";
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let trace_dir = tempfile::tempdir().context("a directory for the trace")?;
+    let mut lab = Lab::start(&args, trace_dir.path())?;
+    let shape = Shape {
+        changing: !args.quiet,
+        interval: Duration::from_secs(1),
+    };
+    lab.connect_all()?;
+    lab.send(
+        lab.names
+            .iter()
+            .map(|n| report_event(n, 1, shape))
+            .collect(),
+    )?;
+    lab.wait_for_core()?;
+    let (wall, cpu) = (Instant::now(), process_cpu());
+    for seq in 2..2 + args.rounds {
+        let events = match args.quiet {
+            true => lab.names.iter().map(|n| same_event(n, seq)).collect(),
+            false => lab
+                .names
+                .iter()
+                .map(|n| report_event(n, seq, shape))
+                .collect(),
+        };
+        lab.send(events)?;
+    }
+    lab.wait_for_core()?;
+    let reports = (args.hosts as u64 * args.rounds).max(1) as f64;
+    let per = |d: Duration| d.as_secs_f64() * 1e6 / reports;
+    println!(
+        "{} hosts, {} rounds of {} reports: core {:.2} µs of wall time a report, process CPU {:.2} µs a report{}",
+        args.hosts,
+        args.rounds,
+        if args.quiet { "repeated" } else { "changing" },
+        per(wall.elapsed()),
+        per(process_cpu().saturating_sub(cpu)),
+        if args.no_trace { " (no trace)" } else { "" },
+    );
+    lab.stop();
+    Ok(())
+}
+
+/// A core running on a thread of its own, as the broker's, and the lab's hosts.
+struct Lab {
+    events: EventSender,
+    stop: watch::Sender<bool>,
+    core: std::thread::JoinHandle<()>,
+    names: Vec<String>,
+    /// Each connection's end, kept open while the core runs.
+    closes: Vec<oneshot::Receiver<String>>,
+    next_conn: u64,
+    waiter: tokio::runtime::Runtime,
+}
+
+impl Lab {
+    fn start(args: &Args, trace_dir: &Path) -> anyhow::Result<Lab> {
+        let names: Vec<String> = (1..=args.hosts).map(|i| format!("load{i:05}")).collect();
+        let entries: Vec<HostEntry> = names
+            .iter()
+            .chain(std::iter::once(&MARKER.to_string()))
+            .enumerate()
+            .map(|(i, name)| HostEntry {
+                name: name.clone(),
+                address: format!("10.{}.{}.{}", i / 65536, (i / 256) % 256, i % 256),
+                labels: vec!["linux".into(), "x86_64".into()],
+                owner: None,
+            })
+            .collect();
+        // Silence is never reached: a round may take seconds under valgrind.
+        let table = HostTable::new(&entries, Duration::from_secs(3600));
+        let now = Instant::now();
+        let mut alloc = Allocator::with_config(AllocConfig::default());
+        alloc.set_wall_clock(now, 0, 0);
+        let desk = JobDesk::new(alloc, vec!["ssh".into()], "manual", Path::new("/no/secret"));
+        let desk = match args.no_trace {
+            true => desk,
+            false => desk.with_trace(TraceSink::spawn(
+                trace_dir.to_path_buf(),
+                config::DEFAULT_TRACE_FILE_MAX_KIB * 1024,
+                config::DEFAULT_TRACE_FILES_KEPT,
+                TraceClock::new(now, 0),
+                "corecost".into(),
+            )?),
+        };
+        let (events, queues) = core::channel(64);
+        let (stop, stopped) = watch::channel(false);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let core = std::thread::Builder::new()
+            .name("rb-core".into())
+            .spawn(move || {
+                let supervisors = SupervisorSet::default();
+                runtime.block_on(core::run(table, desk, queues, supervisors, stopped));
+            })?;
+        Ok(Lab {
+            events,
+            stop,
+            core,
+            names,
+            closes: Vec::new(),
+            next_conn: 1,
+            waiter: tokio::runtime::Builder::new_current_thread().build()?,
+        })
+    }
+
+    /// A daemon connection for `host`; returns where the core tells it of its host.
+    fn connected(&mut self, host: &str) -> (Event, WordSender) {
+        let (close, closed) = oneshot::channel();
+        self.closes.push(closed);
+        let word = WordSender::default();
+        let conn = self.next_conn;
+        self.next_conn += 1;
+        let event = Event::HostdConnected {
+            host: host.to_string(),
+            conn,
+            close,
+            word: word.clone(),
+        };
+        (event, word)
+    }
+
+    /// Every host's daemon connects, on connection `i` for host `i`.
+    fn connect_all(&mut self) -> anyhow::Result<()> {
+        let names = self.names.clone();
+        let events = names.iter().map(|n| self.connected(n).0).collect();
+        self.send(events)
+    }
+
+    fn send(&self, events: Vec<Event>) -> anyhow::Result<()> {
+        self.events
+            .blocking_send_all(events)
+            .map_err(|_| anyhow::anyhow!("the core stopped"))
+    }
+
+    /// Returns once the core took every event sent before.
+    fn wait_for_core(&mut self) -> anyhow::Result<()> {
+        let (event, word) = self.connected(MARKER);
+        self.send(vec![event])?;
+        self.waiter.block_on(word.next());
+        Ok(())
+    }
+
+    fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.core.join();
+    }
+}
+
+/// Host `name`'s report number `seq` (connection `i + 1` for the `i`th host).
+fn report_event(name: &str, seq: u64, shape: Shape) -> Event {
+    Event::Report {
+        host: name.to_string(),
+        conn: conn_of(name),
+        report: Box::new(report(name, seq, shape)),
+    }
+}
+
+/// Host `name`'s report number `seq`, the same text as its last but for the counter.
+fn same_event(name: &str, seq: u64) -> Event {
+    Event::SameReport {
+        host: name.to_string(),
+        conn: conn_of(name),
+        seq,
+        allocs_running: Some(Vec::new()),
+    }
+}
+
+/// The connection [`Lab::connect_all`] gave host `load#####`.
+fn conn_of(name: &str) -> u64 {
+    name.trim_start_matches("load").parse().unwrap_or(0)
+}
+
+/// This process's CPU time so far (every thread's).
+fn process_cpu() -> Duration {
+    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF);
+    usage.map_or(Duration::ZERO, |u| {
+        let tv = |t: nix::sys::time::TimeVal| {
+            Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000)
+        };
+        tv(u.user_time()) + tv(u.system_time())
+    })
+}
