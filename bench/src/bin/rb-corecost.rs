@@ -15,6 +15,7 @@
 
 use std::{
     path::Path,
+    sync::{atomic::Ordering, Arc},
     time::{Duration, Instant},
 };
 
@@ -27,7 +28,7 @@ use broker::{
     hosts::HostTable,
     jobs::JobDesk,
     supervisor::SupervisorSet,
-    trace::TraceSink,
+    trace::{TraceSink, TraceStats},
 };
 use clap::Parser;
 use config::HostEntry;
@@ -101,7 +102,13 @@ fn main() -> anyhow::Result<()> {
         if args.quiet { "repeated" } else { "changing" },
         per(wall.elapsed()),
         per(process_cpu().saturating_sub(cpu)),
-        if args.no_trace { " (no trace)" } else { "" },
+        match &lab.trace {
+            None => " (no trace)".to_string(),
+            Some(stats) => format!(
+                "; trace lines dropped: {}",
+                stats.dropped.load(Ordering::Relaxed)
+            ),
+        },
     );
     lab.stop();
     Ok(())
@@ -113,6 +120,8 @@ struct Lab {
     stop: watch::Sender<bool>,
     core: std::thread::JoinHandle<()>,
     names: Vec<String>,
+    /// The trace writer's counts (lines dropped when its queue is full).
+    trace: Option<Arc<TraceStats>>,
     /// Each connection's end, kept open while the core runs.
     closes: Vec<oneshot::Receiver<String>>,
     next_conn: u64,
@@ -139,15 +148,19 @@ impl Lab {
         let mut alloc = Allocator::with_config(AllocConfig::default());
         alloc.set_wall_clock(now, 0, 0);
         let desk = JobDesk::new(alloc, vec!["ssh".into()], "manual", Path::new("/no/secret"));
-        let desk = match args.no_trace {
-            true => desk,
-            false => desk.with_trace(TraceSink::spawn(
-                trace_dir.to_path_buf(),
-                config::DEFAULT_TRACE_FILE_MAX_KIB * 1024,
-                config::DEFAULT_TRACE_FILES_KEPT,
-                TraceClock::new(now, 0),
-                "corecost".into(),
-            )?),
+        let (desk, trace) = match args.no_trace {
+            true => (desk, None),
+            false => {
+                let sink = TraceSink::spawn(
+                    trace_dir.to_path_buf(),
+                    config::DEFAULT_TRACE_FILE_MAX_KIB * 1024,
+                    config::DEFAULT_TRACE_FILES_KEPT,
+                    TraceClock::new(now, 0),
+                    "corecost".into(),
+                )?;
+                let stats = sink.stats().clone();
+                (desk.with_trace(sink), Some(stats))
+            }
         };
         let (events, queues) = core::channel(64);
         let (stop, stopped) = watch::channel(false);
@@ -165,6 +178,7 @@ impl Lab {
             stop,
             core,
             names,
+            trace,
             closes: Vec::new(),
             next_conn: 1,
             waiter: tokio::runtime::Builder::new_current_thread().build()?,

@@ -3,6 +3,7 @@
 
 mod agent;
 mod apps;
+mod core_cost;
 mod jel;
 mod jel_lab;
 mod modules;
@@ -67,8 +68,8 @@ struct Args {
     /// Runs of each kind in the module section's take-back part.
     #[arg(long, default_value_t = 9)]
     take_back_reps: usize,
-    /// Policy-section parts to run (grant, reload, footprint, paired, owner, figure7, owner-logind);
-    /// default all (`paired` only with `--broker-compared`).
+    /// Policy-section parts to run (grant, reload, footprint, paired, core, owner, figure7,
+    /// owner-logind); default all (`paired` only with `--broker-compared`).
     #[arg(long, value_delimiter = ',')]
     policy_parts: Vec<String>,
     /// `rb-broker` of `policy::BEFORE_POLICY_FILES` (policy compiled in): the baseline of the
@@ -82,6 +83,13 @@ struct Args {
     /// The name of `--broker-compared` in the rows (e.g. its commit).
     #[arg(long, default_value = "compared")]
     broker_compared_label: String,
+    /// Another `rb-corecost` (e.g. built from an earlier commit) whose rows run beside
+    /// today's in the policy section's `core` part.
+    #[arg(long, value_name = "PATH")]
+    corecost_compared: Option<std::path::PathBuf>,
+    /// The name of `--corecost-compared` in the rows.
+    #[arg(long, default_value = "compared")]
+    corecost_compared_label: String,
     /// Rounds of the policy section's footprint rows (each broker once per round; their
     /// CPU windows pooled).
     #[arg(long, default_value_t = 3)]
@@ -200,6 +208,10 @@ fn main() -> anyhow::Result<()> {
                 .clone()
                 .map(|p| (args.broker_compared_label.clone(), p)),
             footprint_rounds: args.footprint_rounds,
+            corecost_compared: args
+                .corecost_compared
+                .clone()
+                .map(|p| (args.corecost_compared_label.clone(), p)),
         })?;
     }
     if wanted("jel") {

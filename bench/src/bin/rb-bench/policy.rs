@@ -46,6 +46,8 @@ pub struct Options {
     pub broker_compared: Option<(String, PathBuf)>,
     /// Rounds of the footprint rows (each row once per round, pooled).
     pub footprint_rounds: usize,
+    /// Another `rb-corecost` whose rows run beside today's in the `core` part.
+    pub corecost_compared: Option<(String, PathBuf)>,
 }
 
 /// The commit whose broker footprint is the baseline before policy files (11 % of a core
@@ -90,6 +92,9 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     }
     if opts.wants("paired") {
         paired(opts)?;
+    }
+    if opts.wants("core") {
+        crate::core_cost::run(opts.corecost_compared.as_ref())?;
     }
     lab_rows(opts)?;
     Ok(())

@@ -1,0 +1,140 @@
+//! The policy section's `core` part: what one host report costs the broker's core alone
+//! (`rb-corecost`: the real core, reports handed over as the host daemons' thread does, no
+//! sockets or parsing), in time and, where valgrind is installed, in instructions counted
+//! by callgrind, which repeat from run to run where this machine's timings move by tens
+//! of percent. Beside an `rb-corecost` of another build when one is given.
+
+use std::{path::Path, process::Command};
+
+use bench::stats::summarize;
+
+/// Timed runs of each row (medians shown).
+const RUNS: usize = 3;
+/// Hosts and timed rounds of every run (100k reports).
+const HOSTS: usize = 10_000;
+const ROUNDS: u64 = 10;
+/// Rounds of the callgrind runs: the difference between a run of these and one of none
+/// is their reports' count (the lab's start left out).
+const COUNTED_ROUNDS: u64 = 3;
+
+/// The rows: which reports, with the decision trace or not.
+const ROWS: [(&str, &[&str]); 4] = [
+    ("every report changing", &[]),
+    ("every report changing, no trace", &["--no-trace"]),
+    ("repeating (quiet)", &["--quiet"]),
+    ("repeating (quiet), no trace", &["--quiet", "--no-trace"]),
+];
+
+pub fn run(compared: Option<&(String, std::path::PathBuf)>) -> anyhow::Result<()> {
+    println!("### The core's cost per report (`rb-corecost`)\n");
+    println!(
+        "`rb-corecost --hosts {HOSTS} --rounds {ROUNDS}`: the broker's core (`core::run` on a \
+         thread of its own, the paper policy, jemalloc as the broker's) handed every host's \
+         report {ROUNDS} times after the lab's start, in runs of events as the host daemons' \
+         thread hands them over; no sockets, no parsing (the floor rows of the footprint are \
+         those). Time: the core's wall time and the process's CPU time (the trace writer's \
+         thread included) per report, median of {RUNS} runs (min–max), the builds' runs \
+         interleaved. Instructions: \
+         callgrind's count for the whole process per report, {COUNTED_ROUNDS} rounds less \
+         none, without the trace (whose files' rotations fall at other reports from run to \
+         run); they repeat to 0.1 % between runs.\n"
+    );
+    println!("| core | reports | wall µs a report | CPU µs a report | instructions a report |");
+    println!("|---|---|---|---|---|");
+    let ours = tests::bin("rb-corecost");
+    let valgrind = has_valgrind();
+    let mut builds = vec![("today's".to_string(), ours)];
+    if let Some((label, path)) = compared {
+        builds.insert(0, (label.clone(), path.clone()));
+    }
+    for (row, flags) in ROWS {
+        // The builds' runs interleaved, so that the machine's drift falls on each alike.
+        let mut runs = vec![(Vec::new(), Vec::new()); builds.len()];
+        for _ in 0..RUNS {
+            for ((_, bin), (wall, cpu)) in builds.iter().zip(runs.iter_mut()) {
+                if let Some((w, c)) = corecost(bin, flags, ROUNDS) {
+                    wall.push(w);
+                    cpu.push(c);
+                }
+            }
+        }
+        for ((label, bin), (wall, cpu)) in builds.iter().zip(&runs) {
+            let counted = match flags.contains(&"--no-trace") && valgrind {
+                true => instructions_per_report(bin, flags)
+                    .map_or("-".to_string(), |n| format!("{n:.0}")),
+                false => "-".to_string(),
+            };
+            println!(
+                "| {label} | {row} | {} | {} | {counted} |",
+                show(wall),
+                show(cpu)
+            );
+        }
+    }
+    if !valgrind {
+        println!("\nvalgrind is not installed here: no instruction counts.");
+    }
+    println!();
+    Ok(())
+}
+
+/// `median µs (min–max, n)`, or `-` without runs.
+fn show(values: &[f64]) -> String {
+    summarize(values).map_or("-".to_string(), |s| s.show("µs", 2))
+}
+
+/// One run: its `core W µs of wall time …, process CPU C µs …` line's W and C.
+fn corecost(bin: &Path, flags: &[&str], rounds: u64) -> Option<(f64, f64)> {
+    let out = Command::new(bin)
+        .args([
+            "--hosts",
+            &HOSTS.to_string(),
+            "--rounds",
+            &rounds.to_string(),
+        ])
+        .args(flags)
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let number_before = |marker: &str| -> Option<f64> {
+        let head = &text[..text.find(marker)?];
+        head.rsplit(' ').find(|w| !w.is_empty())?.parse().ok()
+    };
+    Some((
+        number_before(" µs of wall time")?,
+        number_before(" µs a report")?,
+    ))
+}
+
+fn has_valgrind() -> bool {
+    Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// callgrind's instructions per report: a run of [`COUNTED_ROUNDS`] rounds less one of none.
+fn instructions_per_report(bin: &Path, flags: &[&str]) -> Option<f64> {
+    let counted = callgrind_total(bin, flags, COUNTED_ROUNDS)?;
+    let start = callgrind_total(bin, flags, 0)?;
+    Some(counted.saturating_sub(start) as f64 / (HOSTS as u64 * COUNTED_ROUNDS) as f64)
+}
+
+/// The `I refs` callgrind prints for one run of `rb-corecost`.
+fn callgrind_total(bin: &Path, flags: &[&str], rounds: u64) -> Option<u64> {
+    let out = Command::new("valgrind")
+        .args(["--tool=callgrind", "--callgrind-out-file=/dev/null"])
+        .arg(bin)
+        .args([
+            "--hosts",
+            &HOSTS.to_string(),
+            "--rounds",
+            &rounds.to_string(),
+        ])
+        .args(flags)
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stderr);
+    let line = text.lines().find(|l| l.contains("I   refs:"))?;
+    line.rsplit(' ').next()?.replace(',', "").parse().ok()
+}
