@@ -37,9 +37,10 @@ pub(crate) struct FreeKey {
     name: String,
 }
 
-/// The first 16 bytes of a host name, zero-padded, as a big-endian number: ordered as the
-/// names are (a name holds no NUL byte, so a shorter name pads below any byte that
-/// follows), and equal prefixes leave the order to the names themselves.
+/// The first 16 bytes of a host name, zero-padded, as a big-endian number: never ordered
+/// against the names (names that differ in their first 16 bytes are ordered by the first
+/// byte that differs, and a name that another begins with pads at or below it), and equal
+/// prefixes leave the order to the names themselves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct NamePrefix(u128);
 

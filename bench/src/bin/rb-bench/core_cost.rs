@@ -85,14 +85,7 @@ fn show(values: &[f64]) -> String {
 
 /// One run: its `core W µs of wall time …, process CPU C µs …` line's W and C.
 fn corecost(bin: &Path, flags: &[&str], rounds: u64) -> Option<(f64, f64)> {
-    let out = Command::new(bin)
-        .args([
-            "--hosts",
-            &HOSTS.to_string(),
-            "--rounds",
-            &rounds.to_string(),
-        ])
-        .args(flags)
+    let out = corecost_command(Command::new(bin), flags, rounds)
         .output()
         .ok()?;
     let text = String::from_utf8_lossy(&out.stdout);
@@ -104,6 +97,19 @@ fn corecost(bin: &Path, flags: &[&str], rounds: u64) -> Option<(f64, f64)> {
         number_before(" µs of wall time")?,
         number_before(" µs a report")?,
     ))
+}
+
+/// `command` (rb-corecost, or valgrind before it) with the lab's size, `rounds` and `flags`.
+fn corecost_command(mut command: Command, flags: &[&str], rounds: u64) -> Command {
+    command
+        .args([
+            "--hosts",
+            &HOSTS.to_string(),
+            "--rounds",
+            &rounds.to_string(),
+        ])
+        .args(flags);
+    command
 }
 
 fn has_valgrind() -> bool {
@@ -122,18 +128,11 @@ fn instructions_per_report(bin: &Path, flags: &[&str]) -> Option<f64> {
 
 /// The `I refs` callgrind prints for one run of `rb-corecost`.
 fn callgrind_total(bin: &Path, flags: &[&str], rounds: u64) -> Option<u64> {
-    let out = Command::new("valgrind")
+    let mut valgrind = Command::new("valgrind");
+    valgrind
         .args(["--tool=callgrind", "--callgrind-out-file=/dev/null"])
-        .arg(bin)
-        .args([
-            "--hosts",
-            &HOSTS.to_string(),
-            "--rounds",
-            &rounds.to_string(),
-        ])
-        .args(flags)
-        .output()
-        .ok()?;
+        .arg(bin);
+    let out = corecost_command(valgrind, flags, rounds).output().ok()?;
     let text = String::from_utf8_lossy(&out.stderr);
     let line = text.lines().find(|l| l.contains("I   refs:"))?;
     line.rsplit(' ').next()?.replace(',', "").parse().ok()
