@@ -29,11 +29,19 @@ pub(super) async fn hostd_session<S>(
     let mut frames = HostdFrames::default();
     let mut last_allocs_running: Option<Vec<u64>> = None;
     let mut pace = Pace::default();
+    // The waits for the broker's stop and for a word are made once, not per frame: each
+    // made and dropped around every frame registered and unregistered a waiter under a
+    // lock, twice a frame.
+    let stopping = shutdown.changed();
+    tokio::pin!(stopping);
+    let next_word = word_slot.next();
+    tokio::pin!(next_word);
     let reason = loop {
         tokio::select! {
-            _ = shutdown.changed() => break "broker stopping".to_string(),
+            _ = &mut stopping => break "broker stopping".to_string(),
             why = &mut close_rx => break why.unwrap_or_else(|_| "closed by broker".into()),
-            word = word_slot.next() => {
+            word = &mut next_word => {
+                next_word.set(word_slot.next());
                 if told.send(&mut conn, &word, ctx.sweep_live).await.is_err() {
                     break "connection closed".into();
                 }
