@@ -6,7 +6,8 @@
 //! The decision trace is written as the broker's defaults write it (8 MiB files, 8 kept) to a
 //! temporary directory, unless `--no-trace`.
 //!
-//! Prints the core's wall time and the process's CPU time per report over the R rounds.
+//! Prints the core's wall time and the process's CPU time per report over the R rounds (the
+//! trace writer's thread and this harness building each round's reports included).
 //! Both move with this machine (±30 % between runs of the same build were seen); for a
 //! comparison of two builds, run it under `valgrind --tool=callgrind`: the instruction
 //! counts of `broker::core::run` and below are the same from run to run.

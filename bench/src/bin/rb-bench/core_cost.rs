@@ -33,7 +33,7 @@ pub fn run(compared: Option<&(String, std::path::PathBuf)>) -> anyhow::Result<()
          report {ROUNDS} times after the lab's start, in runs of events as the host daemons' \
          thread hands them over; no sockets, no parsing (the floor rows of the footprint are \
          those). Time: the core's wall time and the process's CPU time (the trace writer's \
-         thread included) per report, median of {RUNS} runs (min–max), the builds' runs \
+         thread and the harness building the reports included) per report, median of {RUNS} runs (min–max), the builds' runs \
          interleaved. Instructions: \
          callgrind's count for the whole process per report, {COUNTED_ROUNDS} rounds less \
          none, without the trace (whose files' rotations fall at other reports from run to \
