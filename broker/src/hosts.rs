@@ -447,24 +447,20 @@ pub struct StatusPart {
 /// written as `null`); were it to, the row says so instead of its figures.
 fn fixed_json(part: &FixedPart<'_>) -> Arc<str> {
     let mut text = Vec::with_capacity(FIXED_JSON_ROOM);
-    let written = proto::row_parts::write_fixed(&mut text, part).map(|()| String::from_utf8(text));
-    match written {
-        Ok(Ok(json)) => json.into(),
-        // serde_json writes UTF-8 only; the error is an encoding's.
-        Ok(Err(e)) => encoding_error(part, &e.to_string()),
-        Err(e) => encoding_error(part, &e.to_string()),
+    let encoded = proto::row_parts::write_fixed(&mut text, part)
+        .map_err(|e| e.to_string())
+        .and_then(|()| String::from_utf8(text).map_err(|e| e.to_string()));
+    match encoded {
+        Ok(json) => json.into(),
+        Err(why) => serde_json::json!({ "name": part.name, "address": part.address,
+            "encoding_error": why })
+        .to_string()
+        .into(),
     }
 }
 
 /// Room for a fixed part's JSON (a host with a user logged in: about 450 bytes).
 const FIXED_JSON_ROOM: usize = 640;
-
-/// A fixed part that could not be encoded, as a row that says so.
-fn encoding_error(part: &FixedPart<'_>, why: &str) -> Arc<str> {
-    serde_json::json!({ "name": part.name, "address": part.address, "encoding_error": why })
-        .to_string()
-        .into()
-}
 
 /// The table's live fields of a host's row (the allocator's are left empty).
 fn table_live(rec: &HostRecord, now: Instant, down_after: Duration) -> LivePart {

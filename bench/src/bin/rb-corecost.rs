@@ -253,7 +253,8 @@ fn conn_of(name: &str) -> u64 {
     name.trim_start_matches("load").parse().unwrap_or(0)
 }
 
-/// This process's CPU time so far (every thread's).
+/// This process's CPU time so far (every thread's), to the microsecond: `procstat`'s
+/// /proc ticks are 10 ms, a tenth of a run of repeated reports.
 fn process_cpu() -> Duration {
     let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF);
     usage.map_or(Duration::ZERO, |u| {
