@@ -92,7 +92,9 @@ fn print_once(mut sensors: Sensors) -> ExitCode {
     let report = sensors.sample();
     match serde_json::to_string_pretty(&report) {
         Ok(text) => {
-            println!("{text}");
+            if let Err(e) = startup::outln!("{text}") {
+                return e.exit("rb-hostd");
+            }
             eprint!("{}", hostd::sessions_summary(&report));
             ExitCode::SUCCESS
         }

@@ -129,7 +129,7 @@ fn run_other(cmd: LabCommand) -> anyhow::Result<()> {
         LabCommand::Up { hosts, rsh } => up(hosts, rsh),
         LabCommand::Down { stale: true, .. } => {
             for dir in crate::reap_stale() {
-                println!("reaped stale lab {}", dir.display());
+                say_line(format_args!("reaped stale lab {}", dir.display()));
             }
             Ok(())
         }
@@ -137,11 +137,11 @@ fn run_other(cmd: LabCommand) -> anyhow::Result<()> {
         LabCommand::Down { dir: None, all, .. } => {
             let plan = plan_down(&list_labs(), &Creator::current(), all);
             if plan.take.is_empty() {
-                println!("no lab to take down");
+                say_line(format_args!("no lab to take down"));
             }
             let left = plan.report_left();
             down(plan.take)?;
-            print!("{left}");
+            say(format_args!("{left}"));
             Ok(())
         }
         LabCommand::Status => {
@@ -217,11 +217,11 @@ fn down(dirs: Vec<PathBuf>) -> anyhow::Result<()> {
         Lab::attach(&d)?
             .down()
             .with_context(|| format!("tearing down {}", d.display()))?;
-        println!(
+        say_line(format_args!(
             "down in {:.2} s: {}",
             started.elapsed().as_secs_f64(),
             d.display()
-        );
+        ));
     }
     Ok(())
 }
@@ -229,10 +229,10 @@ fn down(dirs: Vec<PathBuf>) -> anyhow::Result<()> {
 fn status() {
     let labs = list_labs();
     if labs.is_empty() {
-        println!("no labs on this machine");
+        say_line(format_args!("no labs on this machine"));
     }
     for l in labs {
-        print!("{}", describe(&l));
+        say(format_args!("{}", describe(&l)));
     }
 }
 
@@ -344,9 +344,9 @@ fn slurm(lab: Option<PathBuf>, nodes: &[String]) -> anyhow::Result<()> {
     let _ = out.write_all(slurm_summary(&cluster, started.elapsed().as_secs_f64()).as_bytes());
     let _ = out.flush();
     let signal = stop.wait().context("waiting for a stop signal")?;
-    println!("{signal}: stopping the Slurm cluster");
+    say_line(format_args!("{signal}: stopping the Slurm cluster"));
     cluster.down()?;
-    println!("slurm down");
+    say_line(format_args!("slurm down"));
     Ok(())
 }
 
@@ -400,6 +400,19 @@ fn exit_code(status: std::process::ExitStatus) -> u8 {
         (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(255),
         (None, None) => 1,
     }
+}
+
+/// Writes to standard output, ignoring a failure: what `rb lab` says follows or precedes
+/// work on the lab (a teardown, a Slurm cluster stopped) that must go on whether or not
+/// anyone still reads (`println!` would panic on a closed pipe and leave it half done).
+fn say(text: std::fmt::Arguments<'_>) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_fmt(text).and_then(|()| out.flush());
+}
+
+/// [`say`] and a newline.
+fn say_line(text: std::fmt::Arguments<'_>) {
+    say(format_args!("{text}\n"));
 }
 
 #[cfg(test)]

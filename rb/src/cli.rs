@@ -8,7 +8,8 @@
 //!
 //! Exit codes of `rb`: 0 success; 64 bad flags, lab file, job spec or RSL; 66 an input
 //! file missing; 73 an output file that cannot be made; 77 permission denied (e.g. on the
-//! broker's socket); 1 anything else (the broker is not running, …).
+//! broker's socket); 141 standard output's reader went away (`rb status | head -1`), saying
+//! nothing; 1 anything else (the broker is not running, …).
 
 use std::path::PathBuf;
 

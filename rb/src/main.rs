@@ -1,5 +1,7 @@
 //! `rb`: flags ([`rb::cli`]) → one subcommand → exit code (64 bad flags, configuration or
-//! input; 77 permission denied; 1 other errors).
+//! input; 77 permission denied; 141 standard output's reader gone; 1 other errors). Answers
+//! go to standard output through `startup::out!`/`outln!`, whose failure is returned, not a
+//! panic as `println!`'s.
 
 use std::{
     path::{Path, PathBuf},
@@ -18,6 +20,10 @@ fn main() -> ExitCode {
     match dispatch(cli) {
         Ok(code) => code,
         Err(e) => {
+            // The reader of standard output went away (`rb status | head -1`): nothing to say.
+            if let Some(gone) = e.chain().find_map(|c| startup::OutputError::in_chain(c)) {
+                return gone.exit("rb");
+            }
             eprintln!("rb: error: {e:#}");
             ExitCode::from(exit_code(&e))
         }
@@ -75,7 +81,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 .or_else(|| lab.clone())
                 .or_else(|| before.lab.clone())
                 .or_else(env_lab);
-            Ok(cmd_check(file.as_deref(), *probe))
+            cmd_check(file.as_deref(), *probe)
         }
         Cmd::Status { json, broker: b } => block_on(cmd_status(broker(b)?, *json)),
         Cmd::Shutdown { broker: b } => block_on(cmd_shutdown(broker(b)?)),
@@ -137,7 +143,7 @@ type BrokerOf<'a> = dyn Fn(&BrokerFlags) -> anyhow::Result<client::Target> + 'a;
 /// `rb policy …`.
 fn dispatch_policy(cmd: &cli::PolicyCommand, broker: &BrokerOf) -> anyhow::Result<ExitCode> {
     match cmd {
-        cli::PolicyCommand::Check { file } => Ok(cmd_policy_check(file)),
+        cli::PolicyCommand::Check { file } => cmd_policy_check(file),
         cli::PolicyCommand::Replay { trace_dir, policy } => {
             Ok(rb::replay::run(trace_dir, policy, local_utc_offset_s()))
         }
@@ -200,40 +206,40 @@ fn cmd_init(lab: Option<&Path>, secret: Option<&Path>, force: bool) -> anyhow::R
     let secret = secret.map_or_else(config::default_secret_path, Path::to_path_buf);
     let done = init::init(&secret, &lab, force)?;
     let verb = |created| if created { "created" } else { "kept existing" };
-    println!(
+    startup::outln!(
         "{} secret    {}",
         verb(done.secret_created),
         done.secret.display()
-    );
-    println!(
+    )?;
+    startup::outln!(
         "{} lab file  {}",
         verb(done.lab_created),
         done.lab.display()
-    );
-    println!(
+    )?;
+    startup::outln!(
         "next: rb check && rb-broker --lab {}   (then: rb status)",
         done.lab.display()
-    );
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// `rb policy check FILE`: the summary line, or the policy engine's error and its exit code.
-fn cmd_policy_check(file: &Path) -> ExitCode {
+fn cmd_policy_check(file: &Path) -> anyhow::Result<ExitCode> {
     match policies::check_file(file) {
         Ok(summary) => {
-            println!("{summary}");
-            ExitCode::SUCCESS
+            startup::outln!("{summary}")?;
+            Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
             eprintln!("{e}");
-            ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(1))
+            Ok(ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(1)))
         }
     }
 }
 
 /// `rb check`: the lab file as `rb-broker` will load it, and what the broker checks at start
 /// (the secret file); warnings go to stderr and do not fail.
-fn cmd_check(file: Option<&Path>, probe: bool) -> ExitCode {
+fn cmd_check(file: Option<&Path>, probe: bool) -> anyhow::Result<ExitCode> {
     let path = file.map_or_else(config::default_lab_path, Path::to_path_buf);
     let checked = config::LabConfig::load_checked(&path).map_err(Box::new);
     let checked = checked.and_then(|lab| match lab.check_has_hosts() {
@@ -248,7 +254,7 @@ fn cmd_check(file: Option<&Path>, probe: bool) -> ExitCode {
         Ok(lab) => lab,
         Err(e) => {
             eprintln!("error: {e}");
-            return ExitCode::from(EXIT_USAGE);
+            return Ok(ExitCode::from(EXIT_USAGE));
         }
     };
     for warning in lab.warnings() {
@@ -259,39 +265,39 @@ fn cmd_check(file: Option<&Path>, probe: bool) -> ExitCode {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: {}: broker.policy: {e}", path.display());
-            return ExitCode::from(EXIT_USAGE);
+            return Ok(ExitCode::from(EXIT_USAGE));
         }
     };
-    println!("policy {}", policy.summary());
-    println!(
+    startup::outln!("policy {}", policy.summary())?;
+    startup::outln!(
         "{}: ok: {} hosts, transport {}, listen {}",
         path.display(),
         lab.hosts.len(),
         lab.broker.transport.name(),
         lab.broker.listen
-    );
+    )?;
     if let Some(slurm) = &lab.overflow {
-        println!(
+        startup::outln!(
             "overflow: slurm: up to {} node(s), lease {} min, idle exit {} s",
             slurm.max_nodes,
             slurm.lease_minutes(),
             slurm.idle_exit.as_secs_f64()
-        );
+        )?;
     }
     if probe {
         return cmd_probe(&path, &lab);
     }
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `rb check --probe`: the Slurm part (exit 69, EX_UNAVAILABLE, when Slurm does not answer).
-fn cmd_probe(path: &Path, lab: &config::LabConfig) -> ExitCode {
+fn cmd_probe(path: &Path, lab: &config::LabConfig) -> anyhow::Result<ExitCode> {
     let Some(slurm) = &lab.overflow else {
-        println!(
+        startup::outln!(
             "probe: {} has no [overflow.slurm]: nothing to ask",
             path.display()
-        );
-        return ExitCode::SUCCESS;
+        )?;
+        return Ok(ExitCode::SUCCESS);
     };
     match rb::probe::probe(slurm, lab.broker.reclaim_grace) {
         rb::probe::Probe::Answered {
@@ -299,18 +305,18 @@ fn cmd_probe(path: &Path, lab: &config::LabConfig) -> ExitCode {
             pilots,
             test_only,
         } => {
-            println!(
+            startup::outln!(
                 "probe: slurm: ok: squeue answered: {jobs} job(s) queued, {pilots} of them pilots"
-            );
-            println!("probe: slurm: a pilot (sbatch --test-only): {test_only}");
-            ExitCode::SUCCESS
+            )?;
+            startup::outln!("probe: slurm: a pilot (sbatch --test-only): {test_only}")?;
+            Ok(ExitCode::SUCCESS)
         }
         rb::probe::Probe::Failed { what, help } => {
             eprintln!(
                 "error: {}: overflow.slurm: {what}\nhelp: {help}",
                 path.display()
             );
-            ExitCode::from(EXIT_UNAVAILABLE)
+            Ok(ExitCode::from(EXIT_UNAVAILABLE))
         }
     }
 }
@@ -347,9 +353,11 @@ fn target(flags: &BrokerFlags) -> anyhow::Result<client::Target> {
 async fn cmd_user_add(target: client::Target, req: Request) -> anyhow::Result<ExitCode> {
     match client::request(&target, req).await? {
         Response::UserAdded { name, path } => {
-            println!("credential of user {name} written (mode 0600) to the broker's machine;");
-            println!("{name} keeps it as ~/.config/rb/credential (mode 0600):");
-            println!("{path}");
+            startup::outln!(
+                "credential of user {name} written (mode 0600) to the broker's machine;"
+            )?;
+            startup::outln!("{name} keeps it as ~/.config/rb/credential (mode 0600):")?;
+            startup::outln!("{path}")?;
         }
         other => anyhow::bail!("unexpected answer from broker: {other:?}"),
     }
@@ -363,7 +371,7 @@ async fn cmd_user_list(target: client::Target, json: bool) -> anyhow::Result<Exi
         other => anyhow::bail!("unexpected answer from broker: {other:?}"),
     };
     if json {
-        println!("{}", serde_json::to_string_pretty(&users)?);
+        startup::outln!("{}", serde_json::to_string_pretty(&users)?)?;
         return Ok(ExitCode::SUCCESS);
     }
     let offset = local_utc_offset_s();
@@ -376,36 +384,34 @@ async fn cmd_user_list(target: client::Target, json: bool) -> anyhow::Result<Exi
             vec![u.name.clone(), table::clock(u.created_unix, offset), seen]
         })
         .collect();
-    print!(
+    startup::out!(
         "{}",
         table::aligned(&["USER", "CREATED", "LAST SEEN"], &rows)
-    );
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// `rb status [--json]`. With `--json`: indented on a terminal; piped, the broker's rows as
 /// it sent them, on one line (not parsed: 6 MB at 10k hosts).
 async fn cmd_status(target: client::Target, json: bool) -> anyhow::Result<ExitCode> {
-    use std::io::{IsTerminal, Write};
+    use std::io::IsTerminal;
     if json && !std::io::stdout().is_terminal() {
         let rows = client::status_json(&target).await?;
-        let mut out = std::io::stdout().lock();
-        out.write_all(rows.as_bytes())?;
-        out.flush()?;
+        startup::output::print(rows.as_bytes())?;
         return Ok(ExitCode::SUCCESS);
     }
     let hosts = client::status(&target).await?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&hosts)?);
+        startup::outln!("{}", serde_json::to_string_pretty(&hosts)?)?;
     } else {
-        print!("{}", table::render(&hosts));
+        startup::out!("{}", table::render(&hosts))?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
 async fn cmd_shutdown(target: client::Target) -> anyhow::Result<ExitCode> {
     client::request(&target, proto::msg::Request::Shutdown).await?;
-    println!("broker stopping");
+    startup::outln!("broker stopping")?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -415,9 +421,9 @@ async fn cmd_jobs(target: client::Target, json: bool) -> anyhow::Result<ExitCode
         other => anyhow::bail!("unexpected answer from broker: {other:?}"),
     };
     if json {
-        println!("{}", serde_json::to_string_pretty(&jobs)?);
+        startup::outln!("{}", serde_json::to_string_pretty(&jobs)?)?;
     } else {
-        print!("{}", table::render_jobs(&jobs, local_utc_offset_s()));
+        startup::out!("{}", table::render_jobs(&jobs, local_utc_offset_s()))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -429,26 +435,26 @@ fn local_utc_offset_s() -> i64 {
 
 async fn cmd_admin(target: client::Target, req: Request) -> anyhow::Result<ExitCode> {
     match client::request(&target, req).await? {
-        Response::Done { message } => println!("{message}"),
-        Response::Ok => println!("ok"),
+        Response::Done { message } => startup::outln!("{message}")?,
+        Response::Ok => startup::outln!("ok")?,
         other => anyhow::bail!("unexpected answer from broker: {other:?}"),
     }
     Ok(ExitCode::SUCCESS)
 }
 
 async fn cmd_demo(hosts: usize, dir: PathBuf, keep: bool) -> anyhow::Result<ExitCode> {
-    println!(
+    startup::outln!(
         "starting an embedded broker with {hosts} virtual hosts (state dir {}, log {})…",
         dir.display(),
         demo::log_path(&dir).display()
-    );
+    )?;
     let rows = demo::run(hosts, &dir, keep, Duration::from_secs(30)).await?;
-    print!("{}", table::render(&rows));
+    startup::out!("{}", table::render(&rows))?;
     if keep {
-        println!(
+        startup::outln!(
             "\nthe broker keeps running: rb --broker {}/broker.sock status",
             dir.display()
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }

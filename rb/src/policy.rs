@@ -17,9 +17,9 @@ pub async fn show(
 ) -> anyhow::Result<ExitCode> {
     let info = policy_answer(client::request(target, Request::PolicyShow).await?)?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&info)?);
+        startup::outln!("{}", serde_json::to_string_pretty(&info)?)?;
     } else {
-        print!("{}", render_info(&info, utc_offset_s));
+        startup::out!("{}", render_info(&info, utc_offset_s))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -28,7 +28,7 @@ pub async fn show(
 /// 1) with the file's own `FILE:LINE:COL` message, and the old policy stays.
 pub async fn reload(target: &client::Target) -> anyhow::Result<ExitCode> {
     let info = policy_answer(client::request(target, Request::PolicyReload).await?)?;
-    println!("policy reloaded: {} sha256 {}", info.path, info.sha256);
+    startup::outln!("policy reloaded: {} sha256 {}", info.path, info.sha256)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -45,9 +45,9 @@ pub async fn explain(
         other => anyhow::bail!("unexpected answer from broker: {other:?}"),
     };
     if json {
-        println!("{}", serde_json::to_string_pretty(&explain)?);
+        startup::outln!("{}", serde_json::to_string_pretty(&explain)?)?;
     } else {
-        print!("{}", render_explain(&explain));
+        startup::out!("{}", render_explain(&explain))?;
     }
     Ok(ExitCode::SUCCESS)
 }

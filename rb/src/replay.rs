@@ -26,7 +26,9 @@ pub fn run(dir: &Path, policy_file: &Path, utc_offset_s: i64) -> ExitCode {
     };
     match replay_dir(dir, policy) {
         Ok(outcome) => {
-            print!("{}", render(&outcome, policy_file, utc_offset_s));
+            if let Err(e) = startup::output::print(render(&outcome, policy_file, utc_offset_s)) {
+                return e.exit("rb");
+            }
             if outcome.skipped > 0 {
                 eprintln!(
                     "note: {} recorded give-back(s) named a host the replayed job did not hold; skipped",

@@ -14,7 +14,7 @@
 
 use std::{
     fs,
-    io::{ErrorKind, Write},
+    io::ErrorKind,
     path::{Path, PathBuf},
     process::ExitCode,
     sync::Arc,
@@ -41,7 +41,8 @@ pub struct ReportArgs<'a> {
     pub utc_offset_s: i64,
 }
 
-/// A failure, with its exit code.
+/// A failure, with its exit code and what to say (nothing when empty: standard output's
+/// reader went away).
 struct Failure(u8, String);
 
 /// `rb report`: writes the chart; the exit code.
@@ -52,7 +53,9 @@ pub fn run(args: &ReportArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(Failure(code, message)) => {
-            eprintln!("error: {message}");
+            if !message.is_empty() {
+                eprintln!("error: {message}");
+            }
             ExitCode::from(code)
         }
     }
@@ -169,7 +172,10 @@ fn write_svg(path: &Path, doc: &str) -> Result<(), Failure> {
         )
     };
     if path == Path::new("-") {
-        return std::io::stdout().write_all(doc.as_bytes()).map_err(fail);
+        return startup::output::print(doc).map_err(|e| match e {
+            startup::OutputError::ReaderGone => Failure(startup::EXIT_READER_GONE, String::new()),
+            startup::OutputError::Failed(e) => fail(e),
+        });
     }
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");

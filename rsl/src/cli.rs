@@ -73,9 +73,14 @@ pub fn run(cmd: &RslCommand, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     }
 }
 
+/// Exit code when the output's reader went away (`rb rsl spec … | head -1`): what a shell
+/// reports for SIGPIPE, as `startup::EXIT_READER_GONE` for the other commands of `rb`.
+const EXIT_READER_GONE: i32 = 141;
+
 fn emit(out: &mut dyn Write, err: &mut dyn Write, text: &str) -> i32 {
-    match writeln!(out, "{text}") {
+    match writeln!(out, "{text}").and_then(|()| out.flush()) {
         Ok(()) => 0,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => EXIT_READER_GONE,
         Err(e) => {
             let _ = writeln!(err, "error: cannot write output: {e}");
             1

@@ -1,9 +1,14 @@
 //! The start-up every ResourceBroker binary shares (`rb`, `rb-broker`, `rb-hostd`, `agent`):
 //! its flags parsed, a usage error reported with exit code [`EXIT_USAGE`], and tracing to
 //! stderr filtered by `RB_LOG`. A library of its own so that the binaries agree on both
-//! (the same four lines were written in each).
+//! (the same four lines were written in each). Also their answers on standard output
+//! ([`output`]): a reader that goes away ends them with [`EXIT_READER_GONE`], not a panic.
 
 use std::io::IsTerminal;
+
+pub mod output;
+
+pub use output::{OutputError, EXIT_READER_GONE};
 
 /// Exit code of bad flags (`EX_USAGE`).
 pub const EXIT_USAGE: u8 = 64;

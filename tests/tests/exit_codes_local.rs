@@ -370,3 +370,92 @@ fn rb_check_reports_every_bad_host_name_shortly() {
     );
     assert!(stderr.len() < 2000, "{stderr}");
 }
+
+/// The commands that answer on standard output, as a reader that stops early meets them
+/// (`rb status | head -1`, `… | jq -e first`): `@SOCK@` is the broker's socket, `@STATE@` its
+/// state directory, `@POLICY@` the paper policy's file.
+const CLOSED_STDOUT: &[(&str, &[&str])] = &[
+    ("rb", &["status", "--broker", "@SOCK@"]),
+    ("rb", &["status", "--json", "--broker", "@SOCK@"]),
+    ("rb", &["jobs", "--broker", "@SOCK@"]),
+    ("rb", &["jobs", "--json", "--broker", "@SOCK@"]),
+    ("rb", &["policy", "show", "--broker", "@SOCK@"]),
+    ("rb", &["policy", "show", "--json", "--broker", "@SOCK@"]),
+    (
+        "rb",
+        &["policy", "explain", "vhost01", "--broker", "@SOCK@"],
+    ),
+    ("rb", &["policy", "check", "@POLICY@"]),
+    (
+        "rb",
+        &["policy", "replay", "@STATE@/trace", "--policy", "@POLICY@"],
+    ),
+    ("rb", &["report", "@STATE@/trace", "--svg", "-"]),
+    ("rb", &["rsl", "spec", "&(count=1)"]),
+    ("rb-hostd", &["--once"]),
+];
+
+/// A command whose reader went away before it wrote ends quietly with 141 (what a shell
+/// reports for SIGPIPE, as `cat` would end): no panic, no message (Rust ignores SIGPIPE, so
+/// `println!` panicked there).
+#[test]
+fn a_command_whose_reader_went_away_exits_141_and_says_nothing() {
+    let broker = Broker::start(&local_lab(1));
+    let up = wait_until(Duration::from_secs(20), || {
+        broker.status().filter(|s| !s.is_empty())
+    });
+    assert!(up.is_some(), "{}", broker.log());
+    let trace = broker.state_dir().join("trace");
+    let traced = wait_until(Duration::from_secs(20), || {
+        let files = std::fs::read_dir(&trace).ok()?;
+        (files.count() > 0).then_some(())
+    });
+    assert!(traced.is_some(), "no trace file in {}", trace.display());
+    let policy = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../policies/paper.toml");
+    let mut wrong = Vec::new();
+    for (program, args) in CLOSED_STDOUT {
+        let args: Vec<String> = args
+            .iter()
+            .map(|a| {
+                a.replace("@SOCK@", &broker.socket().display().to_string())
+                    .replace("@STATE@", &broker.state_dir().display().to_string())
+                    .replace("@POLICY@", &policy.display().to_string())
+            })
+            .collect();
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        let out = Command::new(bin(program))
+            .args(&args)
+            .env_remove("RB_BROKER")
+            .stdin(Stdio::null())
+            .stdout(writer)
+            .stderr(Stdio::piped())
+            .output()
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        // `rb-hostd --once` logs what it could not read, `rb report` says what it charted:
+        // on stderr, whatever becomes of stdout. No error may be said, nothing may panic.
+        let quiet = !stderr.contains("panicked")
+            && !stderr.contains(": error:")
+            && !stderr.contains("cannot write");
+        if out.status.code() != Some(141) || !quiet {
+            wrong.push(format!(
+                "{program} {args:?}: exit {:?}; stderr: {stderr}",
+                out.status.code()
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Every command of [`CLOSED_STDOUT`] is a row of the book's table with code 141.
+#[test]
+fn the_book_lists_the_commands_that_exit_141() {
+    let page =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/src/reference/exit-codes.md");
+    let text = std::fs::read_to_string(&page).expect("docs/src/reference/exit-codes.md");
+    for (program, _) in CLOSED_STDOUT {
+        let cell = format!("| `{program}` | 141 |");
+        assert!(text.contains(&cell), "the page has no row {cell}");
+    }
+}
