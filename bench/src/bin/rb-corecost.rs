@@ -1,8 +1,12 @@
-//! `rb-corecost [--hosts N] [--rounds R] [--quiet] [--no-trace]`: the broker's core alone,
-//! taking host reports as the host daemons' thread hands them over (runs of events, no
-//! sockets, no parsing): N hosts of a lab under the paper policy connect and report once,
-//! then each reports R times more, changing as `rb-loadgen --changing` reports do, or
-//! (`--quiet`) repeating the last one, as the sessions pass on a report whose text repeats.
+//! `rb-corecost [--hosts N] [--rounds R] [--quiet] [--no-trace] [--name-order]`: the broker's
+//! core alone, taking host reports as the host daemons' thread hands them over (runs of
+//! events, no sockets, no parsing): N hosts of a lab under the paper policy connect and
+//! report once, then each reports R times more, changing as `rb-loadgen --changing` reports
+//! do, or (`--quiet`) repeating the last one, as the sessions pass on a report whose text
+//! repeats. Each round hands the hosts over in an order of its own, as their connections
+//! come ready in the broker (a shuffle from a fixed seed: the same orders in every run);
+//! `--name-order` hands them over in name order, the order of the core's own tables, whose
+//! next record is then at hand in the processor's caches as it would not be in a lab.
 //! The decision trace is written as the broker's defaults write it (8 MiB files, 8 kept) to a
 //! temporary directory, unless `--no-trace`.
 //!
@@ -50,7 +54,13 @@ struct Args {
     /// No decision trace (as `trace_files_kept = 0`).
     #[arg(long)]
     no_trace: bool,
+    /// Every round in name order instead of a shuffled one.
+    #[arg(long)]
+    name_order: bool,
 }
+
+/// The seed of the rounds' orders: the same orders in every run, so that counts repeat.
+const ORDER_SEED: u64 = 34;
 
 /// rb-broker's allocator, with its options (broker/src/main.rs): the core's cost is much
 /// that of allocating and freeing each report's strings.
@@ -81,15 +91,16 @@ fn main() -> anyhow::Result<()> {
             .collect(),
     )?;
     lab.wait_for_core()?;
+    let mut rng = fastrand::Rng::with_seed(ORDER_SEED);
+    let mut order: Vec<&String> = lab.names.iter().collect();
     let (wall, cpu) = (Instant::now(), process_cpu());
     for seq in 2..2 + args.rounds {
+        if !args.name_order {
+            rng.shuffle(&mut order);
+        }
         let events = match args.quiet {
-            true => lab.names.iter().map(|n| same_event(n, seq)).collect(),
-            false => lab
-                .names
-                .iter()
-                .map(|n| report_event(n, seq, shape))
-                .collect(),
+            true => order.iter().map(|n| same_event(n, seq)).collect(),
+            false => order.iter().map(|n| report_event(n, seq, shape)).collect(),
         };
         lab.send(events)?;
     }
@@ -97,10 +108,11 @@ fn main() -> anyhow::Result<()> {
     let reports = (args.hosts as u64 * args.rounds).max(1) as f64;
     let per = |d: Duration| d.as_secs_f64() * 1e6 / reports;
     println!(
-        "{} hosts, {} rounds of {} reports: core {:.2} µs of wall time a report, process CPU {:.2} µs a report{}",
+        "{} hosts, {} rounds of {} reports{}: core {:.2} µs of wall time a report, process CPU {:.2} µs a report{}",
         args.hosts,
         args.rounds,
         if args.quiet { "repeated" } else { "changing" },
+        if args.name_order { " in name order" } else { "" },
         per(wall.elapsed()),
         per(process_cpu().saturating_sub(cpu)),
         match &lab.trace {
