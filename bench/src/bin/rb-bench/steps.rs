@@ -160,6 +160,9 @@ pub(crate) struct Steps {
     pub(crate) transport: String,
     pub(crate) real: Summary,
     pub(crate) any: Summary,
+    /// The same with a command that is no shell builtin ([`PLAIN_COMMAND`]), and one
+    /// fork, exec and wait of it on the front end: what an exec costs here.
+    pub(crate) plain: Option<PlainCommand>,
     /// Per [`CHAIN`] step then per [`SIDE`] step: its summary, if any call had both events.
     pub(crate) chain: Vec<Option<Summary>>,
     pub(crate) side: Vec<Option<Summary>>,
@@ -171,8 +174,21 @@ pub(crate) struct Steps {
     pub(crate) steps_per_call: f64,
 }
 
+/// A command that is not a shell builtin: the remote shell's login shell execs it, and the
+/// subagent execs its words directly (no `/bin/sh`), so both ways make one exec for it.
+const PLAIN_COMMAND: &str = "/bin/true";
+
+/// `rsh anyLinux /bin/true` beside the real remote shell's, and one exec on the front end.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PlainCommand {
+    pub(crate) real: Summary,
+    pub(crate) any: Summary,
+    pub(crate) exec: Summary,
+}
+
 /// Runs the real remote shell and `rsh anyLinux true` interleaved in one job whose agent
 /// records step times; `reps` runs of each (× [`NULL_REPS_FACTOR`], as Table 1's `null`).
+/// Then, without step times, the same with [`PLAIN_COMMAND`], beside one local exec of it.
 pub(crate) fn measure(env: &LabWithBroker, transport: &str, reps: usize) -> anyhow::Result<Steps> {
     let file = step_file(env)?;
     let real = real_program(transport)?;
@@ -200,10 +216,21 @@ pub(crate) fn measure(env: &LabWithBroker, transport: &str, reps: usize) -> anyh
         summarize(&ms)
     };
     let summary = |(times, _): &(Vec<f64>, usize)| summarize(times).expect("non-empty");
+    let plain_ways = vec![
+        owned(&[&OUTSIDE_JOB[..], &[real.as_str(), TARGET, PLAIN_COMMAND]].concat()),
+        owned(&["rsh", "anyLinux", PLAIN_COMMAND]),
+        owned(&[PLAIN_COMMAND]),
+    ];
+    let plain_times = time_interleaved_with(env, runs, &plain_ways, &[])?;
+    let plain = match plain_times.iter().map(|(t, _)| summarize(t)).collect::<Vec<_>>()[..] {
+        [Some(real), Some(any), Some(exec)] => Some(PlainCommand { real, any, exec }),
+        _ => None,
+    };
     Ok(Steps {
         transport: transport.to_string(),
         real: summary(&times[0]),
         any: summary(&times[1]),
+        plain,
         chain: CHAIN.iter().map(|(a, b, _)| between(a, b)).collect(),
         side: SIDE.iter().map(|(a, b, _)| between(a, b)).collect(),
         total: between("timeit.spawn", "timeit.reaped"),
@@ -336,6 +363,15 @@ pub(crate) fn print(all: &[Steps]) {
             s.step_cost_us,
             s.steps_per_call,
         );
+        if let Some(p) = &s.plain {
+            println!(
+                "A command that is no shell builtin, `{PLAIN_COMMAND}`, in the same job without step times: `{t} node03 {PLAIN_COMMAND}` {}, `rsh anyLinux {PLAIN_COMMAND}` {}: {:+.1} ms beyond the real {t}. One fork, exec and wait of `{PLAIN_COMMAND}` on node02 in the same run: {}. For `true`, a builtin, the real {t} makes no exec on node03 while the shim's way makes two there (the subagent, and `/bin/sh` for the builtin) and one on node02 (the shim); for `{PLAIN_COMMAND}` both ways exec it, and the shim's way makes one more on each host (the shim, the subagent, which execs a plain command's words directly).\n",
+                crate::agent::show(&p.real),
+                crate::agent::show(&p.any),
+                p.any.median - p.real.median,
+                crate::agent::show(&p.exec),
+            );
+        }
     }
 }
 
