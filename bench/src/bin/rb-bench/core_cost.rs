@@ -119,7 +119,7 @@ fn corecost_command(mut command: Command, flags: &[&str], rounds: u64) -> Comman
     command
 }
 
-fn has_valgrind() -> bool {
+pub(crate) fn has_valgrind() -> bool {
     Command::new("valgrind")
         .arg("--version")
         .output()

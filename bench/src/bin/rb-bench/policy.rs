@@ -96,6 +96,9 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     if opts.wants("core") {
         crate::core_cost::run(opts.corecost_compared.as_ref())?;
     }
+    if opts.wants("sessions") {
+        crate::sessions::run(opts.broker_compared.as_ref())?;
+    }
     lab_rows(opts)?;
     Ok(())
 }

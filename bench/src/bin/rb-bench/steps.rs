@@ -222,7 +222,11 @@ pub(crate) fn measure(env: &LabWithBroker, transport: &str, reps: usize) -> anyh
         owned(&[PLAIN_COMMAND]),
     ];
     let plain_times = time_interleaved_with(env, runs, &plain_ways, &[])?;
-    let plain = match plain_times.iter().map(|(t, _)| summarize(t)).collect::<Vec<_>>()[..] {
+    let plain = match plain_times
+        .iter()
+        .map(|(t, _)| summarize(t))
+        .collect::<Vec<_>>()[..]
+    {
         [Some(real), Some(any), Some(exec)] => Some(PlainCommand { real, any, exec }),
         _ => None,
     };
