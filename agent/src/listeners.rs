@@ -239,6 +239,7 @@ async fn sub_conn(
     if conn
         .send(&FromBroker::Welcome {
             report_interval_ms: 2000,
+            report_changes: false,
         })
         .await
         .is_err()

@@ -420,8 +420,10 @@ async fn welcome<S: AsyncRead + AsyncWrite + Unpin>(
     conn: &mut FramedConn<S>,
     ctx: &ServerCtx,
 ) -> Result<(), FrameError> {
+    // Every role hears the same welcome; only host daemons' reports come as changes.
     conn.send(&FromBroker::Welcome {
         report_interval_ms: ctx.report_interval_ms,
+        report_changes: true,
     })
     .await
 }

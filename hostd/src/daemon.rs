@@ -4,7 +4,8 @@
 //!
 //! Reports go out every interval (from the broker's `Welcome`, or `--interval-ms`), and at
 //! once when [`detect_trigger`] sees a login or returning input (polled every
-//! [`ACTIVITY_POLL`], and at once at each of logind's signals). The broker's `LiveAllocs`
+//! [`ACTIVITY_POLL`], and at once at each of logind's signals); after a connection's first,
+//! as what changed when the welcome offers it ([`proto::report_changes`]). The broker's `LiveAllocs`
 //! (this host's allocations, whenever they change) feed the [`Sweeper`], which ends leftover
 //! processes of allocations that are over (see [`crate::sweep`]); its word is kept across
 //! reconnections (a stale word only spares processes, it never ends a live one). On every
@@ -20,9 +21,10 @@ use std::{
 use proto::{
     auth::Secret,
     frame::{FrameError, FramedConn},
-    handshake::{client_handshake, ClientAuth, HandshakeError},
+    handshake::{client_handshake_welcomed, ClientAuth, HandshakeError},
     msg::{ErrorCode, FromBroker, Role, ToBroker},
     report::{HostReport, ReportTrigger},
+    report_changes,
 };
 use tokio::{net::TcpStream, sync::watch, time::Instant};
 use tracing::{debug, info, warn};
@@ -137,8 +139,8 @@ async fn session(
         Ok(s) => s,
         Err(e) => return SessionEnd::Exit(Exit::Refused(e.to_string())),
     };
-    let (mut conn, interval) = match connect(cfg, &secret).await {
-        Ok(pair) => pair,
+    let (mut conn, pace) = match connect(cfg, &secret).await {
+        Ok(connected) => connected,
         Err(ConnectError::Fatal(reason)) => return SessionEnd::Exit(Exit::Refused(reason)),
         Err(ConnectError::Retry(reason)) => {
             warn!(broker = %cfg.broker, %reason, "cannot reach broker");
@@ -147,7 +149,8 @@ async fn session(
             };
         }
     };
-    info!(broker = %cfg.broker, host = %cfg.host, interval_ms = interval.as_millis() as u64, "connected");
+    info!(broker = %cfg.broker, host = %cfg.host, interval_ms = pace.interval.as_millis() as u64,
+        report_changes = pace.report_changes, "connected");
     let lab_mark = secret.lab_mark();
     let jobs = Jobs {
         sweeper,
@@ -161,7 +164,7 @@ async fn session(
             return SessionEnd::Lost { was_welcomed: true };
         }
     }
-    match report_loop(&mut conn, sensors, seq, interval, jobs, lease.as_mut()).await {
+    match report_loop(&mut conn, sensors, seq, pace, jobs, lease.as_mut()).await {
         Ok(exit) => SessionEnd::Exit(exit),
         Err(e) => {
             warn!(error = %e, "connection to broker lost");
@@ -175,25 +178,33 @@ enum ConnectError {
     Fatal(String),
 }
 
+/// How a connection reports: how often, and whether as what changed after its first
+/// report ([`proto::report_changes`]: when the broker's welcome offers it).
+struct Pace {
+    interval: Duration,
+    report_changes: bool,
+}
+
+/// Connects and completes the handshake: the connection, and how to report on it.
 async fn connect(
     cfg: &DaemonConfig,
     secret: &Secret,
-) -> Result<(FramedConn<TcpStream>, Duration), ConnectError> {
+) -> Result<(FramedConn<TcpStream>, Pace), ConnectError> {
     let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&cfg.broker))
         .await
         .map_err(|_| ConnectError::Retry("connect timed out".into()))?
         .map_err(|e| ConnectError::Retry(e.to_string()))?;
     let _ = stream.set_nodelay(true);
     let mut conn = FramedConn::new(stream);
-    let handshake = client_handshake(
+    let handshake = client_handshake_welcomed(
         &mut conn,
         Role::Hostd,
         &cfg.host,
         ClientAuth::Secret(secret),
     );
-    let interval_ms = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
+    let welcome = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
         Err(_) => return Err(ConnectError::Retry("handshake timed out".into())),
-        Ok(Ok(ms)) => ms,
+        Ok(Ok(welcome)) => welcome,
         Ok(Err(HandshakeError::Refused { code, message })) if code != ErrorCode::Failed => {
             return Err(ConnectError::Fatal(format!("broker refused us: {message}")))
         }
@@ -202,8 +213,12 @@ async fn connect(
     };
     let interval = cfg
         .interval
-        .unwrap_or(Duration::from_millis(interval_ms.max(50)));
-    Ok((conn, interval))
+        .unwrap_or(Duration::from_millis(welcome.report_interval_ms.max(50)));
+    let pace = Pace {
+        interval,
+        report_changes: welcome.report_changes,
+    };
+    Ok((conn, pace))
 }
 
 /// Tells the broker which Slurm job this pilot's daemon runs in, and whether its lease ends.
@@ -237,7 +252,10 @@ async fn report_loop(
     conn: &mut FramedConn<TcpStream>,
     sensors: &mut Sensors,
     seq: &mut u64,
-    interval: Duration,
+    Pace {
+        interval,
+        report_changes,
+    }: Pace,
     Jobs {
         sweeper,
         job_load,
@@ -258,6 +276,8 @@ async fn report_loop(
         job_load,
         scope: &scope,
         running: None,
+        report_changes,
+        last_sent: None,
     };
     reporter.send(conn, ReportTrigger::Start).await?;
     let mut activity: Activity = reporter.sensors.sample_activity();
@@ -354,6 +374,10 @@ struct Reporter<'a> {
     scope: &'a sweep::Scope<'a>,
     /// The allocations with a process here, as last reported.
     running: Option<Vec<u64>>,
+    /// The broker takes reports as what changed since the last one on this connection.
+    report_changes: bool,
+    /// The last report sent on this connection, when `report_changes`.
+    last_sent: Option<HostReport>,
 }
 
 impl Reporter<'_> {
@@ -375,7 +399,19 @@ impl Reporter<'_> {
         report.warnings = runtime_warnings().to_vec();
         report.allocs_running = Some(running.clone());
         self.running = Some(running);
-        conn.send(&ToBroker::Report(Box::new(report))).await
+        if !self.report_changes {
+            return conn.send(&ToBroker::Report(Box::new(report))).await;
+        }
+        // The first report of the connection whole, then what changed. Encoded before the
+        // last report is replaced, and that before the write: a write cancelled halfway
+        // still goes out first with the next, and the broker applies it.
+        let frame = match &self.last_sent {
+            Some(last) => serde_json::to_vec(&report_changes::Changes::new(last, &report)),
+            None => serde_json::to_vec(&ToBroker::Report(Box::new(report.clone()))),
+        }
+        .map_err(|e| FrameError::Malformed(e.to_string()))?;
+        self.last_sent = Some(report);
+        conn.send_encoded(frame).await
     }
 }
 

@@ -7,10 +7,12 @@
 //! # Layout
 //! - [`msg`]: the messages, one serde enum per direction (`ToBroker`, `FromBroker`).
 //! - [`report`]: the host report a host daemon sends, and the host status the broker serves.
+//! - [`report_changes`]: a host report sent as the fields that changed since the last one.
 //! - [`symbolic`]: which host names are symbolic, and their placeholder addresses.
 
 pub mod msg;
 pub mod report;
+pub mod report_changes;
 pub mod row_parts;
 pub mod symbolic;
 

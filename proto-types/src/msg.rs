@@ -297,9 +297,14 @@ pub enum FromBroker {
         nonce: String,
         proof: String,
     },
-    /// The connection is accepted; hostd should report every `report_interval_ms`.
+    /// The connection is accepted; hostd should report every `report_interval_ms`, and may
+    /// send each report after its first as what changed (`report_changes`,
+    /// [`crate::report_changes`]); other roles ignore both. Absent (a broker before it):
+    /// whole reports only.
     Welcome {
         report_interval_ms: u64,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        report_changes: bool,
     },
     Error {
         code: ErrorCode,

@@ -45,6 +45,15 @@ pub enum ClientAuth<'a> {
     PeerCred,
 }
 
+/// What the broker's `Welcome` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Welcomed {
+    /// How often a host daemon reports, in milliseconds.
+    pub report_interval_ms: u64,
+    /// A host daemon may send its reports after the first as what changed.
+    pub report_changes: bool,
+}
+
 /// Runs the client side; returns the report interval from `Welcome`, in milliseconds.
 pub async fn client_handshake<S>(
     conn: &mut FramedConn<S>,
@@ -52,6 +61,21 @@ pub async fn client_handshake<S>(
     name: &str,
     auth: ClientAuth<'_>,
 ) -> Result<u64, HandshakeError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    Ok(client_handshake_welcomed(conn, role, name, auth)
+        .await?
+        .report_interval_ms)
+}
+
+/// [`client_handshake`], returning the whole welcome.
+pub async fn client_handshake_welcomed<S>(
+    conn: &mut FramedConn<S>,
+    role: Role,
+    name: &str,
+    auth: ClientAuth<'_>,
+) -> Result<Welcomed, HandshakeError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -89,7 +113,13 @@ where
         conn.send(&ToBroker::Auth { mac }).await?;
     }
     match conn.recv::<FromBroker>().await? {
-        FromBroker::Welcome { report_interval_ms } => Ok(report_interval_ms),
+        FromBroker::Welcome {
+            report_interval_ms,
+            report_changes,
+        } => Ok(Welcomed {
+            report_interval_ms,
+            report_changes,
+        }),
         other => Err(refusal_or_unexpected(other)),
     }
 }
@@ -327,6 +357,7 @@ mod tests {
             if got.is_ok() {
                 conn.send(&FromBroker::Welcome {
                     report_interval_ms: 2000,
+                    report_changes: false,
                 })
                 .await
                 .expect("welcome");
@@ -398,6 +429,7 @@ mod tests {
             if got.is_ok() {
                 let welcome = FromBroker::Welcome {
                     report_interval_ms: 1,
+                    report_changes: true,
                 };
                 conn.send(&welcome).await.expect("welcome");
             }
@@ -412,6 +444,47 @@ mod tests {
 
     fn cred(user: &str) -> Credential {
         Credential::generate(user).expect("random").expect("valid")
+    }
+
+    /// A welcome that offers reports as what changed says so; one from a broker before it
+    /// (no such field) reads as no offer, and a welcome without the offer is written as such
+    /// a broker wrote it.
+    #[tokio::test]
+    async fn the_welcome_says_whether_reports_may_come_as_changes() {
+        for (text, offered) in [
+            (
+                r#"{"t":"welcome","report_interval_ms":7,"report_changes":true}"#,
+                true,
+            ),
+            (r#"{"t":"welcome","report_interval_ms":7}"#, false),
+        ] {
+            let (a, b) = tokio::io::duplex(4096);
+            let server = tokio::spawn(async move {
+                let mut conn = FramedConn::new(b);
+                let _ = conn.recv::<ToBroker>().await.expect("hello");
+                conn.send_encoded(text.as_bytes().to_vec())
+                    .await
+                    .expect("welcome");
+            });
+            let mut conn = FramedConn::new(a);
+            let got = client_handshake_welcomed(&mut conn, Role::Hostd, "n", ClientAuth::PeerCred)
+                .await
+                .expect("welcomed");
+            assert_eq!(
+                got,
+                Welcomed {
+                    report_interval_ms: 7,
+                    report_changes: offered,
+                }
+            );
+            server.await.expect("join");
+        }
+        let old_style = crate::frame::encode(&FromBroker::Welcome {
+            report_interval_ms: 7,
+            report_changes: false,
+        })
+        .expect("encodes");
+        assert_eq!(old_style, r#"{"t":"welcome","report_interval_ms":7}"#);
     }
 
     #[tokio::test]

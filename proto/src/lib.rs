@@ -30,7 +30,8 @@ pub mod tag;
 pub mod taken_back;
 
 pub use proto_types::{
-    report, row_parts, symbolic, MAX_FRAME_BYTES, MAX_RESPONSE_BYTES, PROTOCOL_VERSION,
+    report, report_changes, row_parts, symbolic, MAX_FRAME_BYTES, MAX_RESPONSE_BYTES,
+    PROTOCOL_VERSION,
 };
 
 /// The messages ([`proto_types::msg`]), and decoding a host daemon's frames.

@@ -11,12 +11,19 @@
 //! comparison asks that it holds exactly one (a key of another field that ends in `"seq`,
 //! which the parser would ignore, disqualifies the text). Outside that key's digits the new
 //! text is the old one, so it parses to the same report with the new counter.
+//!
+//! A daemon the broker offered it to sends its reports after the first as what changed
+//! ([`crate::report_changes`]): the decoder applies them to the connection's last report,
+//! kept parsed from the first such frame on, and gives the whole report (or
+//! [`HostdFrame::Same`] when only the counter moved).
 
 use memchr::memmem;
 
 use crate::{
     frame::{decode_from_hostd, FrameError, REPORT_FRAME_START},
     msg::ToBroker,
+    report::HostReport,
+    report_changes,
 };
 
 /// One frame from a host daemon.
@@ -28,17 +35,23 @@ pub enum HostdFrame {
     Parsed(ToBroker),
 }
 
-/// A host daemon connection's decoder: remembers the text of the last report.
+/// A host daemon connection's decoder: remembers the last report.
 #[derive(Debug, Default)]
 pub struct HostdFrames {
-    /// The last report's text, and where the digits of its one `seq` begin.
+    /// The last report's text, and where the digits of its one `seq` begin, while the last
+    /// report came whole.
     last_report: Option<(String, usize)>,
+    /// The last report parsed, once the daemon sends what changed.
+    applied: Option<HostReport>,
 }
 
 impl HostdFrames {
     /// Decodes `line`, a frame from the daemon ([`decode_from_hostd`]), or finds it the
     /// last report again.
     pub fn decode(&mut self, line: String) -> Result<HostdFrame, FrameError> {
+        if line.starts_with(report_changes::FRAME_START) {
+            return self.changes(&line);
+        }
         if let Some((last, digits_at)) = &self.last_report {
             if let Some(seq) = same_counted_at(last.as_bytes(), *digits_at, line.as_bytes()) {
                 return Ok(HostdFrame::Same { seq });
@@ -47,8 +60,47 @@ impl HostdFrames {
         let msg = decode_from_hostd(&line)?;
         if matches!(msg, ToBroker::Report(_)) {
             self.last_report = seq_digits_at(&line).map(|at| (line, at));
+            self.applied = None;
         }
         Ok(HostdFrame::Parsed(msg))
+    }
+
+    /// A report as what changed since the last one: applied to it. The usual frame of a
+    /// quiet host, its counter alone (`{"t":"report_changes","seq":N}`), is read as such
+    /// without the parser.
+    fn changes(&mut self, line: &str) -> Result<HostdFrame, FrameError> {
+        let has_last = self.applied.is_some() || self.last_report.is_some();
+        if let Some(seq) = counter_alone(line).filter(|_| has_last) {
+            if let Some(last) = self.applied.as_mut() {
+                last.seq = seq;
+            }
+            return Ok(HostdFrame::Same { seq });
+        }
+        let mut report = match (self.applied.take(), self.last_report.take()) {
+            (Some(report), _) => report,
+            (None, Some((text, _))) => match decode_from_hostd(&text)? {
+                ToBroker::Report(report) => *report,
+                // Only a report's text is kept: never here.
+                _ => {
+                    return Err(FrameError::Malformed(
+                        "report changes after a frame that is no report".into(),
+                    ))
+                }
+            },
+            (None, None) => {
+                return Err(FrameError::Malformed(
+                    "report changes before a whole report on this connection".into(),
+                ))
+            }
+        };
+        let applied = report_changes::apply(line, &mut report)
+            .map_err(|e| FrameError::Malformed(format!("report changes: {e}")))?;
+        let frame = match applied.fields {
+            0 => HostdFrame::Same { seq: applied.seq },
+            _ => HostdFrame::Parsed(ToBroker::Report(Box::new(report.clone()))),
+        };
+        self.applied = Some(report);
+        Ok(frame)
     }
 }
 
@@ -92,6 +144,18 @@ fn same_counted_at(last: &[u8], digits_at: usize, new: &[u8]) -> Option<u64> {
         return None; // not JSON
     }
     std::str::from_utf8(number).ok()?.parse().ok()
+}
+
+/// The counter of a `report_changes` frame that holds nothing else, as daemons write it.
+fn counter_alone(line: &str) -> Option<u64> {
+    let digits = line
+        .strip_prefix(report_changes::FRAME_START)?
+        .strip_prefix(r#""seq":"#)?
+        .strip_suffix('}')?;
+    let plain = !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits.len() == 1 || !digits.starts_with('0'));
+    plain.then(|| digits.parse().ok()).flatten()
 }
 
 /// How many ASCII digits `text` begins with.
@@ -188,6 +252,83 @@ mod tests {
         );
         // A shorter text.
         assert_eq!(same_but_seq(&last, &last[..10]), None);
+    }
+
+    fn changes(old: &HostReport, new: &HostReport) -> String {
+        report_changes::encode(old, new).expect("encodes")
+    }
+
+    /// After a whole report, what changed gives the whole new report; only a new counter is
+    /// the last report again; a whole report afterwards is parsed, never matched against the
+    /// text of the first one (which is no longer the last).
+    #[test]
+    fn report_changes_give_the_whole_report_and_a_new_counter_alone_is_the_same() {
+        let mut frames = HostdFrames::default();
+        frames.decode(line(report(1, 0.42))).expect("decodes");
+        let moved = frames
+            .decode(changes(&report(1, 0.42), &report(2, 0.5)))
+            .expect("decodes");
+        assert_eq!(
+            moved,
+            HostdFrame::Parsed(ToBroker::Report(Box::new(report(2, 0.5))))
+        );
+        let counter = frames
+            .decode(changes(&report(2, 0.5), &report(3, 0.5)))
+            .expect("decodes");
+        assert_eq!(counter, HostdFrame::Same { seq: 3 });
+        let moved_again = frames
+            .decode(changes(&report(3, 0.5), &report(4, 0.6)))
+            .expect("decodes");
+        assert_eq!(
+            moved_again,
+            HostdFrame::Parsed(ToBroker::Report(Box::new(report(4, 0.6))))
+        );
+        // The first report's text again but for its counter: not the last report.
+        let whole = frames.decode(line(report(5, 0.42))).expect("decodes");
+        assert_eq!(
+            whole,
+            HostdFrame::Parsed(ToBroker::Report(Box::new(report(5, 0.42))))
+        );
+        let after_whole = frames
+            .decode(changes(&report(5, 0.42), &report(6, 0.7)))
+            .expect("decodes");
+        assert_eq!(
+            after_whole,
+            HostdFrame::Parsed(ToBroker::Report(Box::new(report(6, 0.7))))
+        );
+    }
+
+    #[test]
+    fn a_counter_alone_is_read_without_the_parser_and_only_when_plain() {
+        assert_eq!(
+            counter_alone(r#"{"t":"report_changes","seq":42}"#),
+            Some(42)
+        );
+        assert_eq!(counter_alone(r#"{"t":"report_changes","seq":0}"#), Some(0));
+        for other in [
+            r#"{"t":"report_changes","seq":042}"#,
+            r#"{"t":"report_changes","seq":}"#,
+            r#"{"t":"report_changes","seq":4,"cpus":2}"#,
+            r#"{"t":"report_changes","seq":99999999999999999999999}"#,
+            r#"{"t":"report_changes","seq":-1}"#,
+            r#"{"t":"report","seq":4}"#,
+        ] {
+            assert_eq!(counter_alone(other), None, "{other}");
+        }
+        // With no report before it, even a counter alone is refused.
+        let mut frames = HostdFrames::default();
+        let first = frames.decode(r#"{"t":"report_changes","seq":2}"#.into());
+        assert!(matches!(first, Err(FrameError::Malformed(_))), "{first:?}");
+    }
+
+    #[test]
+    fn report_changes_before_a_whole_report_or_malformed_are_refused() {
+        let mut frames = HostdFrames::default();
+        let first = frames.decode(changes(&report(1, 0.42), &report(2, 0.5)));
+        assert!(matches!(first, Err(FrameError::Malformed(_))), "{first:?}");
+        frames.decode(line(report(1, 0.42))).expect("decodes");
+        let bad = frames.decode(r#"{"t":"report_changes","seq":2,"cpus":"x"}"#.into());
+        assert!(matches!(bad, Err(FrameError::Malformed(_))), "{bad:?}");
     }
 
     #[test]

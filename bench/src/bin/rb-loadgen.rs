@@ -2,7 +2,9 @@
 //! completes the real HMAC handshake as role `hostd`, and sends a realistic report every
 //! interval (start times spread over the first interval). Stops after `--seconds`. The
 //! reports repeat each other but for their counter, unless `--changing`: then each one's
-//! idle times grow by the interval and its load moves, as a real daemon's do.
+//! idle times grow by the interval and its load moves, as a real daemon's do. As a real
+//! daemon, each sends its reports after the first as what changed when the broker's
+//! welcome offers it (`proto::report_changes`), unless `--whole-reports`.
 
 use std::{
     net::{Ipv4Addr, SocketAddr},
@@ -19,8 +21,10 @@ use clap::Parser;
 use proto::{
     auth::Secret,
     frame::FramedConn,
-    handshake::{client_handshake, ClientAuth},
+    handshake::{client_handshake_welcomed, ClientAuth},
     msg::{Role, ToBroker},
+    report::HostReport,
+    report_changes::Changes,
 };
 use tokio::{
     net::{TcpSocket, TcpStream},
@@ -53,6 +57,10 @@ struct Args {
     /// on loopback.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=254))]
     source_addresses: u8,
+    /// Every report whole, even where the broker takes them as what changed (as a daemon
+    /// from before `report_changes`).
+    #[arg(long)]
+    whole_reports: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -98,7 +106,8 @@ async fn run(args: Args, secret: Arc<Secret>) -> anyhow::Result<()> {
             changing: args.changing,
             interval,
         };
-        tasks.push(tokio::spawn(simulate(name, ctx, shape, offset, stop_at)));
+        let how = (shape, !args.whole_reports);
+        tasks.push(tokio::spawn(simulate(name, ctx, how, offset, stop_at)));
     }
     let mut failures = 0;
     for t in tasks {
@@ -124,24 +133,32 @@ type Ctx = (
     Arc<Semaphore>,
 );
 
+/// One simulated daemon: its reports' shape, and whether it may send them as what changed.
 async fn simulate(
     name: String,
     ctx: Ctx,
-    shape: Shape,
+    (shape, changes_wanted): (Shape, bool),
     offset: Duration,
     stop_at: tokio::time::Instant,
 ) -> anyhow::Result<()> {
     let (broker, secret, connected, sent, gate) = ctx;
-    let mut conn = connect(&broker, &secret, &name, &gate, stop_at).await?;
+    let (mut conn, changes_offered) = connect(&broker, &secret, &name, &gate, stop_at).await?;
     connected.fetch_add(1, Ordering::Relaxed);
     tokio::time::sleep(offset).await;
     let mut seq = 0;
+    let mut last: Option<HostReport> = None;
     let mut tick = tokio::time::interval(shape.interval);
     while tokio::time::Instant::now() < stop_at {
         tick.tick().await;
         seq += 1;
-        conn.send(&ToBroker::Report(Box::new(report(&name, seq, shape))))
-            .await?;
+        let new = report(&name, seq, shape);
+        match &last {
+            Some(old) => conn.send(&Changes::new(old, &new)).await?,
+            None => conn.send(&ToBroker::Report(Box::new(new.clone()))).await?,
+        }
+        if changes_wanted && changes_offered {
+            last = Some(new);
+        }
         sent.fetch_add(1, Ordering::Relaxed);
     }
     Ok(())
@@ -156,7 +173,7 @@ async fn connect(
     name: &str,
     gate: &Semaphore,
     stop_at: tokio::time::Instant,
-) -> anyhow::Result<FramedConn<TcpStream>> {
+) -> anyhow::Result<(FramedConn<TcpStream>, bool)> {
     let mut backoff = Duration::from_millis(200);
     loop {
         let attempt = async {
@@ -170,11 +187,13 @@ async fn connect(
                 None => TcpStream::connect(broker.as_str()).await?,
             };
             let mut conn = FramedConn::new(stream);
-            client_handshake(&mut conn, Role::Hostd, name, ClientAuth::Secret(secret)).await?;
-            anyhow::Ok(conn)
+            let welcome =
+                client_handshake_welcomed(&mut conn, Role::Hostd, name, ClientAuth::Secret(secret))
+                    .await?;
+            anyhow::Ok((conn, welcome.report_changes))
         };
         match attempt.await {
-            Ok(conn) => return Ok(conn),
+            Ok(connected) => return Ok(connected),
             Err(e) if tokio::time::Instant::now() + backoff >= stop_at => return Err(e),
             Err(_) => {
                 tokio::time::sleep(backoff).await;

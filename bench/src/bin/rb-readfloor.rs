@@ -103,8 +103,10 @@ async fn welcomed(stream: TcpStream, secret: &Secret) -> Option<FramedConn<TcpSt
     authenticate(&mut conn, ServerAuth::Secret(secret))
         .await
         .ok()?;
+    // As the broker's: its decoder takes the reports as what changed, as the broker's does.
     let welcome = FromBroker::Welcome {
         report_interval_ms: 1000,
+        report_changes: true,
     };
     conn.send(&welcome).await.ok()?;
     Some(conn)

@@ -12,6 +12,7 @@ use proto::{
     frame::{self, FramedConn},
     handshake::{server_handshake, ServerAuth, UserKeys},
     msg::{decode_from_hostd, ToBroker},
+    repeats::{HostdFrame, HostdFrames},
 };
 
 /// The broker's credential book, with one user, `bob` (key: the lab secret's text, so a
@@ -82,12 +83,18 @@ fn run(session: impl std::future::Future<Output = ()>) {
 
 /// Every line of `data` decoded as the broker decodes a frame, and as it decodes a host
 /// daemon's frame ([`decode_from_hostd`]: a report straight into `HostReport`), which must
-/// agree with the tagged enum whenever both decode it.
+/// agree with the tagged enum whenever both decode it; and the lines in turn as one host
+/// daemon's session decodes them ([`HostdFrames`]: repeats, and reports as what changed
+/// applied to the last one), whose reports must encode and decode again.
 fn decode_each_line(data: &[u8]) {
+    let mut session = HostdFrames::default();
     for line in data.split(|&b| b == b'\n') {
         let Ok(text) = std::str::from_utf8(line) else {
             continue;
         };
+        if let Ok(HostdFrame::Parsed(msg)) = session.decode(text.to_string()) {
+            round_trip(&msg);
+        }
         let generic = frame::decode::<ToBroker>(text);
         if let Ok(msg) = &generic {
             round_trip(msg);

@@ -314,21 +314,24 @@ pub(crate) fn spawn_loadgen(
     seconds: u64,
 ) -> std::io::Result<std::process::Child> {
     let addr = broker.tcp_addr().to_string();
-    spawn_loadgen_at(&addr, &broker.secret(), n, changing, seconds)
+    spawn_loadgen_at(&addr, &broker.secret(), n, (changing, false), seconds)
 }
 
-/// `rb-loadgen` of `n` hosts against `addr`, proving the secret in `secret`.
+/// `rb-loadgen` of `n` hosts against `addr`, proving the secret in `secret`; `(changing,
+/// whole)`: its reports changing each time, and sent whole even where the broker takes
+/// what changed (`--whole-reports`).
 pub(crate) fn spawn_loadgen_at(
     addr: &str,
     secret: &Path,
     n: usize,
-    changing: bool,
+    (changing, whole): (bool, bool),
     seconds: u64,
 ) -> std::io::Result<std::process::Child> {
     Command::new(tests::bin("rb-loadgen"))
         .args(["--broker", addr, "--hosts", &n.to_string()])
         .args(["--seconds", &seconds.to_string()])
         .args(changing.then_some("--changing"))
+        .args(whole.then_some("--whole-reports"))
         .arg("--secret-file")
         .arg(secret)
         .stdout(Stdio::piped())
@@ -364,10 +367,20 @@ impl LoadRun {
     /// Starts `n` simulated hosts against `broker`, waits until all are up, then samples
     /// the broker's CPU over five 2 s windows and times `rb status --json` five times.
     pub(crate) fn measure(broker: Broker, n: usize, changing: bool) -> anyhow::Result<LoadRun> {
+        Self::measure_reports(broker, n, (changing, false))
+    }
+
+    /// [`Self::measure`], the reports `(changing, whole)` as [`spawn_loadgen_at`] sends them.
+    pub(crate) fn measure_reports(
+        broker: Broker,
+        n: usize,
+        reports: (bool, bool),
+    ) -> anyhow::Result<LoadRun> {
         let pid = broker.child.id();
         let started = Instant::now();
+        let addr = broker.tcp_addr().to_string();
         let mut gen = (n > 0)
-            .then(|| spawn_loadgen(&broker, n, changing, 45))
+            .then(|| spawn_loadgen_at(&addr, &broker.secret(), n, reports, 45))
             .transpose()?;
         let mut run = LoadRun::default();
         if n > 0 {
@@ -395,7 +408,11 @@ impl LoadRun {
     /// As [`Self::measure`] with `rb-readfloor` in the broker's place (its frames read, and
     /// with `parse` parsed, nothing else): the floor under the broker's CPU for the same
     /// load. "All up" is when it has read `n` connections' welcomes; no `rb status`.
-    pub(crate) fn measure_floor(n: usize, changing: bool, parse: bool) -> anyhow::Result<LoadRun> {
+    pub(crate) fn measure_floor(
+        n: usize,
+        reports: (bool, bool),
+        parse: bool,
+    ) -> anyhow::Result<LoadRun> {
         use std::io::BufRead;
         let dir = tempfile::tempdir()?;
         let secret = dir.path().join("secret");
@@ -410,7 +427,7 @@ impl LoadRun {
             .spawn()?;
         let mut said = std::io::BufReader::new(floor.stdout.take().expect("piped")).lines();
         let addr = said.next().transpose()?.unwrap_or_default();
-        let mut gen = spawn_loadgen_at(&addr, &secret, n, changing, 45)?;
+        let mut gen = spawn_loadgen_at(&addr, &secret, n, reports, 45)?;
         let mut run = LoadRun::default();
         // The line comes once all are connected, or never (then the reader is killed below).
         let (tx, rx) = std::sync::mpsc::channel();

@@ -393,7 +393,10 @@ fn footprint(opts: &Options) -> anyhow::Result<()> {
          connections through the broker's handshake and reads and parses their frames as \
          the broker's host daemons' sessions do (one thread, 10 ms turns, the broker's \
          framing and decoder), and does nothing else: what reading the reports costs on \
-         this machine, under any broker.\n",
+         this machine, under any broker. The simulated daemons send their reports after \
+         the first as what changed where the broker offers it (`report_changes`, as real \
+         daemons do; 52ad0fe's broker does not); the rows \"reports whole\" \
+         (`rb-loadgen --whole-reports`) send them whole, as a daemon from before that.\n",
         opts.footprint_rounds.max(1)
     );
     println!("| broker and policy | hosts | broker CPU | broker RSS | all hosts up after | `rb status --json` | load generator CPU |");
@@ -455,8 +458,18 @@ fn footprint(opts: &Options) -> anyhow::Result<()> {
             changing,
         ));
     }
+    rows.push(
+        FootprintRow::new(
+            format!("{PAPER_CHANGING}, reports whole (`rb-loadgen --whole-reports`)"),
+            Some(&ours),
+            with_policy("paper"),
+            true,
+        )
+        .whole(),
+    );
     rows.push(FootprintRow::floor(FLOOR_QUIET, false, true));
     rows.push(FootprintRow::floor(FLOOR_CHANGING, true, true));
+    rows.push(FootprintRow::floor(FLOOR_CHANGING_WHOLE, true, true).whole());
     // Round after round, every row once per round: drift falls on all alike.
     for _ in 0..opts.footprint_rounds.max(1) {
         for row in &mut rows {
@@ -537,6 +550,8 @@ fn print_footprint_verdict(rows: &[FootprintRow], baseline_built: bool, hosts: u
 /// The footprint rows the verdict reads.
 const PAPER_CHANGING: &str = "paper, every report changing";
 const FLOOR_QUIET: &str = "reading alone (`rb-readfloor --parse`): the floor";
+const FLOOR_CHANGING_WHOLE: &str =
+    "reading alone (`rb-readfloor --parse`), every report changing, reports whole: the floor";
 const FLOOR_CHANGING: &str =
     "reading alone (`rb-readfloor --parse`), every report changing: the floor";
 
@@ -757,6 +772,9 @@ struct FootprintRow {
     program: Option<PathBuf>,
     lab: String,
     changing: bool,
+    /// The reports sent whole even where the broker takes what changed (`rb-loadgen
+    /// --whole-reports`, as a daemon from before `report_changes`).
+    whole: bool,
     /// Not a broker: `rb-readfloor`, parsing the frames when true.
     floor: Option<bool>,
     run: Option<LoadRun>,
@@ -769,8 +787,17 @@ impl FootprintRow {
             program: program.cloned(),
             lab,
             changing,
+            whole: false,
             floor: None,
             run: None,
+        }
+    }
+
+    /// This row with its reports sent whole.
+    fn whole(self) -> Self {
+        FootprintRow {
+            whole: true,
+            ..self
         }
     }
 
@@ -786,10 +813,12 @@ impl FootprintRow {
     /// One more run of this row's broker under `n` simulated hosts, pooled.
     fn measure(&mut self, n: usize) -> anyhow::Result<()> {
         let run = match (&self.program, self.floor) {
-            (_, Some(parse)) => LoadRun::measure_floor(n, self.changing, parse)?,
-            (Some(program), None) => {
-                LoadRun::measure(Broker::start_program(program, &self.lab), n, self.changing)?
-            }
+            (_, Some(parse)) => LoadRun::measure_floor(n, (self.changing, self.whole), parse)?,
+            (Some(program), None) => LoadRun::measure_reports(
+                Broker::start_program(program, &self.lab),
+                n,
+                (self.changing, self.whole),
+            )?,
             (None, None) => return Ok(()),
         };
         self.run.get_or_insert_with(LoadRun::default).pool(run);

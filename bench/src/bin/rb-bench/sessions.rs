@@ -129,7 +129,7 @@ fn counted_run(
                 .spawn()?;
             let mut said = std::io::BufReader::new(floor.stdout.take().expect("piped")).lines();
             let addr = said.next().transpose()?.unwrap_or_default();
-            let gen = crate::spawn_loadgen_at(&addr, &secret, HOSTS, changing, seconds)?;
+            let gen = crate::spawn_loadgen_at(&addr, &secret, HOSTS, (changing, false), seconds)?;
             let reports = reports_sent(gen);
             stop(&mut floor);
             reports?
