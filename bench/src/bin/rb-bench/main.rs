@@ -338,6 +338,36 @@ pub(crate) fn spawn_loadgen_at(
         .spawn()
 }
 
+/// `program` (`rb-readfloor`, or a wrapper that runs it) expecting `n` connections that
+/// prove `secret`, parsing their frames when `parse`: the process, the address it listens
+/// on (its first line), and the rest of its lines (`all N connected` comes next).
+pub(crate) fn spawn_readfloor(
+    program: &Path,
+    n: usize,
+    parse: bool,
+    secret: &Path,
+) -> anyhow::Result<(
+    std::process::Child,
+    String,
+    std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+)> {
+    use std::io::BufRead;
+    let mut floor = Command::new(program)
+        .args(["--hosts", &n.to_string()])
+        .args(parse.then_some("--parse"))
+        .arg("--secret-file")
+        .arg(secret)
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let stdout = floor
+        .stdout
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("rb-readfloor's stdout is not piped"))?;
+    let mut said = std::io::BufReader::new(stdout).lines();
+    let addr = said.next().transpose()?.unwrap_or_default();
+    Ok((floor, addr, said))
+}
+
 /// `Some(())` once `rb status` shows `n` hosts up, within `limit`.
 pub(crate) fn all_up_within(broker: &Broker, n: usize, limit: Duration) -> Option<()> {
     wait_until(limit, || {
@@ -413,20 +443,12 @@ impl LoadRun {
         reports: (bool, bool),
         parse: bool,
     ) -> anyhow::Result<LoadRun> {
-        use std::io::BufRead;
         let dir = tempfile::tempdir()?;
         let secret = dir.path().join("secret");
         proto::auth::write_new_secret(&secret, false)?;
         let started = Instant::now();
-        let mut floor = Command::new(tests::bin("rb-readfloor"))
-            .args(["--hosts", &n.to_string()])
-            .args(parse.then_some("--parse"))
-            .arg("--secret-file")
-            .arg(&secret)
-            .stdout(Stdio::piped())
-            .spawn()?;
-        let mut said = std::io::BufReader::new(floor.stdout.take().expect("piped")).lines();
-        let addr = said.next().transpose()?.unwrap_or_default();
+        let (mut floor, addr, mut said) =
+            spawn_readfloor(&tests::bin("rb-readfloor"), n, parse, &secret)?;
         let mut gen = spawn_loadgen_at(&addr, &secret, n, reports, 45)?;
         let mut run = LoadRun::default();
         // The line comes once all are connected, or never (then the reader is killed below).

@@ -11,9 +11,8 @@
 //! (`trace_files_kept = 0`): its files' rotations fall at other reports from run to run.
 
 use std::{
-    io::BufRead,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::Child,
     time::Duration,
 };
 
@@ -121,17 +120,12 @@ fn counted_run(
         Reader::Floor => {
             let secret = dir.path().join("secret");
             proto::auth::write_new_secret(&secret, false)?;
-            let mut floor = Command::new(&wrapper)
-                .args(["--hosts", &HOSTS.to_string(), "--parse"])
-                .arg("--secret-file")
-                .arg(&secret)
-                .stdout(Stdio::piped())
-                .spawn()?;
-            let mut said = std::io::BufReader::new(floor.stdout.take().expect("piped")).lines();
-            let addr = said.next().transpose()?.unwrap_or_default();
+            // Its output kept open until it ends: it says `all N connected` meanwhile.
+            let (mut floor, addr, said) = crate::spawn_readfloor(&wrapper, HOSTS, true, &secret)?;
             let gen = crate::spawn_loadgen_at(&addr, &secret, HOSTS, (changing, false), seconds)?;
             let reports = reports_sent(gen);
             stop(&mut floor);
+            drop(said);
             reports?
         }
     };
