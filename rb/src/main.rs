@@ -21,7 +21,10 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             // The reader of standard output went away (`rb status | head -1`): nothing to say.
-            if let Some(gone) = e.chain().find_map(|c| startup::OutputError::in_chain(c)) {
+            if let Some(gone) = e
+                .chain()
+                .find_map(|c| c.downcast_ref::<startup::OutputError>())
+            {
                 return gone.exit("rb");
             }
             eprintln!("rb: error: {e:#}");

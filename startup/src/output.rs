@@ -71,18 +71,6 @@ impl OutputError {
         }
         ExitCode::from(self.exit_code())
     }
-
-    /// The output error among `error`'s causes, if one is.
-    pub fn in_chain<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a Self> {
-        let mut cause = Some(error);
-        while let Some(e) = cause {
-            if let Some(found) = e.downcast_ref::<OutputError>() {
-                return Some(found);
-            }
-            cause = e.source();
-        }
-        None
-    }
 }
 
 /// Writes `bytes` (text, or an answer passed on as it came) to standard output and flushes
@@ -135,29 +123,5 @@ mod tests {
         assert!(matches!(full, OutputError::Failed(_)));
         assert_eq!(full.exit_code(), 1);
         assert!(full.to_string().contains("cannot write to standard output"));
-    }
-
-    #[derive(Debug)]
-    struct Wrapper(OutputError);
-    impl fmt::Display for Wrapper {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("while answering")
-        }
-    }
-    impl std::error::Error for Wrapper {
-        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-            Some(&self.0)
-        }
-    }
-
-    #[test]
-    fn the_output_error_is_found_under_a_wrapping_one() {
-        let wrapped = Wrapper(OutputError::ReaderGone);
-        assert!(matches!(
-            OutputError::in_chain(&wrapped),
-            Some(OutputError::ReaderGone)
-        ));
-        let other = io::Error::other("no");
-        assert!(OutputError::in_chain(&other).is_none());
     }
 }
