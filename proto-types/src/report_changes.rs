@@ -1,6 +1,7 @@
 //! A host report sent as what changed since the daemon's last one on the connection:
 //! `{"t":"report_changes","seq":N, FIELD: VALUE…}`, each field of [`HostReport`] whose value
-//! differs, with its whole new value (`null` for a field that became empty).
+//! differs, with its whole new value (`null` for a nullable field that became unknown, `[]`
+//! for an emptied list).
 //!
 //! Why: at 10k hosts whose every report changes, parsing the reports was 2.9 % of a core of
 //! the broker's (BENCHMARKS.md, "The sessions counted"): ~600 bytes of JSON a report, most
@@ -26,7 +27,8 @@ use crate::report::HostReport;
 /// The value of the frame's `t`.
 pub const TAG: &str = "report_changes";
 
-/// How every such frame begins, as [`encode`] writes it.
+/// How every such frame begins, as [`Changes`] writes it: the broker takes a frame as one by
+/// this beginning (PROTOCOL.md: the tag first), any other is decoded as a whole message.
 pub const FRAME_START: &str = "{\"t\":\"report_changes\",";
 
 /// The frame that turns `old` into `new` (`new`'s fields that differ, and its `seq`).
