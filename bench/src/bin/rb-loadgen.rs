@@ -143,21 +143,26 @@ async fn simulate(
 ) -> anyhow::Result<()> {
     let (broker, secret, connected, sent, gate) = ctx;
     let (mut conn, changes_offered) = connect(&broker, &secret, &name, &gate, stop_at).await?;
+    let as_changes = changes_wanted && changes_offered;
     connected.fetch_add(1, Ordering::Relaxed);
     tokio::time::sleep(offset).await;
     let mut seq = 0;
+    // The last report sent, when the next go as what changed.
     let mut last: Option<HostReport> = None;
     let mut tick = tokio::time::interval(shape.interval);
     while tokio::time::Instant::now() < stop_at {
         tick.tick().await;
         seq += 1;
         let new = report(&name, seq, shape);
-        match &last {
-            Some(old) => conn.send(&Changes::new(old, &new)).await?,
-            None => conn.send(&ToBroker::Report(Box::new(new.clone()))).await?,
-        }
-        if changes_wanted && changes_offered {
+        if as_changes {
+            match &last {
+                Some(old) => conn.send(&Changes::new(old, &new)).await?,
+                None => conn.send(&ToBroker::Report(Box::new(new.clone()))).await?,
+            }
             last = Some(new);
+        } else {
+            // Whole reports: nothing kept, nothing copied.
+            conn.send(&ToBroker::Report(Box::new(new))).await?;
         }
         sent.fetch_add(1, Ordering::Relaxed);
     }
