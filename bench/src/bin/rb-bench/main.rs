@@ -314,17 +314,42 @@ pub(crate) fn spawn_loadgen(
     seconds: u64,
 ) -> std::io::Result<std::process::Child> {
     let addr = broker.tcp_addr().to_string();
-    spawn_loadgen_at(&addr, &broker.secret(), n, (changing, false), seconds)
+    spawn_loadgen_at(
+        &addr,
+        &broker.secret(),
+        n,
+        Reports::as_today(changing),
+        seconds,
+    )
 }
 
-/// `rb-loadgen` of `n` hosts against `addr`, proving the secret in `secret`; `(changing,
-/// whole)`: its reports changing each time, and sent whole even where the broker takes
-/// what changed (`--whole-reports`).
+/// What the simulated daemons send.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Reports {
+    /// Each report differs from the last (`rb-loadgen --changing`).
+    pub(crate) changing: bool,
+    /// Sent whole even where the broker takes what changed (`--whole-reports`, as a daemon
+    /// from before `report_changes`).
+    pub(crate) whole: bool,
+}
+
+impl Reports {
+    /// As today's daemons send them: what changed, where the broker offers it.
+    pub(crate) fn as_today(changing: bool) -> Self {
+        Reports {
+            changing,
+            whole: false,
+        }
+    }
+}
+
+/// `rb-loadgen` of `n` hosts against `addr`, proving the secret in `secret`, sending
+/// `reports`.
 pub(crate) fn spawn_loadgen_at(
     addr: &str,
     secret: &Path,
     n: usize,
-    (changing, whole): (bool, bool),
+    Reports { changing, whole }: Reports,
     seconds: u64,
 ) -> std::io::Result<std::process::Child> {
     Command::new(tests::bin("rb-loadgen"))
@@ -397,14 +422,14 @@ impl LoadRun {
     /// Starts `n` simulated hosts against `broker`, waits until all are up, then samples
     /// the broker's CPU over five 2 s windows and times `rb status --json` five times.
     pub(crate) fn measure(broker: Broker, n: usize, changing: bool) -> anyhow::Result<LoadRun> {
-        Self::measure_reports(broker, n, (changing, false))
+        Self::measure_reports(broker, n, Reports::as_today(changing))
     }
 
-    /// [`Self::measure`], the reports `(changing, whole)` as [`spawn_loadgen_at`] sends them.
+    /// [`Self::measure`], the simulated daemons sending `reports`.
     pub(crate) fn measure_reports(
         broker: Broker,
         n: usize,
-        reports: (bool, bool),
+        reports: Reports,
     ) -> anyhow::Result<LoadRun> {
         let pid = broker.child.id();
         let started = Instant::now();
@@ -440,7 +465,7 @@ impl LoadRun {
     /// load. "All up" is when it has read `n` connections' welcomes; no `rb status`.
     pub(crate) fn measure_floor(
         n: usize,
-        reports: (bool, bool),
+        reports: Reports,
         parse: bool,
     ) -> anyhow::Result<LoadRun> {
         let dir = tempfile::tempdir()?;

@@ -793,6 +793,14 @@ impl FootprintRow {
         }
     }
 
+    /// What this row's simulated daemons send.
+    fn reports(&self) -> crate::Reports {
+        crate::Reports {
+            changing: self.changing,
+            whole: self.whole,
+        }
+    }
+
     /// This row with its reports sent whole.
     fn whole(self) -> Self {
         FootprintRow {
@@ -813,11 +821,11 @@ impl FootprintRow {
     /// One more run of this row's broker under `n` simulated hosts, pooled.
     fn measure(&mut self, n: usize) -> anyhow::Result<()> {
         let run = match (&self.program, self.floor) {
-            (_, Some(parse)) => LoadRun::measure_floor(n, (self.changing, self.whole), parse)?,
+            (_, Some(parse)) => LoadRun::measure_floor(n, self.reports(), parse)?,
             (Some(program), None) => LoadRun::measure_reports(
                 Broker::start_program(program, &self.lab),
                 n,
-                (self.changing, self.whole),
+                self.reports(),
             )?,
             (None, None) => return Ok(()),
         };

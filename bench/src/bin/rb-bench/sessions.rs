@@ -122,7 +122,8 @@ fn counted_run(
             proto::auth::write_new_secret(&secret, false)?;
             // Its output kept open until it ends: it says `all N connected` meanwhile.
             let (mut floor, addr, said) = crate::spawn_readfloor(&wrapper, HOSTS, true, &secret)?;
-            let gen = crate::spawn_loadgen_at(&addr, &secret, HOSTS, (changing, false), seconds)?;
+            let sending = crate::Reports::as_today(changing);
+            let gen = crate::spawn_loadgen_at(&addr, &secret, HOSTS, sending, seconds)?;
             let reports = reports_sent(gen);
             stop(&mut floor);
             drop(said);
