@@ -406,8 +406,7 @@ fn exit_code(status: std::process::ExitStatus) -> u8 {
 /// work on the lab (a teardown, a Slurm cluster stopped) that must go on whether or not
 /// anyone still reads (`println!` would panic on a closed pipe and leave it half done).
 fn say(text: std::fmt::Arguments<'_>) {
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_fmt(text).and_then(|()| out.flush());
+    let _ = startup::output::print_fmt(text);
 }
 
 /// [`say`] and a newline.
