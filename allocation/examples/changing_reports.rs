@@ -75,7 +75,7 @@ fn main() {
             let t2 = Instant::now();
             rec.record(&a, handled.input, &handled.effects, now, &mut out);
             for o in out.drain(..) {
-                if let Out::Line(l) = o {
+                if let Some(l) = o.into_text() {
                     bytes += l.len();
                 }
             }

@@ -194,7 +194,7 @@ impl Allocator {
         self.hosts
             .get(host)
             .filter(|view| view.up && !self.closed(host) && !self.by_host.contains_key(host))
-            .map(HostView::label_count)
+            .map(|view| view.label_count())
     }
 
     /// Stores `host`'s entry with its host-only `start` and `rank`, and places the host in

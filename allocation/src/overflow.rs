@@ -245,7 +245,7 @@ impl Allocator {
         ending: bool,
         now: Instant,
     ) -> Option<Duration> {
-        let is_pilot_host = self.hosts.get(host).is_some_and(is_pilot_node);
+        let is_pilot_host = self.hosts.get(host).is_some_and(|v| is_pilot_node(v));
         let o = self.overflow.as_mut()?;
         if !is_pilot_host {
             return None;
@@ -493,7 +493,7 @@ impl Allocator {
         let Some(o) = &self.overflow else {
             return true;
         };
-        let pilot = self.hosts.get(host).is_some_and(is_pilot_node);
+        let pilot = self.hosts.get(host).is_some_and(|v| is_pilot_node(v));
         !pilot || self.is_owners(job, &o.owner)
     }
 

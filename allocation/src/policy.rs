@@ -56,7 +56,7 @@ impl Allocator {
         // The usual case, without a scan of the whole lab: a host matches that the job does
         // not use (then none of the refusals below applies).
         let usable = |v: &HostView| v.matches(want) && !self.uses(job, &v.name);
-        if self.hosts.values().any(usable) {
+        if self.hosts.values().any(|v| usable(v)) {
             return Ok(());
         }
         let unsure = self.hosts.is_empty() || self.hosts.values().any(|h| !h.reported);
@@ -334,7 +334,7 @@ impl Allocator {
             && self
                 .hosts
                 .get(&a.host)
-                .is_some_and(|v: &HostView| v.up && v.matches(want))
+                .is_some_and(|v| v.up && v.matches(want))
             && self.starts(requester, &a.host)
     }
 

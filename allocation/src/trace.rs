@@ -27,12 +27,13 @@
 //! # Rotation
 //! [`Recorder::begin`] is called before each entry point: once the current file holds
 //! `max_bytes` or more beyond its opening `start` record, it asks for a new file
-//! ([`Out::Rotate`]) opened by a `start` record of the state before that call. A file thus
+//! ([`Out::Rotate`]) opened by a `start` record of the state before that call ([`Out::Start`],
+//! serialized by the writer). A file thus
 //! holds its opening state, `max_bytes` and at most one call's lines more. After lines were lost (the writer's queue was
 //! full, the disk refused them) the next file is started at once with `gap: true`, so a
 //! replay restarts from its state instead of replaying an incomplete history.
 
-use std::time::Instant;
+use std::{sync::Arc, time::Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -298,12 +299,30 @@ pub fn file_seq(name: &str) -> Option<u64> {
 }
 
 /// What the writer must do.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Out {
     /// Close the current file and open the next one (then write the lines that follow).
     Rotate,
     /// Append one line (no newline included).
     Line(String),
+    /// Append the `start` line that opens a file, not yet serialized: the writer turns it
+    /// into text ([`Out::into_text`]), not the thread that decides. A lab's whole state is
+    /// tens of MB of JSON (29 MB at 100k hosts, ~85 ms to serialize on this machine), which
+    /// stalled every report and grant behind it at each new file.
+    Start(Box<Line>),
+}
+
+impl Out {
+    /// The line to append (no newline included), serialized if it was not yet; `None`
+    /// for [`Out::Rotate`].
+    pub fn into_text(self) -> Option<String> {
+        match self {
+            Out::Rotate => None,
+            Out::Line(text) => Some(text),
+            // Plain data with string keys: serializing cannot fail.
+            Out::Start(line) => serde_json::to_string(&line).ok(),
+        }
+    }
 }
 
 /// Turns the allocator's inputs and effects into trace lines (see the module docs).
@@ -355,11 +374,12 @@ impl Recorder {
             gap: std::mem::take(&mut self.gap),
             state: alloc.trace_state(&self.clock),
         };
-        self.line(now, Body::Start(Box::new(start)), out);
         // The limit is for what follows the opening state: counted with it, a state larger
         // than the limit (a lab of some 30k hosts at the default 8 MiB) filled every file at
         // once, and each call opened a new one with the whole state again.
         self.bytes = Some(0);
+        let line = self.stamped(now, Body::Start(Box::new(start)));
+        out.push(Out::Start(Box::new(line)));
     }
 
     /// Records one entry point's input and the decisions among its effects.
@@ -382,13 +402,18 @@ impl Recorder {
         }
     }
 
-    fn line(&mut self, now: Instant, body: Body, out: &mut Vec<Out>) {
+    /// `body` as a line at `now`.
+    fn stamped(&self, now: Instant, body: Body) -> Line {
         let t_us = self.clock.us(now);
-        let line = Line {
+        Line {
             t_us,
             unix_ms: self.clock.unix_ms(t_us),
             body,
-        };
+        }
+    }
+
+    fn line(&mut self, now: Instant, body: Body, out: &mut Vec<Out>) {
+        let line = self.stamped(now, body);
         // Plain data with string keys: serializing cannot fail.
         if let Ok(text) = serde_json::to_string(&line) {
             self.bytes = Some(self.bytes.unwrap_or(0) + text.len() as u64 + 1);
@@ -419,7 +444,7 @@ pub(crate) fn find_alloc(
 impl Allocator {
     /// The host view the allocator holds for `host` (for [`host_delta`]).
     pub fn host_view(&self, host: &str) -> Option<&HostView> {
-        self.hosts.get(host)
+        self.hosts.get(host).map(Arc::as_ref)
     }
 
     /// The host of allocation `alloc` and the request it was granted for (for

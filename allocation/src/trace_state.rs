@@ -8,7 +8,7 @@
 //! wall clock. Instants are microseconds on the trace's clock ([`TraceClock`]). Not kept:
 //! the policy (the replay brings its own) and the rate-limit memory of policy errors.
 
-use std::collections::BTreeSet;
+use std::{collections::BTreeSet, sync::Arc};
 
 use serde::{Deserialize, Serialize};
 
@@ -33,7 +33,8 @@ pub struct TraceState {
     pub allocations: Vec<TraceAlloc>,
     /// First in line first.
     pub queue: Vec<TraceWaiting>,
-    pub hosts: Vec<HostView>,
+    /// Shared with the allocator: taking the state copies no view.
+    pub hosts: Vec<Arc<HostView>>,
     pub drained: Vec<String>,
     /// Hosts whose Slurm lease ends (absent from traces that predate it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -225,16 +225,17 @@ impl Writer {
     }
 
     fn handle(&mut self, out: Out) {
-        match out {
-            Out::Rotate => {
+        if self.broken && !matches!(out, Out::Rotate) {
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        match out.into_text() {
+            None => {
                 self.flush();
                 self.file = None;
                 self.broken = false;
             }
-            Out::Line(_) if self.broken => {
-                self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-            }
-            Out::Line(mut line) => {
+            Some(mut line) => {
                 // One write per line with its newline: a reader never sees half a line
                 // between two flushes (a line larger than the buffer aside).
                 line.push('\n');
