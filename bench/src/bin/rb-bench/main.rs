@@ -11,6 +11,7 @@ mod overflow;
 mod owner_logind;
 mod policy;
 mod reuse;
+mod scale;
 mod sessions;
 mod ssh;
 mod steps;
@@ -69,8 +70,8 @@ struct Args {
     /// Runs of each kind in the module section's take-back part.
     #[arg(long, default_value_t = 9)]
     take_back_reps: usize,
-    /// Policy-section parts to run (grant, reload, footprint, paired, core, sessions, owner,
-    /// figure7, owner-logind); default all (`paired` only with `--broker-compared`).
+    /// Policy-section parts to run (grant, reload, footprint, paired, core, sessions, scale,
+    /// owner, figure7, owner-logind); default all (`paired` only with `--broker-compared`).
     #[arg(long, value_delimiter = ',')]
     policy_parts: Vec<String>,
     /// `rb-broker` of `policy::BEFORE_POLICY_FILES` (policy compiled in): the baseline of the

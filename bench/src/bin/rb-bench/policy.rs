@@ -99,6 +99,9 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     if opts.wants("sessions") {
         crate::sessions::run(opts.broker_compared.as_ref())?;
     }
+    if opts.wants("scale") {
+        crate::scale::run(opts.broker_compared.as_ref())?;
+    }
     lab_rows(opts)?;
     Ok(())
 }
