@@ -16,7 +16,8 @@
 //! building no row.
 
 use std::{
-    collections::BTreeSet,
+    cmp::Reverse,
+    collections::{BTreeSet, BinaryHeap},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -60,6 +61,9 @@ struct HostRecord {
     /// The row's [`FixedPart`] as JSON, as [`HostTable::take_changes`] last built the row
     /// (`rb status` joins it with the live part; [`HostTable::status_parts`]).
     fixed_json: Option<Arc<str>>,
+    /// When the host's entry in [`HostTable::silence_checks`] is due; `None`: it has none
+    /// (its entries there with another time are stale).
+    silence_check: Option<Instant>,
 }
 
 impl HostRecord {
@@ -75,6 +79,7 @@ impl HostRecord {
             connected_since_start: false,
             pilot: false,
             fixed_json: None,
+            silence_check: None,
         }
     }
 
@@ -173,6 +178,13 @@ pub struct HostTable {
     /// Hosts that sent a report repeating their last one since the last
     /// [`take_repeated`](Self::take_repeated), once per such report.
     repeated: Vec<String>,
+    /// When [`tick`](Self::tick) must look at which host, earliest first: each host that
+    /// may go silent has an entry no later than the time [`silence`] would first find it
+    /// silent ([`silent_after`]). A report only ever moves that time later, but for a
+    /// host's first one after a daemon start (the start's grace then no longer applies),
+    /// so a tick looks at the hosts due, not at every host: at 100k hosts a scan of every
+    /// record, four times a second, held reports and grants for milliseconds each time.
+    silence_checks: BinaryHeap<Reverse<(Instant, String)>>,
 }
 
 impl HostTable {
@@ -189,6 +201,15 @@ impl HostTable {
             down_after,
             changed,
             repeated: Vec::new(),
+            silence_checks: BinaryHeap::new(),
+        }
+    }
+
+    /// Gives `host` an entry in [`Self::silence_checks`] at the time it may first go
+    /// silent, unless it has one that is due no later.
+    fn check_silence(&mut self, host: &str) {
+        if let Some(rec) = self.hosts.get_mut(host) {
+            queue_silence_check(&mut self.silence_checks, host, rec, self.down_after);
         }
     }
 
@@ -287,6 +308,7 @@ impl HostTable {
         rec.down_reason = Some("connected, waiting for the first report".into());
         rec.set_report(None, &mut self.label_lists);
         self.changed.insert(host.to_string());
+        self.check_silence(host);
         old.filter(|&c| c != conn)
             .map(|c| Effect::CloseConn {
                 conn: c,
@@ -313,6 +335,7 @@ impl HostTable {
                 .is_some_and(|(_, last)| repeats(last, &report));
         rec.set_report(Some((now, report)), &mut self.label_lists);
         rec.down_reason = None;
+        queue_silence_check(&mut self.silence_checks, host, rec, self.down_after);
         self.reported(host, repeats);
         true
     }
@@ -330,6 +353,7 @@ impl HostTable {
         *at = now;
         last.seq = seq;
         let repeats = rec.down_reason.take().is_none();
+        queue_silence_check(&mut self.silence_checks, host, rec, self.down_after);
         self.reported(host, repeats);
         true
     }
@@ -351,6 +375,7 @@ impl HostTable {
                 rec.conn = None;
                 rec.down_reason = Some(format!("daemon disconnected: {reason}"));
                 self.changed.insert(host.to_string());
+                self.check_silence(host);
             }
         }
     }
@@ -361,6 +386,7 @@ impl HostTable {
             rec.daemon_starts += 1;
             rec.daemon_started_at = Some(now);
             rec.connected_since_start = false;
+            self.check_silence(host);
         }
     }
 
@@ -375,11 +401,43 @@ impl HostTable {
         }
     }
 
-    /// Periodic check: silent hosts go down and get their daemon restarted.
+    /// Periodic check: silent hosts go down and get their daemon restarted (in name
+    /// order). Only the hosts whose silence check is due are looked at.
     pub fn tick(&mut self, now: Instant) -> Vec<Effect> {
+        let mut due = Vec::new();
+        while let Some(Reverse((at, _))) = self.silence_checks.peek() {
+            if *at >= now {
+                break;
+            }
+            let Some(Reverse((at, host))) = self.silence_checks.pop() else {
+                break;
+            };
+            match self.hosts.get_mut(&host) {
+                Some(rec) if rec.silence_check == Some(at) => {
+                    rec.silence_check = None;
+                    due.push(host);
+                }
+                // A stale entry: the host has an earlier one, or none any more.
+                _ => {}
+            }
+        }
+        due.sort();
+        due.dedup();
+        let effects = self.go_silent(&due, now);
+        for host in &due {
+            self.check_silence(host);
+        }
+        effects
+    }
+
+    /// Takes down those of `hosts` that are silent at `now`.
+    fn go_silent(&mut self, hosts: &[String], now: Instant) -> Vec<Effect> {
         let down_after = self.down_after;
         let mut effects = Vec::new();
-        for (name, rec) in &mut self.hosts {
+        for name in hosts {
+            let Some(rec) = self.hosts.get_mut(name) else {
+                continue;
+            };
             if let Some(reason) = silence(rec, now, down_after) {
                 if let Some(conn) = rec.conn.take() {
                     effects.push(Effect::CloseConn {
@@ -532,6 +590,35 @@ fn repeats(last: &HostReport, new: &HostReport) -> bool {
 }
 
 /// Why a host counts as silent now, if it does.
+/// Gives `host` (`rec`) an entry in `checks` ([`HostTable::silence_checks`]) at the time
+/// it may first go silent, unless it has one that is due no later (after a report, the
+/// usual case: nothing to do).
+fn queue_silence_check(
+    checks: &mut BinaryHeap<Reverse<(Instant, String)>>,
+    host: &str,
+    rec: &mut HostRecord,
+    down_after: Duration,
+) {
+    let Some(due) = silent_after(rec, down_after) else {
+        return;
+    };
+    if rec.silence_check.is_none_or(|queued| due < queued) {
+        rec.silence_check = Some(due);
+        checks.push(Reverse((due, host.to_string())));
+    }
+}
+
+/// The time after which [`silence`] finds `rec` silent as long as nothing happens to it:
+/// `None` while it cannot (no connection and no daemon started; a connection that has not
+/// reported, from a daemon no transport started).
+fn silent_after(rec: &HostRecord, down_after: Duration) -> Option<Instant> {
+    let grace = down_after.max(FIRST_REPORT_GRACE);
+    match (&rec.last_report, rec.conn) {
+        (Some((at, _)), Some(_)) => at.checked_add(down_after),
+        _ => rec.daemon_started_at?.checked_add(grace),
+    }
+}
+
 fn silence(rec: &HostRecord, now: Instant, down_after: Duration) -> Option<String> {
     if rec.conn.is_some() {
         let since = match &rec.last_report {

@@ -430,3 +430,118 @@ fn hosts_with_the_same_labels_share_one_list_and_unheld_lists_are_swept() {
         t.label_lists.lists.len()
     );
 }
+
+/// A daemon's first report ends its start's grace: from then on the host goes down
+/// `down_after` after its last report, which may be before the grace would have ended.
+#[test]
+fn a_first_report_after_a_daemon_start_ends_the_start_grace() {
+    let mut t = table(); // down_after 6 s, the grace 10 s
+    let start = Instant::now();
+    t.daemon_started("node02", start);
+    t.connected("node02", 1);
+    t.report(
+        "node02",
+        1,
+        report("node02"),
+        start + Duration::from_secs(1),
+    );
+    assert!(t.tick(start + Duration::from_secs(6)).is_empty());
+    let effects = t.tick(start + Duration::from_secs(8));
+    assert!(
+        matches!(&effects[..], [Effect::CloseConn { conn: 1, .. }, Effect::RestartDaemon { host, .. }] if host == "node02"),
+        "{effects:?}"
+    );
+}
+
+/// A daemon that disconnects long after its start goes down at the next tick (it has not
+/// exited: its transport is asked to restart it), not `down_after` after its last report.
+#[test]
+fn a_daemon_that_disconnects_long_after_its_start_goes_down_at_once() {
+    let mut t = table(); // down_after 6 s, the grace 10 s
+    let start = Instant::now();
+    let at = |s| start + Duration::from_secs(s);
+    t.daemon_started("node02", start);
+    t.connected("node02", 1);
+    for s in [5, 10, 15, 20] {
+        t.report("node02", 1, report("node02"), at(s));
+        assert!(t.tick(at(s + 1)).is_empty());
+    }
+    t.disconnected("node02", 1, "connection reset");
+    let effects = t.tick(at(22));
+    let [Effect::RestartDaemon { host, reason }] = &effects[..] else {
+        panic!("one restart expected: {effects:?}");
+    };
+    assert_eq!(host, "node02");
+    assert!(reason.contains("has not exited"), "{reason}");
+}
+
+/// A tick looks only at the hosts whose silence check is due; the hosts it takes down are
+/// exactly those a look at every host finds silent, whatever happened to them before
+/// (connections, reports whole or repeated, disconnections, daemon starts and exits), in
+/// name order.
+#[test]
+fn a_tick_takes_down_exactly_the_silent_hosts() {
+    let names: Vec<String> = (0..8).map(|i| format!("node{i:02}")).collect();
+    let entries: Vec<HostEntry> = names
+        .iter()
+        .map(|n| HostEntry {
+            name: n.clone(),
+            address: n.clone(),
+            labels: Vec::new(),
+            owner: None,
+        })
+        .collect();
+    let mut t = HostTable::new(&entries, Duration::from_secs(9));
+    let mut now = Instant::now();
+    let mut seed: u64 = 34;
+    let mut next = |n: u64| {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (seed >> 33) % n
+    };
+    let mut conns = vec![0u64; names.len()];
+    let mut downs = 0;
+    for step in 0..4000u64 {
+        now += Duration::from_millis(50 + next(400));
+        let i = next(names.len() as u64) as usize;
+        let host = names[i].as_str();
+        match next(10) {
+            0 => {
+                conns[i] = step + 1;
+                t.connected(host, conns[i]);
+            }
+            1 => t.disconnected(host, conns[i], "eof"),
+            2 => t.daemon_started(host, now),
+            3 => t.daemon_exited(host, "exit status 1"),
+            4 => {
+                t.report_same(host, conns[i], step, now);
+            }
+            5..=7 => {
+                t.report(host, conns[i], report(host), now);
+            }
+            _ => {
+                let silent: Vec<String> = t
+                    .hosts
+                    .iter()
+                    .filter(|(_, rec)| silence(rec, now, t.down_after).is_some())
+                    .map(|(name, _)| name.clone())
+                    .collect();
+                let taken: Vec<String> = t
+                    .tick(now)
+                    .into_iter()
+                    .filter_map(|e| match e {
+                        Effect::RestartDaemon { host, .. } => Some(host),
+                        Effect::CloseConn { .. } => None,
+                    })
+                    .collect();
+                assert_eq!(taken, silent, "step {step}");
+                downs += taken.len();
+            }
+        }
+    }
+    assert!(
+        downs > 50,
+        "only {downs} hosts went down: the schedule tests little"
+    );
+}
