@@ -95,6 +95,16 @@ impl Allocator {
         }
     }
 
+    /// [`Self::policy_notes`] for hosts asked in name order from `host` on (an answer built
+    /// a part at a time).
+    pub fn policy_notes_from(&self, host: &str) -> PolicyNotes<'_> {
+        let from = self.inputs.hosts.position_of(host);
+        PolicyNotes {
+            alloc: self,
+            entries: self.inputs.hosts.iter_from(from).peekable(),
+        }
+    }
+
     /// `host`'s note, its policy entry given. Most hosts are startable, and their entry
     /// says so before anything else is looked up.
     fn note_for(&self, host: &str, entry: &HostEntry) -> Option<String> {

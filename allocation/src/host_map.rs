@@ -93,6 +93,17 @@ impl<V> HostMap<V> {
         self.entries.iter()
     }
 
+    /// [`Self::iter`] from the `from`th host in name order on (none when `from` is past
+    /// the last).
+    pub fn iter_from(&self, from: usize) -> Iter<'_, V> {
+        self.entries.get_range(from..).unwrap_or_default().iter()
+    }
+
+    /// Where `host` is or would be in name order: the number of hosts before it.
+    pub fn position_of(&self, host: &str) -> usize {
+        self.entries.partition_point(|name, _| name.as_str() < host)
+    }
+
     pub fn keys(&self) -> indexmap::map::Keys<'_, String, V> {
         self.entries.keys()
     }

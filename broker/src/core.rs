@@ -25,6 +25,7 @@ use crate::{
     hosts::{ConnId, Effect, HostTable, StatusPart},
     jobs::JobDesk,
     outbox::Outbox,
+    status_answers::StatusAnswers,
     supervisor::SupervisorSet,
 };
 
@@ -101,11 +102,15 @@ pub enum Event {
         host: String,
         how: String,
     },
+    /// Every host's row, built at once (the core's tests; at 100k hosts tens of ms of the
+    /// core: the broker itself asks [`Event::StatusParts`]).
     Status {
         reply: oneshot::Sender<Vec<HostStatus>>,
     },
-    /// The rows of [`Event::Status`] in parts, for `rb status`: the fixed parts as kept
-    /// encoded, so that the core builds and encodes no row (the connection joins them).
+    /// The rows of [`Event::Status`] in parts, for `rb status` and the web page: the fixed
+    /// parts as kept encoded, so that the core builds and encodes no row (the connection
+    /// joins them); built a piece at a time between other events
+    /// ([`crate::status_answers`]).
     StatusParts {
         reply: oneshot::Sender<Vec<StatusPart>>,
     },
@@ -333,6 +338,7 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) -> Vec<HostStatus> {
     let mut sessions = Sessions::default();
+    let mut status = StatusAnswers::default();
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut pilot_tick = tokio::time::interval(PILOT_TICK);
@@ -353,10 +359,14 @@ pub async fn run(
         request_first = request.is_none();
         let effects = match (held.take(), request) {
             (Some(event), _) | (None, Some(event)) => {
-                apply(&mut table, &mut desk, &mut sessions, event)
+                apply(&mut table, &mut desk, &mut sessions, &mut status, event)
             }
             (None, None) => tokio::select! {
                 _ = shutdown.changed() => break,
+                () = std::future::ready(()), if status.busy() => {
+                    status.build(&table, &desk, now());
+                    Vec::new()
+                }
                 _ = tick.tick() => {
                     let now = now();
                     let effects = table.tick(now);
@@ -375,12 +385,12 @@ pub async fn run(
                     Vec::new()
                 }
                 event = queues.requests.recv() => match event {
-                    Some(event) => apply(&mut table, &mut desk, &mut sessions, event),
+                    Some(event) => apply(&mut table, &mut desk, &mut sessions, &mut status, event),
                     None => break,
                 },
                 event = queues.events.recv() => match event {
                     Some(event) => {
-                        let effects = apply(&mut table, &mut desk, &mut sessions, event);
+                        let effects = apply(&mut table, &mut desk, &mut sessions, &mut status, event);
                         let queue = &mut queues.events;
                         reports_behind(&mut table, &mut desk, queue, &mut held);
                         effects
@@ -479,6 +489,7 @@ fn apply(
     table: &mut HostTable,
     desk: &mut JobDesk,
     sessions: &mut Sessions,
+    status: &mut StatusAnswers,
     event: Event,
 ) -> Vec<Effect> {
     let now = now();
@@ -542,13 +553,8 @@ fn apply(
             desk.annotate(&mut rows, now);
             let _ = reply.send(rows);
         }
-        Event::StatusParts { reply } => {
-            let mut notes = desk.policy_notes();
-            let parts = table.status_parts(now, |host, live| {
-                desk.annotate_live(host, live, &mut notes, now)
-            });
-            let _ = reply.send(parts);
-        }
+        // Built a piece at a time between other events (`run`).
+        Event::StatusParts { reply } => status.ask(reply),
         Event::Report { host, conn, report } => apply_report(table, desk, host, conn, *report),
         Event::SameReport {
             host,

@@ -45,6 +45,7 @@ pub mod pilots;
 pub mod reload;
 pub mod requests;
 pub mod server;
+pub mod status_answers;
 pub mod supervisor;
 pub mod trace;
 pub mod transport;

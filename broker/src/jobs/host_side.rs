@@ -75,6 +75,11 @@ impl JobDesk {
         self.alloc.policy_notes()
     }
 
+    /// [`Self::policy_notes`] for hosts asked in name order from `host` on.
+    pub fn policy_notes_from(&self, host: &str) -> PolicyNotes<'_> {
+        self.alloc.policy_notes_from(host)
+    }
+
     /// The allocator's fields of `host`'s status row ([`Self::annotate`]) into `live`;
     /// `notes` from [`Self::policy_notes`], hosts asked in name order (any order is right,
     /// that one is cheapest).

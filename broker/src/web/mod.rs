@@ -48,6 +48,7 @@ pub use metrics::METRICS;
 use crate::{
     authz::Actor,
     core::{Event, EventSender},
+    hosts::StatusPart,
 };
 
 /// Connections served at once; more wait in the kernel's backlog.
@@ -168,17 +169,32 @@ async fn metrics(ctx: &WebCtx, req: &Request<Incoming>) -> Reply {
     respond(StatusCode::OK, kind, body.into())
 }
 
-/// The `rb status` rows, from the core.
+/// The `rb status` rows: their parts from the core (as `rb status` gets them, built a
+/// piece at a time between other events), made whole rows off it.
 async fn hosts(events: &EventSender) -> Option<Vec<HostStatus>> {
     let (reply, rx) = oneshot::channel();
     let ask = async {
-        events.send(Event::Status { reply }).await.ok()?;
+        events.send(Event::StatusParts { reply }).await.ok()?;
         rx.await.ok()
     };
-    tokio::time::timeout(SNAPSHOT_TIMEOUT, ask)
+    let parts = tokio::time::timeout(SNAPSHOT_TIMEOUT, ask)
         .await
         .ok()
-        .flatten()
+        .flatten()?;
+    let rows = tokio::task::spawn_blocking(move || {
+        parts
+            .iter()
+            .map(StatusPart::to_row)
+            .collect::<serde_json::Result<Vec<_>>>()
+    });
+    match rows.await {
+        Ok(Ok(rows)) => Some(rows),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "a host's status row could not be read back");
+            None
+        }
+        Err(_) => None,
+    }
 }
 
 /// The `rb jobs` rows, from the core (asked as the broker's owner).

@@ -36,6 +36,8 @@ const MOST_CONNECTED: usize = 19_000;
 const GRANT_EVERY: Duration = Duration::from_millis(20);
 /// CPU windows sampled while the agent probes (2 s each).
 const WINDOWS: usize = 5;
+/// How often `rb status --json` is asked meanwhile, as a dashboard would.
+const STATUS_EVERY: Duration = Duration::from_secs(1);
 /// How long a grant may take before the probe counts it as not granted.
 const GRANT_WITHIN: Duration = Duration::from_secs(5);
 
@@ -51,15 +53,17 @@ pub fn run(compared: Option<&(String, PathBuf)>) -> anyhow::Result<()> {
          decision trace as by default) takes the row's {REPORTS_PER_S} reports a second, \
          every one changing (`rb-loadgen --changing`), from N simulated daemons each \
          reporting every N/{} s; the other hosts stay down. Meanwhile an agent on the \
-         control socket asks for `anyLinux` every {} ms and gives the host back at once: \
-         the grant column is its wait from request to grant, median, 99th percentile and \
-         largest (n grants). CPU: {WINDOWS} windows of 2 s (median, min–max). RSS under the \
-         load: the largest of those windows'; peak RSS: VmHWM after five `rb status --json` \
-         calls (each builds 100k rows). Each row once per build, the builds run one after \
-         the other.\n",
+         control socket asks for `anyLinux` every {} ms and gives the host back at once, \
+         while `rb status --json` is asked every {} s as a dashboard would: the grant \
+         column is the agent's wait from request to grant, median, 99th percentile and \
+         largest (n grants); the status column each call's time (median, min–max). CPU: \
+         {WINDOWS} windows of 2 s (median, min–max). RSS under the load: the largest of \
+         those windows'; peak RSS: VmHWM at the end. Each row once per build, the builds run \
+         one after the other.\n",
         hard_open_files(),
         REPORTS_PER_S,
-        GRANT_EVERY.as_millis()
+        GRANT_EVERY.as_millis(),
+        STATUS_EVERY.as_secs()
     );
     println!("| broker | connected daemons (of {LAB_HOSTS}) | broker CPU | broker RSS under the load | broker peak RSS | grant: median, p99, max (n) | `rb status --json` ({LAB_HOSTS} rows) | load generator CPU |");
     println!("|---|---:|---|---:|---:|---|---|---|");
@@ -126,6 +130,10 @@ impl ScaleRow {
             let (socket, stop) = (broker.socket(), stop.clone());
             std::thread::spawn(move || probe_grants(&socket, &stop))
         };
+        let dashboard = {
+            let (socket, stop) = (broker.socket(), stop.clone());
+            std::thread::spawn(move || ask_status(&socket, &stop))
+        };
         let gen_cpu = procstat::measure(gen.id(), Duration::from_secs(2)).map(|(s, _)| s * 100.0);
         let (mut cpu, mut load_rss_kb) = (Vec::new(), 0);
         for _ in 0..WINDOWS {
@@ -138,13 +146,9 @@ impl ScaleRow {
         let (grants_ms, not_granted) = probe
             .join()
             .map_err(|_| anyhow::anyhow!("the grant probe panicked"))??;
-        let mut status_ms = Vec::new();
-        for _ in 0..5 {
-            let t = Instant::now();
-            if broker.rb(&["status", "--json"]).status.success() {
-                status_ms.push(t.elapsed().as_secs_f64() * 1000.0);
-            }
-        }
+        let status_ms = dashboard
+            .join()
+            .map_err(|_| anyhow::anyhow!("the status caller panicked"))?;
         let rss_kb = peak_rss_kb(pid).unwrap_or(0);
         let _ = gen.kill();
         let _ = gen.wait();
@@ -219,6 +223,25 @@ fn probe_grants(socket: &std::path::Path, stop: &AtomicBool) -> anyhow::Result<(
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
     }
     Ok((waits, missed))
+}
+
+/// `rb status --json` every [`STATUS_EVERY`] until `stop`, as a dashboard asks: how long
+/// each took, in ms.
+fn ask_status(socket: &std::path::Path, stop: &AtomicBool) -> Vec<f64> {
+    let socket = socket.display().to_string();
+    let mut took = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        let next = Instant::now() + STATUS_EVERY;
+        let t = Instant::now();
+        if tests::rb(&["--broker", &socket, "status", "--json"])
+            .status
+            .success()
+        {
+            took.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+    }
+    took
 }
 
 /// An agent's connection to the broker's control socket, registered.
