@@ -401,16 +401,13 @@ impl Allocator {
                 self.release_alloc(alloc, &mut fx);
             }
         }
-        let old = self.hosts.insert(host.clone(), Arc::new(view));
+        let same_inputs = self.set_view(&host, view);
         let old_entry = self.inputs.hosts.get(&host).cloned();
         // `now` first: the rebuilt value's `held_for_s` is as of this report.
         self.inputs_now(now);
         self.rebuild_host(&host);
-        let same = match (old, old_entry) {
-            (Some(old), Some(entry)) => {
-                let new = &self.hosts[&host];
-                rust_inputs(&old) == rust_inputs(new) && self.same_start(&entry, &host)
-            }
+        let same = match (same_inputs, old_entry) {
+            (true, Some(entry)) => self.same_start(&entry, &host),
             _ => false,
         };
         self.vacate_if_asked(&host, now, &mut fx);
@@ -418,6 +415,22 @@ impl Allocator {
             self.serve(now, &mut fx);
         }
         self.finish(fx)
+    }
+
+    /// Holds `view` as `host`'s; whether it had one whose inputs to the allocator's own
+    /// rules ([`rust_inputs`]) were the same. The view is replaced in place unless a trace's
+    /// opening state still shares it (no allocation a report).
+    fn set_view(&mut self, host: &str, view: HostView) -> bool {
+        let Some(slot) = self.hosts.get_mut(host) else {
+            self.hosts.insert(host.to_string(), Arc::new(view));
+            return false;
+        };
+        let same = rust_inputs(slot) == rust_inputs(&view);
+        match Arc::get_mut(slot) {
+            Some(held) => *held = view,
+            None => *slot = Arc::new(view),
+        }
+        same
     }
 
     /// Whether [`host_changed`](Self::host_changed) with the view the allocator already
