@@ -421,8 +421,8 @@ impl HostTable {
                 _ => {}
             }
         }
+        // One live entry a host: no name twice.
         due.sort();
-        due.dedup();
         let effects = self.go_silent(&due, now);
         for host in &due {
             self.check_silence(host);

@@ -545,3 +545,29 @@ fn a_tick_takes_down_exactly_the_silent_hosts() {
         "only {downs} hosts went down: the schedule tests little"
     );
 }
+
+/// A row read back from its parts (the web page's rows, made off the core) is the row the
+/// table builds whole: a host that never reported, one up with a report, one gone down.
+#[test]
+fn a_row_read_back_from_its_parts_is_the_whole_row() {
+    let mut t = table();
+    let start = Instant::now();
+    t.connected("node02", 1);
+    t.report(
+        "node02",
+        1,
+        HostReport {
+            logind_error: Some("no system bus".into()),
+            warnings: vec!["runtime dir moved".into()],
+            ..report("node02")
+        },
+        start,
+    );
+    t.daemon_started("node03", start);
+    let later = start + Duration::from_secs(11);
+    t.tick(later);
+    let whole = t.status(later);
+    let parts = t.status_parts(later, |_, _| {});
+    let read: Vec<HostStatus> = parts.iter().map(|p| p.to_row().expect("a row")).collect();
+    assert_eq!(read, whole);
+}
