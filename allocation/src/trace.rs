@@ -27,11 +27,12 @@
 //! # Rotation
 //! [`Recorder::begin`] is called before each entry point: once the current file holds
 //! `max_bytes` or more beyond its opening `start` record, it asks for a new file
-//! ([`Out::Rotate`]) opened by a `start` record of the state before that call ([`Out::Start`],
-//! serialized by the writer). A file thus
-//! holds its opening state, `max_bytes` and at most one call's lines more. After lines were lost (the writer's queue was
-//! full, the disk refused them) the next file is started at once with `gap: true`, so a
-//! replay restarts from its state instead of replaying an incomplete history.
+//! ([`Out::Rotate`]) opened by a `start` record of the state before that call
+//! ([`Out::Start`]: handed over as data, serialized by the writer). A file thus holds its
+//! opening state, `max_bytes` and at most one call's lines more. After lines were lost (the
+//! writer's queue was full, the disk refused them) the next file is started at once with
+//! `gap: true`, so a replay restarts from its state instead of replaying an incomplete
+//! history.
 
 use std::{sync::Arc, time::Instant};
 
