@@ -36,6 +36,8 @@ const MOST_CONNECTED: usize = 19_000;
 const GRANT_EVERY: Duration = Duration::from_millis(20);
 /// CPU windows sampled while the agent probes (2 s each).
 const WINDOWS: usize = 5;
+/// How long the broker takes the reports alone before its RSS is read.
+const SETTLE: Duration = Duration::from_secs(15);
 /// How often `rb status --json` is asked meanwhile, as a dashboard would.
 const STATUS_EVERY: Duration = Duration::from_secs(1);
 /// How long a grant may take before the probe counts it as not granted.
@@ -57,16 +59,19 @@ pub fn run(compared: Option<&(String, PathBuf)>) -> anyhow::Result<()> {
          while `rb status --json` is asked every {} s as a dashboard would: the grant \
          column is the agent's wait from request to grant, median, 99th percentile and \
          largest (n grants); the status column each call's time (median, min–max). CPU: \
-         {WINDOWS} windows of 2 s (median, min–max). RSS under the load: the largest of \
-         those windows'; peak RSS: VmHWM at the end. Each row once per build, the builds run \
-         one after the other.\n",
+         {WINDOWS} windows of 2 s (median, min–max). RSS, the reports alone: read {} s after \
+         all are up (the pages of the `rb status` answers that watched them come up given \
+         back), before the agent and the dashboard start; under the load: the largest of \
+         the CPU windows'; peak RSS: VmHWM at the end. Each row once per build, the builds \
+         run one after the other.\n",
         hard_open_files(),
         REPORTS_PER_S,
         GRANT_EVERY.as_millis(),
-        STATUS_EVERY.as_secs()
+        STATUS_EVERY.as_secs(),
+        SETTLE.as_secs() + 2
     );
-    println!("| broker | connected daemons (of {LAB_HOSTS}) | broker CPU | broker RSS under the load | broker peak RSS | grant: median, p99, max (n) | `rb status --json` ({LAB_HOSTS} rows) | load generator CPU |");
-    println!("|---|---:|---|---:|---:|---|---|---|");
+    println!("| broker | connected daemons (of {LAB_HOSTS}) | broker CPU | broker RSS, the reports alone | broker RSS under the load | broker peak RSS | grant: median, p99, max (n) | `rb status --json` ({LAB_HOSTS} rows) | load generator CPU |");
+    println!("|---|---:|---|---:|---:|---:|---|---|---|");
     let mut builds = vec![("today's".to_string(), tests::bin("rb-broker"))];
     if let Some((label, path)) = compared {
         builds.insert(0, (label.clone(), path.clone()));
@@ -77,7 +82,7 @@ pub fn run(compared: Option<&(String, PathBuf)>) -> anyhow::Result<()> {
         for &n in &counts {
             let row = ScaleRow::measure(program, n)?;
             println!("| {label} | {n} | {} |", row.cells());
-            points.push((n, row.load_rss_kb));
+            points.push((n, row.reports_rss_kb));
         }
         rss.push((label.clone(), points));
     }
@@ -87,9 +92,9 @@ pub fn run(compared: Option<&(String, PathBuf)>) -> anyhow::Result<()> {
             let per_kb = (r2 as f64 - r1 as f64) / (n2 - n1) as f64;
             let at_all = r2 as f64 + per_kb * (LAB_HOSTS - n2) as f64;
             println!(
-                "{label}: each connected daemon adds {per_kb:.1} KiB of RSS under the load (its \
-                 session and its host's reported state); carried to all {LAB_HOSTS} connected, \
-                 about {:.0} MiB.",
+                "{label}: each connected daemon adds {per_kb:.1} KiB of RSS under the reports \
+                 alone (its session and its host's reported state); carried to all \
+                 {LAB_HOSTS} connected, about {:.0} MiB before any answer.",
                 at_all / 1024.0
             );
         }
@@ -101,6 +106,8 @@ pub fn run(compared: Option<&(String, PathBuf)>) -> anyhow::Result<()> {
 /// One broker under the load.
 struct ScaleRow {
     cpu: Vec<f64>,
+    /// RSS under the reports alone, before the agent and the dashboard start, KiB.
+    reports_rss_kb: u64,
     /// RSS during the load (the largest of the CPU windows'), KiB.
     load_rss_kb: u64,
     /// VmHWM at the end (after the `rb status` calls), KiB.
@@ -125,6 +132,10 @@ impl ScaleRow {
         let pid = broker.child.id();
         let mut gen = spawn_loadgen(&broker, n)?;
         let up = crate::all_up_within(&broker, n, Duration::from_secs(120)).is_some();
+        // The reports alone first, once the allocator has given back the pages of the
+        // `rb status` answers that watched the hosts come up (jemalloc's decay: 10 s).
+        std::thread::sleep(SETTLE);
+        let reports_rss_kb = procstat::measure(pid, Duration::from_secs(2)).map_or(0, |(_, kb)| kb);
         let stop = Arc::new(AtomicBool::new(false));
         let probe = {
             let (socket, stop) = (broker.socket(), stop.clone());
@@ -154,6 +165,7 @@ impl ScaleRow {
         let _ = gen.wait();
         Ok(ScaleRow {
             cpu,
+            reports_rss_kb,
             load_rss_kb,
             rss_kb,
             grants_ms,
@@ -183,8 +195,9 @@ impl ScaleRow {
             k => format!("; {k} not granted within {} s", GRANT_WITHIN.as_secs()),
         };
         format!(
-            "{cpu}{} | {:.0} MiB | {:.0} MiB | {grants}{missed} | {status} | {} ",
+            "{cpu}{} | {:.0} MiB | {:.0} MiB | {:.0} MiB | {grants}{missed} | {status} | {} ",
             if self.up { "" } else { " (not all up)" },
+            self.reports_rss_kb as f64 / 1024.0,
             self.load_rss_kb as f64 / 1024.0,
             self.rss_kb as f64 / 1024.0,
             self.gen_cpu.map_or("-".into(), |c| format!("{c:.1} %")),
