@@ -101,7 +101,7 @@ pub async fn run(
     prepare_state_dir(&lab.broker.state_dir)?;
     let secret = Secret::load(&lab.broker.secret_file)?;
     let secret_mark = secret.lab_mark();
-    let fd_limit = raise_fd_limit();
+    let fd_limit = startup::raise_open_files();
     let tcp = TcpListener::bind(lab.broker.listen)
         .await
         .with_context(|| format!("cannot listen on {} (broker.listen)", lab.broker.listen))?;
@@ -451,18 +451,6 @@ fn write_info(
     std::fs::write(&tmp, serde_json::to_vec_pretty(&info)?)?;
     std::fs::rename(&tmp, info_path(state_dir))?;
     Ok(())
-}
-
-/// Lets a broker serve thousands of host connections: the open-files limit raised to its
-/// hard limit; returns the limit in force (`None`: unknown).
-fn raise_fd_limit() -> Option<u64> {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
-        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
-    }
-    getrlimit(Resource::RLIMIT_NOFILE)
-        .ok()
-        .map(|(soft, _)| soft)
 }
 
 #[cfg(test)]

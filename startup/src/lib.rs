@@ -10,6 +10,19 @@ pub mod output;
 
 pub use output::{OutputError, EXIT_READER_GONE};
 
+/// Raises this process's open-files limit to its hard limit (what a program that holds
+/// thousands of connections needs: the broker, the load generator); returns the limit in
+/// force (`None`: unknown). Children inherit it.
+pub fn raise_open_files() -> Option<u64> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+    }
+    getrlimit(Resource::RLIMIT_NOFILE)
+        .ok()
+        .map(|(soft, _)| soft)
+}
+
 /// Exit code of bad flags (`EX_USAGE`).
 pub const EXIT_USAGE: u8 = 64;
 

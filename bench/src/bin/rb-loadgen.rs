@@ -65,7 +65,7 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    raise_fd_limit();
+    startup::raise_open_files();
     if args.source_addresses > 1 && !broker_on_loopback(&args.broker) {
         anyhow::bail!(
             "--source-addresses {}: the broker `{}` is not on 127.0.0.0/8; give a loopback \
@@ -213,11 +213,4 @@ fn broker_on_loopback(broker: &str) -> bool {
     broker
         .parse::<SocketAddr>()
         .is_ok_and(|a| a.ip().is_loopback() && a.is_ipv4())
-}
-
-fn raise_fd_limit() {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
-        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
-    }
 }

@@ -44,7 +44,11 @@ const STATUS_EVERY: Duration = Duration::from_secs(1);
 const GRANT_WITHIN: Duration = Duration::from_secs(5);
 
 pub fn run(compared: Option<&(String, PathBuf)>) -> anyhow::Result<()> {
-    let most = raise_open_files()?.min(MOST_CONNECTED);
+    // Raised to the hard limit for the broker and `rb-loadgen`, which inherit it.
+    let open_files = startup::raise_open_files().context("reading the open-files limit")?;
+    let most = usize::try_from(open_files.saturating_sub(1000))
+        .unwrap_or(usize::MAX)
+        .min(MOST_CONNECTED);
     let counts = [most / 2, most];
     println!("### 100k hosts in the lab, as far as this machine goes\n");
     println!(
@@ -64,7 +68,7 @@ pub fn run(compared: Option<&(String, PathBuf)>) -> anyhow::Result<()> {
          back), before the agent and the dashboard start; under the load: the largest of \
          the CPU windows'; peak RSS: VmHWM at the end. Each row once per build, the builds \
          run one after the other.\n",
-        hard_open_files(),
+        open_files,
         REPORTS_PER_S,
         GRANT_EVERY.as_millis(),
         STATUS_EVERY.as_secs(),
@@ -328,20 +332,6 @@ impl ProbeAgent {
             _ => Ok(proto::frame::decode(line.trim_end())?),
         }
     }
-}
-
-/// Sets this process's soft open-files limit to its hard one (the broker and `rb-loadgen`
-/// inherit it) and returns that limit less room for other files.
-fn raise_open_files() -> anyhow::Result<usize> {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
-    setrlimit(Resource::RLIMIT_NOFILE, hard, hard)?;
-    Ok(usize::try_from(hard.saturating_sub(1000)).unwrap_or(usize::MAX))
-}
-
-fn hard_open_files() -> u64 {
-    nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
-        .map_or(0, |(_, hard)| hard)
 }
 
 /// The peak resident set (VmHWM) of process `pid`, KiB.
