@@ -223,7 +223,13 @@ impl Allocator {
             rank,
             labels: self.grantable_labels(host),
         };
-        self.inputs.hosts.insert(host.to_string(), Arc::new(entry));
+        // The usual host is known: its key stays (no name copied a report).
+        match self.inputs.hosts.get_mut(host) {
+            Some(slot) => *slot = Arc::new(entry),
+            None => {
+                self.inputs.hosts.insert(host.to_string(), Arc::new(entry));
+            }
+        }
         self.place_host(host);
     }
 

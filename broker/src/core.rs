@@ -14,6 +14,7 @@ use std::{
 use proto::{
     msg::{JobRegistration, Request, Response, ToBroker},
     report::{HostReport, HostStatus},
+    report_changes::ReportPatch,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{info, warn};
@@ -81,6 +82,14 @@ pub enum Event {
         host: String,
         conn: ConnId,
         report: Box<HostReport>,
+    },
+    /// A report as what changed since the host's last one on `conn` (`proto::repeats`),
+    /// applied to that report in the table; `allocs_running` as it says them now.
+    ReportChanges {
+        host: String,
+        conn: ConnId,
+        patch: Box<ReportPatch>,
+        allocs_running: Option<Vec<u64>>,
     },
     /// A report that is the host's last one on `conn` but for its counter `seq` (its
     /// connection found the same text: `proto::repeats`); `allocs_running` as that one said.
@@ -436,6 +445,12 @@ fn reports_behind(
                 seq,
                 allocs_running,
             }) => apply_same_report(table, desk, &host, conn, seq, allocs_running),
+            Some(Event::ReportChanges {
+                host,
+                conn,
+                patch,
+                allocs_running,
+            }) => apply_report_changes(table, desk, &host, conn, *patch, allocs_running),
             Some(other) => {
                 *held = Some(other);
                 break;
@@ -562,6 +577,12 @@ fn apply(
             seq,
             allocs_running,
         } => apply_same_report(table, desk, &host, conn, seq, allocs_running),
+        Event::ReportChanges {
+            host,
+            conn,
+            patch,
+            allocs_running,
+        } => apply_report_changes(table, desk, &host, conn, *patch, allocs_running),
         event => return apply_host(table, sessions, event, now),
     }
     Vec::new()
@@ -594,6 +615,21 @@ fn apply_same_report(
 ) {
     let now = now();
     table.report_same(host, conn, seq, now);
+    allocs_running(desk, host, running, now);
+}
+
+/// A report as what changed since the last one: as [`apply_report`] with the report it
+/// makes of the last.
+fn apply_report_changes(
+    table: &mut HostTable,
+    desk: &mut JobDesk,
+    host: &str,
+    conn: ConnId,
+    patch: ReportPatch,
+    running: Option<Vec<u64>>,
+) {
+    let now = now();
+    table.report_changes(host, conn, patch, now);
     allocs_running(desk, host, running, now);
 }
 
@@ -640,6 +676,7 @@ fn apply_host(
         | Event::StatusParts { .. }
         | Event::Report { .. }
         | Event::SameReport { .. }
+        | Event::ReportChanges { .. }
         | Event::AgentRegister { .. }
         | Event::AgentMessage { .. }
         | Event::AgentGone { .. }

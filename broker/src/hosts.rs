@@ -26,6 +26,7 @@ use allocation::HostMap;
 use config::HostEntry;
 use proto::{
     report::{HostReport, HostState, HostStatus},
+    report_changes::{Fields, ReportPatch},
     row_parts::{FixedPart, LivePart},
 };
 
@@ -335,6 +336,41 @@ impl HostTable {
                 .is_some_and(|(_, last)| repeats(last, &report));
         rec.set_report(Some((now, report)), &mut self.label_lists);
         rec.down_reason = None;
+        queue_silence_check(&mut self.silence_checks, host, rec, self.down_after);
+        self.reported(host, repeats);
+        true
+    }
+
+    /// A report arrived on `conn` as what changed since the host's last one there: taken
+    /// as [`report`](Self::report) takes the report it makes of the last, which it changes
+    /// in place (only the fields named are moved in; no whole report is copied or
+    /// compared). False, changing nothing, for a stale connection or a host with no report
+    /// yet (a connection sends a whole report before any changes: never after one).
+    pub fn report_changes(
+        &mut self,
+        host: &str,
+        conn: ConnId,
+        mut patch: ReportPatch,
+        now: Instant,
+    ) -> bool {
+        // Passed on apart from the host's report (see `core`), as a whole report's is.
+        patch.take_allocs_running();
+        let Some(rec) = self.hosts.get_mut(host) else {
+            return false;
+        };
+        let Some((at, last)) = rec.last_report.as_mut().filter(|_| rec.conn == Some(conn)) else {
+            return false;
+        };
+        let differed = patch.apply_to(last);
+        *at = now;
+        if differed.contains(Fields::LABELS) {
+            rec.labels = self
+                .label_lists
+                .get(merged_labels(&rec.entry.labels, &last.labels));
+        }
+        // What triggered a report is no part of what it says (as in `repeats`).
+        let repeats =
+            rec.down_reason.take().is_none() && differed.without(Fields::TRIGGER).is_empty();
         queue_silence_check(&mut self.silence_checks, host, rec, self.down_after);
         self.reported(host, repeats);
         true

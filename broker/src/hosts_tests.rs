@@ -571,3 +571,93 @@ fn a_row_read_back_from_its_parts_is_the_whole_row() {
     let read: Vec<HostStatus> = parts.iter().map(|p| p.to_row().expect("a row")).collect();
     assert_eq!(read, whole);
 }
+
+/// A daemon that sends what changed (`report_changes`, applied to the host's last report
+/// in the table) leaves the table as one sending each report whole: 2000 random reports
+/// (each field of the simulated shape changing or not, labels and users among them, the
+/// trigger alone, a NaN, a field named with the value it had), after each the same changed
+/// rows, the same repeated hosts and the same status.
+#[test]
+fn what_changed_applied_in_the_table_is_the_whole_report() {
+    use proto::{
+        msg::ToBroker,
+        report::{ReportTrigger, UserSession},
+        report_changes,
+    };
+    let (mut whole, mut patched) = (table(), table());
+    let mut now = Instant::now();
+    let mut seed: u64 = 17;
+    let mut next = |n: u64| {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (seed >> 33) % n
+    };
+    let mut last = report("node02");
+    for t in [&mut whole, &mut patched] {
+        t.connected("node02", 1);
+        t.report("node02", 1, last.clone(), now);
+        let _ = t.take_changed_rows(now);
+    }
+    let users = |n: u64| {
+        (0..n)
+            .map(|i| UserSession {
+                user: format!("u{i}"),
+                tty: "pts/0".into(),
+                idle_s: Some(i * 60),
+                from: None,
+            })
+            .collect::<Vec<_>>()
+    };
+    let (mut changes, mut repeats) = (0, 0);
+    for seq in 2..2002 {
+        let mut new = HostReport {
+            seq,
+            ..last.clone()
+        };
+        match next(9) {
+            0 => new.load = Some([next(100) as f64 / 10.0, 0.4, 0.3]),
+            1 => new.console_idle_s = Some(next(3)),
+            2 => new.users = [None, Some(users(next(3)))][next(2) as usize].clone(),
+            3 => new.labels = vec!["linux".into(), ["x86_64", "GPU"][next(2) as usize].into()],
+            4 => new.trigger = [None, Some(ReportTrigger::Interval)][next(2) as usize],
+            5 => new.cpu_util = Some(f64::NAN),
+            6 => new.mem_available_kb = Some(next(4) * 1000),
+            _ => {} // the counter alone
+        }
+        now += Duration::from_millis(500);
+        let mut text = report_changes::encode(&last, &new).expect("encodes");
+        if next(20) == 0 {
+            // A field named with the value it had.
+            let cpus = format!(r#","cpus":{}}}"#, new.cpus.unwrap_or(0));
+            text = text.replacen('}', &cpus, 1);
+        }
+        let patch = report_changes::parse(&text).expect("parses");
+        // Each way over the wire (where a NaN is `null`).
+        let frame =
+            proto::frame::encode(&ToBroker::Report(Box::new(new.clone()))).expect("encodes");
+        let Ok(ToBroker::Report(on_the_wire)) = proto::msg::decode_from_hostd(&frame) else {
+            panic!("{frame}");
+        };
+        assert!(whole.report("node02", 1, *on_the_wire, now));
+        assert!(patched.report_changes("node02", 1, patch, now));
+        let (w, p) = (whole.take_changed_rows(now), patched.take_changed_rows(now));
+        assert_eq!(w, p, "report {seq}: {text}");
+        let (w, p) = (whole.take_repeated(), patched.take_repeated());
+        assert_eq!(w, p, "report {seq}: {text}");
+        changes += usize::from(!w.is_empty());
+        repeats += usize::from(w.is_empty());
+        let status = |t: &HostTable| serde_json::to_string(&t.status(now)).expect("encodes");
+        assert_eq!(status(&whole), status(&patched), "report {seq}: {text}");
+        last = new;
+    }
+    assert!(changes > 500 && repeats > 500, "{changes} {repeats}");
+    // Refused, changing nothing: a stale connection, an unknown host, a host with no
+    // report on its connection yet.
+    let patch = || report_changes::parse(r#"{"t":"report_changes","seq":9,"cpus":1}"#);
+    assert!(!patched.report_changes("node02", 2, patch().expect("parses"), now));
+    assert!(!patched.report_changes("nodeXX", 1, patch().expect("parses"), now));
+    patched.connected("node03", 5);
+    assert!(!patched.report_changes("node03", 5, patch().expect("parses"), now));
+    assert!(patched.take_repeated().is_empty());
+}

@@ -13,17 +13,17 @@
 //! text is the old one, so it parses to the same report with the new counter.
 //!
 //! A daemon the broker offered it to sends its reports after the first as what changed
-//! ([`crate::report_changes`]): the decoder applies them to the connection's last report,
-//! kept parsed from the first such frame on, and gives the whole report (or
-//! [`HostdFrame::Same`] when only the counter moved).
+//! ([`crate::report_changes`]): the decoder reads each into the fields it names
+//! ([`HostdFrame::Changes`]), which the broker's host table applies to the host's last
+//! report (the one copy of it: the connection keeps none), or gives [`HostdFrame::Same`]
+//! when only the counter moved.
 
 use memchr::memmem;
 
 use crate::{
     frame::{decode_from_hostd, FrameError, REPORT_FRAME_START},
     msg::ToBroker,
-    report::HostReport,
-    report_changes,
+    report_changes::{self, ReportPatch},
 };
 
 /// One frame from a host daemon.
@@ -31,18 +31,21 @@ use crate::{
 pub enum HostdFrame {
     /// A report that is the last report on this connection but for its counter.
     Same { seq: u64 },
+    /// A report as what changed since the last one on this connection (at least one field
+    /// named), for the holder of that report to apply.
+    Changes(Box<ReportPatch>),
     /// Any other frame, parsed.
     Parsed(ToBroker),
 }
 
-/// A host daemon connection's decoder: remembers the last report.
+/// A host daemon connection's decoder: remembers the last whole report's text.
 #[derive(Debug, Default)]
 pub struct HostdFrames {
     /// The last report's text, and where the digits of its one `seq` begin, while the last
     /// report came whole.
     last_report: Option<(String, usize)>,
-    /// The last report parsed, once the daemon sends what changed.
-    applied: Option<HostReport>,
+    /// A whole report came on this connection: what changed can follow.
+    reported: bool,
 }
 
 impl HostdFrames {
@@ -60,47 +63,30 @@ impl HostdFrames {
         let msg = decode_from_hostd(&line)?;
         if matches!(msg, ToBroker::Report(_)) {
             self.last_report = seq_digits_at(&line).map(|at| (line, at));
-            self.applied = None;
+            self.reported = true;
         }
         Ok(HostdFrame::Parsed(msg))
     }
 
-    /// A report as what changed since the last one: applied to it. The usual frame of a
-    /// quiet host, its counter alone (`{"t":"report_changes","seq":N}`), is read as such
-    /// without the parser.
+    /// A report as what changed since the last one. The usual frame of a quiet host, its
+    /// counter alone (`{"t":"report_changes","seq":N}`), is read as such without the parser.
     fn changes(&mut self, line: &str) -> Result<HostdFrame, FrameError> {
-        let has_last = self.applied.is_some() || self.last_report.is_some();
-        if let Some(seq) = counter_alone(line).filter(|_| has_last) {
-            if let Some(last) = self.applied.as_mut() {
-                last.seq = seq;
-            }
+        if !self.reported {
+            return Err(FrameError::Malformed(
+                "report changes before a whole report on this connection".into(),
+            ));
+        }
+        // The last report is no longer the last whole report's text.
+        self.last_report = None;
+        if let Some(seq) = counter_alone(line) {
             return Ok(HostdFrame::Same { seq });
         }
-        let mut report = match (self.applied.take(), self.last_report.take()) {
-            (Some(report), _) => report,
-            (None, Some((text, _))) => match decode_from_hostd(&text)? {
-                ToBroker::Report(report) => *report,
-                // Only a report's text is kept: never here.
-                _ => {
-                    return Err(FrameError::Malformed(
-                        "report changes after a frame that is no report".into(),
-                    ))
-                }
-            },
-            (None, None) => {
-                return Err(FrameError::Malformed(
-                    "report changes before a whole report on this connection".into(),
-                ))
-            }
-        };
-        let applied = report_changes::apply(line, &mut report)
+        let patch = report_changes::parse(line)
             .map_err(|e| FrameError::Malformed(format!("report changes: {e}")))?;
-        let frame = match applied.fields {
-            0 => HostdFrame::Same { seq: applied.seq },
-            _ => HostdFrame::Parsed(ToBroker::Report(Box::new(report.clone()))),
-        };
-        self.applied = Some(report);
-        Ok(frame)
+        Ok(match patch.fields().is_empty() {
+            true => HostdFrame::Same { seq: patch.seq },
+            false => HostdFrame::Changes(Box::new(patch)),
+        })
     }
 }
 
@@ -258,44 +244,91 @@ mod tests {
         report_changes::encode(old, new).expect("encodes")
     }
 
-    /// After a whole report, what changed gives the whole new report; only a new counter is
-    /// the last report again; a whole report afterwards is parsed, never matched against the
-    /// text of the first one (which is no longer the last).
+    /// The report a frame leaves on the connection, as the broker's host table keeps it:
+    /// a whole report replaces `held`, what changed is applied to it.
+    fn follow(frames: &mut HostdFrames, line: String, held: &mut HostReport) -> HostdFrame {
+        let frame = frames.decode(line).expect("decodes");
+        match &frame {
+            HostdFrame::Parsed(ToBroker::Report(whole)) => *held = (**whole).clone(),
+            HostdFrame::Changes(patch) => {
+                patch.as_ref().clone().apply_to(held);
+            }
+            HostdFrame::Same { seq } => held.seq = *seq,
+            HostdFrame::Parsed(_) => {}
+        }
+        frame
+    }
+
+    /// After a whole report, what changed is read into the fields it names, which turn the
+    /// held report into the new one; only a new counter is the last report again; a whole
+    /// report afterwards is parsed, never matched against the text of the first one (which
+    /// is no longer the last).
     #[test]
-    fn report_changes_give_the_whole_report_and_a_new_counter_alone_is_the_same() {
+    fn report_changes_turn_the_held_report_into_the_new_one_and_a_new_counter_alone_is_the_same() {
         let mut frames = HostdFrames::default();
-        frames.decode(line(report(1, 0.42))).expect("decodes");
-        let moved = frames
-            .decode(changes(&report(1, 0.42), &report(2, 0.5)))
-            .expect("decodes");
-        assert_eq!(
-            moved,
-            HostdFrame::Parsed(ToBroker::Report(Box::new(report(2, 0.5))))
+        let mut held = HostReport::default();
+        follow(&mut frames, line(report(1, 0.42)), &mut held);
+        let moved = follow(
+            &mut frames,
+            changes(&report(1, 0.42), &report(2, 0.5)),
+            &mut held,
         );
-        let counter = frames
-            .decode(changes(&report(2, 0.5), &report(3, 0.5)))
-            .expect("decodes");
+        assert!(matches!(moved, HostdFrame::Changes(_)), "{moved:?}");
+        assert_eq!(held, report(2, 0.5));
+        let counter = follow(
+            &mut frames,
+            changes(&report(2, 0.5), &report(3, 0.5)),
+            &mut held,
+        );
         assert_eq!(counter, HostdFrame::Same { seq: 3 });
-        let moved_again = frames
-            .decode(changes(&report(3, 0.5), &report(4, 0.6)))
-            .expect("decodes");
-        assert_eq!(
-            moved_again,
-            HostdFrame::Parsed(ToBroker::Report(Box::new(report(4, 0.6))))
+        assert_eq!(held, report(3, 0.5));
+        follow(
+            &mut frames,
+            changes(&report(3, 0.5), &report(4, 0.6)),
+            &mut held,
         );
+        assert_eq!(held, report(4, 0.6));
         // The first report's text again but for its counter: not the last report.
-        let whole = frames.decode(line(report(5, 0.42))).expect("decodes");
+        let whole = follow(&mut frames, line(report(5, 0.42)), &mut held);
         assert_eq!(
             whole,
             HostdFrame::Parsed(ToBroker::Report(Box::new(report(5, 0.42))))
         );
-        let after_whole = frames
-            .decode(changes(&report(5, 0.42), &report(6, 0.7)))
-            .expect("decodes");
-        assert_eq!(
-            after_whole,
-            HostdFrame::Parsed(ToBroker::Report(Box::new(report(6, 0.7))))
+        follow(
+            &mut frames,
+            changes(&report(5, 0.42), &report(6, 0.7)),
+            &mut held,
         );
+        assert_eq!(held, report(6, 0.7));
+        // The whole text of report 5 again after what changed: parsed, not the same.
+        let whole_again = follow(&mut frames, line(report(7, 0.42)), &mut held);
+        assert!(
+            matches!(whole_again, HostdFrame::Parsed(_)),
+            "{whole_again:?}"
+        );
+        assert_eq!(held, report(7, 0.42));
+    }
+
+    /// A frame that names fields with their old values is the counter alone in effect:
+    /// applied, it changes nothing else.
+    #[test]
+    fn named_fields_with_their_old_values_change_nothing_else() {
+        let mut frames = HostdFrames::default();
+        let mut held = HostReport::default();
+        follow(&mut frames, line(report(1, 0.42)), &mut held);
+        let frame = follow(
+            &mut frames,
+            r#"{"t":"report_changes","seq":2,"cpus":8}"#.into(),
+            &mut held,
+        );
+        let HostdFrame::Changes(patch) = frame else {
+            panic!("{frame:?}");
+        };
+        assert_eq!(
+            patch.clone().apply_to(&mut report(1, 0.42)),
+            Default::default()
+        );
+        assert_eq!(held, report(2, 0.42));
     }
 
     #[test]

@@ -1,9 +1,10 @@
-//! `rb-corecost [--hosts N] [--rounds R] [--quiet] [--no-trace] [--name-order]`: the broker's
-//! core alone, taking host reports as the host daemons' thread hands them over (runs of
-//! events, no sockets, no parsing): N hosts of a lab under the paper policy connect and
-//! report once, then each reports R times more, changing as `rb-loadgen --changing` reports
-//! do, or (`--quiet`) repeating the last one, as the sessions pass on a report whose text
-//! repeats. Each round hands the hosts over in an order of its own, as their connections
+//! `rb-corecost [--hosts N] [--rounds R] [--quiet] [--whole-reports] [--no-trace]
+//! [--name-order]`: the broker's core alone, taking host reports as the host daemons' thread
+//! hands them over (runs of events, no sockets, no parsing): N hosts of a lab under the
+//! paper policy connect and report once, then each reports R times more, changing as
+//! `rb-loadgen --changing` reports do (as what changed, read as the sessions read it from a
+//! daemon that sends it; `--whole-reports`: whole, as from a daemon that predates that), or
+//! (`--quiet`) repeating the last one, as the sessions pass on a report whose text repeats. Each round hands the hosts over in an order of its own, as their connections
 //! come ready in the broker (a shuffle from a fixed seed: the same orders in every run);
 //! `--name-order` hands them over in name order, the order of the core's own tables, whose
 //! next record is then at hand in the processor's caches as it would not be in a lab.
@@ -37,6 +38,7 @@ use broker::{
 };
 use clap::Parser;
 use config::HostEntry;
+use proto::report_changes;
 use tokio::sync::{oneshot, watch};
 
 #[derive(Debug, Parser)]
@@ -51,6 +53,9 @@ struct Args {
     /// Each report repeats the host's last one (as `rb-loadgen` without `--changing`).
     #[arg(long)]
     quiet: bool,
+    /// Changing reports handed over whole (from daemons that do not send what changed).
+    #[arg(long)]
+    whole_reports: bool,
     /// No decision trace (as `trace_files_kept = 0`).
     #[arg(long)]
     no_trace: bool,
@@ -98,9 +103,10 @@ fn main() -> anyhow::Result<()> {
         if !args.name_order {
             rng.shuffle(&mut order);
         }
-        let events = match args.quiet {
-            true => order.iter().map(|n| same_event(n, seq)).collect(),
-            false => order.iter().map(|n| report_event(n, seq, shape)).collect(),
+        let events = match (args.quiet, args.whole_reports) {
+            (true, _) => order.iter().map(|n| same_event(n, seq)).collect(),
+            (false, true) => order.iter().map(|n| report_event(n, seq, shape)).collect(),
+            (false, false) => order.iter().map(|n| changes_event(n, seq, shape)).collect(),
         };
         lab.send(events)?;
     }
@@ -108,10 +114,11 @@ fn main() -> anyhow::Result<()> {
     let reports = (args.hosts as u64 * args.rounds).max(1) as f64;
     let per = |d: Duration| d.as_secs_f64() * 1e6 / reports;
     println!(
-        "{} hosts, {} rounds of {} reports{}: core {:.2} µs of wall time a report, process CPU {:.2} µs a report{}",
+        "{} hosts, {} rounds of {} reports{}{}: core {:.2} µs of wall time a report, process CPU {:.2} µs a report{}",
         args.hosts,
         args.rounds,
         if args.quiet { "repeated" } else { "changing" },
+        if args.whole_reports && !args.quiet { " sent whole" } else { "" },
         if args.name_order { " in name order" } else { "" },
         per(wall.elapsed()),
         per(process_cpu().saturating_sub(cpu)),
@@ -247,6 +254,26 @@ fn report_event(name: &str, seq: u64, shape: Shape) -> Event {
         host: name.to_string(),
         conn: conn_of(name),
         report: Box::new(report(name, seq, shape)),
+    }
+}
+
+/// Host `name`'s report number `seq` as what changed since its last, as a session hands it
+/// over (`proto::repeats`): the allocations running apart, the last known when not named.
+fn changes_event(name: &str, seq: u64, shape: Shape) -> Event {
+    let (last, new) = (report(name, seq - 1, shape), report(name, seq, shape));
+    let text = report_changes::encode(&last, &new).expect("a report encodes");
+    let mut patch = report_changes::parse(&text).expect("what changed reads back");
+    if patch.fields().is_empty() {
+        return same_event(name, seq);
+    }
+    let allocs_running = patch
+        .take_allocs_running()
+        .unwrap_or_else(|| last.allocs_running.clone());
+    Event::ReportChanges {
+        host: name.to_string(),
+        conn: conn_of(name),
+        patch: Box::new(patch),
+        allocs_running,
     }
 }
 

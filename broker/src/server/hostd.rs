@@ -53,6 +53,17 @@ pub(super) async fn hostd_session<S>(
                         last_allocs_running.clone_from(&report.allocs_running);
                         Event::Report { host: host.clone(), conn: id, report }
                     }
+                    Ok(HostdFrame::Changes(mut patch)) => {
+                        if let Some(running) = patch.take_allocs_running() {
+                            last_allocs_running = running;
+                        }
+                        Event::ReportChanges {
+                            host: host.clone(),
+                            conn: id,
+                            patch,
+                            allocs_running: last_allocs_running.clone(),
+                        }
+                    }
                     Ok(HostdFrame::Same { seq }) => Event::SameReport {
                         host: host.clone(),
                         conn: id,
@@ -110,7 +121,7 @@ where
             refuse(conn, ErrorCode::BadMessage, &why).await;
             Err(why)
         }
-        Ok(HostdFrame::Same { .. }) => Ok(()), // the caller's
+        Ok(HostdFrame::Same { .. } | HostdFrame::Changes(_)) => Ok(()), // the caller's
         Err(FrameError::Closed) => Err("connection closed".into()),
         Err(e) => {
             refuse(conn, ErrorCode::BadMessage, &e.to_string()).await;

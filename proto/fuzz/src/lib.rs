@@ -13,6 +13,7 @@ use proto::{
     handshake::{server_handshake, ServerAuth, UserKeys},
     msg::{decode_from_hostd, ToBroker},
     repeats::{HostdFrame, HostdFrames},
+    report::HostReport,
 };
 
 /// The broker's credential book, with one user, `bob` (key: the lab secret's text, so a
@@ -84,16 +85,28 @@ fn run(session: impl std::future::Future<Output = ()>) {
 /// Every line of `data` decoded as the broker decodes a frame, and as it decodes a host
 /// daemon's frame ([`decode_from_hostd`]: a report straight into `HostReport`), which must
 /// agree with the tagged enum whenever both decode it; and the lines in turn as one host
-/// daemon's session decodes them ([`HostdFrames`]: repeats, and reports as what changed
-/// applied to the last one), whose reports must encode and decode again.
+/// daemon's session decodes them ([`HostdFrames`]: repeats, and reports as what changed,
+/// applied to the last one as the broker's host table applies them), whose reports must
+/// encode and decode again.
 fn decode_each_line(data: &[u8]) {
     let mut session = HostdFrames::default();
+    let mut held = HostReport::default();
     for line in data.split(|&b| b == b'\n') {
         let Ok(text) = std::str::from_utf8(line) else {
             continue;
         };
-        if let Ok(HostdFrame::Parsed(msg)) = session.decode(text.to_string()) {
-            round_trip(&msg);
+        match session.decode(text.to_string()) {
+            Ok(HostdFrame::Parsed(msg)) => {
+                if let ToBroker::Report(whole) = &msg {
+                    held = (**whole).clone();
+                }
+                round_trip(&msg);
+            }
+            Ok(HostdFrame::Changes(patch)) => {
+                patch.apply_to(&mut held);
+                round_trip(&ToBroker::Report(Box::new(held.clone())));
+            }
+            _ => {}
         }
         let generic = frame::decode::<ToBroker>(text);
         if let Ok(msg) = &generic {

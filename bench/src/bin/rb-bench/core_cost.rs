@@ -18,9 +18,13 @@ const ROUNDS: u64 = 10;
 const COUNTED_ROUNDS: u64 = 3;
 
 /// The rows: which reports, with the decision trace or not.
-const ROWS: [(&str, &[&str]); 5] = [
+const ROWS: [(&str, &[&str]); 6] = [
     ("every report changing", &[]),
     ("every report changing, no trace", &["--no-trace"]),
+    (
+        "every report changing, sent whole, no trace",
+        &["--whole-reports", "--no-trace"],
+    ),
     (
         "every report changing, no trace, in name order",
         &["--no-trace", "--name-order"],
@@ -35,12 +39,14 @@ pub fn run(compared: Option<&(String, std::path::PathBuf)>) -> anyhow::Result<()
         "`rb-corecost --hosts {HOSTS} --rounds {ROUNDS}`: the broker's core (`core::run` on a \
          thread of its own, the paper policy, jemalloc as the broker's) handed every host's \
          report {ROUNDS} times after the lab's start, in runs of events as the host daemons' \
-         thread hands them over, each round in an order of its own as connections come \
+         thread hands them over (a changing report as what changed, read as a session reads \
+         it from today's daemons; `sent whole`: as from a daemon that sends whole reports), \
+         each round in an order of its own as connections come \
          ready (a seeded shuffle; one row in name order, the order of the core's tables, \
          whose next record the processor's caches then hold already: what a lab's order of \
          arrival costs); no sockets, no parsing (the floor rows of the footprint are \
          those). Time: the core's wall time and the process's CPU time (the trace writer's \
-         thread and the harness building the reports included) per report, median of {RUNS} runs (min–max), the builds' runs \
+         thread and the harness building, encoding and reading the reports included) per report, median of {RUNS} runs (min–max), the builds' runs \
          interleaved. Instructions: \
          callgrind's count for the whole process per report, {COUNTED_ROUNDS} rounds less \
          none, without the trace (whose files' rotations fall at other reports from run to \
