@@ -48,8 +48,8 @@ pub fn run(compared: Option<&(String, std::path::PathBuf)>) -> anyhow::Result<()
          those). Time: the core's wall time and the process's CPU time (the trace writer's \
          thread and the harness building, encoding and reading the reports included) per report, median of {RUNS} runs (min–max), the builds' runs \
          interleaved. Instructions: \
-         callgrind's count for the whole process per report, {COUNTED_ROUNDS} rounds less \
-         none, without the trace (whose files' rotations fall at other reports from run to \
+         callgrind's count on the core's thread per report (the harness's thread left \
+         out), {COUNTED_ROUNDS} rounds less none, without the trace (whose files' rotations fall at other reports from run to \
          run); they repeat to 0.1 % between runs.\n"
     );
     println!("| core | reports | wall µs a report | CPU µs a report | instructions a report |");
@@ -139,14 +139,40 @@ fn instructions_per_report(bin: &Path, flags: &[&str]) -> Option<f64> {
     Some(counted.saturating_sub(start) as f64 / (HOSTS as u64 * COUNTED_ROUNDS) as f64)
 }
 
-/// The `I refs` callgrind prints for one run of `rb-corecost`.
+/// The instructions callgrind counts on the core's thread in one run of `rb-corecost`
+/// (one profile a thread; the core's is the one whose functions include the core's loop):
+/// the harness that builds, encodes and reads the reports runs on another.
 fn callgrind_total(bin: &Path, flags: &[&str], rounds: u64) -> Option<u64> {
+    let dir = tempfile::tempdir().ok()?;
     let mut valgrind = Command::new("valgrind");
     valgrind
-        .args(["--tool=callgrind", "--callgrind-out-file=/dev/null"])
+        .args(["--tool=callgrind", "--separate-threads=yes"])
+        .arg(format!(
+            "--callgrind-out-file={}/callgrind.%p",
+            dir.path().display()
+        ))
         .arg(bin);
     let out = corecost_command(valgrind, flags, rounds).output().ok()?;
-    let text = String::from_utf8_lossy(&out.stderr);
-    let line = text.lines().find(|l| l.contains("I   refs:"))?;
-    line.rsplit(' ').next()?.replace(',', "").parse().ok()
+    if !out.status.success() {
+        return None;
+    }
+    std::fs::read_dir(dir.path())
+        .ok()?
+        .filter_map(|entry| std::fs::read_to_string(entry.ok()?.path()).ok())
+        .find(|profile| profile.contains(CORE_LOOP))
+        .and_then(|profile| thread_total(&profile))
+}
+
+/// A function of the core's loop, named in the core thread's profile only.
+const CORE_LOOP: &str = "broker::core::hosts_to_desk";
+
+/// The `summary:` (or `totals:`) line of one thread's callgrind profile.
+fn thread_total(profile: &str) -> Option<u64> {
+    profile
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("summary:")
+                .or_else(|| l.strip_prefix("totals:"))
+        })
+        .and_then(|n| n.trim().parse().ok())
 }
