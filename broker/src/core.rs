@@ -111,12 +111,7 @@ pub enum Event {
         host: String,
         how: String,
     },
-    /// Every host's row, built at once (the core's tests; at 100k hosts tens of ms of the
-    /// core: the broker itself asks [`Event::StatusParts`]).
-    Status {
-        reply: oneshot::Sender<Vec<HostStatus>>,
-    },
-    /// The rows of [`Event::Status`] in parts, for `rb status` and the web page: the fixed
+    /// Every host's status row in parts, for `rb status` and the web page: the fixed
     /// parts as kept encoded, so that the core builds and encodes no row (the connection
     /// joins them); built a piece at a time between other events
     /// ([`crate::status_answers`]).
@@ -174,8 +169,7 @@ impl Event {
     fn is_request(&self) -> bool {
         matches!(
             self,
-            Event::Status { .. }
-                | Event::StatusParts { .. }
+            Event::StatusParts { .. }
                 | Event::Explain { .. }
                 | Event::Admin { .. }
                 | Event::PolicyInputs { .. }
@@ -563,11 +557,6 @@ fn apply(
         Event::Explain { host, job, reply } => {
             let _ = reply.send(desk.explain(&host, job, now));
         }
-        Event::Status { reply } => {
-            let mut rows = table.status(now);
-            desk.annotate(&mut rows, now);
-            let _ = reply.send(rows);
-        }
         // Built a piece at a time between other events (`run`).
         Event::StatusParts { reply } => status.ask(reply),
         Event::Report { host, conn, report } => apply_report(table, desk, host, conn, *report),
@@ -672,8 +661,7 @@ fn apply_host(
         }
         Event::DaemonStarted { host } => table.daemon_started(&host, now),
         Event::DaemonExited { host, how } => table.daemon_exited(&host, &how),
-        Event::Status { .. }
-        | Event::StatusParts { .. }
+        Event::StatusParts { .. }
         | Event::Report { .. }
         | Event::SameReport { .. }
         | Event::ReportChanges { .. }

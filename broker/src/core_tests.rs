@@ -178,11 +178,16 @@ impl Core {
         self.status_now().await
     }
 
-    /// `rb status` as the core answers it, events sent before or not.
+    /// `rb status` as the core answers it (in parts, joined into rows as the connection
+    /// joins them), events sent before or not.
     async fn status_now(&self) -> Vec<HostStatus> {
-        let (reply, rows) = oneshot::channel();
-        self.send(Event::Status { reply }).await;
-        rows.await.expect("answered")
+        let (reply, parts) = oneshot::channel();
+        self.send(Event::StatusParts { reply }).await;
+        let parts = parts.await.expect("answered");
+        parts
+            .iter()
+            .map(|part| part.to_row().expect("a row reads back"))
+            .collect()
     }
 
     /// Waits until the core took (and so applied) every event sent so far.
@@ -583,10 +588,11 @@ async fn a_changed_report_after_repeated_ones_reaches_the_allocator_and_the_stat
 
 /// `rb status` at 10k hosts waited behind the second's burst of reports (0.3 s): requests
 /// have a queue of their own now, served before the next batch of reports. Here 200
-/// reports are queued before the request; with one queue the answer always saw all 200,
-/// now at most one batch.
+/// reports are queued before the request (`rb policy explain`, answered at once; a status
+/// answer is then built in pieces between batches, `status_answers`); with one queue the
+/// answer always saw all 200, now at most one batch.
 #[tokio::test(start_paused = true)]
-async fn a_status_request_does_not_wait_behind_queued_reports() {
+async fn a_request_does_not_wait_behind_queued_reports() {
     let mut core = Core::start_with_queue(&[entry("node02", None)], 256);
     let conn = core.report("node02", idle_report("node02")).await;
     core.settle().await;
@@ -602,8 +608,17 @@ async fn a_status_request_does_not_wait_behind_queued_reports() {
     .await;
     // The core may be woken inside its wait with both queues ready and take one batch of
     // reports first (the pick is random: neither queue starves); never more than one.
-    let rows = core.status_now().await;
-    let load = rows[0].load1.expect("the first report's load at least");
+    let (reply, answer) = oneshot::channel();
+    core.send(Event::Explain {
+        host: "node02".into(),
+        job: None,
+        reply,
+    })
+    .await;
+    let explained = answer.await.expect("answered").expect("explained");
+    let load = explained["host_facts"]["load1"]
+        .as_f64()
+        .expect("the first report's load at least");
     assert!(
         load <= super::REPORT_BATCH as f64,
         "answered after more than one batch of the queued reports (load {load})"
@@ -644,7 +659,7 @@ async fn a_run_of_events_is_taken_one_by_one_in_order_and_its_requests_go_apart(
     let (reply, _answer) = oneshot::channel();
     let run = vec![
         started("h1"),
-        Event::Status { reply },
+        Event::StatusParts { reply },
         started("h2"),
         started("h3"),
     ];
@@ -663,7 +678,7 @@ async fn a_run_of_events_is_taken_one_by_one_in_order_and_its_requests_go_apart(
     assert_eq!(hosts, ["h1", "h2", "h3"]);
     assert!(matches!(
         queues.requests.try_recv(),
-        Ok(Event::Status { .. })
+        Ok(Event::StatusParts { .. })
     ));
 }
 
