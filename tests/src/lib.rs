@@ -18,6 +18,7 @@ pub mod faults;
 pub mod labtier;
 pub mod logind;
 pub mod mw;
+pub mod raw_agent;
 pub mod slurm;
 
 /// Directory holding the workspace's binaries (`target/<profile>`), built on first use.

@@ -4,17 +4,15 @@
 //! control socket, with the real broker and virtual hosts; no root needed.
 
 use std::{
-    io::{BufRead, BufReader, Write},
-    os::unix::net::UnixStream,
     sync::{
         atomic::{AtomicBool, Ordering},
         Arc,
     },
-    time::{Duration, Instant},
+    time::Duration,
 };
 
-use proto::msg::{FromBroker, Hello, JobRegistration, Role, ToBroker};
-use tests::{local_lab, wait_until, Broker};
+use proto::msg::ToBroker;
+use tests::{local_lab, raw_agent::RawAgent, wait_until, Broker};
 
 /// The flooding agent's outbox (`RB_AGENT_OUTBOX`): small enough that the test ends
 /// soon, large enough that the flood lasts over many probes.
@@ -22,79 +20,6 @@ const OUTBOX: &str = "2000";
 
 /// How long a read from the broker may take before the test calls the broker stalled.
 const ANSWER_WITHIN: Duration = Duration::from_secs(10);
-
-/// A raw agent on the control socket: its handshake and registration done.
-struct RawAgent {
-    stream: UnixStream,
-    reader: BufReader<UnixStream>,
-}
-
-impl RawAgent {
-    fn register(broker: &Broker, name: &str) -> RawAgent {
-        let stream = UnixStream::connect(broker.socket()).expect("connect");
-        stream
-            .set_read_timeout(Some(ANSWER_WITHIN))
-            .expect("read timeout");
-        let reader = BufReader::new(stream.try_clone().expect("clone"));
-        let mut agent = RawAgent { stream, reader };
-        agent.send(&ToBroker::Hello(Hello {
-            proto: proto::PROTOCOL_VERSION,
-            role: Role::Agent,
-            name: name.into(),
-            nonce: String::new(),
-            user: None,
-        }));
-        assert!(matches!(agent.recv(), FromBroker::Welcome { .. }));
-        agent.send(&ToBroker::Register(Box::new(JobRegistration {
-            user: "ignored".into(),
-            cwd: "/".into(),
-            argv: vec![name.into()],
-            spec: None,
-            adaptive: true,
-            resume: None,
-            runs_on: None,
-            module: None,
-        })));
-        assert!(matches!(agent.recv(), FromBroker::Registered { .. }));
-        agent
-    }
-
-    fn send(&mut self, msg: &ToBroker) {
-        let line = proto::frame::encode(msg).expect("encode");
-        self.stream
-            .write_all(format!("{line}\n").as_bytes())
-            .expect("write to the broker");
-    }
-
-    fn recv(&mut self) -> FromBroker {
-        let mut line = String::new();
-        match self.reader.read_line(&mut line) {
-            Ok(n) if n > 0 => proto::frame::decode(line.trim_end()).expect("a message"),
-            other => panic!("no answer from the broker within {ANSWER_WITHIN:?}: {other:?}"),
-        }
-    }
-
-    /// Asks for `host`, waits for the grant and gives it back; returns how long the grant
-    /// took.
-    fn grant_latency(&mut self, req: u64, host: &str) -> Duration {
-        let asked = Instant::now();
-        self.send(&ToBroker::Allocate {
-            req,
-            symbolic: host.into(),
-        });
-        loop {
-            match self.recv() {
-                FromBroker::Granted { req: r, alloc, .. } if r == req => {
-                    let took = asked.elapsed();
-                    self.send(&ToBroker::GiveBack { alloc });
-                    return took;
-                }
-                FromBroker::Refused { message, .. } => panic!("refused: {message}"),
-                _ => continue,
-            }
-        }
-    }
-}
 
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
@@ -127,16 +52,11 @@ fn flood(mut agent: RawAgent, limit: u64, done: &AtomicBool) -> (u64, bool) {
     let mut written = 0;
     let mut cut = false;
     while written < limit {
-        let line = proto::frame::encode(&ToBroker::Allocate {
+        let ask = ToBroker::Allocate {
             req: written + 1,
             symbolic: "anyNoSuchLabel".into(),
-        })
-        .expect("encode");
-        if agent
-            .stream
-            .write_all(format!("{line}\n").as_bytes())
-            .is_err()
-        {
+        };
+        if agent.send(&ask).is_err() {
             cut = true;
             break;
         }
@@ -173,11 +93,17 @@ struct Samples {
 fn an_agent_that_floods_and_never_reads_is_cut_without_stalling_anyone() {
     let broker = Broker::start_env(&local_lab(2), &[("RB_AGENT_OUTBOX", OUTBOX)]);
     broker.wait_all_up(Duration::from_secs(20));
-    let mut prober = RawAgent::register(&broker, "prober");
+    let register = |name: &str| {
+        RawAgent::register(&broker.socket(), name, ANSWER_WITHIN).expect("a registered agent")
+    };
+    let mut prober = register("prober");
     let mut req = 0;
     let mut probe = |prober: &mut RawAgent| {
         req += 1;
-        prober.grant_latency(req, "anyLinux")
+        prober
+            .grant(req, "anyLinux", ANSWER_WITHIN)
+            .expect("the broker answers")
+            .expect("granted within the answer's time")
     };
     let mut s = Samples::default();
     // The RSS before any flood, and its peak from then on.
@@ -199,7 +125,7 @@ fn an_agent_that_floods_and_never_reads_is_cut_without_stalling_anyone() {
                 _ => rss_peak = rss_peak.max(rss),
             }
         }
-        let flooder = RawAgent::register(&broker, &format!("flooder{round}"));
+        let flooder = register(&format!("flooder{round}"));
         let done = Arc::new(AtomicBool::new(false));
         let flooding = {
             let done = done.clone();

@@ -9,8 +9,6 @@
 //! to 100k.
 
 use std::{
-    io::{BufRead, BufReader, Write},
-    os::unix::net::UnixStream,
     path::PathBuf,
     process::{Child, Command, Stdio},
     sync::{
@@ -22,8 +20,7 @@ use std::{
 
 use anyhow::Context;
 use bench::{procstat, stats::summarize};
-use proto::msg::{FromBroker, Hello, JobRegistration, Role, ToBroker};
-use tests::Broker;
+use tests::{raw_agent::RawAgent, Broker};
 
 /// Hosts the lab file names.
 const LAB_HOSTS: usize = 100_000;
@@ -227,14 +224,14 @@ fn spawn_loadgen(broker: &Broker, n: usize) -> anyhow::Result<Child> {
 /// An agent on `socket` asks for `anyLinux` every [`GRANT_EVERY`] until `stop`, giving each
 /// host back once granted: the waits in ms, and the requests not granted in time.
 fn probe_grants(socket: &std::path::Path, stop: &AtomicBool) -> anyhow::Result<(Vec<f64>, usize)> {
-    let mut agent = ProbeAgent::register(socket)?;
+    let mut agent = RawAgent::register(socket, "rb-bench-grant-probe", GRANT_WITHIN)?;
     let (mut waits, mut missed) = (Vec::new(), 0);
     let mut req = 0;
     while !stop.load(Ordering::Relaxed) {
         req += 1;
         let next = Instant::now() + GRANT_EVERY;
-        match agent.grant(req)? {
-            Some(ms) => waits.push(ms),
+        match agent.grant(req, "anyLinux", GRANT_WITHIN)? {
+            Some(took) => waits.push(took.as_secs_f64() * 1000.0),
             None => missed += 1,
         }
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
@@ -259,79 +256,6 @@ fn ask_status(socket: &std::path::Path, stop: &AtomicBool) -> Vec<f64> {
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
     }
     took
-}
-
-/// An agent's connection to the broker's control socket, registered.
-struct ProbeAgent {
-    stream: UnixStream,
-    reader: BufReader<UnixStream>,
-}
-
-impl ProbeAgent {
-    fn register(socket: &std::path::Path) -> anyhow::Result<ProbeAgent> {
-        let stream = UnixStream::connect(socket).context("the broker's control socket")?;
-        stream.set_read_timeout(Some(GRANT_WITHIN))?;
-        let reader = BufReader::new(stream.try_clone()?);
-        let mut agent = ProbeAgent { stream, reader };
-        agent.send(&ToBroker::Hello(Hello {
-            proto: proto::PROTOCOL_VERSION,
-            role: Role::Agent,
-            name: "rb-bench-grant-probe".into(),
-            nonce: String::new(),
-            user: None,
-        }))?;
-        agent.recv()?;
-        agent.send(&ToBroker::Register(Box::new(JobRegistration {
-            user: "ignored".into(),
-            cwd: "/".into(),
-            argv: vec!["rb-bench-grant-probe".into()],
-            spec: None,
-            adaptive: true,
-            resume: None,
-            runs_on: None,
-            module: None,
-        })))?;
-        agent.recv()?;
-        Ok(agent)
-    }
-
-    /// Asks for `anyLinux` as request `req`: ms until granted (the host then given back),
-    /// or `None` (the request cancelled) when refused or not granted in time.
-    fn grant(&mut self, req: u64) -> anyhow::Result<Option<f64>> {
-        let asked = Instant::now();
-        self.send(&ToBroker::Allocate {
-            req,
-            symbolic: "anyLinux".into(),
-        })?;
-        while asked.elapsed() < GRANT_WITHIN {
-            match self.recv() {
-                Ok(FromBroker::Granted { req: r, alloc, .. }) if r == req => {
-                    let ms = asked.elapsed().as_secs_f64() * 1000.0;
-                    self.send(&ToBroker::GiveBack { alloc })?;
-                    return Ok(Some(ms));
-                }
-                Ok(FromBroker::Refused { .. }) => break,
-                Ok(_) => continue,
-                Err(_) => break,
-            }
-        }
-        self.send(&ToBroker::Cancel { req })?;
-        Ok(None)
-    }
-
-    fn send(&mut self, msg: &ToBroker) -> anyhow::Result<()> {
-        let line = proto::frame::encode(msg)?;
-        self.stream.write_all(format!("{line}\n").as_bytes())?;
-        Ok(())
-    }
-
-    fn recv(&mut self) -> anyhow::Result<FromBroker> {
-        let mut line = String::new();
-        match self.reader.read_line(&mut line)? {
-            0 => anyhow::bail!("the broker closed the agent's connection"),
-            _ => Ok(proto::frame::decode(line.trim_end())?),
-        }
-    }
 }
 
 /// The peak resident set (VmHWM) of process `pid`, KiB.
