@@ -78,25 +78,13 @@ pub enum Event {
         host: String,
         address: String,
     },
+    /// A report from `host`'s daemon on `conn`, in the form its connection read it;
+    /// `allocs_running` as it says them now (apart from the report: `core` passes them to
+    /// the desk, the report goes to the table).
     Report {
         host: String,
         conn: ConnId,
-        report: Box<HostReport>,
-    },
-    /// A report as what changed since the host's last one on `conn` (`proto::repeats`),
-    /// applied to that report in the table; `allocs_running` as it says them now.
-    ReportChanges {
-        host: String,
-        conn: ConnId,
-        patch: Box<ReportPatch>,
-        allocs_running: Option<Vec<u64>>,
-    },
-    /// A report that is the host's last one on `conn` but for its counter `seq` (its
-    /// connection found the same text: `proto::repeats`); `allocs_running` as that one said.
-    SameReport {
-        host: String,
-        conn: ConnId,
-        seq: u64,
+        report: Reported,
         allocs_running: Option<Vec<u64>>,
     },
     Disconnected {
@@ -160,6 +148,17 @@ pub enum Event {
         req: Request,
         reply: oneshot::Sender<Result<Response, AdminError>>,
     },
+}
+
+/// A host report as its daemon's connection read it (`proto::repeats`).
+#[derive(Debug)]
+pub enum Reported {
+    /// The whole report (its `allocs_running` taken out).
+    Whole(Box<HostReport>),
+    /// The connection's last report again, but for its counter `seq`.
+    Same { seq: u64 },
+    /// What changed since the connection's last report, to apply to it.
+    Changes(Box<ReportPatch>),
 }
 
 impl Event {
@@ -430,21 +429,12 @@ fn reports_behind(
 ) {
     for _ in 1..REPORT_BATCH {
         match events.try_recv() {
-            Some(Event::Report { host, conn, report }) => {
-                apply_report(table, desk, host, conn, *report)
-            }
-            Some(Event::SameReport {
+            Some(Event::Report {
                 host,
                 conn,
-                seq,
+                report,
                 allocs_running,
-            }) => apply_same_report(table, desk, &host, conn, seq, allocs_running),
-            Some(Event::ReportChanges {
-                host,
-                conn,
-                patch,
-                allocs_running,
-            }) => apply_report_changes(table, desk, &host, conn, *patch, allocs_running),
+            }) => apply_report(table, desk, &host, conn, report, allocs_running),
             Some(other) => {
                 *held = Some(other);
                 break;
@@ -559,66 +549,34 @@ fn apply(
         }
         // Built a piece at a time between other events (`run`).
         Event::StatusParts { reply } => status.ask(reply),
-        Event::Report { host, conn, report } => apply_report(table, desk, host, conn, *report),
-        Event::SameReport {
+        Event::Report {
             host,
             conn,
-            seq,
+            report,
             allocs_running,
-        } => apply_same_report(table, desk, &host, conn, seq, allocs_running),
-        Event::ReportChanges {
-            host,
-            conn,
-            patch,
-            allocs_running,
-        } => apply_report_changes(table, desk, &host, conn, *patch, allocs_running),
+        } => apply_report(table, desk, &host, conn, report, allocs_running),
         event => return apply_host(table, sessions, event, now),
     }
     Vec::new()
 }
 
-/// A host daemon's report: to the table (the allocator hears of the change at the end of
-/// the turn, `hosts_to_desk`); the allocations it says still run, to the desk at once.
+/// A host daemon's report (as its connection read it: whole, the last again, or what
+/// changed): to the table (the allocator hears of the change at the end of the turn,
+/// `hosts_to_desk`); the allocations it says still run, to the desk at once.
 fn apply_report(
     table: &mut HostTable,
     desk: &mut JobDesk,
-    host: String,
-    conn: ConnId,
-    mut report: HostReport,
-) {
-    let now = now();
-    let running = report.allocs_running.take();
-    table.report(&host, conn, report, now);
-    allocs_running(desk, &host, running, now);
-}
-
-/// A report that repeats the last one but for its counter: as [`apply_report`] with that
-/// report again.
-fn apply_same_report(
-    table: &mut HostTable,
-    desk: &mut JobDesk,
     host: &str,
     conn: ConnId,
-    seq: u64,
+    report: Reported,
     running: Option<Vec<u64>>,
 ) {
     let now = now();
-    table.report_same(host, conn, seq, now);
-    allocs_running(desk, host, running, now);
-}
-
-/// A report as what changed since the last one: as [`apply_report`] with the report it
-/// makes of the last.
-fn apply_report_changes(
-    table: &mut HostTable,
-    desk: &mut JobDesk,
-    host: &str,
-    conn: ConnId,
-    patch: ReportPatch,
-    running: Option<Vec<u64>>,
-) {
-    let now = now();
-    table.report_changes(host, conn, patch, now);
+    match report {
+        Reported::Whole(report) => table.report(host, conn, *report, now),
+        Reported::Same { seq } => table.report_same(host, conn, seq, now),
+        Reported::Changes(patch) => table.report_changes(host, conn, *patch, now),
+    };
     allocs_running(desk, host, running, now);
 }
 
@@ -663,8 +621,6 @@ fn apply_host(
         Event::DaemonExited { host, how } => table.daemon_exited(&host, &how),
         Event::StatusParts { .. }
         | Event::Report { .. }
-        | Event::SameReport { .. }
-        | Event::ReportChanges { .. }
         | Event::AgentRegister { .. }
         | Event::AgentMessage { .. }
         | Event::AgentGone { .. }

@@ -14,7 +14,7 @@ use tokio::{
     task::JoinHandle,
 };
 
-use super::{run, Event, EventSender};
+use super::{run, Event, EventSender, Reported};
 use crate::{
     alloc::{AllocConfig, Allocator, JobId},
     host_words::{HostWord, WordSender},
@@ -112,19 +112,24 @@ impl Core {
     }
 
     /// The daemon of `host` on connection `conn` sends `report`.
-    async fn report_on(&self, host: &str, conn: u64, report: HostReport) {
-        let report = Box::new(report);
-        let host = host.to_string();
-        self.send(Event::Report { host, conn, report }).await;
+    async fn report_on(&self, host: &str, conn: u64, mut report: HostReport) {
+        let allocs_running = report.allocs_running.take();
+        self.send(Event::Report {
+            host: host.to_string(),
+            conn,
+            report: Reported::Whole(Box::new(report)),
+            allocs_running,
+        })
+        .await;
     }
 
     /// The daemon of `host` on connection `conn` sends its last report again with the
     /// counter `seq` (what its connection finds without parsing it).
     async fn same_on(&self, host: &str, conn: u64, seq: u64) {
-        let same = Event::SameReport {
+        let same = Event::Report {
             host: host.to_string(),
             conn,
-            seq,
+            report: Reported::Same { seq },
             allocs_running: None,
         };
         self.send(same).await;

@@ -38,7 +38,7 @@ use tracing::warn;
 use crate::{
     audit::AuditLog,
     authz::{Actor, AdminError},
-    core::{Event, EventSender},
+    core::{Event, EventSender, Reported},
     log_limit::LogLimiter,
     outbox::{self, OutboxRx},
     pace::Pace,

@@ -29,7 +29,7 @@ use anyhow::Context;
 use bench::report_shape::{report, Shape};
 use broker::{
     alloc::{AllocConfig, Allocator, TraceClock},
-    core::{self, Event, EventSender},
+    core::{self, Event, EventSender, Reported},
     host_words::WordSender,
     hosts::HostTable,
     jobs::JobDesk,
@@ -250,10 +250,13 @@ impl Lab {
 
 /// Host `name`'s report number `seq` (connection `i + 1` for the `i`th host).
 fn report_event(name: &str, seq: u64, shape: Shape) -> Event {
+    let mut report = report(name, seq, shape);
+    let allocs_running = report.allocs_running.take();
     Event::Report {
         host: name.to_string(),
         conn: conn_of(name),
-        report: Box::new(report(name, seq, shape)),
+        report: Reported::Whole(Box::new(report)),
+        allocs_running,
     }
 }
 
@@ -269,20 +272,20 @@ fn changes_event(name: &str, seq: u64, shape: Shape) -> Event {
     let allocs_running = patch
         .take_allocs_running()
         .unwrap_or_else(|| last.allocs_running.clone());
-    Event::ReportChanges {
+    Event::Report {
         host: name.to_string(),
         conn: conn_of(name),
-        patch: Box::new(patch),
+        report: Reported::Changes(Box::new(patch)),
         allocs_running,
     }
 }
 
 /// Host `name`'s report number `seq`, the same text as its last but for the counter.
 fn same_event(name: &str, seq: u64) -> Event {
-    Event::SameReport {
+    Event::Report {
         host: name.to_string(),
         conn: conn_of(name),
-        seq,
+        report: Reported::Same { seq },
         allocs_running: Some(Vec::new()),
     }
 }

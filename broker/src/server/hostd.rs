@@ -49,32 +49,28 @@ pub(super) async fn hostd_session<S>(
             msg = conn.recv_line() => {
                 ctx.turns.frame_read(&mut pace).await;
                 let report = match msg.and_then(|line| frames.decode(line)) {
-                    Ok(HostdFrame::Parsed(ToBroker::Report(report))) => {
-                        last_allocs_running.clone_from(&report.allocs_running);
-                        Event::Report { host: host.clone(), conn: id, report }
+                    Ok(HostdFrame::Parsed(ToBroker::Report(mut report))) => {
+                        last_allocs_running = report.allocs_running.take();
+                        Reported::Whole(report)
                     }
                     Ok(HostdFrame::Changes(mut patch)) => {
                         if let Some(running) = patch.take_allocs_running() {
                             last_allocs_running = running;
                         }
-                        Event::ReportChanges {
-                            host: host.clone(),
-                            conn: id,
-                            patch,
-                            allocs_running: last_allocs_running.clone(),
-                        }
+                        Reported::Changes(patch)
                     }
-                    Ok(HostdFrame::Same { seq }) => Event::SameReport {
-                        host: host.clone(),
-                        conn: id,
-                        seq,
-                        allocs_running: last_allocs_running.clone(),
-                    },
+                    Ok(HostdFrame::Same { seq }) => Reported::Same { seq },
                     // Boxed: rare, and 0.8 KiB of room every session would keep.
                     other => match Box::pin(other_frame(other, &host, &mut conn, ctx)).await {
                         Ok(()) => continue,
                         Err(why) => break why,
                     },
+                };
+                let report = Event::Report {
+                    host: host.clone(),
+                    conn: id,
+                    report,
+                    allocs_running: last_allocs_running.clone(),
                 };
                 let ends_allocs = last_allocs_running.is_some() && !told.ends_allocs;
                 crate::web::METRICS.report();
