@@ -10,7 +10,9 @@
 //!
 //! Who sends it: a daemon the broker's welcome offered it to (`report_changes: true`), after
 //! a whole report on the same connection; the broker applies it to that connection's last
-//! report ([`apply`]). The first report of every connection is whole, so a daemon and a
+//! report: its connection reads the frame ([`parse`] into a [`ReportPatch`]) and its host
+//! table, which holds that report, moves the fields in ([`ReportPatch::apply_to`]; [`apply`]
+//! does both). The first report of every connection is whole, so a daemon and a
 //! broker of different versions talk as before (an older broker offers nothing; an older
 //! daemon never sends changes).
 
