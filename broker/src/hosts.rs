@@ -86,10 +86,19 @@ impl HostRecord {
 
     /// The host's last report (`None`: none since the daemon connected, or it went silent).
     fn set_report(&mut self, report: Option<(Instant, HostReport)>, lists: &mut LabelLists) {
-        if labels_of(&self.last_report) != labels_of(&report) {
-            self.labels = lists.get(merged_labels(&self.entry.labels, labels_of(&report)));
-        }
+        let relabel = labels_of(&self.last_report) != labels_of(&report);
         self.last_report = report;
+        if relabel {
+            self.remake_labels(lists);
+        }
+    }
+
+    /// The row's labels made again from the lab file's and the last report's.
+    fn remake_labels(&mut self, lists: &mut LabelLists) {
+        self.labels = lists.get(merged_labels(
+            &self.entry.labels,
+            labels_of(&self.last_report),
+        ));
     }
 
     /// The row's [`FixedPart`], borrowed from the record (what `status_row(..).fixed_part()`
@@ -364,9 +373,7 @@ impl HostTable {
         let differed = patch.apply_to(last);
         *at = now;
         if differed.contains(Fields::LABELS) {
-            rec.labels = self
-                .label_lists
-                .get(merged_labels(&rec.entry.labels, &last.labels));
+            rec.remake_labels(&mut self.label_lists);
         }
         // What triggered a report is no part of what it says (as in `repeats`).
         let repeats =

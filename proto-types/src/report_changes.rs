@@ -11,8 +11,7 @@
 //! Who sends it: a daemon the broker's welcome offered it to (`report_changes: true`), after
 //! a whole report on the same connection; the broker applies it to that connection's last
 //! report: its connection reads the frame ([`parse`] into a [`ReportPatch`]) and its host
-//! table, which holds that report, moves the fields in ([`ReportPatch::apply_to`]; [`apply`]
-//! does both). The first report of every connection is whole, so a daemon and a
+//! table, which holds that report, moves the fields in ([`ReportPatch::apply_to`]). The first report of every connection is whole, so a daemon and a
 //! broker of different versions talk as before (an older broker offers nothing; an older
 //! daemon never sends changes).
 
@@ -127,7 +126,9 @@ impl Serialize for Changes<'_> {
     }
 }
 
-/// What applying a frame found.
+/// What applying a frame found (the tests' look at [`parse`] and
+/// [`ReportPatch::apply_to`] together).
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Applied {
     /// The frame's counter (now `report.seq`).
@@ -138,6 +139,7 @@ pub struct Applied {
 
 /// Applies the frame `text` to `report` (the connection's last report): its `seq` and each
 /// field it names. On an error `report` is unchanged.
+#[cfg(test)]
 pub fn apply(text: &str, report: &mut HostReport) -> serde_json::Result<Applied> {
     let patch = parse(text)?;
     let (seq, fields) = (patch.seq, patch.fields.len());
@@ -188,6 +190,7 @@ impl Fields {
         self.0 == 0
     }
 
+    #[cfg(test)]
     pub fn len(self) -> usize {
         self.0.count_ones() as usize
     }
@@ -205,6 +208,7 @@ impl Fields {
     }
 
     /// The names of the fields in the set, in bit order.
+    #[cfg(test)]
     pub fn names(self) -> impl Iterator<Item = &'static str> {
         FIELD_NAMES
             .iter()

@@ -108,15 +108,12 @@ fn scale(opts: &Options) -> anyhow::Result<()> {
     rt.block_on(measure(opts))
 }
 
+/// The open-files limit raised (to the hard limit, `startup::raise_open_files`); an error
+/// when it stays below `want`.
 fn raise_fd_limit(want: u64) -> anyhow::Result<()> {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
-    if soft < want {
-        let new = want.min(hard);
-        setrlimit(Resource::RLIMIT_NOFILE, new, hard)?;
-        if new < want {
-            bail!("open files are limited to {hard}; {want} are needed (ulimit -n)");
-        }
+    let limit = startup::raise_open_files().unwrap_or(0);
+    if limit < want {
+        bail!("open files are limited to {limit}; {want} are needed (ulimit -n)");
     }
     Ok(())
 }
