@@ -15,13 +15,9 @@
 //! other requests queued, the order also depends on which hosts they could use, and
 //! `pick_host` scans every host as before.
 
-use std::{
-    cmp::Reverse,
-    collections::{BTreeSet, HashMap},
-};
+use std::{cmp::Reverse, collections::BTreeSet};
 
 use super::{
-    host_map::NameHash,
     inputs::HostEntry,
     state::{Allocator, Waiting},
 };
@@ -30,7 +26,7 @@ use super::{
 /// The name's first bytes come first as a number (`NamePrefix`): most hosts of a lab stand
 /// alike (the same labels, often the same load) and are ordered by name alone, and most
 /// names fit, so a comparison rarely reads a name from the heap.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct FreeKey {
     at: Standing,
     prefix: NamePrefix,
@@ -41,7 +37,7 @@ pub(crate) struct FreeKey {
 /// against the names (names that differ in their first 16 bytes are ordered by the first
 /// byte that differs, and a name that another begins with pads at or below it), and equal
 /// prefixes leave the order to the names themselves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
 struct NamePrefix(u128);
 
 impl NamePrefix {
@@ -55,7 +51,7 @@ impl NamePrefix {
 
 /// What orders a free host, its name aside (the tie-break): fewest labels, then the highest
 /// cached `rank`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Standing {
     labels: usize,
     rank: Reverse<i64>,
@@ -72,8 +68,12 @@ impl Standing {
 
 impl FreeKey {
     fn new(labels: usize, rank: f64, name: &str) -> Self {
+        FreeKey::at(Standing::new(labels, rank), name)
+    }
+
+    fn at(at: Standing, name: &str) -> Self {
         FreeKey {
-            at: Standing::new(labels, rank),
+            at,
             prefix: NamePrefix::of(name),
             name: name.to_string(),
         }
@@ -86,80 +86,78 @@ fn total_order(x: f64) -> i64 {
     bits ^ ((((bits >> 63) as u64) >> 1) as i64)
 }
 
-/// The free hosts in grant order, and those whose rank depends on the job.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// The free hosts in grant order, and those whose rank depends on the job. Each host's place
+/// is kept by its entry ([`HostEntry::place`]), not here: whoever replaces an entry says
+/// where the host was ([`FreeHosts::set`]), so a report costs no lookup of a host's key in a
+/// map of its own (at 10k hosts, one cache-cold lookup a changing report less).
+#[derive(Debug, Clone, Default)]
 pub(crate) struct FreeHosts {
     ranked: BTreeSet<FreeKey>,
     unranked: BTreeSet<String>,
-    /// Each host in the order: `Some(key)` ranked, `None` unranked (looked up, never
-    /// walked: found by a hash, [`crate::host_map`]).
-    place: HashMap<String, Option<FreeKey>, NameHash>,
+    /// A key to find one in `ranked` by, its name's buffer reused (nothing allocated a
+    /// report); holds nothing between calls.
+    probe: FreeKey,
+}
+
+/// The order and the hosts kept apart: the probe holds nothing.
+impl PartialEq for FreeHosts {
+    fn eq(&self, other: &Self) -> bool {
+        self.ranked == other.ranked && self.unranked == other.unranked
+    }
 }
 
 impl FreeHosts {
-    /// Moves `host` to `place`: `None` takes it out; `Some(None)` keeps it apart.
-    pub(crate) fn set(&mut self, host: &str, place: Option<Option<Standing>>) {
-        let Some(place) = place else {
-            if let Some(old) = self.place.remove(host) {
-                self.take_out(host, old);
-            }
+    /// Moves `host` from place `from` (where its entry had put it) to place `to`: `None`
+    /// out of the order, `Some(None)` kept apart, `Some(Some(at))` in the order at `at`.
+    /// A host whose rank moved keeps its key, and its name with it (nothing allocated: at
+    /// 10k hosts whose load moves, a host a report).
+    pub(crate) fn set(
+        &mut self,
+        host: &str,
+        from: Option<Option<Standing>>,
+        to: Option<Option<Standing>>,
+    ) {
+        if from == to {
             return;
+        }
+        let taken = match from {
+            Some(Some(at)) => self.take_ranked(host, at),
+            Some(None) => {
+                let removed = self.unranked.remove(host);
+                debug_assert!(removed, "{host} was not kept apart");
+                None
+            }
+            None => None,
         };
-        let old = match (self.place.get_mut(host), place) {
-            // The usual report: nothing that orders the host changed.
-            (Some(current), _) if current.as_ref().map(|k| k.at) == place => return,
-            // The next most usual: its rank moved. Both copies of its key (the place's and
-            // the order's) move with their names, nothing allocated (at 10k hosts whose load
-            // moves, a host a report).
-            (Some(Some(key)), Some(at)) => {
-                let mut ordered = self.ranked.take(&*key).unwrap_or_else(|| key.clone());
+        match to {
+            Some(Some(at)) => {
+                let mut key = taken.unwrap_or_else(|| FreeKey::at(at, host));
                 key.at = at;
-                ordered.at = at;
-                self.ranked.insert(ordered);
-                return;
-            }
-            (Some(current), _) => current.take(),
-            (None, _) => None,
-        };
-        let key = place.map(|at| FreeKey {
-            at,
-            prefix: NamePrefix::of(host),
-            name: host.to_string(),
-        });
-        match self.place.get_mut(host) {
-            Some(slot) => {
-                *slot = key.clone();
-                self.take_out(host, old);
-            }
-            None => {
-                self.place.insert(host.to_string(), key.clone());
-            }
-        }
-        self.put_in(host, key);
-    }
-
-    /// Removes `host` from the order or the hosts kept apart (`place` was its place).
-    fn take_out(&mut self, host: &str, place: Option<FreeKey>) {
-        match place {
-            Some(key) => {
-                self.ranked.remove(&key);
-            }
-            None => {
-                self.unranked.remove(host);
-            }
-        }
-    }
-
-    /// Adds `host` at `place` to the order, or to the hosts kept apart.
-    fn put_in(&mut self, host: &str, place: Option<FreeKey>) {
-        match place {
-            Some(key) => {
                 self.ranked.insert(key);
             }
-            None => {
+            Some(None) => {
                 self.unranked.insert(host.to_string());
             }
+            None => {}
         }
+    }
+
+    /// Takes `host`'s key out of the order, where it stands at `at`.
+    fn take_ranked(&mut self, host: &str, at: Standing) -> Option<FreeKey> {
+        self.probe.at = at;
+        self.probe.prefix = NamePrefix::of(host);
+        self.probe.name.clear();
+        self.probe.name.push_str(host);
+        let taken = self.ranked.take(&self.probe);
+        self.probe.name.clear();
+        debug_assert!(taken.is_some(), "{host} was not in the order at {at:?}");
+        taken
+    }
+
+    /// How many hosts are in the order or kept apart.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.ranked.len() + self.unranked.len()
     }
 }
 
@@ -177,13 +175,6 @@ impl HostEntry {
 }
 
 impl Allocator {
-    /// Puts `host` at its place in the free-host order, or takes it out (after its entry in
-    /// `inputs` was rebuilt).
-    pub(crate) fn place_host(&mut self, host: &str) {
-        let place = self.inputs.hosts.get(host).and_then(|e| e.place());
-        self.inputs.free.set(host, place);
-    }
-
     /// The best eligible host for queue entry `w` (hosts in `reserved` kept for others)
     /// when no other request competes, by walking the free-host order: the same host a scan
     /// of every host would pick.
@@ -191,7 +182,7 @@ impl Allocator {
         let mut best: Option<FreeKey> = None;
         for host in &self.inputs.free.unranked {
             if self.eligible(w, host, reserved) {
-                let labels = self.hosts.get(host).map_or(0, |v| v.label_count());
+                let labels = self.view(host).map_or(0, |v| v.label_count());
                 let key = FreeKey::new(labels, self.rank(w.job, host), host);
                 if best.as_ref().is_none_or(|b| key < *b) {
                     best = Some(key);
@@ -378,15 +369,16 @@ mod tests {
                     ((x >> 16) % 5) as f64,
                 ))),
             };
-            moved.set(&host, place);
+            let from = last.get(&host).copied().flatten();
+            moved.set(&host, from, place);
             last.insert(host, place);
         }
         let mut afresh = FreeHosts::default();
         for (host, place) in &last {
-            afresh.set(host, *place);
+            afresh.set(host, None, *place);
         }
         assert_eq!(moved, afresh);
-        assert_eq!(moved.ranked.len() + moved.unranked.len(), moved.place.len());
+        assert_eq!(moved.len(), last.values().filter(|p| p.is_some()).count());
     }
 
     /// Hosts that stand alike are in name order, whatever the names' lengths and shared
@@ -428,16 +420,18 @@ mod tests {
 
     #[test]
     fn a_host_moves_between_places_and_leaves() {
+        let (two, three) = (Standing::new(1, 2.0), Standing::new(1, 3.0));
         let mut f = FreeHosts::default();
-        f.set("a", Some(Some(Standing::new(1, 2.0))));
-        f.set("b", Some(None));
-        f.set("a", Some(Some(Standing::new(1, 3.0))));
+        f.set("a", None, Some(Some(two)));
+        f.set("b", None, Some(None));
+        f.set("a", Some(Some(two)), Some(Some(three)));
         assert_eq!(f.ranked.len(), 1);
-        f.set("a", Some(None));
+        assert_eq!(f.ranked.first().map(|k| k.at), Some(three));
+        f.set("a", Some(Some(three)), Some(None));
         assert!(f.ranked.is_empty());
         assert_eq!(f.unranked.len(), 2);
-        f.set("a", None);
-        f.set("b", None);
-        assert!(f.unranked.is_empty() && f.place.is_empty());
+        f.set("a", Some(None), None);
+        f.set("b", Some(None), None);
+        assert_eq!(f.len(), 0);
     }
 }

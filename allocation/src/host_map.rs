@@ -19,12 +19,8 @@ use indexmap::IndexMap;
 
 /// The hash used for host names: names come from the lab file and the broker's own
 /// pilots, not from strangers, so the fast variant (no DoS resistance beyond its random
-/// seed) is the one to take. Also the hash of the sets and maps of hosts that are only
-/// asked about a host, never walked ([`HostSet`]).
+/// seed) is the one to take.
 pub type NameHash = foldhash::fast::RandomState;
-
-/// A set of host names only asked whether it holds one (never walked: no order).
-pub type HostSet = std::collections::HashSet<String, NameHash>;
 
 /// The hosts of a [`HostMap`] and their values, in name order.
 pub type Iter<'a, V> = indexmap::map::Iter<'a, String, V>;

@@ -45,7 +45,7 @@ impl Allocator {
     /// lab) all report that machine's name, which would make the first of them the agent's.
     pub fn lab_host(&self, name: &str) -> Option<String> {
         let short = name.split('.').next().unwrap_or(name);
-        let by = |f: &dyn Fn(&HostView) -> bool| self.hosts.values().find(|v| f(v));
+        let by = |f: &dyn Fn(&HostView) -> bool| self.views().find(|v| f(v));
         by(&|v| v.address == name)
             .or_else(|| by(&|v| v.name.eq_ignore_ascii_case(name)))
             .or_else(|| by(&|v| !short.is_empty() && v.name.eq_ignore_ascii_case(short)))
@@ -62,7 +62,7 @@ impl Allocator {
         addresses
             .iter()
             .filter(|a| !loopback(a))
-            .find_map(|a| self.hosts.values().find(|v| v.address == *a))
+            .find_map(|a| self.views().find(|v| v.address == *a))
             .map(|v| v.name.clone())
             .or_else(|| self.lab_host(hostname))
     }

@@ -146,7 +146,7 @@ impl Allocator {
     /// Rebuilds `host`'s value and its host-only decisions (after a report, a grant or a
     /// release, or a policy change).
     pub(crate) fn rebuild_host(&mut self, host: &str) {
-        let Some(view) = self.hosts.get(host) else {
+        let Some(view) = self.view(host) else {
             return;
         };
         let facts = self.host_facts(view);
@@ -191,14 +191,13 @@ impl Allocator {
 
     /// The host's label count when a grant could go to it (up, not drained, not held).
     fn grantable_labels(&self, host: &str) -> Option<usize> {
-        self.hosts
-            .get(host)
+        self.view(host)
             .filter(|view| view.up && !self.closed(host) && !self.by_host.contains_key(host))
             .map(|view| view.label_count())
     }
 
-    /// Stores `host`'s entry with its host-only `start` and `rank`, and places the host in
-    /// the free-host order.
+    /// Stores `host`'s entry with its host-only `start` and `rank`, and moves the host to its
+    /// place in the free-host order.
     pub(crate) fn decide_host(&mut self, host: &str, facts: HostFacts, value: Arc<HostValue>) {
         self.decide_host_with(host, facts, value, None, None);
     }
@@ -223,14 +222,17 @@ impl Allocator {
             rank,
             labels: self.grantable_labels(host),
         };
-        // The usual host is known: its key stays (no name copied a report).
-        match self.inputs.hosts.get_mut(host) {
-            Some(slot) => *slot = Arc::new(entry),
+        let to = entry.place();
+        // The usual host is known: its key stays (no name copied a report), and its old
+        // entry says where it stood in the free-host order.
+        let from = match self.inputs.hosts.get_mut(host) {
+            Some(slot) => std::mem::replace(slot, Arc::new(entry)).place(),
             None => {
                 self.inputs.hosts.insert(host.to_string(), Arc::new(entry));
+                None
             }
-        }
-        self.place_host(host);
+        };
+        self.inputs.free.set(host, from, to);
     }
 
     fn host_facts(&self, v: &HostView) -> HostFacts {

@@ -56,16 +56,15 @@ impl Allocator {
         // The usual case, without a scan of the whole lab: a host matches that the job does
         // not use (then none of the refusals below applies).
         let usable = |v: &HostView| v.matches(want) && !self.uses(job, &v.name);
-        if self.hosts.values().any(|v| usable(v)) {
+        if self.views().any(usable) {
             return Ok(());
         }
-        let unsure = self.hosts.is_empty() || self.hosts.values().any(|h| !h.reported);
+        let unsure = self.hosts.is_empty() || self.views().any(|h| !h.reported);
         if unsure {
             return Ok(());
         }
         let matching: Vec<&str> = self
-            .hosts
-            .values()
+            .views()
             .filter(|v| v.matches(want))
             .map(|v| v.name.as_str())
             .collect();
@@ -84,8 +83,7 @@ impl Allocator {
             return Ok(());
         }
         let labels: BTreeSet<&str> = self
-            .hosts
-            .values()
+            .views()
             .flat_map(|h| h.labels.iter().map(String::as_str))
             .collect();
         let list = labels.into_iter().collect::<Vec<_>>().join(", ");
@@ -216,7 +214,7 @@ impl Allocator {
             .keys()
             .filter(|h| self.eligible(w, h, others))
             .map(|h| {
-                let labels = self.hosts[h].label_count();
+                let labels = self.view(h).map_or(0, HostView::label_count);
                 let wanted = self.wanted_by_others(i, h, others);
                 (wanted, labels, self.rank(w.job, h), h)
             })
@@ -251,9 +249,7 @@ impl Allocator {
     /// Whether `host` can be granted now for queue entry `w` (hosts in `reserved` are kept for
     /// other entries).
     pub(crate) fn eligible(&self, w: &Waiting, host: &str, reserved: &BTreeSet<String>) -> bool {
-        self.hosts
-            .get(host)
-            .is_some_and(|v| v.up && v.matches(&w.want))
+        self.view(host).is_some_and(|v| v.up && v.matches(&w.want))
             && !self.uses(w.job, host)
             && !self.closed(host)
             && !self.by_host.contains_key(host)
@@ -264,8 +260,7 @@ impl Allocator {
     fn grant(&mut self, i: usize, host: String, now: Instant, fx: &mut Fx) {
         let (job, req, instance) = (self.queue[i].job, self.queue[i].id, self.queue[i].instance);
         let address = self
-            .hosts
-            .get(&host)
+            .view(&host)
             .map_or_else(|| host.clone(), |v| v.address.clone());
         let alloc = self.next_alloc;
         self.next_alloc += 1;
@@ -331,10 +326,7 @@ impl Allocator {
             && !self.uses(requester, &a.host)
             && holder_running
             && !self.closed(&a.host)
-            && self
-                .hosts
-                .get(&a.host)
-                .is_some_and(|v| v.up && v.matches(want))
+            && self.view(&a.host).is_some_and(|v| v.up && v.matches(want))
             && self.starts(requester, &a.host)
     }
 
@@ -393,7 +385,7 @@ impl Allocator {
             return;
         };
         let (alloc, job) = (self.by_host[host], job.job);
-        let vacate = self.hosts.get(host).is_some_and(|v| v.up)
+        let vacate = self.view(host).is_some_and(|v| v.up)
             && self
                 .decide(Hook::Vacate, job, host, None)
                 .and_then(Answer::as_bool)

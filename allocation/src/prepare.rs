@@ -80,8 +80,9 @@ impl PreparedPolicy {
                 rank,
                 labels: entry.labels,
             };
-            self.free.set(name, decided.place());
-            self.hosts.insert(name.clone(), Arc::new(decided));
+            let to = decided.place();
+            let from = self.hosts.insert(name.clone(), Arc::new(decided));
+            self.free.set(name, from.and_then(|e| e.place()), to);
         }
         let gone: Vec<String> = self
             .hosts
@@ -90,8 +91,8 @@ impl PreparedPolicy {
             .cloned()
             .collect();
         for host in gone {
-            self.hosts.remove(&host);
-            self.free.set(&host, None);
+            let from = self.hosts.remove(&host);
+            self.free.set(&host, from.and_then(|e| e.place()), None);
         }
         self.from = inputs.hosts;
         self
@@ -116,7 +117,7 @@ impl HostInputs {
                     rank,
                     labels: old.labels,
                 };
-                free.set(name, entry.place());
+                free.set(name, None, entry.place());
                 (name.clone(), Arc::new(entry))
             })
             .collect();
@@ -180,8 +181,10 @@ impl Allocator {
                     self.decide_host(host, entry.facts.clone(), entry.value.clone());
                 }
                 None => {
-                    self.inputs.hosts.remove(host);
-                    self.inputs.free.set(host, None);
+                    let from = self.inputs.hosts.remove(host);
+                    self.inputs
+                        .free
+                        .set(host, from.and_then(|e| e.place()), None);
                     self.rebuild_host(host);
                 }
             }

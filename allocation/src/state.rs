@@ -12,7 +12,7 @@ use std::{
 
 use policies::Policy;
 
-use crate::host_map::{HostMap, HostSet};
+use crate::host_map::HostMap;
 
 use super::{
     host::{HostView, Want, Wanted},
@@ -106,10 +106,9 @@ pub struct Allocator {
     pub(crate) by_host: BTreeMap<String, AllocId>,
     /// Queued requests, first in line first.
     pub(crate) queue: Vec<Waiting>,
-    /// Latest host views (soft state, not persisted). Each shared, so that the trace's
-    /// opening state takes them without copying (at 100k hosts, copying the views stalled
-    /// the core for ~100 ms at every new trace file).
-    pub(crate) hosts: HostMap<Arc<HostView>>,
+    /// The hosts the allocator has a view of (soft state, not persisted), each with its
+    /// latest view and what its daemon does ([`KnownHost`]).
+    pub(crate) hosts: HostMap<KnownHost>,
     pub(crate) drained: BTreeSet<String>,
     /// Hosts whose Slurm lease ends ([`Allocator::lease_ends`]): closed to grants like a
     /// drained host until they go down (soft state: a pilot's daemon says so again after
@@ -133,15 +132,35 @@ pub struct Allocator {
     pub(crate) ending: BTreeSet<AllocId>,
     /// Changes of `ending`, for [`Allocator::live_allocs_stamp`].
     pub(crate) ending_changes: u64,
-    /// Hosts whose daemon reports the allocations running there and ends those it is told
-    /// to (soft state: until the host goes down; its next daemon says so again).
-    pub(crate) ends_allocs: HostSet,
     /// Jobs restored after a restart whose agents have not come back, with the instant
     /// their resume window closes ([`Allocator::await_agents`]).
     pub(crate) awaiting: BTreeMap<JobId, Instant>,
     /// A policy worked out off the core, put in force by the next `Input::Policy`
     /// ([`Allocator::stage_policy`]).
     pub(crate) staged: Option<Arc<crate::PreparedPolicy>>,
+}
+
+/// A host the allocator has a view of. What a report reads of a host is in one place, so
+/// that a report looks the host up once (at 10k hosts each lookup in a map of its own is a
+/// few cache misses).
+#[derive(Debug, Clone)]
+pub(crate) struct KnownHost {
+    /// Its latest view, shared, so that the trace's opening state takes it without copying
+    /// (at 100k hosts, copying the views stalled the core for ~100 ms at every new trace
+    /// file).
+    pub(crate) view: Arc<HostView>,
+    /// Its daemon reports the allocations running there and ends those it is told to (soft
+    /// state: until the host goes down; its next daemon says so again).
+    pub(crate) ends_allocs: bool,
+}
+
+impl KnownHost {
+    fn new(view: HostView) -> Self {
+        KnownHost {
+            view: Arc::new(view),
+            ends_allocs: false,
+        }
+    }
 }
 
 impl Default for Allocator {
@@ -175,7 +194,6 @@ impl Allocator {
             overflow: None,
             ending: BTreeSet::new(),
             ending_changes: 0,
-            ends_allocs: HostSet::default(),
             awaiting: BTreeMap::new(),
             staged: None,
         }
@@ -246,9 +264,7 @@ impl Allocator {
     /// [`Want::parse`] against the labels of the lab's hosts.
     pub(crate) fn parse_name(&self, symbolic: &str) -> Result<Wanted, String> {
         Want::parse(symbolic, |label| {
-            self.hosts
-                .values()
-                .any(|h| h.labels.iter().any(|l| l == label))
+            self.views().any(|h| h.labels.iter().any(|l| l == label))
         })
     }
 
@@ -396,7 +412,9 @@ impl Allocator {
             // A pilot's node that left: a later pilot on it is a new lease.
             self.leaving.remove(&host);
             // No process runs on a host that is down: what waited for its daemon ends.
-            self.ends_allocs.remove(&host);
+            if let Some(known) = self.hosts.get_mut(&host) {
+                known.ends_allocs = false;
+            }
             for alloc in self.ending_on(&host, &[]) {
                 self.release_alloc(alloc, &mut fx);
             }
@@ -421,10 +439,11 @@ impl Allocator {
     /// rules ([`rust_inputs`]) were the same. The view is replaced in place unless a trace's
     /// opening state still shares it (no allocation a report).
     fn set_view(&mut self, host: &str, view: HostView) -> bool {
-        let Some(slot) = self.hosts.get_mut(host) else {
-            self.hosts.insert(host.to_string(), Arc::new(view));
+        let Some(known) = self.hosts.get_mut(host) else {
+            self.hosts.insert(host.to_string(), KnownHost::new(view));
             return false;
         };
+        let slot = &mut known.view;
         let same = rust_inputs(slot) == rust_inputs(&view);
         match Arc::get_mut(slot) {
             Some(held) => *held = view,
@@ -442,11 +461,22 @@ impl Allocator {
     /// policy value is unchanged, `start` gives what it gave, and the queue, served after
     /// the last change, is served again for nothing.
     pub fn same_view_decides_nothing(&self, host: &str) -> bool {
-        self.hosts.get(host).is_some_and(|v| v.up)
-            && self.inputs.hosts.contains_key(host)
+        self.view(host).is_some_and(|v| v.up)
+            && self.has_entry(host)
             && !self.by_host.contains_key(host)
             && !self.start_reads_now()
             && self.no_pending_errors()
+    }
+
+    /// Whether `host` has its policy entry (`inputs.hosts`). Entries are made only for hosts
+    /// with a view, and no view is dropped, so with as many entries as views every view has
+    /// one: then no lookup (at 10k hosts, a cache-cold one a repeated report).
+    fn has_entry(&self, host: &str) -> bool {
+        debug_assert!(
+            self.inputs.hosts.len() <= self.hosts.len(),
+            "an entry without a view"
+        );
+        self.inputs.hosts.len() == self.hosts.len() || self.inputs.hosts.contains_key(host)
     }
 
     /// A report repeated `host`'s last one. When the view the allocator holds decides
@@ -483,7 +513,7 @@ impl Allocator {
                 continue;
             };
             let (job, host) = (a.job, a.host.clone());
-            let waits = self.ends_allocs.contains(&host);
+            let waits = self.ends_allocs(&host);
             fx.push(Effect::ForceRelease {
                 job,
                 alloc: *alloc,
@@ -513,7 +543,9 @@ impl Allocator {
     /// ends those of an allocation past its deadline when told): each allocation of
     /// `host` past its deadline that is not among them is over, and its host free.
     pub fn allocs_running(&mut self, host: &str, running: &[AllocId], now: Instant) -> Vec<Effect> {
-        self.ends_allocs.insert(host.to_string());
+        if let Some(known) = self.hosts.get_mut(host) {
+            known.ends_allocs = true;
+        }
         let mut fx = Fx::default();
         let over = self.ending_on(host, running);
         for alloc in &over {
@@ -529,7 +561,22 @@ impl Allocator {
     /// not known to end allocations yet, or an allocation of it past its deadline is over.
     /// (The shell skips the others, most reports.)
     pub fn allocs_running_matters(&self, host: &str, running: &[AllocId]) -> bool {
-        !self.ends_allocs.contains(host) || !self.ending_on(host, running).is_empty()
+        !self.ends_allocs(host) || !self.ending_on(host, running).is_empty()
+    }
+
+    /// Whether `host`'s daemon is known to end allocations ([`KnownHost::ends_allocs`]).
+    fn ends_allocs(&self, host: &str) -> bool {
+        self.hosts.get(host).is_some_and(|known| known.ends_allocs)
+    }
+
+    /// The view the allocator holds for `host`.
+    pub(crate) fn view(&self, host: &str) -> Option<&HostView> {
+        self.hosts.get(host).map(|known| &*known.view)
+    }
+
+    /// Every host's view, in name order.
+    pub(crate) fn views(&self) -> impl Iterator<Item = &HostView> {
+        self.hosts.values().map(|known| &*known.view)
     }
 
     /// The allocations of `host` past their deadline that are not among `running`.

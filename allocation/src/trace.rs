@@ -34,7 +34,7 @@
 //! `gap: true`, so a replay restarts from its state instead of replaying an incomplete
 //! history.
 
-use std::{sync::Arc, time::Instant};
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
@@ -445,7 +445,7 @@ pub(crate) fn find_alloc(
 impl Allocator {
     /// The host view the allocator holds for `host` (for [`host_delta`]).
     pub fn host_view(&self, host: &str) -> Option<&HostView> {
-        self.hosts.get(host).map(Arc::as_ref)
+        self.view(host)
     }
 
     /// The host of allocation `alloc` and the request it was granted for (for

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     host::{HostView, Want},
-    state::{AllocState, Allocation, Allocator, Job, Waiting},
+    state::{AllocState, Allocation, Allocator, Job, KnownHost, Waiting},
     trace::TraceClock,
     AllocConfig, AllocId, JobId, JobInfo, JobState, RequestId,
 };
@@ -121,7 +121,11 @@ impl Allocator {
                 .map(|(&id, a)| trace_alloc(id, a, clock))
                 .collect(),
             queue: self.queue.iter().map(|w| trace_waiting(w, clock)).collect(),
-            hosts: self.hosts.values().cloned().collect(),
+            hosts: self
+                .hosts
+                .values()
+                .map(|known| Arc::clone(&known.view))
+                .collect(),
             drained: self.drained.iter().cloned().collect(),
             leaving: self.leaving.iter().cloned().collect(),
             in_use: self
@@ -190,8 +194,12 @@ impl Allocator {
         if let Some(w) = s.wall {
             a.set_wall_clock(clock.instant(w.at_us), w.unix, w.utc_offset_s);
         }
-        for v in s.hosts {
-            a.hosts.insert(v.name.clone(), v);
+        for view in s.hosts {
+            let known = KnownHost {
+                view,
+                ends_allocs: false,
+            };
+            a.hosts.insert(known.view.name.clone(), known);
         }
         let names: Vec<String> = a.hosts.keys().cloned().collect();
         for host in &names {

@@ -1,6 +1,9 @@
 //! The trace format round trip, host deltas, the whole-state record and rotation.
 
-use std::time::{Duration, Instant};
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use super::*;
 use crate::{host::tests::view, AllocConfig};
@@ -331,7 +334,7 @@ fn the_opening_state_is_handed_over_unserialized_and_shares_the_views() {
     let [in_state] = &start.state.hosts[..] else {
         panic!("{} hosts in the state", start.state.hosts.len());
     };
-    let held = t.a.hosts.get("node00").expect("node00's view");
+    let held = &t.a.hosts.get("node00").expect("node00's view").view;
     assert!(Arc::ptr_eq(in_state, held), "the state copied the view");
     let text = Out::Start(line.clone()).into_text().expect("a line");
     assert_eq!(parse(&text), **line);

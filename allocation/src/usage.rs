@@ -358,7 +358,7 @@ impl UsageMeter {
 
 /// `host`'s state in `alloc` (see the module's choices); `None` for an unknown host.
 fn host_use(alloc: &Allocator, host: &str) -> Option<HostUse> {
-    let view = alloc.hosts.get(host)?;
+    let view = alloc.view(host)?;
     Some(if alloc.by_host.contains_key(host) {
         HostUse::Lent
     } else if !view.up {
@@ -375,8 +375,7 @@ fn host_use(alloc: &Allocator, host: &str) -> Option<HostUse> {
 /// Hosts up, open to grants (not drained, no lease ending), held by no job.
 fn free_hosts(alloc: &Allocator) -> usize {
     alloc
-        .hosts
-        .values()
+        .views()
         .filter(|h| h.up && !alloc.closed(&h.name) && !alloc.by_host.contains_key(&h.name))
         .count()
 }

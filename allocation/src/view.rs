@@ -164,7 +164,7 @@ impl Allocator {
             .collect();
         let mut b = Blocked::default();
         let mut matching = 0;
-        for v in self.hosts.values().filter(|v| v.matches(&w.want)) {
+        for v in self.views().filter(|v| v.matches(&w.want)) {
             matching += 1;
             let count = match () {
                 _ if !v.up => &mut b.down,
@@ -177,7 +177,7 @@ impl Allocator {
             *count += 1;
         }
         if matching == 0 {
-            let unreported = self.hosts.values().filter(|v| !v.reported).count();
+            let unreported = self.views().filter(|v| !v.reported).count();
             return WaitReason::NoHostMatches { unreported };
         }
         WaitReason::Unavailable(b)
