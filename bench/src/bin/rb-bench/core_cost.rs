@@ -46,8 +46,10 @@ pub fn run(compared: Option<&(String, std::path::PathBuf)>) -> anyhow::Result<()
          whose next record the processor's caches then hold already: what a lab's order of \
          arrival costs); no sockets, no parsing (the floor rows of the footprint are \
          those). Time: the core's wall time and the process's CPU time (the trace writer's \
-         thread and the harness building, encoding and reading the reports included) per report, median of {RUNS} runs (min–max), the builds' runs \
-         interleaved. Instructions: \
+         thread included; every round's reports are built, encoded and read back before \
+         the timing starts, since session 33: a compared `rb-corecost` older than that \
+         built each round while the core ran) per report, median of {RUNS} runs (min–max), \
+         the builds' runs interleaved. Instructions: \
          callgrind's count on the core's thread per report (the harness's thread left \
          out), {COUNTED_ROUNDS} rounds less none, without the trace (whose files' rotations fall at other reports from run to \
          run); they repeat to 0.1 % between runs.\n"
@@ -141,7 +143,8 @@ fn instructions_per_report(bin: &Path, flags: &[&str]) -> Option<f64> {
 
 /// The instructions callgrind counts on the core's thread in one run of `rb-corecost`
 /// (one profile a thread; the core's is the one whose functions include the core's loop):
-/// the harness that builds, encodes and reads the reports runs on another.
+/// the harness that builds, encodes and reads the reports runs on another, before the core
+/// is handed them.
 fn callgrind_total(bin: &Path, flags: &[&str], rounds: u64) -> Option<u64> {
     let dir = tempfile::tempdir().ok()?;
     let mut valgrind = Command::new("valgrind");
