@@ -111,7 +111,7 @@ impl Allocator {
         if entry.start != Some(false) {
             return None;
         }
-        let view = self.view(host)?;
+        let view = self.host_view(host)?;
         if !view.up || self.by_host.contains_key(host) || self.closed(host) {
             return None;
         }

@@ -182,7 +182,7 @@ impl Allocator {
         let mut best: Option<FreeKey> = None;
         for host in &self.inputs.free.unranked {
             if self.eligible(w, host, reserved) {
-                let labels = self.view(host).map_or(0, |v| v.label_count());
+                let labels = self.host_view(host).map_or(0, |v| v.label_count());
                 let key = FreeKey::new(labels, self.rank(w.job, host), host);
                 if best.as_ref().is_none_or(|b| key < *b) {
                     best = Some(key);

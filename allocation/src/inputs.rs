@@ -146,7 +146,7 @@ impl Allocator {
     /// Rebuilds `host`'s value and its host-only decisions (after a report, a grant or a
     /// release, or a policy change).
     pub(crate) fn rebuild_host(&mut self, host: &str) {
-        let Some(view) = self.view(host) else {
+        let Some(view) = self.host_view(host) else {
             return;
         };
         let facts = self.host_facts(view);
@@ -191,7 +191,7 @@ impl Allocator {
 
     /// The host's label count when a grant could go to it (up, not drained, not held).
     fn grantable_labels(&self, host: &str) -> Option<usize> {
-        self.view(host)
+        self.host_view(host)
             .filter(|view| view.up && !self.closed(host) && !self.by_host.contains_key(host))
             .map(|view| view.label_count())
     }

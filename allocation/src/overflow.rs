@@ -245,7 +245,7 @@ impl Allocator {
         ending: bool,
         now: Instant,
     ) -> Option<Duration> {
-        let is_pilot_host = self.view(host).is_some_and(is_pilot_node);
+        let is_pilot_host = self.host_view(host).is_some_and(is_pilot_node);
         let o = self.overflow.as_mut()?;
         if !is_pilot_host {
             return None;
@@ -400,10 +400,12 @@ impl Allocator {
     /// latter for back cancelled the found pilot of a node a job still held when a tick
     /// fell between the connection and the first report (`overflow_tests`).
     fn a_held_host_is_not_back(&self) -> bool {
-        self.by_host.keys().any(|h| match self.view(h.as_str()) {
-            None => true,
-            Some(view) => is_pilot_node(view) && !view.up,
-        })
+        self.by_host
+            .keys()
+            .any(|h| match self.host_view(h.as_str()) {
+                None => true,
+                Some(view) => is_pilot_node(view) && !view.up,
+            })
     }
 
     /// Joined pilots whose host nobody has held for `idle_exit` are cancelled: nothing is
@@ -490,7 +492,7 @@ impl Allocator {
         let Some(o) = &self.overflow else {
             return true;
         };
-        let pilot = self.view(host).is_some_and(is_pilot_node);
+        let pilot = self.host_view(host).is_some_and(is_pilot_node);
         !pilot || self.is_owners(job, &o.owner)
     }
 

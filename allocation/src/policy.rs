@@ -214,7 +214,7 @@ impl Allocator {
             .keys()
             .filter(|h| self.eligible(w, h, others))
             .map(|h| {
-                let labels = self.view(h).map_or(0, HostView::label_count);
+                let labels = self.host_view(h).map_or(0, HostView::label_count);
                 let wanted = self.wanted_by_others(i, h, others);
                 (wanted, labels, self.rank(w.job, h), h)
             })
@@ -249,7 +249,8 @@ impl Allocator {
     /// Whether `host` can be granted now for queue entry `w` (hosts in `reserved` are kept for
     /// other entries).
     pub(crate) fn eligible(&self, w: &Waiting, host: &str, reserved: &BTreeSet<String>) -> bool {
-        self.view(host).is_some_and(|v| v.up && v.matches(&w.want))
+        self.host_view(host)
+            .is_some_and(|v| v.up && v.matches(&w.want))
             && !self.uses(w.job, host)
             && !self.closed(host)
             && !self.by_host.contains_key(host)
@@ -260,7 +261,7 @@ impl Allocator {
     fn grant(&mut self, i: usize, host: String, now: Instant, fx: &mut Fx) {
         let (job, req, instance) = (self.queue[i].job, self.queue[i].id, self.queue[i].instance);
         let address = self
-            .view(&host)
+            .host_view(&host)
             .map_or_else(|| host.clone(), |v| v.address.clone());
         let alloc = self.next_alloc;
         self.next_alloc += 1;
@@ -326,7 +327,9 @@ impl Allocator {
             && !self.uses(requester, &a.host)
             && holder_running
             && !self.closed(&a.host)
-            && self.view(&a.host).is_some_and(|v| v.up && v.matches(want))
+            && self
+                .host_view(&a.host)
+                .is_some_and(|v| v.up && v.matches(want))
             && self.starts(requester, &a.host)
     }
 
@@ -385,7 +388,7 @@ impl Allocator {
             return;
         };
         let (alloc, job) = (self.by_host[host], job.job);
-        let vacate = self.view(host).is_some_and(|v| v.up)
+        let vacate = self.host_view(host).is_some_and(|v| v.up)
             && self
                 .decide(Hook::Vacate, job, host, None)
                 .and_then(Answer::as_bool)

@@ -461,7 +461,7 @@ impl Allocator {
     /// policy value is unchanged, `start` gives what it gave, and the queue, served after
     /// the last change, is served again for nothing.
     pub fn same_view_decides_nothing(&self, host: &str) -> bool {
-        self.view(host).is_some_and(|v| v.up)
+        self.host_view(host).is_some_and(|v| v.up)
             && self.has_entry(host)
             && !self.by_host.contains_key(host)
             && !self.start_reads_now()
@@ -569,8 +569,9 @@ impl Allocator {
         self.hosts.get(host).is_some_and(|known| known.ends_allocs)
     }
 
-    /// The view the allocator holds for `host`.
-    pub(crate) fn view(&self, host: &str) -> Option<&HostView> {
+    /// The view the allocator holds for `host` (the shell's [`crate::trace::host_delta`] compares
+    /// the next one with it).
+    pub fn host_view(&self, host: &str) -> Option<&HostView> {
         self.hosts.get(host).map(|known| &*known.view)
     }
 

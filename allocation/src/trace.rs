@@ -443,11 +443,6 @@ pub(crate) fn find_alloc(
 }
 
 impl Allocator {
-    /// The host view the allocator holds for `host` (for [`host_delta`]).
-    pub fn host_view(&self, host: &str) -> Option<&HostView> {
-        self.view(host)
-    }
-
     /// The host of allocation `alloc` and the request it was granted for (for
     /// [`Input::GiveBack`] and [`Input::Released`]).
     pub fn alloc_host(&self, alloc: AllocId) -> Option<(String, Option<RequestId>)> {

@@ -358,7 +358,7 @@ impl UsageMeter {
 
 /// `host`'s state in `alloc` (see the module's choices); `None` for an unknown host.
 fn host_use(alloc: &Allocator, host: &str) -> Option<HostUse> {
-    let view = alloc.view(host)?;
+    let view = alloc.host_view(host)?;
     Some(if alloc.by_host.contains_key(host) {
         HostUse::Lent
     } else if !view.up {

@@ -109,13 +109,13 @@ fn scale(opts: &Options) -> anyhow::Result<()> {
 }
 
 /// The open-files limit raised (to the hard limit, `startup::raise_open_files`); an error
-/// when it stays below `want`.
+/// when it stays below `want` or cannot be read.
 fn raise_fd_limit(want: u64) -> anyhow::Result<()> {
-    let limit = startup::raise_open_files().unwrap_or(0);
-    if limit < want {
-        bail!("open files are limited to {limit}; {want} are needed (ulimit -n)");
+    match startup::raise_open_files() {
+        Some(limit) if limit >= want => Ok(()),
+        Some(limit) => bail!("open files are limited to {limit}; {want} are needed (ulimit -n)"),
+        None => bail!("the open-files limit cannot be read; {want} open files are needed"),
     }
-    Ok(())
 }
 
 fn start_host() -> anyhow::Result<Host> {
