@@ -575,8 +575,9 @@ fn a_row_read_back_from_its_parts_is_the_whole_row() {
 /// A daemon that sends what changed (`report_changes`, applied to the host's last report
 /// in the table) leaves the table as one sending each report whole: 2000 random reports
 /// (each field of the simulated shape changing or not, labels and users among them, the
-/// trigger alone, a NaN, a field named with the value it had), after each the same changed
-/// rows, the same repeated hosts and the same status.
+/// trigger alone, a NaN, a field named with the value it had, fields outside
+/// `Fields::MOVING` whose text the table keeps apart), after each the same changed rows, the
+/// same repeated hosts and the same status, also as joined from the text kept.
 #[test]
 fn what_changed_applied_in_the_table_is_the_whole_report() {
     use proto::{
@@ -615,7 +616,7 @@ fn what_changed_applied_in_the_table_is_the_whole_report() {
             seq,
             ..last.clone()
         };
-        match next(9) {
+        match next(12) {
             0 => new.load = Some([next(100) as f64 / 10.0, 0.4, 0.3]),
             1 => new.console_idle_s = Some(next(3)),
             2 => new.users = [None, Some(users(next(3)))][next(2) as usize].clone(),
@@ -623,6 +624,9 @@ fn what_changed_applied_in_the_table_is_the_whole_report() {
             4 => new.trigger = [None, Some(ReportTrigger::Interval)][next(2) as usize],
             5 => new.cpu_util = Some(f64::NAN),
             6 => new.mem_available_kb = Some(next(4) * 1000),
+            7 => new.os = Some(["linux", "Linux"][next(2) as usize].into()),
+            8 => new.warnings = vec!["w".into(); next(2) as usize],
+            9 => new.hostname = ["node02", "node02.lab"][next(2) as usize].into(),
             _ => {} // the counter alone
         }
         now += Duration::from_millis(500);
@@ -649,6 +653,10 @@ fn what_changed_applied_in_the_table_is_the_whole_report() {
         repeats += usize::from(w.is_empty());
         let status = |t: &HostTable| serde_json::to_string(&t.status(now)).expect("encodes");
         assert_eq!(status(&whole), status(&patched), "report {seq}: {text}");
+        let joined: Vec<HostStatus> = (patched.status_parts(now, |_, _| {}).iter())
+            .map(|p| p.to_row().expect("a row"))
+            .collect();
+        assert_eq!(joined, patched.status(now), "report {seq}: {text}");
         last = new;
     }
     assert!(changes > 500 && repeats > 500, "{changes} {repeats}");

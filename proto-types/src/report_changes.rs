@@ -172,6 +172,17 @@ impl Fields {
     pub const TRIGGER: Fields = Fields::named("trigger");
     pub const LABELS: Fields = Fields::named("labels");
     pub const ALLOCS_RUNNING: Fields = Fields::named("allocs_running");
+    /// The fields that move with (nearly) every report of a busy host: the load, the idle
+    /// times, the memory free. A row's [`crate::row_parts::FixedPart`] writes what they
+    /// give after the rest ([`crate::row_parts::write_moving`]), so that a report that
+    /// changes only these leaves the text of the rest as it was.
+    pub const MOVING: Fields = Fields::named("load")
+        .with(Fields::named("cpu_util"))
+        .with(Fields::named("mem_available_kb"))
+        .with(Fields::named("users"))
+        .with(Fields::named("console_idle_s"))
+        .with(Fields::named("managed_procs"))
+        .with(Fields::named("job_load"));
 
     /// The field called `name` (compile-time: a name that is no changeable field does not
     /// compile where a constant is made of it).
@@ -203,7 +214,7 @@ impl Fields {
         Fields(self.0 & !other.0)
     }
 
-    fn with(self, other: Fields) -> Fields {
+    pub const fn with(self, other: Fields) -> Fields {
         Fields(self.0 | other.0)
     }
 

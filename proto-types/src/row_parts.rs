@@ -18,34 +18,36 @@ use serde::Serialize;
 use crate::report::{HostState, HostStatus, LogindSession, UserSession};
 
 /// The fields of a row that change only with the host's record, serialized as
-/// [`HostStatus`] serializes them (same names, same fields left out when empty).
+/// [`HostStatus`] serializes them (same names, same fields left out when empty). The
+/// fields a busy host's reports change every time come last (see [`write_steady`]).
 #[derive(Debug, Serialize)]
 pub struct FixedPart<'a> {
     pub name: &'a str,
     pub address: &'a str,
     pub hostname: Option<&'a str>,
     pub cpus: Option<u32>,
-    pub load1: Option<f64>,
-    pub load5: Option<f64>,
-    pub load15: Option<f64>,
-    pub cpu_util: Option<f64>,
     pub mem_total_kb: Option<u64>,
-    pub mem_available_kb: Option<u64>,
     pub os: Option<&'a str>,
     pub arch: Option<&'a str>,
-    pub users: &'a [UserSession],
-    pub users_known: bool,
-    pub console_idle_s: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub logind: Option<&'a [LogindSession]>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub logind_error: Option<&'a str>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     pub warnings: &'a [String],
-    pub managed_procs: Option<u32>,
-    pub job_load: Option<f64>,
     pub labels: &'a [String],
     pub owner: Option<&'a str>,
+    // What `Fields::MOVING` gives: written by `write_moving`.
+    pub load1: Option<f64>,
+    pub load5: Option<f64>,
+    pub load15: Option<f64>,
+    pub cpu_util: Option<f64>,
+    pub mem_available_kb: Option<u64>,
+    pub users: &'a [UserSession],
+    pub users_known: bool,
+    pub console_idle_s: Option<u64>,
+    pub managed_procs: Option<u32>,
+    pub job_load: Option<f64>,
 }
 
 /// The fields of a row that change with time and with the allocator, serialized as
@@ -289,49 +291,51 @@ fn write_live_members(out: &mut Vec<u8>, live: &LivePart) -> serde_json::Result<
 /// in the same order, the same ones left out when empty), with its keys as written-out
 /// constants, as [`write_live_members`] does: at 10k hosts whose every report changes, the
 /// broker encodes a fixed part per report, and serde escaping its 22 keys each time was
-/// most of that. The values are serde's. Destructured, so that a field added to
-/// [`FixedPart`] does not compile until it is written here.
+/// most of that. The values are serde's. [`write_steady`] then [`write_moving`].
 pub fn write_fixed(out: &mut Vec<u8>, part: &FixedPart<'_>) -> serde_json::Result<()> {
+    write_steady(out, part)?;
+    write_moving(out, part)
+}
+
+/// The start of [`write_fixed`]'s object: the opening brace and the members that change
+/// only when the host's record does (its entry, its labels, the report's fields outside
+/// [`crate::report_changes::Fields::MOVING`]). A broker keeps this text while the report
+/// changes only in moving fields, and writes only [`write_moving`] after it. Destructured,
+/// so that a field added to [`FixedPart`] does not compile until it is written here or
+/// there.
+pub fn write_steady(out: &mut Vec<u8>, part: &FixedPart<'_>) -> serde_json::Result<()> {
     let FixedPart {
         name,
         address,
         hostname,
         cpus,
-        load1,
-        load5,
-        load15,
-        cpu_util,
         mem_total_kb,
-        mem_available_kb,
         os,
         arch,
-        users,
-        users_known,
-        console_idle_s,
         logind,
         logind_error,
         warnings,
-        managed_procs,
-        job_load,
         labels,
         owner,
+        load1: _,
+        load5: _,
+        load15: _,
+        cpu_util: _,
+        mem_available_kb: _,
+        users: _,
+        users_known: _,
+        console_idle_s: _,
+        managed_procs: _,
+        job_load: _,
     } = part;
     out.extend_from_slice(b"{\"name\":");
     serde_json::to_writer(&mut *out, name)?;
     member(out, "address", address)?;
     member(out, "hostname", hostname)?;
     member(out, "cpus", cpus)?;
-    member(out, "load1", load1)?;
-    member(out, "load5", load5)?;
-    member(out, "load15", load15)?;
-    member(out, "cpu_util", cpu_util)?;
     member(out, "mem_total_kb", mem_total_kb)?;
-    member(out, "mem_available_kb", mem_available_kb)?;
     member(out, "os", os)?;
     member(out, "arch", arch)?;
-    member(out, "users", users)?;
-    member(out, "users_known", users_known)?;
-    member(out, "console_idle_s", console_idle_s)?;
     if logind.is_some() {
         member(out, "logind", logind)?;
     }
@@ -341,10 +345,36 @@ pub fn write_fixed(out: &mut Vec<u8>, part: &FixedPart<'_>) -> serde_json::Resul
     if !warnings.is_empty() {
         member(out, "warnings", warnings)?;
     }
+    member(out, "labels", labels)?;
+    member(out, "owner", owner)
+}
+
+/// The rest of [`write_fixed`]'s object after [`write_steady`]: the members that
+/// [`crate::report_changes::Fields::MOVING`] give, and the closing brace.
+pub fn write_moving(out: &mut Vec<u8>, part: &FixedPart<'_>) -> serde_json::Result<()> {
+    let FixedPart {
+        load1,
+        load5,
+        load15,
+        cpu_util,
+        mem_available_kb,
+        users,
+        users_known,
+        console_idle_s,
+        managed_procs,
+        job_load,
+        ..
+    } = part;
+    member(out, "load1", load1)?;
+    member(out, "load5", load5)?;
+    member(out, "load15", load15)?;
+    member(out, "cpu_util", cpu_util)?;
+    member(out, "mem_available_kb", mem_available_kb)?;
+    member(out, "users", users)?;
+    member(out, "users_known", users_known)?;
+    member(out, "console_idle_s", console_idle_s)?;
     member(out, "managed_procs", managed_procs)?;
     member(out, "job_load", job_load)?;
-    member(out, "labels", labels)?;
-    member(out, "owner", owner)?;
     out.push(b'}');
     Ok(())
 }
