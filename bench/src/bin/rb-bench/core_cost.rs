@@ -2,7 +2,10 @@
 //! (`rb-corecost`: the real core, reports handed over as the host daemons' thread does, no
 //! sockets or parsing), in time and, where valgrind is installed, in instructions counted
 //! by callgrind, which repeat from run to run where this machine's timings move by tens
-//! of percent. Beside an `rb-corecost` of another build when one is given.
+//! of percent, and in the cache lines those instructions miss in a simulated L2 of one
+//! core's size (callgrind's cache simulation): at 10k hosts the core's time follows the
+//! misses (each host's records are cold by its next report), not the instructions.
+//! Beside an `rb-corecost` of another build when one is given.
 
 use std::{path::Path, process::Command};
 
@@ -16,6 +19,9 @@ const ROUNDS: u64 = 10;
 /// Rounds of the callgrind runs: the difference between a run of these and one of none
 /// is their reports' count (the lab's start left out).
 const COUNTED_ROUNDS: u64 = 3;
+/// The simulated last-level cache of the callgrind runs: one core's L2 here (2 MiB, 16-way,
+/// 64-byte lines): a miss there is a trip to the shared L3 or memory.
+const SIMULATED_L2: &str = "--LL=2097152,16,64";
 
 /// The rows: which reports, with the decision trace or not.
 const ROWS: [(&str, &[&str]); 6] = [
@@ -51,11 +57,17 @@ pub fn run(compared: Option<&(String, std::path::PathBuf)>) -> anyhow::Result<()
          built each round while the core ran) per report, median of {RUNS} runs (min–max), \
          the builds' runs interleaved. Instructions: \
          callgrind's count on the core's thread per report (the harness's thread left \
-         out), {COUNTED_ROUNDS} rounds less none, without the trace (whose files' rotations fall at other reports from run to \
-         run); they repeat to 0.1 % between runs.\n"
+         out), {COUNTED_ROUNDS} rounds less none, without the trace (whose files' rotations \
+         fall at other reports from run to run); they repeat to 0.1 % between runs. L2 \
+         misses: the data reads and writes of those instructions that miss a simulated \
+         2 MiB L2 (one core's here; callgrind's cache simulation, `{SIMULATED_L2}`), per \
+         report: where the core's time goes at 10k hosts (since session 34).\n"
     );
-    println!("| core | reports | wall µs a report | CPU µs a report | instructions a report |");
-    println!("|---|---|---|---|---|");
+    println!(
+        "| core | reports | wall µs a report | CPU µs a report | instructions a report | \
+         L2 misses a report |"
+    );
+    println!("|---|---|---|---|---|---|");
     let ours = tests::bin("rb-corecost");
     let valgrind = has_valgrind();
     let mut builds = vec![("today's".to_string(), ours)];
@@ -74,13 +86,17 @@ pub fn run(compared: Option<&(String, std::path::PathBuf)>) -> anyhow::Result<()
             }
         }
         for ((label, bin), (wall, cpu)) in builds.iter().zip(&runs) {
-            let counted = match flags.contains(&"--no-trace") && valgrind {
-                true => instructions_per_report(bin, flags)
-                    .map_or("-".to_string(), |n| format!("{n:.0}")),
-                false => "-".to_string(),
-            };
+            let counted = (flags.contains(&"--no-trace") && valgrind)
+                .then(|| counts_per_report(bin, flags))
+                .flatten();
+            let (instructions, misses) = counted.map_or(("-".into(), "-".into()), |c| {
+                (
+                    format!("{:.0}", c.instructions),
+                    format!("{:.1}", c.l2_misses),
+                )
+            });
             println!(
-                "| {label} | {row} | {} | {} | {counted} |",
+                "| {label} | {row} | {} | {} | {instructions} | {misses} |",
                 show(wall),
                 show(cpu)
             );
@@ -134,22 +150,40 @@ pub(crate) fn has_valgrind() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// callgrind's instructions per report: a run of [`COUNTED_ROUNDS`] rounds less one of none.
-fn instructions_per_report(bin: &Path, flags: &[&str]) -> Option<f64> {
-    let counted = callgrind_total(bin, flags, COUNTED_ROUNDS)?;
-    let start = callgrind_total(bin, flags, 0)?;
-    Some(counted.saturating_sub(start) as f64 / (HOSTS as u64 * COUNTED_ROUNDS) as f64)
+/// What callgrind counts on the core's thread: instructions, and the data accesses that
+/// miss the simulated L2.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Counts {
+    instructions: f64,
+    l2_misses: f64,
 }
 
-/// The instructions callgrind counts on the core's thread in one run of `rb-corecost`
-/// (one profile a thread; the core's is the one whose functions include the core's loop):
-/// the harness that builds, encodes and reads the reports runs on another, before the core
-/// is handed them.
-fn callgrind_total(bin: &Path, flags: &[&str], rounds: u64) -> Option<u64> {
+/// callgrind's counts per report: a run of [`COUNTED_ROUNDS`] rounds less one of none.
+fn counts_per_report(bin: &Path, flags: &[&str]) -> Option<Counts> {
+    let counted = callgrind_counts(bin, flags, COUNTED_ROUNDS)?;
+    let start = callgrind_counts(bin, flags, 0)?;
+    let reports = (HOSTS as u64 * COUNTED_ROUNDS) as f64;
+    let per = |a: f64, b: f64| (a - b).max(0.0) / reports;
+    Some(Counts {
+        instructions: per(counted.instructions, start.instructions),
+        l2_misses: per(counted.l2_misses, start.l2_misses),
+    })
+}
+
+/// The counts callgrind makes on the core's thread in one run of `rb-corecost` (one
+/// profile a thread; the core's is the one whose functions include the core's loop): the
+/// harness that builds, encodes and reads the reports runs on another, before the core is
+/// handed them.
+fn callgrind_counts(bin: &Path, flags: &[&str], rounds: u64) -> Option<Counts> {
     let dir = tempfile::tempdir().ok()?;
     let mut valgrind = Command::new("valgrind");
     valgrind
-        .args(["--tool=callgrind", "--separate-threads=yes"])
+        .args([
+            "--tool=callgrind",
+            "--separate-threads=yes",
+            "--cache-sim=yes",
+        ])
+        .arg(SIMULATED_L2)
         .arg(format!(
             "--callgrind-out-file={}/callgrind.%p",
             dir.path().display()
@@ -163,19 +197,53 @@ fn callgrind_total(bin: &Path, flags: &[&str], rounds: u64) -> Option<u64> {
         .ok()?
         .filter_map(|entry| std::fs::read_to_string(entry.ok()?.path()).ok())
         .find(|profile| profile.contains(CORE_LOOP))
-        .and_then(|profile| thread_total(&profile))
+        .and_then(|profile| thread_counts(&profile))
 }
 
 /// A function of the core's loop, named in the core thread's profile only.
 const CORE_LOOP: &str = "broker::core::hosts_to_desk";
 
-/// The `summary:` (or `totals:`) line of one thread's callgrind profile.
-fn thread_total(profile: &str) -> Option<u64> {
-    profile
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("summary:")
-                .or_else(|| l.strip_prefix("totals:"))
-        })
-        .and_then(|n| n.trim().parse().ok())
+/// One thread's callgrind profile's totals (its `summary:` or `totals:` line, named by its
+/// `events:` line): instructions (`Ir`) and L2 data misses (`DLmr` + `DLmw`).
+fn thread_counts(profile: &str) -> Option<Counts> {
+    let line = |prefix: &str| profile.lines().find_map(|l| l.strip_prefix(prefix));
+    let events: Vec<&str> = line("events:")?.split_whitespace().collect();
+    let totals: Vec<f64> = line("summary:")
+        .or_else(|| line("totals:"))?
+        .split_whitespace()
+        .map(|n| n.parse().ok())
+        .collect::<Option<_>>()?;
+    let event = |name: &str| {
+        let at = events.iter().position(|e| *e == name)?;
+        Some(totals.get(at).copied().unwrap_or(0.0))
+    };
+    Some(Counts {
+        instructions: event("Ir")?,
+        l2_misses: event("DLmr")? + event("DLmw")?,
+    })
+}
+
+#[cfg(test)]
+mod counts_tests {
+    use super::*;
+
+    /// The totals are read by the names of the `events:` line, trailing zeros left out as
+    /// callgrind leaves them out.
+    #[test]
+    fn a_profiles_counts_are_read_by_their_event_names() {
+        let profile = "version: 1\nevents: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw\n\
+                       fn=x\n1 2\nsummary: 1000 400 300 1 50 40 1 12 8\n";
+        assert_eq!(
+            thread_counts(profile),
+            Some(Counts {
+                instructions: 1000.0,
+                l2_misses: 20.0
+            })
+        );
+        let short =
+            "events: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw\ntotals: 1000 400 300 1 50 40 1 12\n";
+        assert_eq!(thread_counts(short).map(|c| c.l2_misses), Some(12.0));
+        assert_eq!(thread_counts("events: Dr\nsummary: 5\n"), None);
+        assert_eq!(thread_counts("summary: 5\n"), None);
+    }
 }
