@@ -43,7 +43,8 @@ const QUEUE_LINES: usize = 16_384;
 /// hundred lines of the queue's [`QUEUE_LINES`].
 const GATHER: std::time::Duration = std::time::Duration::from_millis(20);
 
-/// After the writer failed, how long until a fresh file is tried.
+/// After lines were lost (the writer failed, or fell behind), how long until a fresh file
+/// is tried.
 const RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The trace's directory under a state dir.
@@ -56,7 +57,8 @@ pub fn trace_dir(state_dir: &Path) -> PathBuf {
 pub struct TraceStats {
     /// Lines dropped (queue full, or the disk refused them).
     pub dropped: AtomicU64,
-    /// The writer lost lines: the next file must start afresh.
+    /// Lines were lost (the disk refused them, or the queue was full): the next file must
+    /// start afresh, tried after [`RETRY_AFTER`].
     lost: AtomicBool,
 }
 
@@ -162,7 +164,11 @@ impl TraceSink {
                     }
                     self.stats.dropped.fetch_add(1, Ordering::Relaxed);
                     self.dropping = true;
-                    self.rec.gap();
+                    // As after a failed write: the fresh file's `start` (the whole lab's
+                    // state, for the writer to encode: 2.8 MB at 10k hosts) is tried after
+                    // `RETRY_AFTER`, not at the next call. Tried at each call, a writer behind
+                    // was handed a state to encode at every free slot, and fell further behind.
+                    self.stats.lost.store(true, Ordering::Relaxed);
                 }
             }
         }
@@ -520,5 +526,49 @@ mod tests {
             first.contains("node004"),
             "the state before the call: {first}"
         );
+    }
+
+    /// A queue the writer does not empty fills: from then on the calls are dropped (only
+    /// counted) until `RETRY_AFTER` has passed, and only then is a fresh `start` (marked
+    /// `gap`) tried, once, not at every call.
+    #[test]
+    fn a_full_queue_drops_calls_and_tries_a_fresh_file_after_the_retry_delay() {
+        let start = Instant::now();
+        let clock = TraceClock::new(start, 0);
+        // Room for a call's lines after a rotation: the `Rotate`, the `start`, the input.
+        let (tx, rx) = sync_channel(3);
+        let stats = Arc::new(TraceStats::default());
+        let mut sink = TraceSink {
+            rec: Recorder::new(clock, "r", 1 << 20),
+            tx: Some(tx),
+            stats: stats.clone(),
+            dropping: false,
+            warned: false,
+            retry_at: None,
+            buf: Vec::new(),
+            writer: None,
+        };
+        let mut a = Allocator::new();
+        // The first call (its `start` and its input line) and the next one's line fill it.
+        record_hosts_from(&mut sink, &mut a, start, 0..1);
+        let queued = |rx: &Receiver<Out>| rx.try_iter().collect::<Vec<_>>();
+        // The next calls find it full (nothing read): dropped, counted.
+        record_hosts_from(&mut sink, &mut a, start, 1..4);
+        let dropped = stats.dropped.load(Ordering::Relaxed);
+        assert!(dropped >= 2, "{dropped}");
+        // The writer catches up; within the retry delay nothing is queued, no `start` made.
+        let first = queued(&rx);
+        assert_eq!(first.len(), 3, "the first two calls' lines");
+        record_hosts_from(&mut sink, &mut a, start + Duration::from_secs(1), 4..8);
+        assert!(queued(&rx).is_empty(), "nothing within the retry delay");
+        assert!(stats.dropped.load(Ordering::Relaxed) > dropped);
+        // After it: one fresh `start`, marked `gap`, with the lab as it is now.
+        record_hosts_from(&mut sink, &mut a, start + RETRY_AFTER * 2, 8..9);
+        let after = queued(&rx);
+        let texts: Vec<String> = after.into_iter().filter_map(Out::into_text).collect();
+        assert_eq!(texts.len(), 2, "{texts:?}");
+        assert!(texts[0].contains("\"gap\":true"), "{}", texts[0]);
+        assert!(texts[0].contains("node007"), "{}", texts[0]);
+        assert!(texts[1].contains("node008"), "{}", texts[1]);
     }
 }
