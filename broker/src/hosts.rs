@@ -99,30 +99,12 @@ impl HostRecord {
         self.steady_len = None;
     }
 
-    /// Encodes the row's fixed part into `fixed_json` ([`fixed_json`]), its start taken from
-    /// the text there when nothing in it changed.
-    fn encode_fixed(&mut self) {
-        let part = self.fixed_part();
-        let mut text = Vec::with_capacity(FIXED_JSON_ROOM);
-        let kept = (self.steady_len)
+    /// The start of `fixed_json` that [`proto::row_parts::write_steady`] wrote, while
+    /// nothing it writes changed.
+    fn kept_steady(&self) -> Option<&str> {
+        (self.steady_len)
             .zip(self.fixed_json.as_deref())
-            .and_then(|(len, json)| json.get(..len));
-        let steady = match kept {
-            Some(kept) => {
-                debug_assert_eq!(kept, steady_text(&part), "a kept steady part went stale");
-                text.extend_from_slice(kept.as_bytes());
-                Ok(())
-            }
-            None => proto::row_parts::write_steady(&mut text, &part),
-        };
-        let steady_len = text.len();
-        let encoded = steady.and_then(|()| proto::row_parts::write_moving(&mut text, &part));
-        let (json, steady_len) = match (encoded, String::from_utf8(text)) {
-            (Ok(()), Ok(json)) => (json.into(), Some(steady_len)),
-            _ => (fixed_json(&part), None),
-        };
-        self.fixed_json = Some(json);
-        self.steady_len = steady_len;
+            .and_then(|(len, json)| json.get(..len))
     }
 
     /// The host's last report (`None`: none since the daemon connected, or it went silent).
@@ -274,8 +256,11 @@ impl HostTable {
     pub fn take_changes(&mut self, now: Instant, mut each: impl FnMut(&FixedPart<'_>, LivePart)) {
         for name in std::mem::take(&mut self.changed) {
             if let Some(rec) = self.hosts.get_mut(&name) {
-                rec.encode_fixed();
-                each(&rec.fixed_part(), table_live(rec, now, self.down_after));
+                let part = rec.fixed_part();
+                let (json, steady_len) = encode_fixed(&part, rec.kept_steady());
+                each(&part, table_live(rec, now, self.down_after));
+                rec.fixed_json = Some(json);
+                rec.steady_len = steady_len;
             }
         }
     }
@@ -634,19 +619,38 @@ impl StatusPart {
     }
 }
 
-/// A row's fixed part as JSON. Encoding such a part cannot fail (no maps; a NaN is
-/// written as `null`); were it to, the row says so instead of its figures.
+/// A row's fixed part as JSON ([`encode_fixed`] with nothing kept).
 fn fixed_json(part: &FixedPart<'_>) -> Arc<str> {
+    encode_fixed(part, None).0
+}
+
+/// A row's fixed part as JSON, its start taken from `kept` (the text
+/// [`proto::row_parts::write_steady`] wrote for the row last, while nothing in it changed),
+/// and the length of that start (`None` when the part could not be encoded). Encoding such
+/// a part cannot fail (no maps; a NaN is written as `null`); were it to, the row says so
+/// instead of its figures.
+fn encode_fixed(part: &FixedPart<'_>, kept: Option<&str>) -> (Arc<str>, Option<usize>) {
     let mut text = Vec::with_capacity(FIXED_JSON_ROOM);
-    let encoded = proto::row_parts::write_fixed(&mut text, part)
+    let steady = match kept {
+        Some(kept) => {
+            debug_assert_eq!(kept, steady_text(part), "a kept steady part went stale");
+            text.extend_from_slice(kept.as_bytes());
+            Ok(())
+        }
+        None => proto::row_parts::write_steady(&mut text, part),
+    };
+    let steady_len = text.len();
+    let encoded = steady
+        .and_then(|()| proto::row_parts::write_moving(&mut text, part))
         .map_err(|e| e.to_string())
         .and_then(|()| String::from_utf8(text).map_err(|e| e.to_string()));
     match encoded {
-        Ok(json) => json.into(),
-        Err(why) => serde_json::json!({ "name": part.name, "address": part.address,
-            "encoding_error": why })
-        .to_string()
-        .into(),
+        Ok(json) => (json.into(), Some(steady_len)),
+        Err(why) => {
+            let row = serde_json::json!({ "name": part.name, "address": part.address,
+                "encoding_error": why });
+            (row.to_string().into(), None)
+        }
     }
 }
 
