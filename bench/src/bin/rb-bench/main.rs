@@ -10,6 +10,7 @@ mod modules;
 mod overflow;
 mod owner_logind;
 mod policy;
+mod profile;
 mod reuse;
 mod scale;
 mod sessions;
@@ -70,8 +71,9 @@ struct Args {
     /// Runs of each kind in the module section's take-back part.
     #[arg(long, default_value_t = 9)]
     take_back_reps: usize,
-    /// Policy-section parts to run (grant, reload, footprint, paired, core, sessions, scale,
-    /// owner, figure7, owner-logind); default all (`paired` only with `--broker-compared`).
+    /// Policy-section parts to run (grant, reload, footprint, paired, profile, core, sessions,
+    /// scale, owner, figure7, owner-logind); default all (`paired` only with
+    /// `--broker-compared`; `profile` where `perf` is installed).
     #[arg(long, value_delimiter = ',')]
     policy_parts: Vec<String>,
     /// `rb-broker` of `policy::BEFORE_POLICY_FILES` (policy compiled in): the baseline of the

@@ -36,7 +36,8 @@ pub struct Options {
     pub lab_reps: usize,
     /// Remote shells of the owner-return rows (`rsh`, `ssh`).
     pub transports: Vec<String>,
-    /// `grant`, `reload`, `footprint`, `owner`, `figure7`, `owner-logind`; empty = all.
+    /// `grant`, `reload`, `footprint`, `paired`, `profile`, `core`, `sessions`, `scale`,
+    /// `owner`, `figure7`, `owner-logind`; empty = all.
     pub parts: Vec<String>,
     /// An `rb-broker` built from [`BEFORE_POLICY_FILES`] (policy compiled in): the
     /// footprint's baseline rows run it (`bench.sh` builds it).
@@ -92,6 +93,11 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     }
     if opts.wants("paired") {
         paired(opts)?;
+    }
+    if opts.wants("profile") {
+        if let Some(&n) = opts.hosts.iter().max() {
+            crate::profile::run(n, opts.broker_compared.as_ref())?;
+        }
     }
     if opts.wants("core") {
         crate::core_cost::run(opts.corecost_compared.as_ref())?;
