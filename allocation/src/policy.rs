@@ -224,7 +224,7 @@ impl Allocator {
                     .then_with(|| b.2.total_cmp(&a.2))
                     .then_with(|| a.3.cmp(b.3))
             })
-            .map(|(_, _, _, h)| h.clone())
+            .map(|(_, _, _, h)| h.to_string())
     }
 
     /// How many queued requests other than entry `i` could be granted `host` now.

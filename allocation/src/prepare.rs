@@ -88,7 +88,7 @@ impl PreparedPolicy {
             .hosts
             .keys()
             .filter(|h| !inputs.hosts.contains_key(*h))
-            .cloned()
+            .map(|h| h.to_string())
             .collect();
         for host in gone {
             let from = self.hosts.remove(&host);
@@ -201,20 +201,20 @@ impl Allocator {
         let mut old = from.iter().peekable();
         for (host, entry) in &self.inputs.hosts {
             while let Some((h, _)) = old.next_if(|(h, _)| *h < host) {
-                stale.push(h.clone());
+                stale.push(h.to_string());
             }
             match old.next_if(|(h, _)| *h == host) {
                 Some((_, e)) if Arc::ptr_eq(e, entry) => {}
-                _ => stale.push(host.clone()),
+                _ => stale.push(host.to_string()),
             }
         }
-        stale.extend(old.map(|(h, _)| h.clone()));
+        stale.extend(old.map(|(h, _)| h.to_string()));
         if self.hosts.len() != self.inputs.hosts.len() {
             let missing = self
                 .hosts
                 .keys()
                 .filter(|h| !self.inputs.hosts.contains_key(*h))
-                .cloned();
+                .map(|h| h.to_string());
             stale.extend(missing);
         }
         stale
@@ -256,7 +256,7 @@ mod tests {
             .inputs
             .hosts
             .iter()
-            .map(|(h, e)| (h.clone(), e.start, e.rank, e.labels))
+            .map(|(h, e)| (h.to_string(), e.start, e.rank, e.labels))
             .collect();
         (hosts, a.inputs.free.clone())
     }

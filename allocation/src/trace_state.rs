@@ -201,7 +201,7 @@ impl Allocator {
             };
             a.hosts.insert(known.view.name.clone(), known);
         }
-        let names: Vec<String> = a.hosts.keys().cloned().collect();
+        let names: Vec<String> = a.hosts.keys().map(|h| h.to_string()).collect();
         for host in &names {
             a.rebuild_host(host);
         }

@@ -216,7 +216,8 @@ impl UsageMeter {
                     .filter(|h| !alloc.hosts.contains_key(*h))
                     .cloned()
                     .collect();
-                for host in gone.iter().chain(alloc.hosts.keys()) {
+                let known = alloc.hosts.keys().map(|h| h.as_str());
+                for host in gone.iter().map(String::as_str).chain(known) {
                     self.classify(host, alloc, t_us, wall_ms);
                 }
             }

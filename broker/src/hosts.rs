@@ -229,7 +229,7 @@ impl HostTable {
             .iter()
             .map(|e| (e.name.clone(), HostRecord::new(e.clone(), &mut label_lists)))
             .collect::<HostMap<_>>();
-        let changed = hosts.keys().cloned().collect();
+        let changed = hosts.keys().map(|h| h.to_string()).collect();
         Self {
             hosts,
             label_lists,
@@ -577,7 +577,7 @@ impl HostTable {
                 break;
             }
             let fixed_json = match &rec.fixed_json {
-                Some(json) if !self.changed.contains(name) => Arc::clone(json),
+                Some(json) if !self.changed.contains(name.as_str()) => Arc::clone(json),
                 _ => fixed_json(&rec.fixed_part()),
             };
             let mut live = table_live(rec, now, self.down_after);

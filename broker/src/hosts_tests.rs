@@ -525,7 +525,7 @@ fn a_tick_takes_down_exactly_the_silent_hosts() {
                     .hosts
                     .iter()
                     .filter(|(_, rec)| silence(rec, now, t.down_after).is_some())
-                    .map(|(name, _)| name.clone())
+                    .map(|(name, _)| name.to_string())
                     .collect();
                 let taken: Vec<String> = t
                     .tick(now)
