@@ -152,14 +152,29 @@ pub(crate) struct KnownHost {
     /// Its daemon reports the allocations running there and ends those it is told to (soft
     /// state: until the host goes down; its next daemon says so again).
     pub(crate) ends_allocs: bool,
+    /// `view.up`, kept here too: a repeated report asks only this of the view, and the
+    /// view is another heap object, cold by the host's next report at 10k hosts.
+    up: bool,
 }
 
 impl KnownHost {
     fn new(view: HostView) -> Self {
+        Self::shared(Arc::new(view))
+    }
+
+    /// A host whose view is shared already (a trace's opening state).
+    pub(crate) fn shared(view: Arc<HostView>) -> Self {
         KnownHost {
-            view: Arc::new(view),
+            up: view.up,
+            view,
             ends_allocs: false,
         }
+    }
+
+    /// Whether the view says the host is up.
+    pub(crate) fn up(&self) -> bool {
+        debug_assert_eq!(self.up, self.view.up, "`up` follows the view");
+        self.up
     }
 }
 
@@ -443,6 +458,7 @@ impl Allocator {
             self.hosts.insert(host.to_string(), KnownHost::new(view));
             return false;
         };
+        known.up = view.up;
         let slot = &mut known.view;
         let same = rust_inputs(slot) == rust_inputs(&view);
         match Arc::get_mut(slot) {
@@ -461,7 +477,7 @@ impl Allocator {
     /// policy value is unchanged, `start` gives what it gave, and the queue, served after
     /// the last change, is served again for nothing.
     pub fn same_view_decides_nothing(&self, host: &str) -> bool {
-        self.host_view(host).is_some_and(|v| v.up)
+        self.hosts.get(host).is_some_and(KnownHost::up)
             && self.has_entry(host)
             && !self.by_host.contains_key(host)
             && !self.start_reads_now()

@@ -195,10 +195,7 @@ impl Allocator {
             a.set_wall_clock(clock.instant(w.at_us), w.unix, w.utc_offset_s);
         }
         for view in s.hosts {
-            let known = KnownHost {
-                view,
-                ends_allocs: false,
-            };
+            let known = KnownHost::shared(view);
             a.hosts.insert(known.view.name.clone(), known);
         }
         let names: Vec<String> = a.hosts.keys().map(|h| h.to_string()).collect();
