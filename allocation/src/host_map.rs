@@ -17,7 +17,7 @@
 //! that finds the entry compares the name there, where a `String` key sent it to another
 //! heap object, cold at 10k hosts (a repeated report's lookups missed the cache ~11 times
 //! with `String` keys and ~9 with these: the core's time a repeated report 0.79×,
-//! BENCHMARKS.md "Host names inside the maps' entries").
+//! BENCHMARKS.md, "… host names inside the maps' entries (session 35)").
 
 use std::{borrow::Borrow, fmt, ops::Index};
 
