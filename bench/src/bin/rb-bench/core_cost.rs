@@ -144,10 +144,7 @@ fn corecost_command(mut command: Command, flags: &[&str], rounds: u64) -> Comman
 }
 
 pub(crate) fn has_valgrind() -> bool {
-    Command::new("valgrind")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
+    crate::runs_here("valgrind")
 }
 
 /// What callgrind counts on the core's thread: instructions, and the data accesses that

@@ -264,6 +264,16 @@ fn sample_windows(pid: u32, n: usize, window: Duration) -> (Summary, u64) {
     )
 }
 
+/// Whether `program --version` runs here (a tool a part needs: valgrind, perf).
+pub(crate) fn runs_here(program: &str) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// A manual lab of `n` hosts with no address (the load generator plays their daemons).
 pub(crate) fn manual_lab(n: usize) -> String {
     lab_of(n, |_| String::new())

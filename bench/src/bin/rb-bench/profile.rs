@@ -173,14 +173,14 @@ fn is_bytes(name: &str) -> bool {
         || name.starts_with("core::str::converts::from_utf8")
 }
 
-/// One broker sampled: its CPU over the window (percent of one core), the samples, and
-/// their shares (0–1) by kind and by thread.
+/// One broker sampled: its CPU over the window (percent of one core), and its samples in
+/// all, by kind and by thread.
 #[derive(Debug, Default)]
 struct Profiled {
     cpu: f64,
     samples: u64,
-    kinds: BTreeMap<Kind, f64>,
-    threads: BTreeMap<String, f64>,
+    kinds: BTreeMap<Kind, u64>,
+    threads: BTreeMap<String, u64>,
 }
 
 impl Profiled {
@@ -188,61 +188,54 @@ impl Profiled {
     /// comm,dso,sym -g none -t '|'` (`4.79%  | 51  |rb-core  |libc.so.6  |[.] __memmove_…`:
     /// share, samples, thread, object, function); other lines are skipped.
     fn from_report(report: &str) -> Profiled {
-        let mut counts: Vec<(Kind, &str, u64)> = Vec::new();
+        let mut profiled = Profiled::default();
         for line in report.lines().filter(|l| !l.starts_with('#')) {
             let fields: Vec<&str> = line.splitn(5, '|').map(str::trim).collect();
-            if let [_, samples, comm, dso, sym] = fields.as_slice() {
-                if let Ok(samples) = samples.parse::<u64>() {
-                    counts.push((Kind::of(dso, sym), comm, samples));
-                }
-            }
-        }
-        let samples: u64 = counts.iter().map(|c| c.2).sum();
-        let mut profiled = Profiled {
-            samples,
-            ..Profiled::default()
-        };
-        for (kind, comm, n) in counts {
-            let share = n as f64 / samples as f64;
-            *profiled.kinds.entry(kind).or_default() += share;
-            *profiled.threads.entry(comm.to_string()).or_default() += share;
+            let [_, samples, comm, dso, sym] = fields.as_slice() else {
+                continue;
+            };
+            let Ok(n) = samples.parse::<u64>() else {
+                continue;
+            };
+            profiled.samples += n;
+            *profiled.kinds.entry(Kind::of(dso, sym)).or_default() += n;
+            *profiled.threads.entry(comm.to_string()).or_default() += n;
         }
         profiled
     }
 
+    /// `samples` of the broker's, as its part of the broker's CPU (percent of one core).
+    fn part(&self, samples: u64) -> f64 {
+        match self.samples {
+            0 => 0.0,
+            all => samples as f64 / all as f64 * self.cpu,
+        }
+    }
+
     /// `kind`'s part of the broker's CPU, percent of one core.
     fn of_kind(&self, kind: Kind) -> f64 {
-        self.kinds.get(&kind).copied().unwrap_or(0.0) * self.cpu
+        self.part(self.kinds.get(&kind).copied().unwrap_or(0))
     }
 
     /// The threads, busiest first, with their part of the broker's CPU.
     fn threads_text(&self) -> String {
-        let mut threads: Vec<(&String, &f64)> = self.threads.iter().collect();
-        threads.sort_by(|a, b| b.1.total_cmp(a.1));
+        let mut threads: Vec<(&String, &u64)> = self.threads.iter().collect();
+        threads.sort_by(|a, b| b.1.cmp(a.1));
         threads
             .iter()
-            .filter(|(_, share)| **share * self.cpu >= 0.05)
-            .map(|(name, share)| format!("`{name}` {:.1} %", *share * self.cpu))
+            .map(|(name, n)| (name, self.part(**n)))
+            .filter(|(_, cpu)| *cpu >= 0.05)
+            .map(|(name, cpu)| format!("`{name}` {cpu:.1} %"))
             .collect::<Vec<_>>()
             .join(", ")
     }
-}
-
-/// Whether `perf` runs here (`perf --version`).
-fn perf_runs() -> bool {
-    Command::new("perf")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
 }
 
 /// The part: each broker (`compared`'s, then today's) at `n` hosts, every report changing,
 /// then repeating.
 pub fn run(n: usize, compared: Option<&(String, PathBuf)>) -> anyhow::Result<()> {
     println!("### Where the broker's CPU goes, by kind of work\n");
-    if !perf_runs() {
+    if !crate::runs_here("perf") {
         println!("skipped: `perf` is not installed (Debian: `apt-get install linux-perf`)\n");
         return Ok(());
     }
