@@ -376,13 +376,35 @@ pub(crate) fn spawn_loadgen_at(
         .spawn()
 }
 
+/// How `rb-readfloor` reads the reports.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReadFloor {
+    /// Each frame parsed with the broker's decoder (`--parse`), not only cut into lines.
+    pub(crate) parse: bool,
+    /// Through io_uring (`--uring`) instead of epoll and tokio's tasks, as the broker.
+    pub(crate) uring: bool,
+}
+
+impl ReadFloor {
+    /// Read and parsed as the broker's sessions do.
+    pub(crate) const AS_THE_BROKER: ReadFloor = ReadFloor {
+        parse: true,
+        uring: false,
+    };
+    /// Read and parsed, through io_uring.
+    pub(crate) const THROUGH_URING: ReadFloor = ReadFloor {
+        parse: true,
+        uring: true,
+    };
+}
+
 /// `program` (`rb-readfloor`, or a wrapper that runs it) expecting `n` connections that
-/// prove `secret`, parsing their frames when `parse`: the process, the address it listens
+/// prove `secret`, reading their frames as `how` says: the process, the address it listens
 /// on (its first line), and the rest of its lines (`all N connected` comes next).
 pub(crate) fn spawn_readfloor(
     program: &Path,
     n: usize,
-    parse: bool,
+    how: ReadFloor,
     secret: &Path,
 ) -> anyhow::Result<(
     std::process::Child,
@@ -392,7 +414,8 @@ pub(crate) fn spawn_readfloor(
     use std::io::BufRead;
     let mut floor = Command::new(program)
         .args(["--hosts", &n.to_string()])
-        .args(parse.then_some("--parse"))
+        .args(how.parse.then_some("--parse"))
+        .args(how.uring.then_some("--uring"))
         .arg("--secret-file")
         .arg(secret)
         .stdout(Stdio::piped())
@@ -473,20 +496,20 @@ impl LoadRun {
         Ok(run)
     }
 
-    /// As [`Self::measure`] with `rb-readfloor` in the broker's place (its frames read, and
-    /// with `parse` parsed, nothing else): the floor under the broker's CPU for the same
-    /// load. "All up" is when it has read `n` connections' welcomes; no `rb status`.
+    /// As [`Self::measure`] with `rb-readfloor` in the broker's place (its frames read as
+    /// `how` says, nothing else): the floor under the broker's CPU for the same load. "All
+    /// up" is when it has read `n` connections' welcomes; no `rb status`.
     pub(crate) fn measure_floor(
         n: usize,
         reports: Reports,
-        parse: bool,
+        how: ReadFloor,
     ) -> anyhow::Result<LoadRun> {
         let dir = tempfile::tempdir()?;
         let secret = dir.path().join("secret");
         proto::auth::write_new_secret(&secret, false)?;
         let started = Instant::now();
         let (mut floor, addr, mut said) =
-            spawn_readfloor(&tests::bin("rb-readfloor"), n, parse, &secret)?;
+            spawn_readfloor(&tests::bin("rb-readfloor"), n, how, &secret)?;
         let mut gen = spawn_loadgen_at(&addr, &secret, n, reports, 45)?;
         let mut run = LoadRun::default();
         // The line comes once all are connected, or never (then the reader is killed below).

@@ -398,11 +398,16 @@ fn footprint(opts: &Options) -> anyhow::Result<()> {
          other but for their counter (a quiet lab), except in the rows \"every report \
          changing\" (`rb-loadgen --changing`): there each one's idle times grow by the \
          interval and its load moves, as a real daemon's do, so that every report reaches \
-         the allocator. The last two rows are no broker: `rb-readfloor` takes the same \
-         connections through the broker's handshake and reads and parses their frames as \
-         the broker's host daemons' sessions do (one thread, 10 ms turns, the broker's \
+         the allocator. The rows \"reading alone\" are no broker: `rb-readfloor` takes the \
+         same connections through the broker's handshake and reads and parses their frames \
+         as the broker's host daemons' sessions do (one thread, 10 ms turns, the broker's \
          framing and decoder), and does nothing else: what reading the reports costs on \
-         this machine, under any broker. The simulated daemons send their reports after \
+         this machine, under any broker that reads as this one. Those \"through io_uring\" \
+         read and parse the same way but through io_uring instead of epoll: one multishot \
+         receive armed on each connection, in a ring whose receives run only when the \
+         reading thread enters it, once a turn (one system call a turn, where epoll costs a \
+         readiness event, a task's wake and a `recvfrom` for each report): what the host \
+         daemons' thread could cost reading that way. The simulated daemons send their reports after \
          the first as what changed where the broker offers it (`report_changes`, as real \
          daemons do; 52ad0fe's broker does not); the rows \"reports whole\" \
          (`rb-loadgen --whole-reports`) send them whole, as a daemon from before that.\n",
@@ -476,9 +481,15 @@ fn footprint(opts: &Options) -> anyhow::Result<()> {
         )
         .whole(),
     );
-    rows.push(FootprintRow::floor(FLOOR_QUIET, false, true));
-    rows.push(FootprintRow::floor(FLOOR_CHANGING, true, true));
-    rows.push(FootprintRow::floor(FLOOR_CHANGING_WHOLE, true, true).whole());
+    let (as_broker, uring) = (
+        crate::ReadFloor::AS_THE_BROKER,
+        crate::ReadFloor::THROUGH_URING,
+    );
+    rows.push(FootprintRow::floor(FLOOR_QUIET, false, as_broker));
+    rows.push(FootprintRow::floor(FLOOR_CHANGING, true, as_broker));
+    rows.push(FootprintRow::floor(FLOOR_CHANGING_WHOLE, true, as_broker).whole());
+    rows.push(FootprintRow::floor(URING_QUIET, false, uring));
+    rows.push(FootprintRow::floor(URING_CHANGING, true, uring));
     // Round after round, every row once per round: drift falls on all alike.
     for _ in 0..opts.footprint_rounds.max(1) {
         for row in &mut rows {
@@ -541,6 +552,16 @@ fn print_footprint_verdict(rows: &[FootprintRow], baseline_built: bool, hosts: u
             quiet - floor_quiet,
             changing - floor_changing,
         );
+        if let (Some(uring_quiet), Some(uring_changing)) =
+            (named(URING_QUIET), named(URING_CHANGING))
+        {
+            print!(
+                " Through io_uring the same reading costs {uring_quiet:.1} % quiet and \
+                 {uring_changing:.1} % changing ({:+.1} and {:+.1} % of a core).",
+                uring_quiet - floor_quiet,
+                uring_changing - floor_changing,
+            );
+        }
         // The goals are for 10k hosts.
         if hosts == 10_000 {
             print!(
@@ -563,6 +584,9 @@ const FLOOR_CHANGING_WHOLE: &str =
     "reading alone (`rb-readfloor --parse`), every report changing, reports whole: the floor";
 const FLOOR_CHANGING: &str =
     "reading alone (`rb-readfloor --parse`), every report changing: the floor";
+const URING_QUIET: &str = "reading alone through io_uring (`rb-readfloor --parse --uring`)";
+const URING_CHANGING: &str =
+    "reading alone through io_uring (`rb-readfloor --parse --uring`), every report changing";
 
 /// CPU windows per round of the paired rows.
 const PAIRED_WINDOWS: usize = 10;
@@ -784,8 +808,8 @@ struct FootprintRow {
     /// The reports sent whole even where the broker takes what changed (`rb-loadgen
     /// --whole-reports`, as a daemon from before `report_changes`).
     whole: bool,
-    /// Not a broker: `rb-readfloor`, parsing the frames when true.
-    floor: Option<bool>,
+    /// Not a broker: `rb-readfloor`, reading as this says.
+    floor: Option<crate::ReadFloor>,
     run: Option<LoadRun>,
 }
 
@@ -818,11 +842,10 @@ impl FootprintRow {
         }
     }
 
-    /// `rb-readfloor` under the same load: the reports read (and with `parse` parsed), no
-    /// more.
-    fn floor(name: &str, changing: bool, parse: bool) -> Self {
+    /// `rb-readfloor` under the same load: the reports read as `how` says, no more.
+    fn floor(name: &str, changing: bool, how: crate::ReadFloor) -> Self {
         FootprintRow {
-            floor: Some(parse),
+            floor: Some(how),
             ..FootprintRow::new(name.into(), None, String::new(), changing)
         }
     }
@@ -830,7 +853,7 @@ impl FootprintRow {
     /// One more run of this row's broker under `n` simulated hosts, pooled.
     fn measure(&mut self, n: usize) -> anyhow::Result<()> {
         let run = match (&self.program, self.floor) {
-            (_, Some(parse)) => LoadRun::measure_floor(n, self.reports(), parse)?,
+            (_, Some(how)) => LoadRun::measure_floor(n, self.reports(), how)?,
             (Some(program), None) => LoadRun::measure_reports(
                 Broker::start_program(program, &self.lab),
                 n,

@@ -121,7 +121,8 @@ fn counted_run(
             let secret = dir.path().join("secret");
             proto::auth::write_new_secret(&secret, false)?;
             // Its output kept open until it ends: it says `all N connected` meanwhile.
-            let (mut floor, addr, said) = crate::spawn_readfloor(&wrapper, HOSTS, true, &secret)?;
+            let (mut floor, addr, said) =
+                crate::spawn_readfloor(&wrapper, HOSTS, crate::ReadFloor::AS_THE_BROKER, &secret)?;
             let sending = crate::Reports::as_today(changing);
             let gen = crate::spawn_loadgen_at(&addr, &secret, HOSTS, sending, seconds)?;
             let reports = reports_sent(gen);

@@ -10,13 +10,19 @@
 //! broker's decoder (`HostdFrames::decode`: a repeated report found by its text, any other
 //! parsed). Nothing else happens: no core, no host table, no allocator, no trace. Prints
 //! `all N connected` once the N of `--hosts` are, then reads until killed.
+//!
+//! With `--uring` the welcomed connections are read through io_uring instead, in the same
+//! turns ([`uring`]): what the host daemons' thread would cost reading that way.
+
+mod uring;
 
 use std::{
     io::Write,
+    os::fd::{AsFd, OwnedFd},
     path::PathBuf,
     sync::{
         atomic::{AtomicUsize, Ordering},
-        Arc,
+        mpsc, Arc,
     },
     time::Duration,
 };
@@ -46,11 +52,43 @@ struct Args {
     /// Also parse each frame with the broker's decoder.
     #[arg(long)]
     parse: bool,
+    /// Read through io_uring (one multishot receive a connection, one system call a turn)
+    /// instead of epoll and tokio's tasks.
+    #[arg(long)]
+    uring: bool,
+}
+
+/// Where a welcomed connection goes to be read.
+#[derive(Clone)]
+enum Readers {
+    /// A task on the readers' runtime, as the broker's sessions.
+    Tasks(tokio::runtime::Handle),
+    /// The io_uring thread.
+    Uring(mpsc::Sender<OwnedFd>),
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let secret = Arc::new(Secret::load(&args.secret_file)?);
+    let readers = if args.uring {
+        match uring::start(args.parse) {
+            Ok(fds) => Readers::Uring(fds),
+            Err(e) => {
+                eprintln!("rb-readfloor: cannot read through io_uring here: {e}");
+                std::process::exit(3);
+            }
+        }
+    } else {
+        Readers::Tasks(reading_runtime()?)
+    };
+    let accept = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    accept.block_on(serve(args, secret, readers))
+}
+
+/// The readers' runtime, run in turns on a thread of its own, as the broker's.
+fn reading_runtime() -> std::io::Result<tokio::runtime::Handle> {
     let readers = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .event_interval(u32::MAX)
@@ -62,33 +100,40 @@ fn main() -> anyhow::Result<()> {
             readers.block_on(tokio::task::yield_now());
             std::thread::sleep(TURN);
         })?;
-    let accept = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    accept.block_on(serve(args, secret, reading))
+    Ok(reading)
 }
 
-async fn serve(
-    args: Args,
-    secret: Arc<Secret>,
-    reading: tokio::runtime::Handle,
-) -> anyhow::Result<()> {
+async fn serve(args: Args, secret: Arc<Secret>, readers: Readers) -> anyhow::Result<()> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     println!("{}", listener.local_addr()?);
     std::io::stdout().flush()?;
     let connected = Arc::new(AtomicUsize::new(0));
     loop {
         let (stream, _) = listener.accept().await?;
-        let (secret, reading, connected) = (secret.clone(), reading.clone(), connected.clone());
+        let (secret, readers, connected) = (secret.clone(), readers.clone(), connected.clone());
         let (hosts, parse) = (args.hosts, args.parse);
         tokio::spawn(async move {
             let Some(conn) = welcomed(stream, &secret).await else {
                 return;
             };
-            let Ok(conn) = conn.map_stream(TcpStream::into_std) else {
-                return;
-            };
-            reading.spawn(read_all(conn, parse));
+            match readers {
+                Readers::Tasks(runtime) => {
+                    let Ok(conn) = conn.map_stream(TcpStream::into_std) else {
+                        return;
+                    };
+                    drop(runtime.spawn(read_all(conn, parse)));
+                }
+                Readers::Uring(fds) => {
+                    // Its own copy of the socket: tokio's is closed with `conn`.
+                    let Ok(fd) = conn.get_ref().as_fd().try_clone_to_owned() else {
+                        return;
+                    };
+                    drop(conn);
+                    if fds.send(fd).is_err() {
+                        return;
+                    }
+                }
+            }
             if connected.fetch_add(1, Ordering::AcqRel) + 1 == hosts {
                 println!("all {hosts} connected");
                 let _ = std::io::stdout().flush();
