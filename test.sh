@@ -98,6 +98,18 @@ if [ "$(id -u)" = 0 ]; then
   ./target/debug/rb lab down --stale || true
 fi
 
+# The code's own checks, as STYLE.md asks of every change: formatted, clippy without a
+# warning, the crates' API docs (private items too: they are for the next engineer) without
+# a broken link. A failure here is reported and fails the run, after the tests have run.
+lint_status=0
+lint() {
+  echo "test.sh: $*"
+  "$@" || { lint_status=1; echo "test.sh: FAILED: $*"; }
+}
+lint cargo fmt --all --check
+lint cargo clippy --workspace --all-targets --quiet -- -D warnings
+RUSTDOCFLAGS="-D warnings" lint cargo doc --workspace --no-deps --document-private-items --quiet
+
 # --no-fail-fast: a failing test binary does not hide the others (the exit status still fails).
 # The whole output is kept in target/test-output.log; at the end each failing test's
 # message is printed again (its first lines), so that a log cut in the middle (as CI's
@@ -112,5 +124,9 @@ if [ "$status" != 0 ]; then
   awk '/^---- .* stdout ----$/ { shown = 0; on = 1 }
        /^failures:$/ { on = 0 }
        on && shown < 60 { print; shown++ }' "$OUTPUT_LOG"
+fi
+if [ "$lint_status" != 0 ]; then
+  echo "test.sh: the checks above (fmt, clippy, rustdoc) failed: see their output before the tests'"
+  [ "$status" != 0 ] || status=1
 fi
 exit "$status"

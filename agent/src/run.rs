@@ -1,6 +1,6 @@
 //! The agent's life: register the job, run the app with the shim and the job's JEL pool
 //! (`RB_JEL`) in its environment, serve shims and subagents, and hand everything that happens to the job to the agent core
-//! ([`crate::core`]), whose decisions [`shell`] performs; the app's exit status is passed
+//! ([`crate::core`]), whose decisions `shell` performs; the app's exit status is passed
 //! through (128+signal when killed).
 
 use std::{os::unix::fs::PermissionsExt, path::PathBuf, process::Stdio, sync::Arc, time::Duration};

@@ -372,7 +372,7 @@ fn guardian(
     0
 }
 
-/// Where guardians on this host say why they ended a command (see [`start_log`]):
+/// Where guardians on this host say why they ended a command (see `start_log`):
 /// `subagent.log` in the private runtime root ([`privdir::runtime_root`]).
 pub fn log_path() -> PathBuf {
     privdir::runtime_root().join("subagent.log")

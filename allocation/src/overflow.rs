@@ -200,7 +200,7 @@ impl Allocator {
     }
 
     /// Pilots of this broker (by job name) that Slurm still has, found at start: adopted as
-    /// outstanding. One whose node joins within [`FOUND_GRACE`] is used like any; the rest
+    /// outstanding. One whose node joins within `FOUND_GRACE` is used like any; the rest
     /// are cancelled once nobody wants them, but none while a restored allocation holds a
     /// node whose daemon is not back yet (`cancel_unwanted_pilots`).
     pub fn pilots_found(&mut self, slurm_ids: Vec<String>, now: Instant) {

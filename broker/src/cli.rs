@@ -20,6 +20,7 @@ pub struct Args {
     pub hosts: usize,
     /// State dir of the embedded lab (default $XDG_RUNTIME_DIR/rb/embedded, else
     /// /tmp/rb-<uid>/embedded); created 0700, refused if another user owns it.
+    #[allow(rustdoc::invalid_html_tags)] // --help text: `<uid>` is shown as written
     #[arg(long, requires = "embedded")]
     pub state_dir: Option<PathBuf>,
 }

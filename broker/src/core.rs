@@ -178,7 +178,7 @@ impl Event {
 }
 
 /// Sender side used by connections and supervisors: host and agent events go in one
-/// queue, in order; requests someone waits for ([`Event::is_request`]) in another, which
+/// queue, in order; requests someone waits for (`Event::is_request`) in another, which
 /// the core serves before the next batch of events (`run`): a request waits for at most
 /// one batch, never for the second's burst of reports.
 ///
@@ -305,7 +305,7 @@ impl EventReceiver {
 }
 
 /// The core's queues: up to `capacity` runs of host and agent events (the host daemons'
-/// thread sends a turn's in runs of [`RUN_EVENTS`] at most, an agent's session or a
+/// thread sends a turn's in runs of `RUN_EVENTS` at most, an agent's session or a
 /// supervisor runs of one), and a few hundred requests.
 pub fn channel(capacity: usize) -> (EventSender, EventReceiver) {
     let (events_tx, runs) = mpsc::channel(capacity);
@@ -328,7 +328,7 @@ const REQUESTS: usize = 256;
 ///
 /// Every host change the table records (a report, a connection, up/down, and each host of
 /// the lab file at start) reaches the allocator right after the event that caused it (or
-/// the batch of reports, [`REPORT_BATCH`]), before any other event is applied; and
+/// the batch of reports, `REPORT_BATCH`), before any other event is applied; and
 /// every effect of every allocator entry point is performed. The daemons of the hosts
 /// whose allocations an event changed hear of it after it (after the grants it caused
 /// went out).

@@ -17,7 +17,7 @@
 //! - [`authz`]: who may do what (the owner everything; a user reads, releases own hosts).
 //! - [`users`]: the users with a credential (`rb user add|list|revoke`).
 //! - [`audit`]: the audit log of admin actions and refusals (`STATE_DIR/audit.log`).
-//! - [`pilots`]: overflow onto Slurm's shell: `sbatch`/`scancel` for the core's pilot effects.
+//! - [`pilots`](mod@pilots): overflow onto Slurm's shell: `sbatch`/`scancel` for the core's pilot effects.
 //! - [`supervisor`]: keeps every host's daemon running through the transport.
 //! - [`trace`]: the decision trace's edge: the sink the job desk records into, and the
 //!   writer thread appending to `STATE_DIR/trace/` (format and replay: `allocation`).

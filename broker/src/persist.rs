@@ -1,7 +1,7 @@
 //! Durable broker state off the hot path: one thread owns the SQLite [`Store`] and writes
 //! the newest snapshot it has been given (older ones still queued are skipped). Decisions
 //! never wait for the disk; a crash loses at most the last few milliseconds of changes.
-//! Each queued snapshot gets a sequence number and [`StoreWriter::committed`] follows the
+//! Each queued snapshot gets a sequence number and `StoreWriter::committed` follows the
 //! newest one written, so that a reply which must not outrun the disk (a job's end) can
 //! wait for it without the decisions waiting.
 

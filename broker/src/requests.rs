@@ -24,7 +24,7 @@ use crate::{
 pub enum Reply {
     Response(Response),
     /// `rb status`: the rows that [`Response::Status`] carries, in the parts the core
-    /// keeps ([`status_rows`]); [`status_frame`] joins them into the answer, off the core.
+    /// keeps (`status_rows`); [`status_frame`] joins them into the answer, off the core.
     StatusRows(Vec<StatusPart>),
 }
 

@@ -111,7 +111,7 @@ impl TraceSink {
 
     /// Before an allocator entry point (see [`Recorder::begin`]).
     /// While the writer cannot write, nothing is recorded and a fresh file (whose `start`
-    /// record costs a walk over the whole lab) is tried every [`RETRY_AFTER`] only.
+    /// record costs a walk over the whole lab) is tried every `RETRY_AFTER` only.
     pub fn begin(&mut self, alloc: &Allocator, now: Instant) {
         self.dropping = false;
         if self.stats.lost.load(Ordering::Relaxed) {

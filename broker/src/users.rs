@@ -101,7 +101,7 @@ impl UserBook {
     }
 
     /// Records that `name` authenticated at `now`; true when the stored time is more than
-    /// [`LAST_SEEN_SLACK_S`] old (worth saving).
+    /// `LAST_SEEN_SLACK_S` old (worth saving).
     pub fn seen(&mut self, name: &str, now: i64) -> bool {
         let Some(record) = self.users.get_mut(name) else {
             return false;

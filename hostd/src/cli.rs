@@ -26,6 +26,7 @@ pub struct Args {
     pub lifeline_stdin: bool,
     /// Directory for the per-host lock that keeps one daemon per host (default
     /// $XDG_RUNTIME_DIR/rb, else /tmp/rb-<uid>); created 0700, refused if another user owns it.
+    #[allow(rustdoc::invalid_html_tags)] // --help text: `<uid>` is shown as written
     #[arg(long)]
     pub lock_dir: Option<PathBuf>,
     /// Sensor-overlay file (test and demo facility, see hostd/OVERLAY.md).

@@ -93,6 +93,7 @@ pub enum LabCommand {
         lab: Option<PathBuf>,
         /// The hosts that become Slurm nodes (leave them out of the lab file's [[host]]s:
         /// pilots bring them in as slurm-NODE).
+        #[allow(rustdoc::broken_intra_doc_links)] // --help text: `[[host]]` is TOML
         #[arg(required = true, value_name = "NODE")]
         nodes: Vec<String>,
     },

@@ -5,7 +5,7 @@
 //! and billions of steps (or elements) of evaluation. As Kubernetes does for its CEL, every
 //! expression gets a cost:
 //!
-//! - **At load** ([`estimate`]): an upper bound of the work of one evaluation, in cost
+//! - **At load** (`estimate`): an upper bound of the work of one evaluation, in cost
 //!   units (about one per node visited and one per element or byte copied or compared),
 //!   counting each use of a let at the let's own whole estimate, as if it were written out
 //!   there (Kubernetes' estimator does the same for its variables). Lets are evaluated once
@@ -15,7 +15,7 @@
 //!   [`INPUT_SIZE`] elements or bytes; a comprehension costs its range's size times its
 //!   body. A file whose expression (with its lets) is estimated above [`MAX_COST`] is
 //!   refused, the estimate and the budget in the message.
-//! - **At run time** ([`instrument`], [`Budget`]): the syntax tree is rewritten so that
+//! - **At run time** (`instrument`, `Budget`): the syntax tree is rewritten so that
 //!   every comprehension iteration charges its estimated cost (and the size of the value
 //!   it passes through) to a thread-local budget of [`RUN_BUDGET`] units, through the
 //!   internal function `@rb_cost` (not writable in a policy: `@` is no identifier

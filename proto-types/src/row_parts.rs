@@ -289,7 +289,7 @@ fn write_live_members(out: &mut Vec<u8>, live: &LivePart) -> serde_json::Result<
 
 /// Appends `part` as the JSON object `serde_json` writes for it, byte for byte (same members
 /// in the same order, the same ones left out when empty), with its keys as written-out
-/// constants, as [`write_live_members`] does: at 10k hosts whose every report changes, the
+/// constants, as `write_live_members` does: at 10k hosts whose every report changes, the
 /// broker encodes a fixed part per report, and serde escaping its 22 keys each time was
 /// most of that. The values are serde's. [`write_steady`] then [`write_moving`].
 pub fn write_fixed(out: &mut Vec<u8>, part: &FixedPart<'_>) -> serde_json::Result<()> {

@@ -115,7 +115,7 @@ fn seq_digits_at(text: &str) -> Option<usize> {
         .then_some(digits_at)
 }
 
-/// [`same_but_seq`] with the place of `last`'s counter known.
+/// `same_but_seq` with the place of `last`'s counter known.
 fn same_counted_at(last: &[u8], digits_at: usize, new: &[u8]) -> Option<u64> {
     if new.get(..digits_at)? != &last[..digits_at] {
         return None;

@@ -260,6 +260,7 @@ pub enum Cmd {
         keep: bool,
         /// State dir, holding the broker's log `broker.log` (default $XDG_RUNTIME_DIR/rb/demo,
         /// else /tmp/rb-<uid>/demo); created 0700, refused if another user owns it.
+        #[allow(rustdoc::invalid_html_tags)] // --help text: `<uid>` is shown as written
         #[arg(long, value_name = "DIR")]
         state_dir: Option<PathBuf>,
     },

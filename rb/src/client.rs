@@ -293,7 +293,7 @@ enum RespKind {
 }
 
 /// The status of every host as the broker sent it: its JSON array of rows, untouched
-/// (never parsed into rows: megabytes at 10k hosts; see [`status_rows_json`]).
+/// (never parsed into rows: megabytes at 10k hosts; see `status_rows_json`).
 pub async fn status_json(target: &Target) -> anyhow::Result<StatusLine> {
     status_rows_json(request_frame(target, Request::Status).await?)
 }

@@ -1,7 +1,7 @@
 //! The `[web]` listener: `/metrics` for Prometheus and a JSON view of the lab, served by
 //! hyper (HTTP/1) on the broker's runtime.
 //!
-//! - `GET /metrics`: every metric of [`metrics`], in Prometheus text format 0.0.4, or in
+//! - `GET /metrics`: every metric of [`metrics`](mod@metrics), in Prometheus text format 0.0.4, or in
 //!   OpenMetrics when the `Accept` header asks for `application/openmetrics-text`. Public.
 //! - `GET /`: the status page ([`page`]), refreshing itself from `/api/status`. Public.
 //! - `GET /api/usage.svg`: the utilization chart of the last hours, from the broker's own

@@ -69,7 +69,7 @@ pub struct HostConfig {
     pub host: String,
     /// Whether this host is the job's front end (the agent's pool): its local members are
     /// then never touched by host events, which name granted hosts
-    /// ([`Input::OpenedFrontEnd`](crate::pool::Input::OpenedFrontEnd)). Off by default: a
+    /// ([`Input::OpenedFrontEnd`]). Off by default: a
     /// pool hosted by hand (`rb-jel-host`, tests) stands its local members in for a granted
     /// host's.
     pub front_end: bool,
