@@ -277,13 +277,17 @@ async fn run_program(
             .env("RB_HOST", host)
             .env("RB_HOST_ADDRESS", address);
     }
+    steptimes::mark("agent.module_spawn", None);
     let mut child = crate::reaper::spawn_own(|| cmd.spawn(), tokio::process::Child::id)
         .map_err(|e| format!("{what}: cannot run {}: {e}", program.display()))?;
     let pgid = child.id().map(|p| p as i32);
     let out = tokio::spawn(log_lines(child.stdout.take(), what.clone()));
     let err = tokio::spawn(log_lines(child.stderr.take(), what.clone()));
     let status = match tokio::time::timeout(call.timeout, child.wait()).await {
-        Ok(status) => status.map_err(|e| format!("{what}: {e}"))?,
+        Ok(status) => {
+            steptimes::mark("agent.module_exit", None);
+            status.map_err(|e| format!("{what}: {e}"))?
+        }
         Err(_) => {
             signal_group(pgid, nix::sys::signal::Signal::SIGTERM);
             if tokio::time::timeout(KILL_AFTER, child.wait())

@@ -83,6 +83,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
 fn run(args: &Args) -> i32 {
     // SAFETY: alarm only arms a timer; SIGALRM's default action ends the process.
     unsafe { libc::alarm(args.timeout_s) };
+    steptimes::mark("pvmadd.start", None);
     let pvm = match Pvm::load() {
         Ok(p) => p,
         Err(e) => {
@@ -97,6 +98,7 @@ fn run(args: &Args) -> i32 {
         );
         return 3;
     }
+    steptimes::mark("pvmadd.enrolled", None);
     let status = add(&pvm, &args.host);
     pvm.leave();
     match status {
@@ -124,6 +126,11 @@ fn add(pvm: &Pvm, host: &str) -> i32 {
     let started = Instant::now();
     loop {
         let status = pvm.add_host(host);
+        let step = match status {
+            PVM_ALREADY => "pvmadd.busy",
+            _ => "pvmadd.answer",
+        };
+        steptimes::mark(step, None);
         if status != PVM_ALREADY || started.elapsed() >= BUSY_LIMIT {
             return status;
         }

@@ -1,5 +1,6 @@
 //! Step timestamps for benchmarks: with `RB_STEP_TIMES=FILE` set, the rsh shim, the agent
-//! and the subagent append one line per step of a remote call to FILE,
+//! (also around each module program it runs), the subagent and `rb-pvm-add` append one line
+//! per step of a remote call or a host's add to FILE,
 //! `STEP MONOTONIC_NS pid=PID[ alloc=ALLOC]`, so `rb-bench --only agent --agent-parts steps`
 //! can say where a call spends its time without scraping debug logs.
 //!

@@ -64,6 +64,16 @@ struct Args {
     /// Machine counts of the module measurements, each 1 to 8; default 1,2,4,8.
     #[arg(long, value_delimiter = ',')]
     module_machines: Vec<usize>,
+    /// The module section's jobs' soft open-files limit (`ulimit -Sn N` in every run's
+    /// script, every way alike); default: as inherited. PVM's start of a host closes every
+    /// descriptor up to it, twice.
+    #[arg(long, value_name = "N")]
+    module_open_files: Option<u64>,
+    /// Record the `anyLinux` runs' step times (`RB_STEP_TIMES`: the shim, the agent and its
+    /// module runs, `rb-pvm-add`, the subagent; `rb-timeit` marks before each add and after
+    /// its host joined) into FILE, to see by hand where an add spends its time.
+    #[arg(long, value_name = "FILE")]
+    module_step_times: Option<std::path::PathBuf>,
     /// Parts of the module section (table3: the paper's Table 3; take-back: a host taken
     /// back during a LAM run, beside Open MPI); default both.
     #[arg(long, value_delimiter = ',')]
@@ -190,6 +200,8 @@ fn main() -> anyhow::Result<()> {
                 reps: args.module_reps,
                 systems: args.module_systems.clone(),
                 machines: args.module_machines.clone(),
+                open_files: args.module_open_files,
+                step_times: args.module_step_times.clone(),
             })?;
         } else {
             println!("## Modules: PVM and LAM/MPI jobs\n");

@@ -12,7 +12,7 @@
 //! driver script on node02 (the lab user's front end, not managed) times the additions with
 //! `date +%s%N`; set-up (master pvmd, `lamboot`) and tear-down are outside the timing.
 
-use std::{process::Output, time::Duration};
+use std::{path::PathBuf, process::Output, time::Duration};
 
 use bench::stats::summarize;
 use tests::{
@@ -34,6 +34,37 @@ pub struct Options {
     pub systems: Vec<String>,
     /// Machine counts, each 1..=8 (empty: [`MACHINES`]).
     pub machines: Vec<usize>,
+    /// The jobs' soft open-files limit (`None`: inherited).
+    pub open_files: Option<u64>,
+    /// Where the `anyLinux` jobs' step times go (`None`: not recorded).
+    pub step_times: Option<PathBuf>,
+}
+
+/// What every run's script gets besides its way: the open-files limit, and the marks
+/// around each `anyLinux` add when step times are recorded.
+struct Setup {
+    open_files: Option<u64>,
+    /// `rb-timeit`'s path, when step times are recorded.
+    timeit: Option<String>,
+    /// The step file in the lab user's home, when recorded.
+    step_file: Option<PathBuf>,
+}
+
+impl Setup {
+    /// The script's first line: the soft open-files limit, where set.
+    fn prelude(&self) -> String {
+        self.open_files
+            .map(|n| format!("ulimit -Sn {n} || exit 4; "))
+            .unwrap_or_default()
+    }
+
+    /// A command that records a step (`timeit.spawn`, `timeit.reaped`), or `:`.
+    fn mark(&self) -> String {
+        match &self.timeit {
+            Some(timeit) => format!("{timeit} 1 /bin/true >/dev/null 2>&1"),
+            None => ":".into(),
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -126,6 +157,8 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     println!("Real PVM 3.4.6 and LAM/MPI 7.1.4 from Debian, run by the lab user `rblab` on node02 (the front end, not managed by the broker); node03–node10 are the machines added, over real rsh (netkit in.rshd). Each figure is the time to add N machines to a running virtual machine (master pvmd on node02) or LAM universe (booted on node02), one machine per command, each once the previous one has joined: `add HOST` at the `pvm` console or `lamgrow HOST` for named hosts; for `anyLinux`, `pvm> add anyLinux` or `lamgrow anyLinux` in a job under `agent --rsl '&(module=\"NAME\")(adaptive=yes)'`, timed until the granted host is in the virtual machine (a PvmHostAdd notification from the master pvmd, then `pvm_config`: nothing polls the pvmd while it adds the host) or in the LAM universe (`lam_wait_nodes`: one `getnall()` request to the local lamd every millisecond from one process; a shell loop of `lamnodes | wc -l` cost three processes per poll and competed with `lamgrow` for the 2 CPUs); the next request waits, untimed, for the module's `NAME-grow` to exit. The modules add with the helpers built with ResourceBroker: `pvm-grow` with `rb-pvm-add` (a PVM task calling `pvm_addhosts`, no console), `lam-grow` with `rb-lam-add` (LAM's own boot, without `lamgrow`'s asking every node whether another lamgrow runs); the named rows are what a user types. `lam-grow` boots with LAM's `boot_rsh_fast` (no `echo $SHELL` probe of the new host, see modules/README.md), so LAM has a fourth row, named hosts booted the same way, and the LAM per-machine figure compares like with like. Medians of {reps} runs (min–max); for each N the three ways take turns run by run. The paper's figures (seconds; 16 PentiumPro 200 MHz, Fast Ethernet, 1998) beside ours. Target: `anyLinux` costs ≤ 20 ms per machine over naming the host, on the same transport.\n");
     let env = start_env(*machines.iter().max().unwrap_or(&MAX_MACHINES));
     build_wait_programs(&env)?;
+    let setup = setup(&env, opts)?;
+    println!("{}\n", open_files_said(opts.open_files));
     let mut rows = Vec::new();
     for &system in &systems {
         // Per machine count, the ways take turns run by run (round r starts with way
@@ -138,7 +171,7 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
                 for turn in 0..ways.len() {
                     let w = (round + turn) % ways.len();
                     let (times, failures) = &mut results[w][i];
-                    match run_once(&env, system, ways[w], n) {
+                    match run_once(&env, &setup, system, ways[w], n) {
                         Ok(ms) => times.push(ms),
                         Err(e) => failures.push(e.to_string()),
                     }
@@ -162,7 +195,48 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
         }
     }
     print_table(&rows, &machines);
+    if let (Some(from), Some(to)) = (&setup.step_file, &opts.step_times) {
+        std::fs::copy(from, to)
+            .map_err(|e| anyhow::anyhow!("copying the step times to {}: {e}", to.display()))?;
+        eprintln!(
+            "rb-bench: the anyLinux jobs' step times are in {}",
+            to.display()
+        );
+    }
     Ok(())
+}
+
+/// The runs' [`Setup`]; with step times, their file made in the lab user's home, empty.
+fn setup(env: &LabWithBroker, opts: &Options) -> anyhow::Result<Setup> {
+    let step_file = match &opts.step_times {
+        Some(_) => Some(crate::steps::step_file(env)?),
+        None => None,
+    };
+    Ok(Setup {
+        open_files: opts.open_files,
+        timeit: step_file
+            .as_ref()
+            .map(|_| tests::bin("rb-timeit").display().to_string()),
+        step_file,
+    })
+}
+
+/// The sentence on the jobs' soft open-files limit: PVM's start of a host closes every
+/// descriptor up to it, twice (its hoster, then the hoster's `rsh` child).
+fn open_files_said(set: Option<u64>) -> String {
+    use nix::sys::resource::{getrlimit, Resource};
+    let how = match set {
+        Some(n) => format!("{n} (`--module-open-files`, every way alike)"),
+        None => match getrlimit(Resource::RLIMIT_NOFILE) {
+            Ok((soft, _)) => format!("{soft}, as inherited"),
+            Err(e) => format!("unknown ({e})"),
+        },
+    };
+    format!(
+        "The jobs' soft open-files limit: {how}. The master pvmd's start of a host closes \
+         every descriptor up to it twice (its hoster, then the hoster's `rsh` child), about \
+         0.23 µs each on this machine: 4.6 ms a loop at 20000, 0.2 ms at 1024."
+    )
 }
 
 type Cells = Vec<(Option<bench::stats::Summary>, usize)>;
@@ -276,18 +350,19 @@ const PVM_ENV: &str = "PVM_ROOT=/usr/lib/pvm3; export PVM_ROOT;";
 
 /// The driver: prints `hosts K` (hosts or nodes at the end, the front end included) and
 /// `elapsed_us T` (the additions).
-fn driver(system: System, way: Way, n: usize) -> String {
+fn driver(system: System, way: Way, n: usize, setup: &Setup) -> String {
     let hosts = hosts(n);
     let want = n + 1;
-    match (system, way) {
+    let mark = setup.mark();
+    let body = match (system, way) {
         (System::Pvm, Way::AnyLinux) => format!(
             "{PVM_ENV} echo quit | pvm >/dev/null 2>&1
              total=0; k=1
              while [ $k -le {n} ]; do
-               t0=$(date +%s%N)
+               {mark}; t0=$(date +%s%N)
                echo 'add anyLinux' | pvm >/dev/null 2>&1
                ~/pvm_wait_hosts $((k + 1)) 10000 >/dev/null || break
-               t1=$(date +%s%N); total=$((total + t1 - t0))
+               t1=$(date +%s%N); total=$((total + t1 - t0)); {mark}
                while pgrep -u \"$(id -u)\" -f 'pvm-gro[w] ' >/dev/null; do :; done
                k=$((k + 1))
              done
@@ -322,10 +397,10 @@ fn driver(system: System, way: Way, n: usize) -> String {
                 format!(
                     "total=0; k=1
                      while [ $k -le {n} ]; do
-                       t0=$(date +%s%N)
+                       {mark}; t0=$(date +%s%N)
                        lamgrow anyLinux </dev/null >/dev/null 2>&1
                        ~/lam_wait_nodes $((k + 1)) 10000 >/dev/null || break
-                       t1=$(date +%s%N); total=$((total + t1 - t0))
+                       t1=$(date +%s%N); total=$((total + t1 - t0)); {mark}
                        while pgrep -u \"$(id -u)\" -f 'lam-gro[w] ' >/dev/null; do :; done
                        k=$((k + 1))
                      done"
@@ -351,20 +426,30 @@ fn driver(system: System, way: Way, n: usize) -> String {
                  {halt}; exit 0"
             )
         }
-    }
+    };
+    format!("{}{body}", setup.prelude())
 }
 
 /// One measurement: milliseconds to add `n` machines.
-fn run_once(env: &LabWithBroker, system: System, way: Way, n: usize) -> anyhow::Result<f64> {
-    let script = driver(system, way, n);
+fn run_once(
+    env: &LabWithBroker,
+    setup: &Setup,
+    system: System,
+    way: Way,
+    n: usize,
+) -> anyhow::Result<f64> {
+    let script = driver(system, way, n, setup);
     let argv = ["sh", "-c", script.as_str()];
     let out = match way {
         Way::Real => user_sh(env, &script)?,
         Way::ShimHost | Way::ShimHostFast => env.agent_as_user(FRONT_END, &[], &argv).output()?,
         Way::AnyLinux => {
             let spec = format!("&(module=\"{}\")(adaptive=yes)", system.name());
-            env.agent_as_user(FRONT_END, &["--rsl", &spec], &argv)
-                .output()?
+            let mut agent = env.agent_as_user(FRONT_END, &["--rsl", &spec], &argv);
+            if let Some(file) = &setup.step_file {
+                agent.env(steptimes::ENV_STEP_TIMES, file);
+            }
+            agent.output()?
         }
     };
     let text = String::from_utf8_lossy(&out.stdout);

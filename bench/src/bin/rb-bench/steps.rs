@@ -245,7 +245,7 @@ pub(crate) fn measure(env: &LabWithBroker, transport: &str, reps: usize) -> anyh
 }
 
 /// An empty step file in the lab home (the same path on every host), the lab user's.
-fn step_file(env: &LabWithBroker) -> anyhow::Result<PathBuf> {
+pub(crate) fn step_file(env: &LabWithBroker) -> anyhow::Result<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     let user = env.lab.user();
     let path = user.home.join("step-times");
