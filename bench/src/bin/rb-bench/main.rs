@@ -6,6 +6,7 @@ mod apps;
 mod core_cost;
 mod jel;
 mod jel_lab;
+mod module_steps;
 mod modules;
 mod overflow;
 mod owner_logind;

@@ -20,7 +20,7 @@ use tests::{
     wait_until,
 };
 
-use crate::agent::show;
+use crate::{agent::show, module_steps};
 
 /// The machine counts of the paper's Table 3 (the default of `--module-machines`).
 pub const MACHINES: [usize; 4] = [1, 2, 4, 8];
@@ -51,6 +51,14 @@ struct Setup {
 }
 
 impl Setup {
+    /// Empties the step file (a new system's adds start).
+    fn clear_step_file(&self) -> anyhow::Result<()> {
+        if let Some(file) = &self.step_file {
+            std::fs::write(file, "")?;
+        }
+        Ok(())
+    }
+
     /// The script's first line: the soft open-files limit, where set.
     fn prelude(&self) -> String {
         self.open_files
@@ -160,7 +168,9 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     let setup = setup(&env, opts)?;
     println!("{}\n", open_files_said(opts.open_files));
     let mut rows = Vec::new();
+    let mut recorded = Recorded::default();
     for &system in &systems {
+        setup.clear_step_file()?;
         // Per machine count, the ways take turns run by run (round r starts with way
         // r mod W), so a slow spell of the machine hits them alike.
         let ways = system.ways();
@@ -193,17 +203,71 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
             }
             rows.push((system, way, cells));
         }
+        recorded.take(system, &setup)?;
     }
     print_table(&rows, &machines);
-    if let (Some(from), Some(to)) = (&setup.step_file, &opts.step_times) {
-        std::fs::copy(from, to)
-            .map_err(|e| anyhow::anyhow!("copying the step times to {}: {e}", to.display()))?;
+    if let Some(to) = &opts.step_times {
+        recorded.print();
+        std::fs::write(to, &recorded.lines)
+            .map_err(|e| anyhow::anyhow!("writing the step times to {}: {e}", to.display()))?;
         eprintln!(
             "rb-bench: the anyLinux jobs' step times are in {}",
             to.display()
         );
     }
     Ok(())
+}
+
+/// The step times recorded so far (`--module-step-times`): every line, and each
+/// system's adds.
+#[derive(Default)]
+struct Recorded {
+    lines: String,
+    adds: Vec<(System, Option<module_steps::AddSteps>)>,
+}
+
+impl Recorded {
+    /// Takes what `system`'s runs wrote to the step file, if it was kept.
+    fn take(&mut self, system: System, setup: &Setup) -> anyhow::Result<()> {
+        let Some(file) = &setup.step_file else {
+            return Ok(());
+        };
+        let text = std::fs::read_to_string(file)?;
+        self.adds.push((system, module_steps::add_steps(&text)));
+        self.lines.push_str(&text);
+        Ok(())
+    }
+
+    /// A table per system: each step's time after the mark before the add.
+    fn print(&self) {
+        for (system, adds) in &self.adds {
+            let name = system.name().to_uppercase();
+            let Some(adds) = adds else {
+                println!("{name}: no `anyLinux` add in the step times.\n");
+                continue;
+            };
+            println!(
+                "{name}: where an `anyLinux` add spends its time ({} adds; each step's first \
+                 time after the `rb-timeit` mark before the add: median (min–max), n the adds \
+                 that had it; sorted by median).\n",
+                adds.adds
+            );
+            println!("| step | ms after the mark |");
+            println!("|---|---:|");
+            let mut steps: Vec<_> = adds.steps.iter().collect();
+            steps.sort_by(|a, b| a.1.median.total_cmp(&b.1.median));
+            for (step, summary) in steps {
+                println!("| {step} | {}, n={} |", show(summary), summary.n);
+            }
+            if let Some(busy) = &adds.busy {
+                println!(
+                    "| \"Already in progress\" answers to `rb-pvm-add` (a count, not ms) | {:.0} ({:.0}–{:.0}, n={}) |",
+                    busy.median, busy.min, busy.max, busy.n
+                );
+            }
+            println!();
+        }
+    }
 }
 
 /// The runs' [`Setup`]; with step times, their file made in the lab user's home, empty.
@@ -361,7 +425,7 @@ fn driver(system: System, way: Way, n: usize, setup: &Setup) -> String {
              while [ $k -le {n} ]; do
                {mark}; t0=$(date +%s%N)
                echo 'add anyLinux' | pvm >/dev/null 2>&1
-               ~/pvm_wait_hosts $((k + 1)) 10000 >/dev/null || break
+               ~/pvm_wait_hosts $((k + 1)) 10000 >/dev/null || {{ {mark}; break; }}
                t1=$(date +%s%N); total=$((total + t1 - t0)); {mark}
                while pgrep -u \"$(id -u)\" -f 'pvm-gro[w] ' >/dev/null; do :; done
                k=$((k + 1))
@@ -399,7 +463,7 @@ fn driver(system: System, way: Way, n: usize, setup: &Setup) -> String {
                      while [ $k -le {n} ]; do
                        {mark}; t0=$(date +%s%N)
                        lamgrow anyLinux </dev/null >/dev/null 2>&1
-                       ~/lam_wait_nodes $((k + 1)) 10000 >/dev/null || break
+                       ~/lam_wait_nodes $((k + 1)) 10000 >/dev/null || {{ {mark}; break; }}
                        t1=$(date +%s%N); total=$((total + t1 - t0)); {mark}
                        while pgrep -u \"$(id -u)\" -f 'lam-gro[w] ' >/dev/null; do :; done
                        k=$((k + 1))
