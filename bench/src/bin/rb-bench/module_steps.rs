@@ -89,12 +89,14 @@ pub(crate) fn add_steps(text: &str) -> Option<AddSteps> {
     if adds.is_empty() {
         return None;
     }
+    let granted: Vec<HashSet<Option<u32>>> = adds.iter().map(|add| granted_shims(add)).collect();
     let steps = STEPS
         .iter()
         .filter_map(|&(name, find)| {
             let ms: Vec<f64> = adds
                 .iter()
-                .filter_map(|add| found(add, find).map(|ns| ms_after(add, ns)))
+                .zip(&granted)
+                .filter_map(|(add, granted)| found(add, granted, find).map(|ns| ms_after(add, ns)))
                 .collect();
             summarize(&ms).map(|s| (name, s))
         })
@@ -111,13 +113,16 @@ pub(crate) fn add_steps(text: &str) -> Option<AddSteps> {
     })
 }
 
-/// When `find`'s step came in `add` (ns), if it did.
-fn found(add: &[Line], find: Find) -> Option<u64> {
-    let granted: HashSet<Option<u32>> = add
-        .iter()
+/// The shims (by pid) that were granted a host in `add`.
+fn granted_shims(add: &[Line]) -> HashSet<Option<u32>> {
+    add.iter()
         .filter(|l| l.step == "shim.granted")
         .map(|l| l.pid)
-        .collect();
+        .collect()
+}
+
+/// When `find`'s step came in `add` (ns), if it did; `granted` its granted shims.
+fn found(add: &[Line], granted: &HashSet<Option<u32>>, find: Find) -> Option<u64> {
     let shims = add.iter().filter(|l| l.step == "shim.start");
     match find {
         Find::First(step) => add.iter().find(|l| l.step == step).map(|l| l.ns),

@@ -44,17 +44,22 @@ pub struct Options {
 /// around each `anyLinux` add when step times are recorded.
 struct Setup {
     open_files: Option<u64>,
-    /// `rb-timeit`'s path, when step times are recorded.
-    timeit: Option<String>,
-    /// The step file in the lab user's home, when recorded.
-    step_file: Option<PathBuf>,
+    /// Where step times go, when they are recorded.
+    steps: Option<StepRecording>,
+}
+
+/// Step times being recorded: the file in the lab user's home the jobs write, and the
+/// `rb-timeit` that marks each add.
+struct StepRecording {
+    file: PathBuf,
+    timeit: String,
 }
 
 impl Setup {
     /// Empties the step file (a new system's adds start).
     fn clear_step_file(&self) -> anyhow::Result<()> {
-        if let Some(file) = &self.step_file {
-            std::fs::write(file, "")?;
+        if let Some(steps) = &self.steps {
+            std::fs::write(&steps.file, "")?;
         }
         Ok(())
     }
@@ -68,8 +73,8 @@ impl Setup {
 
     /// A command that records a step (`timeit.spawn`, `timeit.reaped`), or `:`.
     fn mark(&self) -> String {
-        match &self.timeit {
-            Some(timeit) => format!("{timeit} 1 /bin/true >/dev/null 2>&1"),
+        match &self.steps {
+            Some(steps) => format!("{} 1 /bin/true >/dev/null 2>&1", steps.timeit),
             None => ":".into(),
         }
     }
@@ -229,10 +234,10 @@ struct Recorded {
 impl Recorded {
     /// Takes what `system`'s runs wrote to the step file, if it was kept.
     fn take(&mut self, system: System, setup: &Setup) -> anyhow::Result<()> {
-        let Some(file) = &setup.step_file else {
+        let Some(steps) = &setup.steps else {
             return Ok(());
         };
-        let text = std::fs::read_to_string(file)?;
+        let text = std::fs::read_to_string(&steps.file)?;
         self.adds.push((system, module_steps::add_steps(&text)));
         self.lines.push_str(&text);
         Ok(())
@@ -272,16 +277,16 @@ impl Recorded {
 
 /// The runs' [`Setup`]; with step times, their file made in the lab user's home, empty.
 fn setup(env: &LabWithBroker, opts: &Options) -> anyhow::Result<Setup> {
-    let step_file = match &opts.step_times {
-        Some(_) => Some(crate::steps::step_file(env)?),
+    let steps = match &opts.step_times {
+        Some(_) => Some(StepRecording {
+            file: crate::steps::step_file(env)?,
+            timeit: tests::bin("rb-timeit").display().to_string(),
+        }),
         None => None,
     };
     Ok(Setup {
         open_files: opts.open_files,
-        timeit: step_file
-            .as_ref()
-            .map(|_| tests::bin("rb-timeit").display().to_string()),
-        step_file,
+        steps,
     })
 }
 
@@ -537,8 +542,8 @@ fn run_once(
         Way::AnyLinux => {
             let spec = format!("&(module=\"{}\")(adaptive=yes)", system.name());
             let mut agent = env.agent_as_user(FRONT_END, &["--rsl", &spec], &argv);
-            if let Some(file) = &setup.step_file {
-                agent.env(steptimes::ENV_STEP_TIMES, file);
+            if let Some(steps) = &setup.steps {
+                agent.env(steptimes::ENV_STEP_TIMES, &steps.file);
             }
             agent.output()?
         }

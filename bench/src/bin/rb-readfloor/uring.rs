@@ -240,7 +240,7 @@ impl Reader {
             }
         }
         self.buffers.publish();
-        for fd in std::mem::take(&mut self.rearm) {
+        for fd in self.rearm.drain(..) {
             if let Some(Some(conn)) = self.conns.get(fd) {
                 arm(&mut self.ring, conn.fd.as_raw_fd())?;
             }
