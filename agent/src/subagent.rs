@@ -95,7 +95,9 @@ pub fn run(cfg: SubagentConfig) -> i32 {
     // Should the guardian be killed, its children (the command, what it abandoned) come to
     // the front, which then ends them.
     let _ = crate::proctree::become_subreaper();
-    let (from_guardian, to_front) = match nix::unistd::pipe() {
+    // Close-on-exec: a command that inherited the write end would hold the pipe open after
+    // the guardian's death, and the front would wait for the command instead of ending it.
+    let (from_guardian, to_front) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("rb-subagent: pipe: {e}");

@@ -16,7 +16,8 @@ use std::{
 
 use tests::{
     faults::{
-        being_taken, exclusive, job_processes, kept, leftovers, reclaims_logged, shared_hosts,
+        being_taken, exclusive, job_processes, kept, leftovers, reclaims_logged, released_in_time,
+        shared_hosts,
         stream::{budget, kill_one, pin_port, stream_lab, Stream, Victim},
         FaultConfig, Jobs, View,
     },
@@ -63,6 +64,7 @@ fn broker_sigkilled_at_random_points_loses_no_job_host_or_request() {
             Some(after) => {
                 let live: Vec<String> = s.jobs.live().map(|j| j.marker.clone()).collect();
                 let mut v = exclusive(after);
+                v.extend(released_in_time(&env, after));
                 v.extend(kept(&before, after, &live, &s.taken));
                 v
             }
@@ -108,7 +110,10 @@ fn hostd_subagent_and_agent_sigkilled_at_random_points_leave_nothing_behind() {
             out.push(format!("not every host up 20 s after a {victim:?} kill"));
         }
         match View::take(&env) {
-            Some(view) => out.extend(exclusive(&view)),
+            Some(view) => {
+                out.extend(exclusive(&view));
+                out.extend(released_in_time(&env, &view));
+            }
             None => out.push("broker not answering".into()),
         }
         out.extend(s.ended_checks(&env));
@@ -152,7 +157,31 @@ fn sigkilled_subagent_guardian_leaves_no_process_of_the_ended_job() {
     env.lab
         .exec(&host, &["kill", "-9", &guardian])
         .expect("kill guardian");
+    // The command comes to the front (a subreaper), which sees its guardian gone and ends
+    // it while the job still holds the host: no sweep of the host's daemon is involved. A
+    // command that inherited the front's pipe from the guardian held it open, and the front
+    // waited for the command instead (seed 1796086143053094066 of
+    // `hostd_subagent_and_agent_sigkilled…`: the job's end then waited for that remote shell).
+    let ended_by_front = wait_until(Duration::from_secs(5), || {
+        let procs = job_processes(&env);
+        (!procs.iter().any(|(h, m)| *h == host && *m == marker)).then_some(())
+    });
+    let view = View::take(&env).expect("the broker answers");
+    let held = view
+        .job(&marker)
+        .and_then(|j| j["hosts"].as_array())
+        .is_some_and(|hosts| hosts.iter().any(|h| h.as_str() == Some(host.as_str())));
     let mut out = jobs.end_all();
+    if ended_by_front.is_none() {
+        out.push(format!(
+            "{host}: {marker}'s command still runs 5 s after its guardian was SIGKILLed"
+        ));
+    }
+    if !held {
+        out.push(format!(
+            "{marker} no longer holds {host}: the front's end is not shown"
+        ));
+    }
     out.extend(leftovers(&env, &jobs.ended_markers()));
     assert!(out.is_empty(), "{out:?}");
 }
@@ -282,6 +311,7 @@ fn host_fault_during_reclaim(fault: HostFault, scenario: &str) {
     }
     if let Some(view) = View::take(&env) {
         out.extend(exclusive(&view));
+        out.extend(released_in_time(&env, &view));
         if view.job(&marker).is_some_and(|j| {
             j["hosts"]
                 .as_array()

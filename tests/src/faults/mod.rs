@@ -23,7 +23,7 @@ pub mod stream;
 pub mod view;
 
 pub use jobs::{job_processes, leftovers, shared_hosts, Job, Jobs};
-pub use view::{being_taken, exclusive, held, kept, reclaims_logged, View};
+pub use view::{being_taken, exclusive, held, kept, reclaims_logged, released_in_time, View};
 
 /// How long an agent may take to exit after its app ended.
 pub const AGENT_EXIT_BOUND: Duration = Duration::from_secs(20);

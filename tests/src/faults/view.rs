@@ -2,7 +2,10 @@
 //! together ([`View`]), no host in two live allocations ([`exclusive`]), running jobs keep
 //! their hosts and queued requests across a fault ([`kept`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::Duration,
+};
 
 use serde_json::Value;
 
@@ -61,7 +64,9 @@ fn strings(v: &Value) -> Vec<String> {
 }
 
 /// No host in two live allocations: a host is in at most one running job's `hosts`, that
-/// job is the host's `held_by`, and no `held_by` names a job that is not running.
+/// job is the host's `held_by`, and no `held_by` names a job that is not running — but
+/// while the host is being taken back ([`released_by_ended`]: checked by
+/// [`released_in_time`]).
 pub fn exclusive(view: &View) -> Vec<String> {
     let mut out = Vec::new();
     let mut holder: BTreeMap<String, u64> = BTreeMap::new();
@@ -84,7 +89,7 @@ pub fn exclusive(view: &View) -> Vec<String> {
         let name = row["name"].as_str().unwrap_or("?");
         let held_by = row["held_by"].as_u64();
         if let Some(j) = held_by {
-            if !running.contains(&j) {
+            if !running.contains(&j) && !being_released(row) {
                 out.push(format!(
                     "{name} held_by job {j} ({}), which is not running: {}",
                     row["alloc_state"],
@@ -107,6 +112,71 @@ pub fn exclusive(view: &View) -> Vec<String> {
         }
     }
     out
+}
+
+/// Whether a host's `alloc_state` says it is being taken back from its holder.
+fn being_released(row: &Value) -> bool {
+    matches!(
+        row["alloc_state"].as_str(),
+        Some("releasing" | "reserved" | "draining")
+    )
+}
+
+/// Hosts being taken back from a job that is no longer running: (host, job). The job
+/// ended after the grace of a reclaim had passed (the allocation is past its deadline);
+/// the broker then waits for the host's daemon to find none of the job's processes left
+/// (SIGTERM, a second, SIGKILL) before the host is free. Legitimate, and brief.
+pub fn released_by_ended(view: &View) -> BTreeSet<(String, u64)> {
+    let running: BTreeSet<u64> = view
+        .jobs
+        .iter()
+        .chain(&view.jobs_before)
+        .filter(|j| j["state"] == "running")
+        .filter_map(|j| j["id"].as_u64())
+        .collect();
+    view.status
+        .iter()
+        .filter(|row| being_released(row))
+        .filter_map(|row| Some((row["name"].as_str()?.to_string(), row["held_by"].as_u64()?)))
+        .filter(|(_, job)| !running.contains(job))
+        .collect()
+}
+
+/// How long a host may stay with a job that is no longer running, being taken back: the
+/// host's daemon's sweep (SIGTERM, a second, SIGKILL) and its next
+/// report, with room for a daemon restarted meanwhile.
+pub const RELEASE_BOUND: Duration = Duration::from_secs(10);
+
+/// Each host of `view` being taken back from a job that is no longer running
+/// ([`released_by_ended`]) must be free of it within [`RELEASE_BOUND`]; those that are
+/// not, said.
+pub fn released_in_time(env: &LabWithBroker, view: &View) -> Vec<String> {
+    let pending = released_by_ended(view);
+    if pending.is_empty() {
+        return Vec::new();
+    }
+    let mut last = None;
+    let cleared = crate::wait_until(RELEASE_BOUND, || {
+        let now = View::take(env)?;
+        let left: BTreeSet<_> = released_by_ended(&now)
+            .intersection(&pending)
+            .cloned()
+            .collect();
+        last = Some(left.clone());
+        left.is_empty().then_some(())
+    });
+    if cleared.is_some() {
+        return Vec::new();
+    }
+    last.unwrap_or(pending)
+        .into_iter()
+        .map(|(host, job)| {
+            format!(
+                "{host} still being taken back from ended job {job} {} s later",
+                RELEASE_BOUND.as_secs()
+            )
+        })
+        .collect()
 }
 
 /// Whether running job `id` lists `host` in `jobs`.
@@ -193,6 +263,31 @@ pub fn reclaims_logged(log: &str) -> BTreeSet<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_host_taken_back_from_an_ended_job_waits_its_release_while_one_held_is_a_violation() {
+        use serde_json::json;
+        let view = View {
+            status: vec![
+                json!({"name": "node02", "alloc_state": "releasing", "held_by": 7}),
+                json!({"name": "node03", "alloc_state": "releasing", "held_by": 6}),
+                json!({"name": "node04", "alloc_state": "held", "held_by": 6}),
+            ],
+            jobs: vec![
+                json!({"id": 6, "state": "ended", "hosts": ["node03", "node04"]}),
+                json!({"id": 7, "state": "running", "hosts": ["node02"]}),
+            ],
+            jobs_before: Vec::new(),
+        };
+        let violations = exclusive(&view);
+        assert_eq!(violations.len(), 1, "{violations:?}");
+        assert!(
+            violations[0].starts_with("node04 held_by job 6"),
+            "{violations:?}"
+        );
+        let pending: Vec<_> = released_by_ended(&view).into_iter().collect();
+        assert_eq!(pending, [("node03".to_string(), 6)]);
+    }
 
     #[test]
     fn reclaims_logged_reads_the_hosts_of_reclaiming_lines_only() {
