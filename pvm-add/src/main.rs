@@ -7,6 +7,10 @@
 //!
 //! libpvm3 is loaded at run time (`dlopen`), so building ResourceBroker needs no PVM.
 //!
+//! In a module job (`RB_MODULE_DIR` set), the first add leaves `rb-pvm-add --serve` behind,
+//! enrolled, and the job's later adds go through it without loading libpvm3 or enrolling
+//! again ([`served`]); the exit statuses and messages are the same either way.
+//!
 //! Exit status:
 //! - 0: HOST was added to the virtual machine;
 //! - 1: PVM could not add it; one stderr line says why, in PVM's words;
@@ -19,10 +23,12 @@
 //!   virtual machine that does not answer stalls the master pvmd for minutes).
 
 mod pvm;
+mod served;
 
 use std::time::{Duration, Instant};
 
 use pvm::{Pvm, PVM_ALREADY, PVM_DUP_HOST};
+use served::Reply;
 
 /// The exit status for a host in the virtual machine already (modules/CONTRACT.md).
 const EXIT_ALREADY_THERE: i32 = 6;
@@ -43,26 +49,41 @@ fn busy_pause(elapsed: Duration) -> Duration {
     })
 }
 
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 struct Args {
     timeout_s: u32,
     host: String,
 }
 
+/// What the command line asks for.
+#[derive(Debug, PartialEq)]
+enum Mode {
+    /// `rb-pvm-add [--timeout-s N] HOST`.
+    Add(Args),
+    /// `rb-pvm-add --serve`: the job's enrolled task ([`served`]), started by a first add.
+    Serve,
+}
+
+const USAGE: &str = "usage: rb-pvm-add [--timeout-s N] HOST";
+
 fn main() {
-    let args = match parse_args(std::env::args().skip(1)) {
-        Ok(a) => a,
+    let mode = match parse_args(std::env::args().skip(1)) {
+        Ok(m) => m,
         Err(msg) => {
-            eprintln!("rb-pvm-add: {msg}\nusage: rb-pvm-add [--timeout-s N] HOST");
+            eprintln!("rb-pvm-add: {msg}\n{USAGE}");
             std::process::exit(64);
         }
     };
-    std::process::exit(run(&args));
+    std::process::exit(match mode {
+        Mode::Add(args) => run(&args),
+        Mode::Serve => serve(),
+    });
 }
 
-fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
+fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Mode, String> {
     let mut timeout_s = 50;
     let mut host = None;
+    let mut serve = false;
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--timeout-s" => {
@@ -71,54 +92,99 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                     .parse()
                     .map_err(|_| format!("--timeout-s {value:?}: not a whole number of seconds"))?;
             }
+            "--serve" => serve = true,
             a if a.starts_with('-') => return Err(format!("unknown option {a}")),
             a if host.is_none() => host = Some(a.to_string()),
             a => return Err(format!("one host only (got {a:?} too)")),
         }
     }
-    let host = host.ok_or("no host given")?;
-    Ok(Args { timeout_s, host })
+    match (serve, host) {
+        (true, None) => Ok(Mode::Serve),
+        (true, Some(h)) => Err(format!("--serve takes no host (got {h:?})")),
+        (false, None) => Err("no host given".into()),
+        (false, Some(host)) => Ok(Mode::Add(Args { timeout_s, host })),
+    }
 }
 
 fn run(args: &Args) -> i32 {
     // SAFETY: alarm only arms a timer; SIGALRM's default action ends the process.
     unsafe { libc::alarm(args.timeout_s) };
     steptimes::mark("pvmadd.start", None);
-    let pvm = match Pvm::load() {
+    let dir = served::module_dir();
+    if let Some(answer) = dir.as_deref().and_then(|d| served::ask(d, &args.host)) {
+        return say(answer.unwrap_or_else(|why| Reply {
+            code: 1,
+            message: format!("rb-pvm-add: cannot add {}: {why}", args.host),
+        }));
+    }
+    let pvm = match enrolled() {
         Ok(p) => p,
-        Err(e) => {
-            eprintln!("rb-pvm-add: {e}");
-            return 3;
-        }
+        Err(message) => return say(Reply { code: 3, message }),
     };
-    if let Err(code) = pvm.enrol() {
+    steptimes::mark("pvmadd.enrolled", None);
+    let reply = outcome(&pvm, &args.host, add(&pvm, &args.host));
+    pvm.leave();
+    if dir.is_some() {
+        served::start_server();
+    }
+    say(reply)
+}
+
+/// `rb-pvm-add --serve`: the job's enrolled task, in its module directory.
+fn serve() -> i32 {
+    let Some(dir) = served::module_dir() else {
         eprintln!(
+            "rb-pvm-add: --serve needs the job's module directory ({})",
+            served::MODULE_DIR_VAR
+        );
+        return 64;
+    };
+    let pvm = match enrolled() {
+        Ok(p) => p,
+        Err(message) => return say(Reply { code: 3, message }),
+    };
+    let code = served::serve(&pvm, &dir, |host| outcome(&pvm, host, add(&pvm, host)));
+    pvm.leave();
+    code
+}
+
+/// libpvm3 loaded and this process enrolled; else the line that says why (exit 3).
+fn enrolled() -> Result<Pvm, String> {
+    let pvm = Pvm::load().map_err(|e| format!("rb-pvm-add: {e}"))?;
+    pvm.enrol().map_err(|code| {
+        format!(
             "rb-pvm-add: cannot reach a pvmd of this user here: {}",
             pvm.describe(code)
-        );
-        return 3;
-    }
-    steptimes::mark("pvmadd.enrolled", None);
-    let status = add(&pvm, &args.host);
-    pvm.leave();
-    match status {
-        0 => 0,
-        PVM_DUP_HOST => {
-            eprintln!(
-                "rb-pvm-add: {} is in the virtual machine already (Duplicate host)",
-                args.host
-            );
-            EXIT_ALREADY_THERE
-        }
-        code => {
-            eprintln!(
-                "rb-pvm-add: PVM could not add {}: {}",
-                args.host,
+        )
+    })?;
+    Ok(pvm)
+}
+
+/// The exit status and stderr line for PVM's `status` of adding `host`.
+fn outcome(pvm: &Pvm, host: &str, status: i32) -> Reply {
+    let (code, message) = match status {
+        0 => (0, String::new()),
+        PVM_DUP_HOST => (
+            EXIT_ALREADY_THERE,
+            format!("rb-pvm-add: {host} is in the virtual machine already (Duplicate host)"),
+        ),
+        code => (
+            1,
+            format!(
+                "rb-pvm-add: PVM could not add {host}: {}",
                 pvm.describe(code)
-            );
-            1
-        }
+            ),
+        ),
+    };
+    Reply { code, message }
+}
+
+/// Says the reply's line (if any) on stderr; its exit status.
+fn say(reply: Reply) -> i32 {
+    if !reply.message.is_empty() {
+        eprintln!("{}", reply.message);
     }
+    reply.code
 }
 
 /// Asks the master to add `host`, again while it is busy with another add.
@@ -142,8 +208,15 @@ fn add(pvm: &Pvm, host: &str) -> i32 {
 mod tests {
     use super::*;
 
-    fn parse(words: &[&str]) -> Result<Args, String> {
+    fn parse(words: &[&str]) -> Result<Mode, String> {
         parse_args(words.iter().map(|w| w.to_string()))
+    }
+
+    fn add_args(words: &[&str]) -> Args {
+        match parse(words).expect("parses") {
+            Mode::Add(a) => a,
+            Mode::Serve => panic!("serve"),
+        }
     }
 
     #[test]
@@ -157,12 +230,16 @@ mod tests {
 
     #[test]
     fn arguments() {
-        let a = parse(&["node03"]).expect("host");
+        let a = add_args(&["node03"]);
         assert_eq!((a.host.as_str(), a.timeout_s), ("node03", 50));
-        let a = parse(&["--timeout-s", "7", "node03"]).expect("timeout");
+        let a = add_args(&["--timeout-s", "7", "node03"]);
         assert_eq!((a.host.as_str(), a.timeout_s), ("node03", 7));
+        assert_eq!(parse(&["--serve"]), Ok(Mode::Serve));
         assert!(parse(&[]).expect_err("none").contains("no host"));
         assert!(parse(&["a", "b"]).expect_err("two").contains("one host"));
+        assert!(parse(&["--serve", "a"])
+            .expect_err("serve and host")
+            .contains("no host"));
         assert!(parse(&["--timeout-s", "x", "a"])
             .expect_err("bad")
             .contains("whole number"));

@@ -248,6 +248,17 @@ fn pvm_grows_onto_any_linux_shrinks_on_release_and_halts_at_job_end() {
         },
     );
     let other = both.iter().find(|h| **h != grown).cloned().expect("other");
+    // The first add left the job's PVM task behind (`rb-pvm-add --serve`), and the second
+    // went through it; it ends with the virtual machine (below).
+    let served = wait_until(Duration::from_secs(5), || {
+        let found = env.user_processes("rb-pvm-add");
+        (found.len() == 1 && found[0].ends_with("--serve")).then_some(())
+    });
+    assert!(
+        served.is_some(),
+        "the job's enrolled PVM task: {:?}",
+        env.user_processes("rb-pvm-add")
+    );
     // rb release: pvm-shrink deletes the host; PVM's conf and the broker forget it.
     let out = env.broker.rb(&["release", &grown, "--grace-s", "5"]);
     assert!(
@@ -285,6 +296,7 @@ fn pvm_grows_onto_any_linux_shrinks_on_release_and_halts_at_job_end() {
     std::fs::write(env.lab.user().home.join("pvm-stop"), "").expect("stop");
     let out = finish(&env, job.take().expect("job"));
     assert_nothing_left(&env, "pvmd3?", &out);
+    assert_nothing_left(&env, "rb-pvm-add", &out);
     eprintln!("pvm: anyLinux add to conf in {took:?}");
 }
 

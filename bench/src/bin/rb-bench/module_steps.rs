@@ -13,7 +13,7 @@ use steptimes::{parse_line, Line};
 const MARK: &str = "timeit.spawn";
 
 /// The steps of one add, in the order they usually come, each found in the add's lines.
-const STEPS: [(&str, Find); 11] = [
+const STEPS: [(&str, Find); 12] = [
     (
         "the lookup of the symbolic name: the agent asks the broker",
         Find::First("agent.allocate_sent"),
@@ -36,8 +36,12 @@ const STEPS: [(&str, Find); 11] = [
         Find::Refused(1),
     ),
     (
-        "`rb-pvm-add` enrolled: libpvm3 loaded, `pvm_mytid` (PVM)",
+        "`rb-pvm-add` enrolled: libpvm3 loaded, `pvm_mytid` (PVM, the job's first add)",
         Find::First("pvmadd.enrolled"),
+    ),
+    (
+        "`rb-pvm-add` handed its host to the job's enrolled task (PVM, later adds)",
+        Find::First("pvmadd.asked"),
     ),
     ("the real add's `rsh HOST` reaches the shim", Find::Granted),
     ("the subagent starts on HOST", Find::First("sub.start")),
