@@ -40,6 +40,17 @@ impl View {
         })
     }
 
+    /// The ids of the jobs running at either question (a job that started or ended
+    /// between them counts as running).
+    pub fn running_ids(&self) -> BTreeSet<u64> {
+        self.jobs
+            .iter()
+            .chain(&self.jobs_before)
+            .filter(|j| j["state"] == "running")
+            .filter_map(|j| j["id"].as_u64())
+            .collect()
+    }
+
     /// The running job whose command carries `marker`.
     pub fn job(&self, marker: &str) -> Option<&Value> {
         let tag = format!("RBFAULT={marker};");
@@ -70,13 +81,7 @@ fn strings(v: &Value) -> Vec<String> {
 pub fn exclusive(view: &View) -> Vec<String> {
     let mut out = Vec::new();
     let mut holder: BTreeMap<String, u64> = BTreeMap::new();
-    let running: BTreeSet<u64> = view
-        .jobs
-        .iter()
-        .chain(&view.jobs_before)
-        .filter(|j| j["state"] == "running")
-        .filter_map(|j| j["id"].as_u64())
-        .collect();
+    let running = view.running_ids();
     for job in view.jobs.iter().filter(|j| j["state"] == "running") {
         let id = job["id"].as_u64().unwrap_or(0);
         for host in strings(&job["hosts"]) {
@@ -127,13 +132,7 @@ fn being_released(row: &Value) -> bool {
 /// the broker then waits for the host's daemon to find none of the job's processes left
 /// (SIGTERM, a second, SIGKILL) before the host is free. Legitimate, and brief.
 pub fn released_by_ended(view: &View) -> BTreeSet<(String, u64)> {
-    let running: BTreeSet<u64> = view
-        .jobs
-        .iter()
-        .chain(&view.jobs_before)
-        .filter(|j| j["state"] == "running")
-        .filter_map(|j| j["id"].as_u64())
-        .collect();
+    let running = view.running_ids();
     view.status
         .iter()
         .filter(|row| being_released(row))
