@@ -4,6 +4,7 @@
 //!   guardian), and so does an embedded broker the agent started; nothing else does.
 //! - A caller that cleans its environment is still served by its job's agent.
 //! - A subagent that loses its agent says why it ends the command.
+//! - A subagent's command inherits its caller's descriptors and none of the subagent's.
 
 use std::{
     process::{Child, Command},
@@ -270,4 +271,51 @@ fn a_subagent_that_loses_its_agent_logs_why_it_ends_the_command() {
     for word in ["unreachable", "127.0.0.1:1", "/nonexistent"] {
         assert!(line.contains(word), "`{word}` not in: {line}");
     }
+}
+
+/// The descriptors open in `sh -c 'ls -1 /proc/self/fd'` run through `wrap` (the
+/// listing's own directory descriptor included: the same in every way).
+fn open_descriptors(wrap: &[&str]) -> Vec<String> {
+    let list = "trap '' TERM; ls -1 /proc/self/fd";
+    let out = match wrap.split_first() {
+        Some((program, args)) => Command::new(program)
+            .args(args)
+            .arg(list)
+            .output()
+            .expect("run"),
+        None => Command::new("sh").args(["-c", list]).output().expect("sh"),
+    };
+    let mut fds: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(String::from)
+        .collect();
+    fds.sort();
+    fds
+}
+
+/// Found by `hostd_subagent_and_agent_sigkilled…` (seed 1796086143053094066): the
+/// subagent's command inherited the write end of the guardian's pipe to the front, so a
+/// guardian SIGKILLed left the front waiting for the command instead of ending it. The
+/// command gets its caller's descriptors and no other (its SIGTERM ignored so that the
+/// listing is written before an unreachable agent ends it).
+#[test]
+fn a_subagents_command_inherits_no_descriptor_of_the_subagent() {
+    let alloc = format!("{}{}", 8_000_000, std::process::id());
+    let direct = open_descriptors(&[]);
+    let subagent = bin("rb-subagent");
+    let under = open_descriptors(&[
+        subagent.to_str().expect("utf-8 path"),
+        "--agent",
+        "127.0.0.1:1",
+        "--alloc",
+        &alloc,
+        "--secret-file",
+        "/nonexistent",
+        "-c",
+    ]);
+    assert!(!direct.is_empty(), "the listing ran");
+    assert_eq!(
+        under, direct,
+        "descriptors under rb-subagent against sh's own"
+    );
 }
