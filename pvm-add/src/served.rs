@@ -146,7 +146,7 @@ pub fn serve(pvm: &Pvm, dir: &Path, add: impl Fn(&str) -> Reply) -> i32 {
                 // Readable without a whole message: not at once again (no busy loop).
                 PvmdNews::Nothing => std::thread::sleep(PVMD_PAUSE),
             },
-            Ready::Idle if !ours(&path) => return 0,
+            Ready::Idle if !socket_still_there(&path) => return 0,
             Ready::Idle => {}
         }
     }
@@ -168,7 +168,7 @@ fn bind(path: &Path) -> Option<UnixListener> {
 }
 
 /// Whether the socket at `path` is still there (the module directory not removed).
-fn ours(path: &Path) -> bool {
+fn socket_still_there(path: &Path) -> bool {
     std::fs::symlink_metadata(path).is_ok()
 }
 
