@@ -142,8 +142,8 @@ pub fn released_by_ended(view: &View) -> BTreeSet<(String, u64)> {
 }
 
 /// How long a host may stay with a job that is no longer running, being taken back: the
-/// host's daemon's sweep (SIGTERM, a second, SIGKILL) and its next
-/// report, with room for a daemon restarted meanwhile.
+/// host's daemon's sweep (SIGTERM, a second, SIGKILL) and its next report, with room for a
+/// daemon restarted meanwhile.
 pub const RELEASE_BOUND: Duration = Duration::from_secs(10);
 
 /// Each host of `view` being taken back from a job that is no longer running
