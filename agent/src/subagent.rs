@@ -132,8 +132,10 @@ pub fn run(cfg: SubagentConfig) -> i32 {
 /// the OOM killer; it never ends on its own before the command): nothing would watch the
 /// command any more, and its processes, now the front's (a subreaper), would outlive the
 /// job. The front then ends them itself (the fault suite's
-/// `hostd_subagent_and_agent_sigkilled…` with seed 3) and removes the JEL socket's
-/// directory, which the guardian removes when it ends by itself.
+/// `hostd_subagent_and_agent_sigkilled…` with seed 3), says so on the caller's stderr
+/// ([`guardian_lost_note`]) and removes the JEL socket's directory, which the guardian
+/// removes when it ends by itself. (The pipe is close-on-exec: a command holding its write
+/// end kept the front waiting for the command instead.)
 fn front(from_guardian: OwnedFd, tag: &str, jel_dir: Option<PathBuf>) -> i32 {
     let pid = read_i32(&from_guardian);
     let code = pid.and_then(|_| read_i32(&from_guardian));
@@ -152,10 +154,30 @@ fn front(from_guardian: OwnedFd, tag: &str, jel_dir: Option<PathBuf>) -> i32 {
     let reaper = std::thread::spawn(|| reap_children(None, |_| {}));
     watch.end(Duration::from_secs(1));
     drop(reaper);
+    // The caller sees the command end with 137 (128 + SIGKILL): say why, as ssh says that a
+    // connection was closed by the remote host.
+    eprintln!("{}", guardian_lost_note(&hostname()));
     if let Some(dir) = jel_dir {
         let _ = std::fs::remove_dir_all(dir);
     }
     128 + Signal::SIGKILL as i32
+}
+
+/// What the front says on the caller's stderr when the guardian was killed and it ended
+/// the command itself.
+fn guardian_lost_note(host: &str) -> String {
+    format!(
+        "rb-subagent: on {host}, the process that guarded this command was killed (SIGKILL, \
+         the OOM killer?); with nothing left to watch it, the command was ended (exit 137)"
+    )
+}
+
+/// This host's name, or `this host`.
+fn hostname() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "this host".into())
 }
 
 /// The guardian process, the command's parent: starts the command with the caller's stdio,

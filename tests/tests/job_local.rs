@@ -5,6 +5,7 @@
 //! - A caller that cleans its environment is still served by its job's agent.
 //! - A subagent that loses its agent says why it ends the command.
 //! - A subagent's command inherits its caller's descriptors and none of the subagent's.
+//! - A killed guardian's command is ended by the front, and the caller told why.
 
 use std::{
     process::{Child, Command},
@@ -317,5 +318,64 @@ fn a_subagents_command_inherits_no_descriptor_of_the_subagent() {
     assert_eq!(
         under, direct,
         "descriptors under rb-subagent against sh's own"
+    );
+}
+
+/// The rb-subagent of this process tree that the subagent's front forked: its guardian
+/// (an `rb-subagent` whose parent is one), among those whose command line holds `mark`.
+fn guardian_of(mark: &str) -> Option<u32> {
+    let comm = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/comm")).map(|c| c.trim().to_string())
+    };
+    pgrep(mark).into_iter().find(|&pid| {
+        comm(pid).is_ok_and(|c| c == "rb-subagent")
+            && stat(pid)
+                .and_then(|f| f[1].parse::<u32>().ok())
+                .is_some_and(|parent| comm(parent).is_ok_and(|c| c == "rb-subagent"))
+    })
+}
+
+/// A guardian SIGKILLed (the OOM killer) while its command runs: the front ends the
+/// command, and the caller's remote shell returns 137 with a line that says why.
+#[test]
+fn a_killed_guardians_command_ends_with_137_and_the_caller_is_told_why() {
+    let broker = Broker::start(&local_lab(1));
+    let mark = format!("rbguardianlost{}x", std::process::id());
+    let script = format!("rsh anyLinux 'sleep 300; : {mark}'; echo \"rsh exit $?\"");
+    let mut job = broker
+        .agent(&["sh", "-c", &script])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("agent");
+    let Some(guardian) = wait_until(Duration::from_secs(15), || guardian_of(&mark)) else {
+        kill(&mut job);
+        let out = job.wait_with_output().expect("agent");
+        panic!("no guardian: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let _ = Command::new("kill")
+        .args(["-9", &guardian.to_string()])
+        .status();
+    let ended = wait_until(Duration::from_secs(20), || job.try_wait().ok().flatten());
+    if ended.is_none() {
+        let _ = job.kill();
+    }
+    let out = job.wait_with_output().expect("agent");
+    assert!(
+        ended.is_some(),
+        "the job still ran 20 s after its command's guardian was killed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        stdout.contains("rsh exit 137"),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+    assert!(
+        stderr.contains("the process that guarded this command was killed"),
+        "stderr: {stderr}"
     );
 }
