@@ -94,6 +94,9 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Mode, String> {
             }
             "--serve" => serve = true,
             a if a.starts_with('-') => return Err(format!("unknown option {a}")),
+            a if a.is_empty() || a.chars().any(char::is_control) => {
+                return Err(format!("{a:?} is not a host name"))
+            }
             a if host.is_none() => host = Some(a.to_string()),
             a => return Err(format!("one host only (got {a:?} too)")),
         }
@@ -237,6 +240,10 @@ mod tests {
         assert_eq!(parse(&["--serve"]), Ok(Mode::Serve));
         assert!(parse(&[]).expect_err("none").contains("no host"));
         assert!(parse(&["a", "b"]).expect_err("two").contains("one host"));
+        assert!(parse(&["node03\nnode04"])
+            .expect_err("a line break")
+            .contains("not a host name"));
+        assert!(parse(&[""]).expect_err("empty").contains("not a host name"));
         assert!(parse(&["--serve", "a"])
             .expect_err("serve and host")
             .contains("no host"));

@@ -92,7 +92,9 @@ pub fn ask(dir: &Path, host: &str) -> Option<Result<Reply, String>> {
 }
 
 /// Starts `rb-pvm-add --serve` for the job's module directory, in a session of its own,
-/// its stdio on /dev/null; not waited for. Nothing happens when it cannot start.
+/// its stdio on /dev/null; not waited for. Nothing happens when it cannot start. A bare
+/// fork and exec, not `std::process::Command`: its spawn returns only once the child has
+/// exec'd (about a millisecond here), and the job waits for `pvm-grow` meanwhile.
 pub fn start_server() {
     let Ok(exe) = std::env::current_exe() else {
         return;
