@@ -575,7 +575,7 @@ fn apply_report(
     match report {
         Reported::Whole(report) => table.report(host, conn, *report, now),
         Reported::Same { seq } => table.report_same(host, conn, seq, now),
-        Reported::Changes(patch) => table.report_changes(host, conn, *patch, now),
+        Reported::Changes(mut patch) => table.report_changes(host, conn, &mut patch, now),
     };
     allocs_running(desk, host, running, now);
 }

@@ -386,7 +386,7 @@ impl HostTable {
         &mut self,
         host: &str,
         conn: ConnId,
-        mut patch: ReportPatch,
+        patch: &mut ReportPatch,
         now: Instant,
     ) -> bool {
         // Passed on apart from the host's report (see `core`), as a whole report's is.

@@ -636,7 +636,7 @@ fn what_changed_applied_in_the_table_is_the_whole_report() {
             let cpus = format!(r#","cpus":{}}}"#, new.cpus.unwrap_or(0));
             text = text.replacen('}', &cpus, 1);
         }
-        let patch = report_changes::parse(&text).expect("parses");
+        let mut patch = report_changes::parse(&text).expect("parses");
         // Each way over the wire (where a NaN is `null`).
         let frame =
             proto::frame::encode(&ToBroker::Report(Box::new(new.clone()))).expect("encodes");
@@ -644,7 +644,7 @@ fn what_changed_applied_in_the_table_is_the_whole_report() {
             panic!("{frame}");
         };
         assert!(whole.report("node02", 1, *on_the_wire, now));
-        assert!(patched.report_changes("node02", 1, patch, now));
+        assert!(patched.report_changes("node02", 1, &mut patch, now));
         let (w, p) = (whole.take_changed_rows(now), patched.take_changed_rows(now));
         assert_eq!(w, p, "report {seq}: {text}");
         let (w, p) = (whole.take_repeated(), patched.take_repeated());
@@ -663,9 +663,9 @@ fn what_changed_applied_in_the_table_is_the_whole_report() {
     // Refused, changing nothing: a stale connection, an unknown host, a host with no
     // report on its connection yet.
     let patch = || report_changes::parse(r#"{"t":"report_changes","seq":9,"cpus":1}"#);
-    assert!(!patched.report_changes("node02", 2, patch().expect("parses"), now));
-    assert!(!patched.report_changes("nodeXX", 1, patch().expect("parses"), now));
+    assert!(!patched.report_changes("node02", 2, &mut patch().expect("parses"), now));
+    assert!(!patched.report_changes("nodeXX", 1, &mut patch().expect("parses"), now));
     patched.connected("node03", 5);
-    assert!(!patched.report_changes("node03", 5, patch().expect("parses"), now));
+    assert!(!patched.report_changes("node03", 5, &mut patch().expect("parses"), now));
     assert!(patched.take_repeated().is_empty());
 }

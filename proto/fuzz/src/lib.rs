@@ -102,7 +102,7 @@ fn decode_each_line(data: &[u8]) {
                 }
                 round_trip(&msg);
             }
-            Ok(HostdFrame::Changes(patch)) => {
+            Ok(HostdFrame::Changes(mut patch)) => {
                 patch.apply_to(&mut held);
                 round_trip(&ToBroker::Report(Box::new(held.clone())));
             }
