@@ -18,7 +18,7 @@ fn view(i: usize) -> HostView {
         address: format!("10.77.0.{i}"),
         up: true,
         reported: true,
-        labels: vec!["linux".into(), "x86-64".into()],
+        labels: vec!["linux".into(), "x86-64".into()].into(),
         os: Some("linux".into()),
         owner: None,
         load1: Some(0.4),

@@ -24,7 +24,7 @@ fn view(i: usize, round: u64) -> HostView {
         address: format!("10.{}.{}.{}", i / 65536, (i / 256) % 256, i % 256),
         up: true,
         reported: true,
-        labels: vec!["linux".into(), "x86-64".into()],
+        labels: vec!["linux".into(), "x86-64".into()].into(),
         os: Some("linux".into()),
         owner: None,
         load1: Some(0.42 + (round % 10) as f64 / 100.0),

@@ -226,7 +226,7 @@ mod tests {
             address: format!("10.0.0.{i}"),
             up: i % 11 != 5,
             reported: true,
-            labels,
+            labels: labels.into(),
             os: Some("Linux".into()),
             owner: private.then(|| "ann".to_string()),
             load1: (i % 13 != 4).then_some((i % 5) as f64 / 4.0),

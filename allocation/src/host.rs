@@ -5,6 +5,8 @@
 //! Unknown sensor values are never idle: a session whose idle time is unknown counts as
 //! active, and a host whose sessions could not be read is not quiet.
 
+use std::sync::Arc;
+
 use proto_types::{
     report::{LogindSession, UserSession},
     symbolic::{check_name, label_name, split_instance},
@@ -24,8 +26,10 @@ pub struct HostView {
     /// Whether a report ever arrived (before that, sensor labels such as `linux` are missing).
     pub reported: bool,
     /// Lab-file and sensor labels in their name form (`proto_types::symbolic::label_name`:
-    /// lower case, `_` read as `-`), as symbolic names spell them.
-    pub labels: Vec<String>,
+    /// lower case, `_` read as `-`), as symbolic names spell them. Shared: the hosts of a
+    /// lab carry a few lists, so a report neither copies nor compares the strings (at 10k
+    /// hosts each string of a host's own was a cache miss a report).
+    pub labels: Arc<[String]>,
     pub os: Option<String>,
     /// Set for a private machine (the owner's workstation).
     pub owner: Option<String>,
@@ -192,6 +196,13 @@ impl HostView {
 pub(crate) mod tests {
     use super::*;
 
+    impl HostView {
+        /// The view with `label` added to its labels (a list of its own).
+        pub(crate) fn add_label(&mut self, label: &str) {
+            self.labels = self.labels.iter().cloned().chain([label.into()]).collect();
+        }
+    }
+
     /// A quiet, up, public linux host with load 0 on 4 CPUs.
     pub(crate) fn view(name: &str) -> HostView {
         HostView {
@@ -199,7 +210,7 @@ pub(crate) mod tests {
             address: format!("10.0.0.{}", name.len()),
             up: true,
             reported: true,
-            labels: vec!["linux".into(), "x86-64".into()],
+            labels: vec!["linux".into(), "x86-64".into()].into(),
             os: Some("Linux".into()),
             owner: None,
             load1: Some(0.0),
@@ -271,7 +282,7 @@ pub(crate) mod tests {
         let err = parse("anyX86_64", &["x86-64"]).expect_err("not a host name");
         assert!(err.contains("use `anyX86-64`"), "{err}");
         let host = HostView {
-            labels: vec![label_name("x86_64")],
+            labels: vec![label_name("x86_64")].into(),
             ..view("a")
         };
         assert!(host.matches(&Want::Label("x86-64".into())));

@@ -240,8 +240,8 @@ impl Allocator {
         let users = v.users.as_ref().map(|us| {
             us.iter()
                 .map(|u| Session {
-                    user: u.user.clone(),
-                    tty: u.tty.clone(),
+                    user: u.user.as_str().into(),
+                    tty: u.tty.as_str().into(),
                     idle_s: u.idle_s.map(secs),
                 })
                 .collect()

@@ -46,7 +46,7 @@ fn full_lab(max_nodes: usize) -> (Lab, JobId) {
 /// The pilot's node joins as `slurm-node09`.
 fn pilot_joins(lab: &mut Lab) -> Vec<Effect> {
     let mut v = super::host::tests::view("slurm-node09");
-    v.labels.push("slurm".into());
+    v.add_label("slurm");
     lab.views.push(v);
     lab.set("slurm-node09", |_| {})
 }

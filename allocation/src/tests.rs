@@ -200,7 +200,7 @@ fn private_host_with_owner_active_or_unknown_is_never_chosen() {
 #[test]
 fn labels_match_case_insensitively() {
     let mut views = hosts(&["n1", "n2"]);
-    views[1].labels.push("public".into());
+    views[1].add_label("public");
     let mut lab = Lab::new(views);
     let j = lab.job(false);
     assert_eq!(lab.take(j, "ANYPUBLIC").1, "n2");
@@ -214,8 +214,8 @@ fn labels_match_case_insensitively() {
 #[test]
 fn broad_names_leave_the_scarce_public_hosts_for_any_public() {
     let mut views = hosts(&["node03", "node04", "node05", "node06"]);
-    views[0].labels.push("public".into());
-    views[1].labels.push("public".into());
+    views[0].add_label("public");
+    views[1].add_label("public");
     let mut lab = Lab::new(views);
     let j = lab.job(false);
     let linux = lab.take(j, "anyLinux").1;
@@ -235,7 +235,7 @@ fn broad_names_leave_the_scarce_public_hosts_for_any_public() {
 #[test]
 fn fewest_labels_come_before_load_and_name() {
     let mut views = hosts(&["a", "b"]);
-    views[0].labels.push("gpu".into());
+    views[0].add_label("gpu");
     views[1].load1 = Some(3.0);
     let mut lab = Lab::new(views);
     let j = lab.job(false);
@@ -253,8 +253,8 @@ fn fewest_labels_come_before_load_and_name() {
 #[test]
 fn a_waiting_request_does_not_lose_its_only_host_to_a_broad_one() {
     let mut views = hosts(&["a-pub", "b-gpu"]);
-    views[0].labels.push("public".into());
-    views[1].labels.push("gpu".into());
+    views[0].add_label("public");
+    views[1].add_label("gpu");
     let mut lab = Lab::new(views);
     let holder = lab.job(false);
     lab.take(holder, "anyPublic");
@@ -312,7 +312,7 @@ fn a_job_is_never_granted_a_host_it_uses_already() {
 #[test]
 fn a_request_only_hosts_in_use_could_serve_is_refused() {
     let mut lab = Lab::new(hosts(&["ws", "n2"]));
-    lab.set("n2", |v| v.labels.push("gpu".into()));
+    lab.set("n2", |v| v.add_label("gpu"));
     let j = lab.job(false);
     lab.a.uses_hosts(j, ["ws".to_string()], lab.now);
     let holder = lab.job(false);
@@ -411,7 +411,7 @@ fn unknown_label_waits_while_a_host_never_reported() {
     lab.set("n2", |v| {
         v.reported = false;
         v.up = false;
-        v.labels.clear();
+        v.labels = Default::default();
     });
     let j = lab.job(false);
     let (req, fx) = lab.req(j, "anyGpu");
@@ -419,7 +419,7 @@ fn unknown_label_waits_while_a_host_never_reported() {
     let fx = lab.set("n2", |v| {
         v.reported = true;
         v.up = true;
-        v.labels = vec!["linux".into()];
+        v.labels = vec!["linux".into()].into();
     });
     assert!(
         matches!(&fx[0], Effect::Refused { req: r, .. } if *r == req),
@@ -955,7 +955,7 @@ fn random_views(rng: &mut Rng) -> Vec<HostView> {
             v.up = rng.below(5) > 0;
             v.load1 = Some(rng.below(4) as f64);
             if i % 2 == 0 {
-                v.labels.push("public".into());
+                v.add_label("public");
             } else {
                 // The session is the owner's: under the paper another user's session does
                 // not keep the owner's machine.

@@ -221,7 +221,7 @@ fn the_delta_is_the_json_difference() {
     each(&|v| v.address = "10.9.9.9".into());
     each(&|v| v.up = false);
     each(&|v| v.reported = false);
-    each(&|v| v.labels.push("gpu".into()));
+    each(&|v| v.add_label("gpu"));
     each(&|v| v.os = None);
     each(&|v| v.owner = Some("ann".into()));
     each(&|v| v.load1 = Some(1.5));

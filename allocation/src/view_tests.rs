@@ -42,7 +42,7 @@ fn unreported(name: &str) -> HostView {
     HostView {
         up: false,
         reported: false,
-        labels: vec![],
+        labels: vec![].into(),
         load1: None,
         cpus: None,
         users: None,

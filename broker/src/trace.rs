@@ -367,7 +367,7 @@ mod tests {
             address: "127.0.0.1".into(),
             up: true,
             reported: true,
-            labels: vec!["linux".into()],
+            labels: vec!["linux".into()].into(),
             os: None,
             owner: None,
             load1: Some(0.0),

@@ -22,7 +22,7 @@ fn host(i: usize) -> HostFacts {
     let owner = format!("user{}", i % 50);
     HostFacts {
         name: format!("node{i:05}"),
-        labels: vec!["linux".into()],
+        labels: vec!["linux".into()].into(),
         owner: private.then(|| owner.clone()),
         up: true,
         load1: Some((i % 17) as f64 / 8.0),
@@ -32,7 +32,7 @@ fn host(i: usize) -> HostFacts {
         mem_avail_mb: Some(4096),
         users: Some(match private {
             true => vec![Session {
-                user: owner,
+                user: owner.into(),
                 tty: "pts/0".into(),
                 idle_s: Some(idle),
             }],

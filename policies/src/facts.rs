@@ -5,8 +5,9 @@
 //! Field names are the names a policy uses (`host.load1`, `job.spec.count`); they are
 //! documented in `policies/README.md` ("Variables").
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::Arc};
 
+use compact_str::CompactString;
 use serde::{Deserialize, Serialize};
 
 /// What `keyboard_idle_s` / `owner_idle_s` say when every source was read and none has a
@@ -16,8 +17,8 @@ pub const NEVER_USED_S: i64 = 10 * 365 * 24 * 3600;
 /// One login session on a host (utmp).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Session {
-    pub user: String,
-    pub tty: String,
+    pub user: CompactString,
+    pub tty: CompactString,
     /// Seconds since the last input on this terminal; `None` when unknown (never idle).
     pub idle_s: Option<i64>,
 }
@@ -61,8 +62,9 @@ pub struct LoginSession {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct HostFacts {
     pub name: String,
-    /// Lab-file and sensor labels, lower-case.
-    pub labels: Vec<String>,
+    /// Lab-file and sensor labels, lower-case. Shared with the allocator's view of the host
+    /// (cloning or comparing the facts compares no label when they hold the same list).
+    pub labels: Arc<[String]>,
     /// The owner of a private machine (`None`: public).
     pub owner: Option<String>,
     /// `owner.is_some()`.
@@ -367,7 +369,7 @@ mod tests {
     fn same_field_compares_each_field_and_only_it() {
         let sample = HostFacts {
             name: "node01".into(),
-            labels: vec!["linux".into()],
+            labels: vec!["linux".into()].into(),
             owner: Some("ann".into()),
             load1: Some(0.5),
             load5: Some(0.5),

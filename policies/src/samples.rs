@@ -55,7 +55,7 @@ fn session(user: &str, idle_s: i64) -> Session {
 fn host(name: &str, owner: Option<&str>, users: Vec<Session>, console: i64) -> HostFacts {
     HostFacts {
         name: name.into(),
-        labels: vec!["linux".into(), "x86_64".into()],
+        labels: vec!["linux".into(), "x86_64".into()].into(),
         owner: owner.map(String::from),
         up: true,
         load1: Some(0.25),

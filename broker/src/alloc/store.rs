@@ -500,7 +500,7 @@ mod tests {
             address: "10.0.0.1".into(),
             up: true,
             reported: true,
-            labels: vec!["linux".into()],
+            labels: vec!["linux".into()].into(),
             os: Some("Linux".into()),
             owner: None,
             load1: Some(0.0),

@@ -25,7 +25,8 @@ impl JobDesk {
         live: &LivePart,
         now: Instant,
     ) -> Vec<Effect> {
-        let view = host_view(fixed, live);
+        let labels = self.label_names.get(fixed.labels);
+        let view = host_view(fixed, live, labels);
         // The delta costs a serialization: only when a trace is kept.
         let changed = if self.trace.is_some() {
             host_delta(self.alloc.host_view(&view.name), &view)
@@ -145,12 +146,22 @@ impl JobDesk {
 }
 
 /// The allocator's view of a host, from the two parts of the host's status row (the
-/// core's input is its own type, not the row `rb status` shows).
-pub fn host_view(fixed: &FixedPart<'_>, live: &LivePart) -> HostView {
+/// core's input is its own type, not the row `rb status` shows) and its labels' name form
+/// ([`LabelNames::get`] of `fixed.labels`).
+pub fn host_view(fixed: &FixedPart<'_>, live: &LivePart, labels: Arc<[String]>) -> HostView {
+    debug_assert!(
+        labels[..]
+            == fixed
+                .labels
+                .iter()
+                .map(|l| label_name(l))
+                .collect::<Vec<_>>(),
+        "the labels' name form of the row's"
+    );
     HostView {
         up: live.state == proto::report::HostState::Up,
         reported: live.last_report_age_s.is_some(),
-        labels: fixed.labels.iter().map(|l| label_name(l)).collect(),
+        labels,
         mem_avail_mb: fixed.mem_available_kb.map(|kb| kb / 1024),
         users: fixed.users_known.then(|| fixed.users.to_vec()),
         name: fixed.name.to_string(),
@@ -165,5 +176,34 @@ pub fn host_view(fixed: &FixedPart<'_>, live: &LivePart) -> HostView {
         logind: fixed.logind.map(<[_]>::to_vec),
         logind_error: fixed.logind_error.map(str::to_string),
         job_load: fixed.job_load,
+    }
+}
+
+/// The hosts' label lists in the name form the allocator's views carry
+/// ([`label_name`]), one shared list for each distinct list of the rows' labels: a lab's
+/// hosts carry a few, so a changing report makes, copies and compares no label (at 10k
+/// hosts each label string a host had of its own was a cache miss a report, read cold by
+/// the next comparison). Lists no view holds any more are dropped whenever the lists have
+/// doubled since the last such sweep.
+#[derive(Debug, Default)]
+pub struct LabelNames {
+    pub(super) lists: BTreeMap<Box<[String]>, Arc<[String]>>,
+    after_sweep: usize,
+}
+
+impl LabelNames {
+    /// The name form of `row_labels` (a row's labels), shared with every earlier caller
+    /// that passed the same list.
+    pub fn get(&mut self, row_labels: &[String]) -> Arc<[String]> {
+        if let Some(names) = self.lists.get(row_labels) {
+            return Arc::clone(names);
+        }
+        if self.lists.len() >= (2 * self.after_sweep).max(64) {
+            self.lists.retain(|_, names| Arc::strong_count(names) > 1);
+            self.after_sweep = self.lists.len();
+        }
+        let names: Arc<[String]> = row_labels.iter().map(|l| label_name(l)).collect();
+        self.lists.insert(row_labels.into(), Arc::clone(&names));
+        names
     }
 }

@@ -21,10 +21,11 @@ mod effects;
 mod host_side;
 mod overflow;
 
-pub use host_side::host_view;
+pub use host_side::{host_view, LabelNames};
 
 use std::{
-    collections::{HashMap, HashSet, VecDeque},
+    collections::{BTreeMap, HashMap, HashSet, VecDeque},
+    sync::Arc,
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
@@ -92,6 +93,8 @@ pub struct JobDesk {
     trace: Option<TraceSink>,
     /// Slurm pilots' commands, with `[overflow.slurm]`.
     pilots: Option<crate::pilots::Pilots>,
+    /// The hosts' label lists as the allocator's views carry them.
+    label_names: LabelNames,
 }
 
 /// Notes kept per job, and the longest note kept (longer ones are cut).
@@ -123,6 +126,7 @@ impl JobDesk {
             notes: HashMap::new(),
             trace: None,
             pilots: None,
+            label_names: LabelNames::default(),
         }
     }
 

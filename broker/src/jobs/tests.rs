@@ -210,3 +210,51 @@ async fn repeated_hosts_are_one_trace_line_a_held_one_among_them() {
 fn host_changed(desk: &mut JobDesk, row: HostStatus, now: Instant) -> Vec<Effect> {
     desk.host_changed(&row.fixed_part(), &row.live_part(), now)
 }
+
+/// Hosts whose rows carry the same labels share one list in the allocator's views (a
+/// changing report then copies and compares no label); a host whose labels differ has a
+/// list of its own, in the name form symbolic names spell (`x86-64` for `x86_64`).
+#[test]
+fn hosts_with_the_same_labels_share_one_list_in_the_allocators_views() {
+    let mut desk = desk();
+    let now = Instant::now();
+    let mut odd = status("n3", "10.0.0.3");
+    odd.labels.push("x86_64".into());
+    for row in [status("n1", "10.0.0.1"), status("n2", "10.0.0.2"), odd] {
+        host_changed(&mut desk, row, now);
+    }
+    let labels =
+        |desk: &JobDesk, host: &str| Arc::clone(&desk.alloc.host_view(host).expect("known").labels);
+    assert!(Arc::ptr_eq(&labels(&desk, "n1"), &labels(&desk, "n2")));
+    assert_eq!(
+        *labels(&desk, "n1"),
+        ["linux".to_string(), "public".to_string()]
+    );
+    assert_eq!(
+        *labels(&desk, "n3"),
+        [
+            "linux".to_string(),
+            "public".to_string(),
+            "x86-64".to_string()
+        ]
+    );
+    // The next report of n1 (its load moved) keeps the list it had.
+    let before = labels(&desk, "n1");
+    let mut again = status("n1", "10.0.0.1");
+    again.load1 = Some(0.5);
+    host_changed(&mut desk, again, now);
+    assert!(Arc::ptr_eq(&before, &labels(&desk, "n1")));
+}
+
+/// The lists no view holds any more are dropped once the lists have doubled; those still
+/// held stay shared.
+#[test]
+fn label_lists_no_view_holds_are_swept() {
+    let mut names = LabelNames::default();
+    let kept = names.get(&["linux".to_string()]);
+    for i in 0..200 {
+        names.get(&[format!("l{i}")]);
+    }
+    assert!(names.lists.len() < 100, "{} lists kept", names.lists.len());
+    assert!(Arc::ptr_eq(&kept, &names.get(&["linux".to_string()])));
+}

@@ -99,7 +99,7 @@ impl Facts {
     pub fn sample() -> Facts {
         let host = HostFacts {
             name: "node01".into(),
-            labels: vec!["linux".into()],
+            labels: vec!["linux".into()].into(),
             owner: Some("ann".into()),
             up: true,
             load1: Some(0.5),
@@ -369,8 +369,8 @@ impl Bytes<'_> {
 
     fn session(&mut self) -> Session {
         Session {
-            user: self.text(),
-            tty: self.text(),
+            user: self.text().into(),
+            tty: self.text().into(),
             idle_s: self.opt(Self::int),
         }
     }
@@ -378,7 +378,7 @@ impl Bytes<'_> {
     fn host(&mut self) -> HostFacts {
         HostFacts {
             name: self.text(),
-            labels: self.list(Self::text),
+            labels: self.list(Self::text).into(),
             owner: self.opt(Self::text),
             up: self.bool(),
             drained: self.bool(),

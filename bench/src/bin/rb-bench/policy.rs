@@ -142,7 +142,7 @@ pub fn host_view(i: usize) -> HostView {
         address: format!("10.{}.{}.{}", i / 65536, (i / 256) % 256, i % 256),
         up: i % 100 != 99,
         reported: true,
-        labels,
+        labels: labels.into(),
         os: Some("Linux".into()),
         owner: private.then(|| owner.clone()),
         load1: Some((i % 17) as f64 / 8.0),
