@@ -76,7 +76,8 @@ pub fn module_dir() -> Option<PathBuf> {
 /// connection (the caller adds the host itself); `Some(Err)` when one took the host but
 /// went away before answering (the add may have happened: not tried again).
 pub fn ask(dir: &Path, host: &str) -> Option<Result<Reply, String>> {
-    let mut conn = UnixStream::connect(dir.join(SOCKET)).ok()?;
+    let addr = SocketAddr::of(dir)?;
+    let mut conn = UnixStream::connect(addr.path()).ok()?;
     // The write side stays open: the server takes a closed connection for a client gone
     // (killed by its timeout) and then adds nothing.
     if let Err(e) = conn.write_all(format!("{host}\n").as_bytes()) {
@@ -128,7 +129,7 @@ pub fn start_server() {
 /// `rb-pvm-add HOST`) until the pvmd or the module directory goes. Returns the exit code.
 pub fn serve(pvm: &Pvm, dir: &Path, add: impl Fn(&str) -> Reply) -> i32 {
     let path = dir.join(SOCKET);
-    let Some(listener) = bind(&path) else {
+    let Some(listener) = SocketAddr::of(dir).and_then(|addr| bind(addr.path())) else {
         return 0;
     };
     let Some(pvmd) = pvm.pvmd_fd() else {
@@ -154,6 +155,39 @@ pub fn serve(pvm: &Pvm, dir: &Path, add: impl Fn(&str) -> Reply) -> i32 {
     }
     let _ = std::fs::remove_file(&path);
     0
+}
+
+/// The socket's address in a module directory as `bind` and `connect` take it. A Unix
+/// socket's address holds a path of at most [`SUN_PATH_MAX`] bytes, and a module directory
+/// can be longer (`~/.local/state/rb/…` under a long home): then the directory is reached
+/// through a descriptor of it, `/proc/self/fd/N/rb-pvm-add.sock`, held open with the
+/// address (without it, every add of such a job took the slow way, silently).
+struct SocketAddr {
+    path: PathBuf,
+    _dir: Option<std::fs::File>,
+}
+
+/// The longest path a Unix socket's address holds (`sun_path` less its NUL).
+const SUN_PATH_MAX: usize = 107;
+
+impl SocketAddr {
+    /// `None` when the directory cannot be opened.
+    fn of(dir: &Path) -> Option<SocketAddr> {
+        let path = dir.join(SOCKET);
+        if path.as_os_str().len() <= SUN_PATH_MAX {
+            return Some(SocketAddr { path, _dir: None });
+        }
+        // Opened close-on-exec (std's default): the server's children do not inherit it.
+        let dir = std::fs::File::open(dir).ok()?;
+        Some(SocketAddr {
+            path: PathBuf::from(format!("/proc/self/fd/{}/{SOCKET}", dir.as_raw_fd())),
+            _dir: Some(dir),
+        })
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
 }
 
 /// Binds `path`; `None` when another server answers there. A socket nobody answers on (a
@@ -311,6 +345,34 @@ mod tests {
             }
         });
         assert!(!asked.get(), "the host of a client gone was added");
+    }
+
+    /// A module directory whose socket path is longer than a socket's address holds (a
+    /// long home's `~/.local/state/rb/…`): the server binds there and a client reaches it.
+    #[test]
+    fn a_module_directory_longer_than_a_sockets_address_still_reaches_its_server() {
+        let top = tempfile::tempdir().expect("tempdir");
+        let dir = top.path().join("d".repeat(60)).join("e".repeat(60));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        assert!(dir.join(SOCKET).as_os_str().len() > SUN_PATH_MAX);
+        let addr = SocketAddr::of(&dir).expect("address");
+        let listener = bind(addr.path()).expect("bind");
+        assert!(
+            dir.join(SOCKET).exists(),
+            "the socket is in the module directory"
+        );
+        let server = std::thread::spawn(move || {
+            let (conn, _) = listener.accept().expect("accept");
+            answer(conn, &|host: &str| Reply {
+                code: 0,
+                message: format!("asked {host}"),
+            });
+        });
+        let reply = ask(&dir, "node03")
+            .expect("the server answers")
+            .expect("reply");
+        server.join().expect("server");
+        assert_eq!(reply.message, "asked node03");
     }
 
     #[test]
