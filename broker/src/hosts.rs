@@ -64,7 +64,7 @@ struct HostRecord {
     pilot: bool,
     /// The row's [`FixedPart`] as JSON, as [`HostTable::take_changes`] last built the row
     /// (`rb status` joins it with the live part; [`HostTable::status_parts`]).
-    fixed_json: Option<Arc<str>>,
+    fixed_json: Option<FixedJson>,
     /// How long the start of `fixed_json` is that [`proto::row_parts::write_steady`] wrote,
     /// while nothing it writes changed; `None` once something may have
     /// ([`HostRecord::forget_steady`]). Kept in `fixed_json` itself, not a copy: a string
@@ -97,14 +97,6 @@ impl HostRecord {
     /// the labels, a report field outside [`Fields::MOVING`].
     fn forget_steady(&mut self) {
         self.steady_len = None;
-    }
-
-    /// The start of `fixed_json` that [`proto::row_parts::write_steady`] wrote, while
-    /// nothing it writes changed.
-    fn kept_steady(&self) -> Option<&str> {
-        (self.steady_len)
-            .zip(self.fixed_json.as_deref())
-            .and_then(|(len, json)| json.get(..len))
     }
 
     /// The host's last report (`None`: none since the daemon connected, or it went silent).
@@ -256,8 +248,9 @@ impl HostTable {
     pub fn take_changes(&mut self, now: Instant, mut each: impl FnMut(&FixedPart<'_>, LivePart)) {
         for name in std::mem::take(&mut self.changed) {
             if let Some(rec) = self.hosts.get_mut(&name) {
+                let last = rec.fixed_json.take().zip(rec.steady_len);
                 let part = rec.fixed_part();
-                let (json, steady_len) = encode_fixed(&part, rec.kept_steady());
+                let (json, steady_len) = encode_fixed(&part, last);
                 each(&part, table_live(rec, now, self.down_after));
                 rec.fixed_json = Some(json);
                 rec.steady_len = steady_len;
@@ -601,11 +594,19 @@ impl HostTable {
 /// go on.
 pub const STATUS_PARTS_ASK: usize = 256;
 
+/// A row's [`FixedPart`] as a JSON object: the text `serde_json` writes (UTF-8), kept as
+/// its bytes, shared by the host's record and the `rb status` answers under way. Bytes, not
+/// an `Arc<str>`: while no answer holds it, a changing report rewrites the members that
+/// moved at the end of the same buffer ([`encode_fixed`]), where an `Arc<str>` is made
+/// anew, the whole text copied in (at 10k hosts whose every report changes, ~7 cache lines
+/// of the last text read and ~9 of the new written, a report).
+pub type FixedJson = Arc<Vec<u8>>;
+
 /// A host's status row in two parts ([`proto::row_parts`]).
 #[derive(Debug, Clone)]
 pub struct StatusPart {
     /// The row's [`FixedPart`] as a JSON object.
-    pub fixed_json: Arc<str>,
+    pub fixed_json: FixedJson,
     pub live: LivePart,
 }
 
@@ -620,36 +621,60 @@ impl StatusPart {
 }
 
 /// A row's fixed part as JSON ([`encode_fixed`] with nothing kept).
-fn fixed_json(part: &FixedPart<'_>) -> Arc<str> {
+fn fixed_json(part: &FixedPart<'_>) -> FixedJson {
     encode_fixed(part, None).0
 }
 
-/// A row's fixed part as JSON, its start taken from `kept` (the text
-/// [`proto::row_parts::write_steady`] wrote for the row last, while nothing in it changed),
-/// and the length of that start (`None` when the part could not be encoded). Encoding such
-/// a part cannot fail (no maps; a NaN is written as `null`); were it to, the row says so
-/// instead of its figures.
-fn encode_fixed(part: &FixedPart<'_>, kept: Option<&str>) -> (Arc<str>, Option<usize>) {
+/// A row's fixed part as JSON, and the length of its start that
+/// [`proto::row_parts::write_steady`] wrote (`None` when the part could not be encoded).
+/// `last` is the row's last text with that length, while nothing written there changed: its
+/// start is kept, and where no `rb status` answer holds the text any more, the members that
+/// move are written again in its own buffer (nothing else of it read or copied). Encoding
+/// such a part cannot fail (no maps; a NaN is written as `null`); were it to, the row says
+/// so instead of its figures.
+fn encode_fixed(
+    part: &FixedPart<'_>,
+    last: Option<(FixedJson, usize)>,
+) -> (FixedJson, Option<usize>) {
+    let Some((mut json, len)) = last.filter(|(json, len)| *len <= json.len()) else {
+        return encode_anew(part, None);
+    };
+    debug_assert_eq!(
+        json[..len],
+        *steady_text(part).as_bytes(),
+        "a kept steady part went stale"
+    );
+    if let Some(text) = Arc::get_mut(&mut json) {
+        text.truncate(len);
+        if proto::row_parts::write_moving(text, part).is_ok() {
+            debug_assert!(std::str::from_utf8(text).is_ok(), "JSON is UTF-8");
+            return (json, Some(len));
+        }
+    }
+    encode_anew(part, Some(&json[..len]))
+}
+
+/// [`encode_fixed`] into a buffer of its own, its start copied from `kept` (the steady
+/// start of the row's last text) or written.
+fn encode_anew(part: &FixedPart<'_>, kept: Option<&[u8]>) -> (FixedJson, Option<usize>) {
     let mut text = Vec::with_capacity(FIXED_JSON_ROOM);
     let steady = match kept {
         Some(kept) => {
-            debug_assert_eq!(kept, steady_text(part), "a kept steady part went stale");
-            text.extend_from_slice(kept.as_bytes());
+            text.extend_from_slice(kept);
             Ok(())
         }
         None => proto::row_parts::write_steady(&mut text, part),
     };
     let steady_len = text.len();
-    let encoded = steady
-        .and_then(|()| proto::row_parts::write_moving(&mut text, part))
-        .map_err(|e| e.to_string())
-        .and_then(|()| String::from_utf8(text).map_err(|e| e.to_string()));
-    match encoded {
-        Ok(json) => (json.into(), Some(steady_len)),
-        Err(why) => {
+    match steady.and_then(|()| proto::row_parts::write_moving(&mut text, part)) {
+        Ok(()) => {
+            debug_assert!(std::str::from_utf8(&text).is_ok(), "JSON is UTF-8");
+            (Arc::new(text), Some(steady_len))
+        }
+        Err(e) => {
             let row = serde_json::json!({ "name": part.name, "address": part.address,
-                "encoding_error": why });
-            (row.to_string().into(), None)
+                "encoding_error": e.to_string() });
+            (Arc::new(row.to_string().into_bytes()), None)
         }
     }
 }

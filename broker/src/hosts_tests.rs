@@ -352,6 +352,59 @@ fn status_parts_join_to_the_status_rows_whatever_was_taken() {
     assert_eq!(t.status(silent)[0].state, HostState::Down);
 }
 
+/// A changing report rewrites the members that move at the end of the row's kept text, in
+/// the text's own buffer, while no `rb status` answer holds it; an answer under way keeps
+/// the text it took, and the row gets a buffer of its own. Either way `rb status` reads the
+/// rows as they are.
+#[test]
+fn a_rows_text_is_rewritten_in_place_unless_an_answer_holds_it() {
+    let joined = |t: &HostTable, now: Instant| -> Vec<HostStatus> {
+        let mut rows = Vec::new();
+        crate::requests::join_rows_into(&mut rows, &t.status_parts(now, |_, _| {})).expect("rows");
+        serde_json::from_slice(&rows).expect("rows as JSON")
+    };
+    let text = |t: &HostTable| {
+        let rec = t.hosts.get("node02").expect("a record");
+        Arc::clone(rec.fixed_json.as_ref().expect("a text"))
+    };
+    let load = |l: f64| HostReport {
+        load: Some([l, 0.4, 0.3]),
+        ..report("node02")
+    };
+    // As today's daemons send them: what changed since the last report.
+    let changed = |t: &mut HostTable, from: f64, to: f64, now: Instant| {
+        let text = proto::report_changes::encode(&load(from), &load(to)).expect("encodes");
+        let mut patch = proto::report_changes::parse(&text).expect("parses");
+        assert!(t.report_changes("node02", 1, &mut patch, now));
+        t.take_changes(now, |_, _| {});
+    };
+    let mut t = table();
+    let mut now = Instant::now();
+    t.connected("node02", 1);
+    t.report("node02", 1, load(0.5), now);
+    t.take_changes(now, |_, _| {});
+    now += Duration::from_secs(1);
+    changed(&mut t, 0.5, 1.5, now);
+    // A text made anew is allocated while the last one still lives: the same address is
+    // the same buffer.
+    let buffer = Arc::as_ptr(&text(&t));
+    now += Duration::from_secs(1);
+    changed(&mut t, 1.5, 2.5, now);
+    assert_eq!(Arc::as_ptr(&text(&t)), buffer, "the same buffer");
+    assert_eq!(joined(&t, now), t.status(now));
+    let answer = t.status_parts(now, |_, _| {});
+    let answered = answer[0].fixed_json.to_vec();
+    now += Duration::from_secs(1);
+    changed(&mut t, 2.5, 3.5, now);
+    assert_eq!(
+        *answer[0].fixed_json, answered,
+        "the answer's text as it took it"
+    );
+    assert_ne!(Arc::as_ptr(&text(&t)), buffer, "a buffer of the row's own");
+    assert_eq!(joined(&t, now), t.status(now));
+    assert_eq!(t.status(now)[0].load1, Some(3.5));
+}
+
 /// What the core is handed for a changed host (the fixed part borrowed from the record, its
 /// labels kept from report to report) is what the host's status row gives, in every state:
 /// no report yet, reports whose labels differ in case from the lab file's, change, and go

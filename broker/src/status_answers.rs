@@ -139,7 +139,7 @@ mod tests {
         parts
             .iter()
             .map(|p| {
-                let row: serde_json::Value = serde_json::from_str(&p.fixed_json).expect("json");
+                let row: serde_json::Value = serde_json::from_slice(&p.fixed_json).expect("json");
                 row["name"].as_str().expect("a name").to_string()
             })
             .collect()

@@ -237,12 +237,13 @@ impl HostStatus {
 }
 
 /// Appends one row's JSON object to `out`: the members of `fixed_json` (a [`FixedPart`]'s
-/// JSON object, as `serde_json` writes it) and those of `live`.
-pub fn write_row(out: &mut Vec<u8>, fixed_json: &str, live: &LivePart) -> serde_json::Result<()> {
-    let Some(members) = fixed_json.strip_suffix('}') else {
+/// JSON object as `serde_json` writes it: UTF-8 text, taken as its bytes) and those of
+/// `live`.
+pub fn write_row(out: &mut Vec<u8>, fixed_json: &[u8], live: &LivePart) -> serde_json::Result<()> {
+    let Some(members) = fixed_json.strip_suffix(b"}") else {
         return Err(serde::ser::Error::custom("a fixed part is a JSON object"));
     };
-    out.extend_from_slice(members.as_bytes());
+    out.extend_from_slice(members);
     write_live_members(out, live)?;
     out.push(b'}');
     Ok(())
@@ -459,7 +460,7 @@ mod tests {
         for row in [row(), sparse()] {
             let fixed = serde_json::to_string(&row.fixed_part()).expect("fixed");
             let mut joined = Vec::new();
-            write_row(&mut joined, &fixed, &row.live_part()).expect("join");
+            write_row(&mut joined, fixed.as_bytes(), &row.live_part()).expect("join");
             let as_value: serde_json::Value = serde_json::from_slice(&joined).expect("json");
             assert_eq!(as_value, serde_json::to_value(&row).expect("value"));
             let back: HostStatus = serde_json::from_slice(&joined).expect("a row");
@@ -529,6 +530,6 @@ mod tests {
     #[test]
     fn a_fixed_part_that_is_no_object_is_refused() {
         let mut out = Vec::new();
-        assert!(write_row(&mut out, "[1]", &row().live_part()).is_err());
+        assert!(write_row(&mut out, b"[1]", &row().live_part()).is_err());
     }
 }
