@@ -597,7 +597,7 @@ pub const STATUS_PARTS_ASK: usize = 256;
 /// A row's [`FixedPart`] as a JSON object: the text `serde_json` writes (UTF-8), kept as
 /// its bytes, shared by the host's record and the `rb status` answers under way. Bytes, not
 /// an `Arc<str>`: while no answer holds it, a changing report rewrites the members that
-/// moved at the end of the same buffer ([`encode_fixed`]), where an `Arc<str>` is made
+/// moved at the end of the same buffer (`encode_fixed`), where an `Arc<str>` is made
 /// anew, the whole text copied in (at 10k hosts whose every report changes, ~7 cache lines
 /// of the last text read and ~9 of the new written, a report).
 pub type FixedJson = Arc<Vec<u8>>;
