@@ -314,13 +314,15 @@ fn unknown_host_is_ignored() {
 /// any change was taken, after, with a change not yet taken (its fixed part is built
 /// afresh, not the kept one), after a repeated report (the kept one), and for a host gone
 /// silent (live fields only).
+/// The rows `rb status` gets: the table's status parts joined as the broker writes them.
+fn joined(t: &HostTable, now: Instant) -> Vec<HostStatus> {
+    let mut rows = Vec::new();
+    crate::requests::join_rows_into(&mut rows, &t.status_parts(now, |_, _| {})).expect("rows");
+    serde_json::from_slice(&rows).expect("rows as JSON")
+}
+
 #[test]
 fn status_parts_join_to_the_status_rows_whatever_was_taken() {
-    let joined = |t: &HostTable, now: Instant| -> Vec<HostStatus> {
-        let mut rows = Vec::new();
-        crate::requests::join_rows_into(&mut rows, &t.status_parts(now, |_, _| {})).expect("rows");
-        serde_json::from_slice(&rows).expect("rows as JSON")
-    };
     let mut t = table();
     let start = Instant::now();
     assert_eq!(joined(&t, start), t.status(start), "nothing taken yet");
@@ -358,11 +360,6 @@ fn status_parts_join_to_the_status_rows_whatever_was_taken() {
 /// rows as they are.
 #[test]
 fn a_rows_text_is_rewritten_in_place_unless_an_answer_holds_it() {
-    let joined = |t: &HostTable, now: Instant| -> Vec<HostStatus> {
-        let mut rows = Vec::new();
-        crate::requests::join_rows_into(&mut rows, &t.status_parts(now, |_, _| {})).expect("rows");
-        serde_json::from_slice(&rows).expect("rows as JSON")
-    };
     let text = |t: &HostTable| {
         let rec = t.hosts.get("node02").expect("a record");
         Arc::clone(rec.fixed_json.as_ref().expect("a text"))
