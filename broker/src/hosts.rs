@@ -26,6 +26,8 @@ use std::{
 };
 
 use allocation::HostMap;
+
+use crate::shared_lists::SharedLists;
 use config::HostEntry;
 use proto::{
     report::{HostReport, HostState, HostStatus},
@@ -149,27 +151,14 @@ impl HostRecord {
     }
 }
 
-/// The hosts' label lists, one allocation for each distinct list (a lab's hosts share a
-/// few), so that keeping each host's made list costs a pointer. Lists no host holds any more
-/// are dropped whenever the lists have doubled since the last such sweep.
+/// The rows' label lists, one for each distinct list (a lab's hosts share a few), so that
+/// keeping each host's made list costs a pointer.
 #[derive(Debug, Default)]
-struct LabelLists {
-    lists: BTreeSet<Arc<[String]>>,
-    after_sweep: usize,
-}
+struct LabelLists(SharedLists);
 
 impl LabelLists {
     fn get(&mut self, labels: Vec<String>) -> Arc<[String]> {
-        if let Some(list) = self.lists.get(labels.as_slice()) {
-            return Arc::clone(list);
-        }
-        if self.lists.len() >= (2 * self.after_sweep).max(64) {
-            self.lists.retain(|list| Arc::strong_count(list) > 1);
-            self.after_sweep = self.lists.len();
-        }
-        let list: Arc<[String]> = labels.into();
-        self.lists.insert(Arc::clone(&list));
-        list
+        self.0.shared(&labels, |list| list.into())
     }
 }
 

@@ -475,9 +475,9 @@ fn hosts_with_the_same_labels_share_one_list_and_unheld_lists_are_swept() {
     }
     assert_eq!(*t.hosts["node02"].labels, ["label999", "public"]);
     assert!(
-        t.label_lists.lists.len() < 200,
+        t.label_lists.0.len() < 200,
         "{} lists kept",
-        t.label_lists.lists.len()
+        t.label_lists.0.len()
     );
 }
 

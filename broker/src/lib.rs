@@ -45,6 +45,7 @@ pub mod pilots;
 pub mod reload;
 pub mod requests;
 pub mod server;
+pub mod shared_lists;
 pub mod status_answers;
 pub mod supervisor;
 pub mod trace;

@@ -183,27 +183,16 @@ pub fn host_view(fixed: &FixedPart<'_>, live: &LivePart, labels: Arc<[String]>) 
 /// ([`label_name`]), one shared list for each distinct list of the rows' labels: a lab's
 /// hosts carry a few, so a changing report makes, copies and compares no label (at 10k
 /// hosts each label string a host had of its own was a cache miss a report, read cold by
-/// the next comparison). Lists no view holds any more are dropped whenever the lists have
-/// doubled since the last such sweep.
+/// the next comparison).
 #[derive(Debug, Default)]
-pub struct LabelNames {
-    pub(super) lists: BTreeMap<Box<[String]>, Arc<[String]>>,
-    after_sweep: usize,
-}
+pub struct LabelNames(SharedLists);
 
 impl LabelNames {
     /// The name form of `row_labels` (a row's labels), shared with every earlier caller
     /// that passed the same list.
     pub fn get(&mut self, row_labels: &[String]) -> Arc<[String]> {
-        if let Some(names) = self.lists.get(row_labels) {
-            return Arc::clone(names);
-        }
-        if self.lists.len() >= (2 * self.after_sweep).max(64) {
-            self.lists.retain(|_, names| Arc::strong_count(names) > 1);
-            self.after_sweep = self.lists.len();
-        }
-        let names: Arc<[String]> = row_labels.iter().map(|l| label_name(l)).collect();
-        self.lists.insert(row_labels.into(), Arc::clone(&names));
-        names
+        self.0.shared(row_labels, |row| {
+            row.iter().map(|l| label_name(l)).collect()
+        })
     }
 }

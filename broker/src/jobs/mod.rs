@@ -24,7 +24,7 @@ mod overflow;
 pub use host_side::{host_view, LabelNames};
 
 use std::{
-    collections::{BTreeMap, HashMap, HashSet, VecDeque},
+    collections::{HashMap, HashSet, VecDeque},
     sync::Arc,
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
@@ -50,6 +50,7 @@ use crate::{
     authz::{authorize, Actor, AdminError},
     log_limit::LogLimiter,
     outbox::{Outbox, PushError},
+    shared_lists::SharedLists,
     trace::TraceSink,
 };
 
