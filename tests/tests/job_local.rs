@@ -353,9 +353,10 @@ fn a_killed_guardians_command_ends_with_137_and_the_caller_is_told_why() {
         let out = job.wait_with_output().expect("agent");
         panic!("no guardian: {}", String::from_utf8_lossy(&out.stderr));
     };
-    let _ = Command::new("kill")
-        .args(["-9", &guardian.to_string()])
-        .status();
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(guardian as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
     let ended = wait_until(Duration::from_secs(20), || job.try_wait().ok().flatten());
     if ended.is_none() {
         let _ = job.kill();
