@@ -49,6 +49,7 @@ use crate::{
 
 mod agent;
 mod hostd;
+mod hostd_ring;
 pub mod turns;
 
 use agent::agent_session;
@@ -269,7 +270,7 @@ struct Connection {
 /// A connection's socket, which can move to the host daemons' runtime ([`turns`]): out of
 /// the runtime that accepted it as a std socket, into the other's reactor there.
 trait Movable: AsyncRead + AsyncWrite + Unpin + Send + Sized + 'static {
-    type Std: Send + 'static;
+    type Std: Send + Into<std::os::fd::OwnedFd> + 'static;
     fn into_std(self) -> std::io::Result<Self::Std>;
     /// In the runtime it moves to.
     fn from_std(socket: Self::Std) -> std::io::Result<Self>;
@@ -316,6 +317,9 @@ async fn hand_over<S: Movable>(
             return ctx.limiter.warn(&connection.name, &why);
         }
     };
+    if ctx.turns.reads_through_ring() {
+        return to_ring(conn, ctx, host, connection);
+    }
     let (turns, ctx) = (ctx.turns.clone(), ctx.clone());
     turns.spawn(async move {
         let _slot = connection.slot;
@@ -326,6 +330,28 @@ async fn hand_over<S: Movable>(
                 ctx.limiter.warn(&connection.name, &why)
             }
         }
+    });
+}
+
+/// A welcomed daemon's connection to the sessions read through io_uring
+/// ([`turns::HostdTurns::hand_to_ring`]).
+fn to_ring<T: Into<std::os::fd::OwnedFd>>(
+    conn: FramedConn<T>,
+    ctx: &ServerCtx,
+    host: String,
+    connection: Connection,
+) {
+    let Some((socket, lines)) = conn.into_parts() else {
+        let why = format!("host `{host}`'s daemon: the welcome was not wholly written");
+        return ctx.limiter.warn(&connection.name, &why);
+    };
+    ctx.turns.hand_to_ring(hostd_ring::Incoming {
+        fd: socket.into(),
+        lines,
+        host,
+        conn: ctx.next_conn.fetch_add(1, Ordering::Relaxed),
+        sweep_live: ctx.sweep_live,
+        permit: connection.slot,
     });
 }
 

@@ -41,14 +41,22 @@ pub enum FrameError {
 /// A message stream over an async byte stream.
 pub struct FramedConn<S> {
     stream: S,
-    /// Bytes read and not yet returned as lines; never more than `limit + 1`.
-    rbuf: Vec<u8>,
-    /// How much of `rbuf` is known to hold no newline.
-    scanned: usize,
+    /// Bytes read and not yet returned as lines.
+    lines: LineBuffer,
     /// Encoded frames not yet wholly written.
     wbuf: Vec<u8>,
     /// How much of `wbuf` is written (a send cancelled halfway leaves it above 0).
     wsent: usize,
+}
+
+/// Bytes read from a stream and not yet returned as lines, never more than `limit + 1`:
+/// [`FramedConn`]'s, and theirs who read a stream another way (the broker's host daemons'
+/// sessions read through io_uring, [`FramedConn::into_parts`]).
+#[derive(Debug)]
+pub struct LineBuffer {
+    bytes: Vec<u8>,
+    /// How much of `bytes` is known to hold no newline.
+    scanned: usize,
     limit: usize,
     /// Set once a line was too long: the rest of the stream is not read.
     refused: bool,
@@ -61,13 +69,16 @@ impl<S> FramedConn<S> {
     pub fn map_stream<T, E>(self, f: impl FnOnce(S) -> Result<T, E>) -> Result<FramedConn<T>, E> {
         Ok(FramedConn {
             stream: f(self.stream)?,
-            rbuf: self.rbuf,
-            scanned: self.scanned,
+            lines: self.lines,
             wbuf: self.wbuf,
             wsent: self.wsent,
-            limit: self.limit,
-            refused: self.refused,
         })
+    }
+
+    /// The stream, and the bytes read from it and not yet returned as lines; `None` while
+    /// bytes wait to be written (a send cancelled halfway).
+    pub fn into_parts(self) -> Option<(S, LineBuffer)> {
+        self.wbuf.is_empty().then_some((self.stream, self.lines))
     }
 }
 
@@ -82,12 +93,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FramedConn<S> {
     pub fn with_limit(stream: S, max_bytes: usize) -> Self {
         Self {
             stream,
-            rbuf: Vec::new(),
-            scanned: 0,
+            lines: LineBuffer::new(max_bytes),
             wbuf: Vec::new(),
             wsent: 0,
-            limit: max_bytes,
-            refused: false,
         }
     }
 
@@ -100,8 +108,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FramedConn<S> {
     /// Reads the next raw line (for callers that decode themselves). A last line without
     /// a newline counts as a line at the end of the stream.
     pub async fn recv_line(&mut self) -> Result<String, FrameError> {
-        let line = self.recv_line_bytes().await?;
-        String::from_utf8(line).map_err(|_| FrameError::Malformed("frame is not UTF-8".into()))
+        line_text(self.recv_line_bytes().await?)
     }
 
     /// [`Self::recv_line`] without the UTF-8 check, for a caller that passes the line on
@@ -109,20 +116,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FramedConn<S> {
     /// whatever reads the JSON).
     pub async fn recv_line_bytes(&mut self) -> Result<Vec<u8>, FrameError> {
         loop {
-            if let Some(line) = self.take_line()? {
+            if let Some(line) = self.lines.take_line()? {
                 return Ok(line);
             }
-            let read = if self.rbuf.len() < SMALL_BUFFER {
+            let read = if self.lines.bytes.len() < SMALL_BUFFER {
                 self.read_small().await?
             } else {
-                let want = self.rbuf.len().clamp(SMALL_BUFFER, READ_CHUNK);
-                let room = (self.limit + 1 - self.rbuf.len()).min(want);
+                let want = self.lines.bytes.len().clamp(SMALL_BUFFER, READ_CHUNK);
+                let room = (self.lines.limit + 1 - self.lines.bytes.len()).min(want);
                 self.grow_for(room);
-                let mut window = (&mut self.rbuf).limit(room);
+                let mut window = (&mut self.lines.bytes).limit(room);
                 self.stream.read_buf(&mut window).await?
             };
             if read == 0 {
-                return self.take_last_line();
+                return self.lines.take_last_line();
             }
         }
     }
@@ -133,12 +140,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FramedConn<S> {
     /// daemon (10k at once), idle between reports, and a 4 KiB buffer each was 40 MiB of
     /// its heap (heaptrack, issue 34). Longer lines are read in place, in larger chunks.
     async fn read_small(&mut self) -> std::io::Result<usize> {
-        let room = (SMALL_BUFFER - self.rbuf.len()).min(self.limit + 1 - self.rbuf.len());
+        let room = (SMALL_BUFFER - self.lines.bytes.len())
+            .min(self.lines.limit + 1 - self.lines.bytes.len());
         std::future::poll_fn(|cx| {
             let mut scratch = [std::mem::MaybeUninit::<u8>::uninit(); SMALL_BUFFER];
             let mut window = ReadBuf::uninit(&mut scratch[..room]);
             std::task::ready!(Pin::new(&mut self.stream).poll_read(cx, &mut window))?;
-            self.rbuf.extend_from_slice(window.filled());
+            self.lines.bytes.extend_from_slice(window.filled());
             Poll::Ready(Ok(window.filled().len()))
         })
         .await
@@ -147,61 +155,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FramedConn<S> {
     /// Room for `more` bytes: capacity doubles (amortized, for multi-MiB answers) but never
     /// past `limit + 1`.
     fn grow_for(&mut self, more: usize) {
-        let need = self.rbuf.len() + more;
-        if self.rbuf.capacity() < need {
-            let target = need.max((2 * self.rbuf.capacity()).min(self.limit + 1));
-            self.rbuf.reserve_exact(target - self.rbuf.len());
+        let need = self.lines.bytes.len() + more;
+        if self.lines.bytes.capacity() < need {
+            let target = need.max((2 * self.lines.bytes.capacity()).min(self.lines.limit + 1));
+            self.lines
+                .bytes
+                .reserve_exact(target - self.lines.bytes.len());
         }
-    }
-
-    /// The next complete line in the buffer, if any; `TooLong` once the buffer exceeds
-    /// the limit without a newline.
-    fn take_line(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
-        if self.refused {
-            return Err(FrameError::TooLong);
-        }
-        let Some(at) = memchr::memchr(b'\n', &self.rbuf[self.scanned..]) else {
-            self.scanned = self.rbuf.len();
-            if self.rbuf.len() > self.limit {
-                self.refused = true;
-                self.rbuf = Vec::new();
-                return Err(FrameError::TooLong);
-            }
-            return Ok(None);
-        };
-        let end = self.scanned + at;
-        self.scanned = 0;
-        if end > READ_CHUNK {
-            // A long line (`rb status` at 10k hosts: megabytes) is taken, not copied; what
-            // follows it (usually nothing) starts the next buffer.
-            let rest = self.rbuf.split_off(end + 1);
-            let mut line = std::mem::replace(&mut self.rbuf, rest);
-            line.truncate(end);
-            return Ok(Some(without_cr(line)));
-        }
-        if end + 1 == self.rbuf.len() {
-            // The buffer holds this line only (a report read whole): it becomes the line,
-            // and an idle connection keeps no buffer (see `read_small`).
-            let mut line = std::mem::take(&mut self.rbuf);
-            line.truncate(end);
-            return Ok(Some(without_cr(line)));
-        }
-        let line = without_cr(self.rbuf[..end].to_vec());
-        self.rbuf.drain(..=end);
-        if self.rbuf.capacity() > READ_CHUNK && self.rbuf.len() < SMALL_BUFFER {
-            self.rbuf.shrink_to(SMALL_BUFFER);
-        }
-        Ok(Some(line))
-    }
-
-    /// At end of stream: what is left, as a line, or `Closed`.
-    fn take_last_line(&mut self) -> Result<Vec<u8>, FrameError> {
-        if self.rbuf.is_empty() {
-            return Err(FrameError::Closed);
-        }
-        let rest = std::mem::take(&mut self.rbuf);
-        self.scanned = 0;
-        Ok(without_cr(rest))
     }
 
     /// Writes one message and flushes it.
@@ -258,23 +218,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FramedConn<S> {
     /// stay with the reader, bytes not yet written with the writer.
     pub fn split(self) -> (FrameReader<S>, FrameWriter<S>) {
         let (read, write) = tokio::io::split(self.stream);
+        let limit = self.lines.limit;
         let reader = FramedConn {
             stream: tokio::io::join(read, tokio::io::sink()),
-            rbuf: self.rbuf,
-            scanned: self.scanned,
+            lines: self.lines,
             wbuf: Vec::new(),
             wsent: 0,
-            limit: self.limit,
-            refused: self.refused,
         };
         let writer = FramedConn {
             stream: tokio::io::join(tokio::io::empty(), write),
-            rbuf: Vec::new(),
-            scanned: 0,
+            lines: LineBuffer::new(limit),
             wbuf: self.wbuf,
             wsent: self.wsent,
-            limit: self.limit,
-            refused: false,
         };
         (reader, writer)
     }
@@ -285,11 +240,96 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FramedConn<S> {
     }
 }
 
+impl LineBuffer {
+    /// An empty buffer for lines up to `limit` bytes.
+    pub fn new(limit: usize) -> Self {
+        LineBuffer {
+            bytes: Vec::new(),
+            scanned: 0,
+            limit,
+            refused: false,
+        }
+    }
+
+    /// Bytes waiting (the start of a line, or lines not yet taken).
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Whether no byte waits.
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// Adds bytes read; once more than the limit wait without a newline, [`Self::take_line`]
+    /// refuses the stream, so a caller stops adding there.
+    pub fn push(&mut self, data: &[u8]) {
+        if !self.refused {
+            self.bytes.extend_from_slice(data);
+        }
+    }
+
+    /// The next complete line in the buffer, if any; `TooLong` once the buffer exceeds
+    /// the limit without a newline.
+    pub fn take_line(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
+        if self.refused {
+            return Err(FrameError::TooLong);
+        }
+        let Some(at) = memchr::memchr(b'\n', &self.bytes[self.scanned..]) else {
+            self.scanned = self.bytes.len();
+            if self.bytes.len() > self.limit {
+                self.refused = true;
+                self.bytes = Vec::new();
+                return Err(FrameError::TooLong);
+            }
+            return Ok(None);
+        };
+        let end = self.scanned + at;
+        self.scanned = 0;
+        if end > READ_CHUNK {
+            // A long line (`rb status` at 10k hosts: megabytes) is taken, not copied; what
+            // follows it (usually nothing) starts the next buffer.
+            let rest = self.bytes.split_off(end + 1);
+            let mut line = std::mem::replace(&mut self.bytes, rest);
+            line.truncate(end);
+            return Ok(Some(without_cr(line)));
+        }
+        if end + 1 == self.bytes.len() {
+            // The buffer holds this line only (a report read whole): it becomes the line,
+            // and an idle connection keeps no buffer (see `read_small`).
+            let mut line = std::mem::take(&mut self.bytes);
+            line.truncate(end);
+            return Ok(Some(without_cr(line)));
+        }
+        let line = without_cr(self.bytes[..end].to_vec());
+        self.bytes.drain(..=end);
+        if self.bytes.capacity() > READ_CHUNK && self.bytes.len() < SMALL_BUFFER {
+            self.bytes.shrink_to(SMALL_BUFFER);
+        }
+        Ok(Some(line))
+    }
+
+    /// At end of stream: what is left, as a line, or `Closed`.
+    pub fn take_last_line(&mut self) -> Result<Vec<u8>, FrameError> {
+        if self.bytes.is_empty() {
+            return Err(FrameError::Closed);
+        }
+        let rest = std::mem::take(&mut self.bytes);
+        self.scanned = 0;
+        Ok(without_cr(rest))
+    }
+}
+
 /// The reading half of a [`FramedConn::split`] connection (its writes go nowhere).
 pub type FrameReader<S> = FramedConn<tokio::io::Join<tokio::io::ReadHalf<S>, tokio::io::Sink>>;
 
 /// The writing half of a [`FramedConn::split`] connection (it reads nothing).
 pub type FrameWriter<S> = FramedConn<tokio::io::Join<tokio::io::Empty, tokio::io::WriteHalf<S>>>;
+
+/// A line read as text: `Malformed` when it is not UTF-8.
+pub fn line_text(line: Vec<u8>) -> Result<String, FrameError> {
+    String::from_utf8(line).map_err(|_| FrameError::Malformed("frame is not UTF-8".into()))
+}
 
 /// A line without its `\r` (if any).
 fn without_cr(mut line: Vec<u8>) -> Vec<u8> {
@@ -513,19 +553,26 @@ mod tests {
         let mut b = FramedConn::new(b);
         a.write_all(b"\"one\"\n").await.expect("write");
         assert_eq!(b.recv_line().await.expect("one"), "\"one\"");
-        assert_eq!(b.rbuf.capacity(), 0, "a line read whole leaves no buffer");
+        assert_eq!(
+            b.lines.bytes.capacity(),
+            0,
+            "a line read whole leaves no buffer"
+        );
         a.write_all(b"\"two\"\n\"thr").await.expect("write");
         assert_eq!(b.recv_line().await.expect("two"), "\"two\"");
-        assert_eq!(b.rbuf, b"\"thr", "the start of the next line is kept");
+        assert_eq!(
+            b.lines.bytes, b"\"thr",
+            "the start of the next line is kept"
+        );
         a.write_all(b"ee\"\r\n").await.expect("write");
         assert_eq!(b.recv_line().await.expect("three"), "\"three\"");
-        assert_eq!(b.rbuf.capacity(), 0);
+        assert_eq!(b.lines.bytes.capacity(), 0);
         let long = format!("\"{}\"", "x".repeat(3 * SMALL_BUFFER));
         a.write_all(format!("{long}\n").as_bytes())
             .await
             .expect("write");
         assert_eq!(b.recv_line().await.expect("long"), long);
-        assert_eq!(b.rbuf.capacity(), 0);
+        assert_eq!(b.lines.bytes.capacity(), 0);
         drop(a);
         assert!(matches!(b.recv_line().await, Err(FrameError::Closed)));
     }

@@ -48,36 +48,22 @@ pub(super) async fn hostd_session<S>(
             }
             msg = conn.recv_line() => {
                 ctx.turns.frame_read(&mut pace).await;
-                let report = match msg.and_then(|line| frames.decode(line)) {
-                    Ok(HostdFrame::Parsed(ToBroker::Report(mut report))) => {
-                        last_allocs_running = report.allocs_running.take();
-                        Reported::Whole(report)
+                let frame = msg.and_then(|line| frames.decode(line));
+                let report = match read_frame(frame, &host, &mut last_allocs_running) {
+                    FrameRead::Report(report) => report,
+                    FrameRead::Other(event) => {
+                        ctx.turns.queue(event);
+                        continue;
                     }
-                    Ok(HostdFrame::Changes(mut patch)) => {
-                        if let Some(running) = patch.take_allocs_running() {
-                            last_allocs_running = running;
-                        }
-                        Reported::Changes(patch)
+                    FrameRead::Refuse(why) => {
+                        refuse(&mut conn, ErrorCode::BadMessage, &why).await;
+                        break why;
                     }
-                    Ok(HostdFrame::Same { seq }) => Reported::Same { seq },
-                    // Boxed: rare, and 0.8 KiB of room every session would keep.
-                    other => match Box::pin(other_frame(other, &host, &mut conn, ctx)).await {
-                        Ok(()) => continue,
-                        Err(why) => break why,
-                    },
+                    FrameRead::End(why) => break why,
                 };
-                let report = Event::Report {
-                    host: host.clone(),
-                    conn: id,
-                    report,
-                    allocs_running: last_allocs_running.clone(),
-                };
-                let ends_allocs = last_allocs_running.is_some() && !told.ends_allocs;
-                crate::web::METRICS.report();
-                ctx.turns.queue(report);
+                ctx.turns.queue(report_event(&host, id, report, &last_allocs_running));
                 // A daemon that ends allocations past their deadline hears of them from now.
-                if let Some(word) = ends_allocs.then(|| word_slot.current()).flatten() {
-                    told.ends_allocs = true;
+                if let Some(word) = told.starts_ending(&last_allocs_running, &word_slot) {
                     if told.send(&mut conn, &word, ctx.sweep_live).await.is_err() {
                         break "connection closed".into();
                     }
@@ -92,43 +78,74 @@ pub(super) async fn hostd_session<S>(
     });
 }
 
-/// A frame from the daemon that is not a report: a pilot's lease goes to the core (`Ok`);
-/// anything else, or a bad frame, is refused and ends the session (`Err`: why).
-async fn other_frame<S>(
+/// What a session does with a frame it read.
+pub(super) enum FrameRead {
+    /// A report, to the core ([`report_event`]).
+    Report(Reported),
+    /// Another event for the core (a pilot's lease).
+    Other(Event),
+    /// Refused (the daemon is told why) and the session ends.
+    Refuse(String),
+    /// The session ends (why).
+    End(String),
+}
+
+/// What a frame read from `host`'s daemon is: a report (whole, the last again, or what
+/// changed; the allocations it says run kept in `last_allocs_running`), a pilot's lease,
+/// or anything else, or a bad frame, which ends the session.
+pub(super) fn read_frame(
     frame: Result<HostdFrame, FrameError>,
     host: &str,
-    conn: &mut FramedConn<S>,
-    ctx: &ServerCtx,
-) -> Result<(), String>
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
+    last_allocs_running: &mut Option<Vec<u64>>,
+) -> FrameRead {
     match frame {
+        Ok(HostdFrame::Parsed(ToBroker::Report(mut report))) => {
+            *last_allocs_running = report.allocs_running.take();
+            FrameRead::Report(Reported::Whole(report))
+        }
+        Ok(HostdFrame::Changes(mut patch)) => {
+            if let Some(running) = patch.take_allocs_running() {
+                *last_allocs_running = running;
+            }
+            FrameRead::Report(Reported::Changes(patch))
+        }
+        Ok(HostdFrame::Same { seq }) => FrameRead::Report(Reported::Same { seq }),
         Ok(HostdFrame::Parsed(ToBroker::PilotLease { slurm_job, ending })) => {
-            ctx.turns.queue(Event::PilotLease {
+            FrameRead::Other(Event::PilotLease {
                 host: host.to_string(),
                 slurm_job,
                 ending,
-            });
-            Ok(())
+            })
         }
-        Ok(HostdFrame::Parsed(other)) => {
-            let why = format!("unexpected message from a host daemon: {}", short(&other));
-            refuse(conn, ErrorCode::BadMessage, &why).await;
-            Err(why)
-        }
-        Ok(HostdFrame::Same { .. } | HostdFrame::Changes(_)) => Ok(()), // the caller's
-        Err(FrameError::Closed) => Err("connection closed".into()),
-        Err(e) => {
-            refuse(conn, ErrorCode::BadMessage, &e.to_string()).await;
-            Err(e.to_string())
-        }
+        Ok(HostdFrame::Parsed(other)) => FrameRead::Refuse(format!(
+            "unexpected message from a host daemon: {}",
+            short(&other)
+        )),
+        Err(FrameError::Closed) => FrameRead::End("connection closed".into()),
+        Err(e) => FrameRead::Refuse(e.to_string()),
+    }
+}
+
+/// The core's event for a report of `host`'s daemon on connection `conn` (counted in the
+/// metrics).
+pub(super) fn report_event(
+    host: &str,
+    conn: u64,
+    report: Reported,
+    allocs_running: &Option<Vec<u64>>,
+) -> Event {
+    crate::web::METRICS.report();
+    Event::Report {
+        host: host.to_string(),
+        conn,
+        report,
+        allocs_running: allocs_running.clone(),
     }
 }
 
 /// What one host daemon has been told of the live allocations.
 #[derive(Debug, Default)]
-struct Told {
+pub(super) struct Told {
     /// Its reports list the allocations running there: it ends those past their
     /// deadline when told (`FromBroker::EndAllocs`).
     ends_allocs: bool,
@@ -137,6 +154,38 @@ struct Told {
 }
 
 impl Told {
+    /// The word to send a daemon whose reports now list the allocations running on its
+    /// host (it ends those past their deadline): once, at its first such report.
+    pub(super) fn starts_ending(
+        &mut self,
+        allocs_running: &Option<Vec<u64>>,
+        word: &WordSender,
+    ) -> Option<HostWord> {
+        if allocs_running.is_none() || self.ends_allocs {
+            return None;
+        }
+        let word = word.current()?;
+        self.ends_allocs = true;
+        Some(word)
+    }
+
+    /// The messages that tell a daemon what changed in `word` since it was last told: the
+    /// live allocations where daemons sweep (`sweep`), those past their deadline to a
+    /// daemon that ends them.
+    pub(super) fn changes(&mut self, word: &HostWord, sweep: bool) -> Vec<FromBroker> {
+        let mut messages = Vec::new();
+        let live = (word.live.clone(), word.issued_below);
+        if sweep && self.live.as_ref() != Some(&live) {
+            messages.push(word.message());
+            self.live = Some(live);
+        }
+        if self.ends_allocs && self.ending.as_ref() != Some(&word.ending) {
+            messages.push(word.end_message());
+            self.ending = Some(word.ending.clone());
+        }
+        messages
+    }
+
     /// Sends what changed in `word`: the live allocations where daemons sweep (`sweep`),
     /// those past their deadline to a daemon that ends them.
     async fn send<S: AsyncRead + AsyncWrite + Unpin>(
@@ -145,14 +194,8 @@ impl Told {
         word: &HostWord,
         sweep: bool,
     ) -> Result<(), FrameError> {
-        let live = (word.live.clone(), word.issued_below);
-        if sweep && self.live.as_ref() != Some(&live) {
-            conn.send(&word.message()).await?;
-            self.live = Some(live);
-        }
-        if self.ends_allocs && self.ending.as_ref() != Some(&word.ending) {
-            conn.send(&word.end_message()).await?;
-            self.ending = Some(word.ending.clone());
+        for message in self.changes(word, sweep) {
+            conn.send(&message).await?;
         }
         Ok(())
     }

@@ -21,19 +21,29 @@
 //! is left until the next turn. A session that reads more than [`FRAMES_PER_TURN`] frames
 //! in one turn (a daemon flooding the broker) waits for the next: what it sends meanwhile
 //! stays in its socket's buffers, and what waits for the core stays bounded.
+//!
+//! Where the kernel allows it, the sessions are not tasks: their sockets are read through
+//! io_uring, one system call a turn (the `hostd_ring` module), in the same turns; the runtime
+//! is then left with nothing of theirs. `RB_HOSTD_READ=epoll` keeps them tasks.
 
 use std::{
     future::Future,
     sync::{
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
         Arc, Mutex, PoisonError,
     },
     time::Duration,
 };
 
 use tokio::sync::{watch, Notify};
+use tracing::{error, info, warn};
 
+use super::hostd_ring::{Incoming, RingSessions};
 use crate::core::{Event, EventSender};
+
+/// The variable that chooses how the host daemons' sessions read: `io_uring` (where the
+/// kernel allows it, the default) or `epoll` (tasks of the runtime).
+pub const READ_VAR: &str = "RB_HOSTD_READ";
 
 /// How long the host daemons' runtime sleeps between turns.
 pub const TURN: Duration = Duration::from_millis(10);
@@ -57,6 +67,10 @@ struct Shared {
     turns: AtomicU64,
     /// Notified at the end of each turn: sessions that read their frames of the turn wait.
     turn_ended: Notify,
+    /// Whether sessions are read through io_uring ([`HostdTurns::hand_to_ring`]).
+    through_ring: AtomicBool,
+    /// Connections handed to the ring since the last turn.
+    incoming: Mutex<Vec<Incoming>>,
 }
 
 impl HostdTurns {
@@ -64,6 +78,16 @@ impl HostdTurns {
     /// after the turn that finds `stop` set or its sender gone (the sessions see it too
     /// and end), or once the core is gone.
     pub fn start(events: EventSender, stop: watch::Receiver<bool>) -> std::io::Result<Self> {
+        Self::start_reading(events, stop, ring_wanted())
+    }
+
+    /// [`Self::start`], the sessions read through io_uring when `ring` and the kernel
+    /// allows it.
+    pub fn start_reading(
+        events: EventSender,
+        stop: watch::Receiver<bool>,
+        ring: bool,
+    ) -> std::io::Result<Self> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             // Every session woken runs in the turn: the runtime polls I/O again only once
@@ -75,10 +99,36 @@ impl HostdTurns {
             shared: Arc::default(),
         };
         let shared = turns.shared.clone();
+        let (set_up, ready) = std::sync::mpsc::sync_channel(1);
         std::thread::Builder::new()
             .name("rb-hostd".into())
-            .spawn(move || run_turns(&runtime, &shared, &events, &stop))?;
+            .spawn(move || {
+                // Made on this thread: the ring is its only issuer.
+                let sessions = ring.then(ring_sessions).flatten();
+                shared
+                    .through_ring
+                    .store(sessions.is_some(), Ordering::Release);
+                let _ = set_up.send(());
+                run_turns(&runtime, &shared, &events, &stop, sessions);
+            })?;
+        let _ = ready.recv();
         Ok(turns)
+    }
+
+    /// Whether a welcomed connection goes to the ring ([`Self::hand_to_ring`]) rather than
+    /// to a task's session.
+    pub fn reads_through_ring(&self) -> bool {
+        self.shared.through_ring.load(Ordering::Acquire)
+    }
+
+    /// Reads `conn` through the ring from the next turn on (a connection handed over as
+    /// the ring fails is closed: its daemon connects again).
+    pub fn hand_to_ring(&self, conn: Incoming) {
+        self.shared
+            .incoming
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(conn);
     }
 
     /// Runs `session` on the host daemons' runtime.
@@ -124,11 +174,51 @@ impl HostdTurns {
     }
 }
 
+/// One turn of the sessions read through the ring; all of them end when `stopping`.
+fn ring_turn(
+    sessions: &mut RingSessions,
+    incoming: Vec<Incoming>,
+    events: &mut Vec<Event>,
+    stopping: bool,
+) -> std::io::Result<()> {
+    sessions.turn(incoming, events)?;
+    if stopping {
+        sessions.end_all("broker stopping", events);
+    }
+    Ok(())
+}
+
 /// A session's frames in the current turn ([`HostdTurns::frame_read`]).
 #[derive(Debug, Default)]
 pub struct Pace {
     turn: u64,
     frames: u32,
+}
+
+/// Whether [`READ_VAR`] asks for io_uring (unset: yes).
+fn ring_wanted() -> bool {
+    match std::env::var(READ_VAR).as_deref() {
+        Err(_) | Ok("io_uring") => true,
+        Ok("epoll") => false,
+        Ok(other) => {
+            warn!("{READ_VAR}={other:?} is neither `io_uring` nor `epoll`: io_uring it is");
+            true
+        }
+    }
+}
+
+/// The ring sessions read through, or `None` (said) where io_uring cannot be used.
+fn ring_sessions() -> Option<RingSessions> {
+    match RingSessions::new() {
+        Ok(sessions) => {
+            info!("host daemons' reports are read through io_uring");
+            Some(sessions)
+        }
+        Err(e) => {
+            info!(error = %e, "io_uring cannot be used here: host daemons' reports are read through epoll");
+            None
+        }
+    }
 }
 
 /// The runtime's thread: a turn, its events to the core, a sleep; until `stop`.
@@ -137,15 +227,35 @@ fn run_turns(
     shared: &Shared,
     events: &EventSender,
     stop: &watch::Receiver<bool>,
+    mut ring: Option<RingSessions>,
 ) {
+    let mut ring_events = Vec::new();
     loop {
         // Also once nobody can tell it to stop any more.
         let stopping = *stop.borrow() || stop.has_changed().is_err();
         runtime.block_on(tokio::task::yield_now());
+        let incoming = std::mem::take(
+            &mut *shared
+                .incoming
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        if let Some(sessions) = ring.as_mut() {
+            if let Err(e) = ring_turn(sessions, incoming, &mut ring_events, stopping) {
+                error!(error = %e, "reading through io_uring failed: host daemons are read through epoll from now on");
+                shared.through_ring.store(false, Ordering::Release);
+                sessions.end_all(
+                    &format!("the broker's io_uring failed: {e}"),
+                    &mut ring_events,
+                );
+                ring = None;
+            }
+        }
         shared.turns.fetch_add(1, Ordering::AcqRel);
         shared.turn_ended.notify_waiters();
-        let queued =
+        let mut queued =
             std::mem::take(&mut *shared.queued.lock().unwrap_or_else(PoisonError::into_inner));
+        queued.append(&mut ring_events);
         if events.blocking_send_all(queued).is_err() {
             return; // the core is gone
         }
@@ -163,7 +273,7 @@ mod tests {
     fn started() -> (HostdTurns, crate::core::EventReceiver, watch::Sender<bool>) {
         let (events, queues) = crate::core::channel(1024);
         let (stop, stopped) = watch::channel(false);
-        let turns = HostdTurns::start(events, stopped).expect("the turns' thread");
+        let turns = HostdTurns::start_reading(events, stopped, false).expect("the turns' thread");
         (turns, queues, stop)
     }
 

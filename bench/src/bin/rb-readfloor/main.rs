@@ -4,15 +4,16 @@
 //!
 //! It listens on 127.0.0.1 (the address is the first line it prints), takes each
 //! `rb-loadgen` connection through the broker's own handshake (the lab secret), welcomes it,
-//! then reads its frames as the broker's host daemons' sessions do: on one thread of their
-//! own, a current-thread tokio runtime run in 10 ms turns, each connection a task reading
-//! lines with `FramedConn::recv_line`. With `--parse` each frame also goes through the
+//! then reads its frames as the broker's host daemons' sessions do where io_uring cannot be
+//! used (or with `RB_HOSTD_READ=epoll`): on one thread of their own, a current-thread tokio
+//! runtime run in 10 ms turns, each connection a task reading lines with
+//! `FramedConn::recv_line`. With `--parse` each frame also goes through the
 //! broker's decoder (`HostdFrames::decode`: a repeated report found by its text, any other
 //! parsed). Nothing else happens: no core, no host table, no allocator, no trace. Prints
 //! `all N connected` once the N of `--hosts` are, then reads until killed.
 //!
 //! With `--uring` the welcomed connections are read through io_uring instead, in the same
-//! turns ([`uring`]): what the host daemons' thread would cost reading that way.
+//! turns ([`uring`]), as the broker reads them where the kernel allows it.
 
 mod uring;
 
