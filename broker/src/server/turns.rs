@@ -104,7 +104,13 @@ impl HostdTurns {
             .name("rb-hostd".into())
             .spawn(move || {
                 // Made on this thread: the ring is its only issuer.
-                let sessions = ring.then(ring_sessions).flatten();
+                let sessions = match ring {
+                    true => ring_sessions(),
+                    false => {
+                        info!("host daemons' reports are read through epoll ({READ_VAR}=epoll)");
+                        None
+                    }
+                };
                 shared
                     .through_ring
                     .store(sessions.is_some(), Ordering::Release);

@@ -398,16 +398,18 @@ fn footprint(opts: &Options) -> anyhow::Result<()> {
          other but for their counter (a quiet lab), except in the rows \"every report \
          changing\" (`rb-loadgen --changing`): there each one's idle times grow by the \
          interval and its load moves, as a real daemon's do, so that every report reaches \
-         the allocator. The rows \"reading alone\" are no broker: `rb-readfloor` takes the \
-         same connections through the broker's handshake and reads and parses their frames \
-         as the broker's host daemons' sessions do (one thread, 10 ms turns, the broker's \
-         framing and decoder), and does nothing else: what reading the reports costs on \
-         this machine, under any broker that reads as this one. Those \"through io_uring\" \
-         read and parse the same way but through io_uring instead of epoll: one multishot \
-         receive armed on each connection, in a ring whose receives run only when the \
-         reading thread enters it, once a turn (one system call a turn, where epoll costs a \
-         readiness event, a task's wake and a `recvfrom` for each report): what the host \
-         daemons' thread could cost reading that way. The simulated daemons send their reports after \
+         the allocator. The broker reads its host daemons' reports through io_uring where the \
+         kernel allows it (one multishot receive armed on each connection, in a ring whose \
+         receives run only when the host daemons' thread enters it, once a turn: one system \
+         call a turn); the rows \"host daemons read through epoll\" run the same broker with \
+         `RB_HOSTD_READ=epoll`, as it reads where io_uring cannot be used (a task a \
+         connection: a readiness event, a task's wake and a `recvfrom` a report). The rows \
+         \"reading alone\" are no broker: `rb-readfloor` takes the same connections through \
+         the broker's handshake and reads and parses their frames as the broker's host \
+         daemons' sessions do through epoll (one thread, 10 ms turns, the broker's framing \
+         and decoder), and \"through io_uring\" as they do through io_uring, and does \
+         nothing else: what reading the reports costs on this machine, under any broker that \
+         reads that way. The simulated daemons send their reports after \
          the first as what changed where the broker offers it (`report_changes`, as real \
          daemons do; 52ad0fe's broker does not); the rows \"reports whole\" \
          (`rb-loadgen --whole-reports`) send them whole, as a daemon from before that.\n",
@@ -481,6 +483,11 @@ fn footprint(opts: &Options) -> anyhow::Result<()> {
         )
         .whole(),
     );
+    for (name, changing) in [(EPOLL_QUIET, false), (EPOLL_CHANGING, true)] {
+        let mut row = FootprintRow::new(name.into(), Some(&ours), with_policy("paper"), changing);
+        row.env = &[("RB_HOSTD_READ", "epoll")];
+        rows.push(row);
+    }
     let (as_broker, uring) = (
         crate::ReadFloor::AS_THE_BROKER,
         crate::ReadFloor::THROUGH_URING,
@@ -538,43 +545,63 @@ fn print_footprint_verdict(rows: &[FootprintRow], baseline_built: bool, hosts: u
         }
         println!();
     }
-    if let (Some(quiet), Some(changing), Some(floor_quiet), Some(floor_changing)) = (
-        named("paper"),
-        named(PAPER_CHANGING),
-        named(FLOOR_QUIET),
-        named(FLOOR_CHANGING),
-    ) {
+    print_floor_verdict(&named, hosts);
+}
+
+/// Each broker row against the floor under it: the broker as it reads by default (through
+/// io_uring where the kernel allows it) against reading alone that way, and through epoll
+/// (`RB_HOSTD_READ=epoll`) against reading alone through epoll; `named` gives a row's CPU.
+fn print_floor_verdict(named: &dyn Fn(&str) -> Option<f64>, hosts: usize) {
+    let (Some(quiet), Some(changing)) = (named("paper"), named(PAPER_CHANGING)) else {
+        return;
+    };
+    let epoll_floors = named(FLOOR_QUIET).zip(named(FLOOR_CHANGING));
+    let uring_floors = named(URING_QUIET).zip(named(URING_CHANGING));
+    // Where io_uring cannot be used the broker reads through epoll, and the io_uring rows
+    // are empty.
+    let Some((floor_quiet, floor_changing)) = uring_floors.or(epoll_floors) else {
+        return;
+    };
+    let way = match uring_floors {
+        Some(_) => "through io_uring, as the broker reads by default where the kernel allows it",
+        None => "through epoll (io_uring cannot be used here)",
+    };
+    print!(
+        "Above the floor (the rows of `rb-readfloor`: the same connections' frames read \
+         and parsed as the broker's host daemons' sessions read them, in the same turns, and \
+         nothing more; here {way}): quiet {quiet:.1} % against {floor_quiet:.1} % \
+         (+{:.1} %), every report changing {changing:.1} % against {floor_changing:.1} % \
+         (+{:.1} %).",
+        quiet - floor_quiet,
+        changing - floor_changing,
+    );
+    let epoll_brokers = named(EPOLL_QUIET).zip(named(EPOLL_CHANGING));
+    if let (Some((epoll_quiet, epoll_changing)), Some((fq, fc)), Some(_)) =
+        (epoll_brokers, epoll_floors, uring_floors)
+    {
         print!(
-            "Above the floor (the rows of `rb-readfloor`: the same connections' frames read \
-             and parsed as the broker's host daemons' sessions do, in the same turns, and \
-             nothing more): quiet {quiet:.1} % against {floor_quiet:.1} % (+{:.1} %), \
-             every report changing {changing:.1} % against {floor_changing:.1} % (+{:.1} %).",
-            quiet - floor_quiet,
-            changing - floor_changing,
+            " The same broker reading through epoll (`RB_HOSTD_READ=epoll`, as it reads where \
+             io_uring cannot be used): quiet {epoll_quiet:.1} % against {fq:.1} % (+{:.1} %), \
+             changing {epoll_changing:.1} % against {fc:.1} % (+{:.1} %); reading through \
+             io_uring takes {:.1} and {:.1} points of a core off the broker's CPU.",
+            epoll_quiet - fq,
+            epoll_changing - fc,
+            epoll_quiet - quiet,
+            epoll_changing - changing,
         );
-        if let (Some(uring_quiet), Some(uring_changing)) =
-            (named(URING_QUIET), named(URING_CHANGING))
-        {
-            print!(
-                " Through io_uring the same reading costs {uring_quiet:.1} % quiet and \
-                 {uring_changing:.1} % changing ({:+.1} and {:+.1} % of a core).",
-                uring_quiet - floor_quiet,
-                uring_changing - floor_changing,
-            );
-        }
-        // The goals are for 10k hosts.
-        if hosts == 10_000 {
-            print!(
-                " Issue 34's goals (≤ 5 % quiet, ≤ 10 % changing) allow the broker {:+.1} % \
-                 and {:+.1} % of a core above reading alone (a negative margin: a goal below \
-                 the floor).",
-                5.0 - floor_quiet,
-                10.0 - floor_changing,
-            );
-        }
-        println!();
-        println!();
     }
+    // The goals are for 10k hosts.
+    if hosts == 10_000 {
+        print!(
+            " Issue 34's goals (≤ 5 % quiet, ≤ 10 % changing) allow the broker {:+.1} % \
+             and {:+.1} % of a core above reading alone (a negative margin: a goal below \
+             the floor).",
+            5.0 - floor_quiet,
+            10.0 - floor_changing,
+        );
+    }
+    println!();
+    println!();
 }
 
 /// The footprint rows the verdict reads.
@@ -585,6 +612,9 @@ const FLOOR_CHANGING_WHOLE: &str =
 const FLOOR_CHANGING: &str =
     "reading alone (`rb-readfloor --parse`), every report changing: the floor";
 const URING_QUIET: &str = "reading alone through io_uring (`rb-readfloor --parse --uring`)";
+const EPOLL_QUIET: &str = "paper, host daemons read through epoll (`RB_HOSTD_READ=epoll`)";
+const EPOLL_CHANGING: &str =
+    "paper, every report changing, host daemons read through epoll (`RB_HOSTD_READ=epoll`)";
 const URING_CHANGING: &str =
     "reading alone through io_uring (`rb-readfloor --parse --uring`), every report changing";
 
@@ -810,6 +840,8 @@ struct FootprintRow {
     whole: bool,
     /// Not a broker: `rb-readfloor`, reading as this says.
     floor: Option<crate::ReadFloor>,
+    /// Variables the broker runs with (this workspace's broker only).
+    env: &'static [(&'static str, &'static str)],
     run: Option<LoadRun>,
 }
 
@@ -822,6 +854,7 @@ impl FootprintRow {
             changing,
             whole: false,
             floor: None,
+            env: &[],
             run: None,
         }
     }
@@ -854,6 +887,9 @@ impl FootprintRow {
     fn measure(&mut self, n: usize) -> anyhow::Result<()> {
         let run = match (&self.program, self.floor) {
             (_, Some(how)) => LoadRun::measure_floor(n, self.reports(), how)?,
+            (Some(_), None) if !self.env.is_empty() => {
+                LoadRun::measure_reports(Broker::start_env(&self.lab, self.env), n, self.reports())?
+            }
             (Some(program), None) => LoadRun::measure_reports(
                 Broker::start_program(program, &self.lab),
                 n,
