@@ -78,6 +78,22 @@ impl<V> HostMap<V> {
         self.entries.get_mut(host.borrow())
     }
 
+    /// Where `host` is in name order (its row), if it is here; a host joining before it
+    /// moves it on.
+    pub fn index_of(&self, host: &str) -> Option<usize> {
+        self.entries.get_index_of(host)
+    }
+
+    /// The value of the host at `index` in name order ([`Self::index_of`]).
+    pub fn get_index(&self, index: usize) -> Option<&V> {
+        self.entries.get_index(index).map(|(_, value)| value)
+    }
+
+    /// [`Self::get_index`], to change it.
+    pub fn get_index_mut(&mut self, index: usize) -> Option<&mut V> {
+        self.entries.get_index_mut(index).map(|(_, value)| value)
+    }
+
     pub fn contains_key<Q: ?Sized + Borrow<str>>(&self, host: &Q) -> bool {
         self.entries.contains_key(host.borrow())
     }

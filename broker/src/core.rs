@@ -23,7 +23,7 @@ use crate::{
     alloc::JobId,
     authz::{Actor, AdminError},
     host_words::{HostWords, WordSender},
-    hosts::{ConnId, Effect, HostTable, StatusPart},
+    hosts::{ConnId, Effect, HostAt, HostTable, StatusPart},
     jobs::JobDesk,
     outbox::Outbox,
     status_answers::StatusAnswers,
@@ -80,10 +80,12 @@ pub enum Event {
     },
     /// A report from `host`'s daemon on `conn`, in the form its connection read it;
     /// `allocs_running` as it says them now (apart from the report: `core` passes them to
-    /// the desk, the report goes to the table).
+    /// the desk, the report goes to the table). `row`: where the core last told the
+    /// session the host's record is ([`crate::hosts::HostAt`]).
     Report {
         host: String,
         conn: ConnId,
+        row: Option<u32>,
         report: Reported,
         allocs_running: Option<Vec<u64>>,
     },
@@ -432,9 +434,13 @@ fn reports_behind(
             Some(Event::Report {
                 host,
                 conn,
+                row,
                 report,
                 allocs_running,
-            }) => apply_report(table, desk, &host, conn, report, allocs_running),
+            }) => {
+                let at = HostAt { name: &host, row };
+                apply_report(table, desk, at, conn, report, allocs_running)
+            }
             Some(other) => {
                 *held = Some(other);
                 break;
@@ -552,9 +558,13 @@ fn apply(
         Event::Report {
             host,
             conn,
+            row,
             report,
             allocs_running,
-        } => apply_report(table, desk, &host, conn, report, allocs_running),
+        } => {
+            let at = HostAt { name: &host, row };
+            apply_report(table, desk, at, conn, report, allocs_running)
+        }
         event => return apply_host(table, sessions, event, now),
     }
     Vec::new()
@@ -566,7 +576,7 @@ fn apply(
 fn apply_report(
     table: &mut HostTable,
     desk: &mut JobDesk,
-    host: &str,
+    host: HostAt<'_>,
     conn: ConnId,
     report: Reported,
     running: Option<Vec<u64>>,
@@ -577,7 +587,7 @@ fn apply_report(
         Reported::Same { seq } => table.report_same(host, conn, seq, now),
         Reported::Changes(mut patch) => table.report_changes(host, conn, &mut patch, now),
     };
-    allocs_running(desk, host, running, now);
+    allocs_running(desk, host.name, running, now);
 }
 
 /// The allocations a report says still run on `host`, to the desk.
@@ -604,12 +614,17 @@ fn apply_host(
         } => {
             info!(%host, conn, "host daemon connected");
             sessions.closers.insert(conn, close);
+            word.set_row(table.row_of(&host));
             sessions.words.connected(&host, conn, word);
             return table.connected(&host, conn);
         }
         Event::PilotJoined { host, address } => {
             info!(%host, %address, "a Slurm pilot's host joins the lab");
+            let hosts = table.len();
             table.add_pilot(&host, &address);
+            if table.len() != hosts {
+                sessions.words.rows_moved(|host| table.row_of(host));
+            }
         }
         Event::Disconnected { host, conn, reason } => {
             sessions.closers.remove(&conn);

@@ -111,12 +111,18 @@ impl Core {
         conn
     }
 
+    /// The row the core told `host`'s session, handed over with its reports as sessions do.
+    fn row_of(&self, host: &str) -> Option<u32> {
+        self.words.get(host).and_then(|word| word.row())
+    }
+
     /// The daemon of `host` on connection `conn` sends `report`.
     async fn report_on(&self, host: &str, conn: u64, mut report: HostReport) {
         let allocs_running = report.allocs_running.take();
         self.send(Event::Report {
             host: host.to_string(),
             conn,
+            row: self.row_of(host),
             report: Reported::Whole(Box::new(report)),
             allocs_running,
         })
@@ -129,6 +135,7 @@ impl Core {
         let same = Event::Report {
             host: host.to_string(),
             conn,
+            row: self.row_of(host),
             report: Reported::Same { seq },
             allocs_running: None,
         };

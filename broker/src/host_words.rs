@@ -27,7 +27,10 @@ use std::{
     cmp::Ordering,
     collections::{BTreeMap, BTreeSet, HashMap},
     iter::Peekable,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{
+        atomic::{AtomicU32, Ordering as AtomicOrdering},
+        Arc, Mutex, PoisonError,
+    },
 };
 
 use proto::msg::FromBroker;
@@ -86,6 +89,9 @@ impl HostWord {
 pub struct WordSlot {
     word: Mutex<Option<HostWord>>,
     changed: Notify,
+    /// The host's row in the core's host table, plus one (0: not said), which the session
+    /// hands over with each report ([`crate::hosts::HostAt`]).
+    row: AtomicU32,
 }
 
 impl WordSlot {
@@ -94,6 +100,17 @@ impl WordSlot {
     pub fn set(&self, word: HostWord) {
         *self.word.lock().unwrap_or_else(PoisonError::into_inner) = Some(word);
         self.changed.notify_one();
+    }
+
+    /// The host's row in the core's host table is `row` from now on.
+    pub fn set_row(&self, row: Option<u32>) {
+        let stored = row.and_then(|r| r.checked_add(1)).unwrap_or(0);
+        self.row.store(stored, AtomicOrdering::Relaxed);
+    }
+
+    /// The host's row as the core last said ([`Self::set_row`]).
+    pub fn row(&self) -> Option<u32> {
+        self.row.load(AtomicOrdering::Relaxed).checked_sub(1)
     }
 
     /// The word in the slot, if one was set.
@@ -135,6 +152,14 @@ pub struct HostWords {
 }
 
 impl HostWords {
+    /// The host's row in the table moved (a host joined before it): each session is told
+    /// its host's row again (`row_of`).
+    pub fn rows_moved(&self, row_of: impl Fn(&str) -> Option<u32>) {
+        for (host, (_, word)) in &self.sessions {
+            word.set_row(row_of(host));
+        }
+    }
+
     /// `host`'s daemon connected on `conn`: its session gets the host's word at once.
     pub fn connected(&mut self, host: &str, conn: ConnId, word: WordSender) {
         let current = self.published.get(host).cloned().unwrap_or(HostWord {
@@ -265,6 +290,23 @@ mod tests {
     };
 
     use super::*;
+
+    /// A slot's row is none until the core says one, then the last it said; the rows of
+    /// every connected session are said again when they move.
+    #[test]
+    fn a_sessions_row_is_the_last_the_core_said() {
+        let mut words = HostWords::default();
+        let slot = connect(&mut words, "node02", 1);
+        assert_eq!(slot.row(), None);
+        slot.set_row(Some(0));
+        assert_eq!(slot.row(), Some(0));
+        words.rows_moved(|host| (host == "node02").then_some(4));
+        assert_eq!(slot.row(), Some(4));
+        slot.set_row(None);
+        assert_eq!(slot.row(), None);
+        slot.set_row(Some(u32::MAX));
+        assert_eq!(slot.row(), None, "a row past what the slot holds is none");
+    }
 
     /// A session for `host` on connection `conn`: its slot.
     fn connect(words: &mut HostWords, host: &str, conn: ConnId) -> WordSender {

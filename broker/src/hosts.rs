@@ -38,6 +38,31 @@ use proto::{
 /// Identifies one accepted connection.
 pub type ConnId = u64;
 
+/// A host a report names: its name, and where the core last said its record is in the
+/// table ([`HostTable::row_of`], which the host daemon's session hands over with each
+/// report). A row found to hold another connection's record (a host joined before it since)
+/// is not taken: the name is looked up then.
+///
+/// Why: at 10k hosts the lookup of a report's host by name is cache-cold (the hash's slot,
+/// then the entry), most of what a repeated report costs the core.
+#[derive(Debug, Clone, Copy)]
+pub struct HostAt<'a> {
+    pub name: &'a str,
+    pub row: Option<u32>,
+}
+
+impl<'a> From<&'a str> for HostAt<'a> {
+    fn from(name: &'a str) -> Self {
+        HostAt { name, row: None }
+    }
+}
+
+impl<'a> From<&'a String> for HostAt<'a> {
+    fn from(name: &'a String) -> Self {
+        HostAt::from(name.as_str())
+    }
+}
+
 /// What the core must do after an event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
@@ -340,13 +365,18 @@ impl HostTable {
     /// A report arrived on `conn`. Reports on stale connections are ignored. A report that
     /// repeats the last one of a host that is up goes to [`take_repeated`](Self::take_repeated),
     /// any other to [`take_changes`](Self::take_changes).
-    pub fn report(&mut self, host: &str, conn: ConnId, report: HostReport, now: Instant) -> bool {
-        let Some(rec) = self.hosts.get_mut(host) else {
+    pub fn report<'a>(
+        &mut self,
+        host: impl Into<HostAt<'a>>,
+        conn: ConnId,
+        report: HostReport,
+        now: Instant,
+    ) -> bool {
+        let host = host.into();
+        let Some(rec) = record_of(&mut self.hosts, host, conn) else {
             return false;
         };
-        if rec.conn != Some(conn) {
-            return false;
-        }
+        let host = host.name;
         let repeats = rec.down_reason.is_none()
             && rec
                 .last_report
@@ -364,19 +394,21 @@ impl HostTable {
     /// in place (only the fields named are moved in; no whole report is copied or
     /// compared). False, changing nothing, for a stale connection or a host with no report
     /// yet (a connection sends a whole report before any changes: never after one).
-    pub fn report_changes(
+    pub fn report_changes<'a>(
         &mut self,
-        host: &str,
+        host: impl Into<HostAt<'a>>,
         conn: ConnId,
         patch: &mut ReportPatch,
         now: Instant,
     ) -> bool {
         // Passed on apart from the host's report (see `core`), as a whole report's is.
         patch.take_allocs_running();
-        let Some(rec) = self.hosts.get_mut(host) else {
+        let host = host.into();
+        let Some(rec) = record_of(&mut self.hosts, host, conn) else {
             return false;
         };
-        let Some((at, last)) = rec.last_report.as_mut().filter(|_| rec.conn == Some(conn)) else {
+        let host = host.name;
+        let Some((at, last)) = rec.last_report.as_mut() else {
             return false;
         };
         let differed = patch.apply_to(last);
@@ -402,11 +434,19 @@ impl HostTable {
     /// A report arrived on `conn` that is the host's last one but for its counter `seq`:
     /// taken as [`report`](Self::report) takes that report again. False, changing nothing,
     /// for a stale connection or a host with no report yet.
-    pub fn report_same(&mut self, host: &str, conn: ConnId, seq: u64, now: Instant) -> bool {
-        let Some(rec) = self.hosts.get_mut(host) else {
+    pub fn report_same<'a>(
+        &mut self,
+        host: impl Into<HostAt<'a>>,
+        conn: ConnId,
+        seq: u64,
+        now: Instant,
+    ) -> bool {
+        let host = host.into();
+        let Some(rec) = record_of(&mut self.hosts, host, conn) else {
             return false;
         };
-        let Some((at, last)) = rec.last_report.as_mut().filter(|_| rec.conn == Some(conn)) else {
+        let host = host.name;
+        let Some((at, last)) = rec.last_report.as_mut() else {
             return false;
         };
         *at = now;
@@ -415,6 +455,14 @@ impl HostTable {
         queue_silence_check(&mut self.silence_checks, host, rec, self.down_after);
         self.reported(host, repeats);
         true
+    }
+
+    /// Where `host`'s record is in the table, for its daemon's session to hand over with
+    /// each report ([`HostAt`]); `None` for a host the lab does not have.
+    pub fn row_of(&self, host: &str) -> Option<u32> {
+        self.hosts
+            .index_of(host)
+            .and_then(|row| u32::try_from(row).ok())
     }
 
     /// `host` reported: a report that `repeats` its last one goes to
@@ -745,6 +793,23 @@ fn repeats(last: &HostReport, new: &HostReport) -> bool {
         && last.logind == *logind
         && last.logind_error == *logind_error
         && last.warnings == *warnings
+}
+
+/// The record of `host` while `conn` is its connection: at the row the report gives when
+/// that row's record is `conn`'s (connection ids are never reused), else found by name.
+fn record_of<'m>(
+    hosts: &'m mut HostMap<HostRecord>,
+    host: HostAt<'_>,
+    conn: ConnId,
+) -> Option<&'m mut HostRecord> {
+    let at_row = host
+        .row
+        .map(|row| row as usize)
+        .filter(|&row| hosts.get_index(row).is_some_and(|r| r.conn == Some(conn)));
+    match at_row {
+        Some(row) => hosts.get_index_mut(row),
+        None => hosts.get_mut(host.name).filter(|r| r.conn == Some(conn)),
+    }
 }
 
 /// Why a host counts as silent now, if it does.

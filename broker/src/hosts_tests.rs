@@ -719,3 +719,45 @@ fn what_changed_applied_in_the_table_is_the_whole_report() {
     assert!(!patched.report_changes("node03", 5, &mut patch().expect("parses"), now));
     assert!(patched.take_repeated().is_empty());
 }
+
+/// A report handed over with its host's row is taken there; a row that holds another
+/// connection's record (a host joined before it since, or a wrong hint) or none is not:
+/// the host is found by its name then, and a report on a stale connection is refused
+/// either way.
+#[test]
+fn a_report_at_its_hosts_row_is_taken_there_and_a_wrong_row_is_not() {
+    let mut t = table();
+    let start = Instant::now();
+    let at_s = |s: u64| start + Duration::from_secs(s);
+    t.connected("node02", 1);
+    t.connected("node03", 2);
+    let (row02, row03) = (t.row_of("node02"), t.row_of("node03"));
+    assert_eq!((row02, row03), (Some(0), Some(1)));
+    assert_eq!(t.row_of("nodeXX"), None);
+    let at = |row| HostAt {
+        name: "node02",
+        row,
+    };
+    let age = |t: &HostTable, i: usize, s: u64| t.status(at_s(s))[i].last_report_age_s;
+    assert!(t.report(at(row02), 1, report("node02"), at_s(0)));
+    assert!(t.report_same(at(row02), 1, 2, at_s(1)));
+    assert_eq!(age(&t, 0, 1), Some(0.0));
+    // node03's row (no report yet) for node02's connection: node02's record, by name.
+    assert!(t.report_same(at(row03), 1, 3, at_s(2)));
+    assert_eq!(age(&t, 0, 2), Some(0.0));
+    assert!(
+        t.report_same(at(Some(7)), 1, 4, at_s(3)),
+        "a row past the table"
+    );
+    assert_eq!(age(&t, 0, 3), Some(0.0));
+    assert_eq!(age(&t, 1, 3), None, "node03 untouched");
+    // A stale connection's report, at the right row or not, changes nothing.
+    assert!(!t.report_same(at(row02), 9, 5, at_s(4)));
+    assert!(!t.report_same(at(None), 9, 5, at_s(4)));
+    assert_eq!(age(&t, 0, 4), Some(1.0));
+    // A pilot joining before node02 moves it on: its old row is not taken.
+    t.add_pilot("node01", "10.77.0.1");
+    assert_eq!(t.row_of("node02"), Some(1));
+    assert!(t.report_same(at(row02), 1, 6, at_s(5)), "found by name");
+    assert_eq!(age(&t, 1, 5), Some(0.0));
+}

@@ -21,6 +21,7 @@
 //! Not a test: nothing here asserts a speed.
 
 use std::{
+    collections::HashMap,
     path::Path,
     sync::{atomic::Ordering, Arc},
     time::{Duration, Instant},
@@ -60,6 +61,10 @@ struct Args {
     /// No decision trace (as `trace_files_kept = 0`).
     #[arg(long)]
     no_trace: bool,
+    /// Reports without their host's row in the table (each host found by its name, as the
+    /// broker's sessions handed them over before session 39).
+    #[arg(long)]
+    by_name: bool,
     /// Every round in name order instead of a shuffled one.
     #[arg(long)]
     name_order: bool,
@@ -93,11 +98,12 @@ fn main() -> anyhow::Result<()> {
     lab.send(
         lab.names
             .iter()
-            .map(|n| report_event(n, 1, shape))
+            .map(|n| report_event(n, None, 1, shape))
             .collect(),
     )?;
     lab.wait_for_core()?;
-    let rounds = rounds_of_events(&lab.names, &args, shape);
+    let rows = lab.rows(args.by_name);
+    let rounds = rounds_of_events(&lab.names, &rows, &args, shape);
     let (wall, cpu) = (Instant::now(), process_cpu());
     for events in rounds {
         lab.send(events)?;
@@ -129,7 +135,12 @@ fn main() -> anyhow::Result<()> {
 /// Every timed round's events, built before the timing starts: encoding and reading back
 /// what changed costs about what the core's handling does, and built while the core ran
 /// (one arena, two cores) it was timed with the core's.
-fn rounds_of_events(names: &[String], args: &Args, shape: Shape) -> Vec<Vec<Event>> {
+fn rounds_of_events(
+    names: &[String],
+    rows: &HashMap<String, u32>,
+    args: &Args,
+    shape: Shape,
+) -> Vec<Vec<Event>> {
     let mut rng = fastrand::Rng::with_seed(ORDER_SEED);
     let mut order: Vec<&String> = names.iter().collect();
     (2..2 + args.rounds)
@@ -137,10 +148,17 @@ fn rounds_of_events(names: &[String], args: &Args, shape: Shape) -> Vec<Vec<Even
             if !args.name_order {
                 rng.shuffle(&mut order);
             }
+            let row = |n: &str| rows.get(n).copied();
             match (args.quiet, args.whole_reports) {
-                (true, _) => order.iter().map(|n| same_event(n, seq)).collect(),
-                (false, true) => order.iter().map(|n| report_event(n, seq, shape)).collect(),
-                (false, false) => order.iter().map(|n| changes_event(n, seq, shape)).collect(),
+                (true, _) => order.iter().map(|n| same_event(n, row(n), seq)).collect(),
+                (false, true) => order
+                    .iter()
+                    .map(|n| report_event(n, row(n), seq, shape))
+                    .collect(),
+                (false, false) => order
+                    .iter()
+                    .map(|n| changes_event(n, row(n), seq, shape))
+                    .collect(),
             }
         })
         .collect()
@@ -156,6 +174,8 @@ struct Lab {
     trace: Option<Arc<TraceStats>>,
     /// Each connection's end, kept open while the core runs.
     closes: Vec<oneshot::Receiver<String>>,
+    /// Where each host's session hears from the core (its row in the table among it).
+    words: Vec<(String, WordSender)>,
     next_conn: u64,
     waiter: tokio::runtime::Runtime,
 }
@@ -212,6 +232,7 @@ impl Lab {
             names,
             trace,
             closes: Vec::new(),
+            words: Vec::new(),
             next_conn: 1,
             waiter: tokio::runtime::Builder::new_current_thread().build()?,
         })
@@ -236,8 +257,21 @@ impl Lab {
     /// Every host's daemon connects, on connection `i` for host `i`.
     fn connect_all(&mut self) -> anyhow::Result<()> {
         let names = self.names.clone();
-        let events = names.iter().map(|n| self.connected(n).0).collect();
+        let mut events = Vec::new();
+        for name in names {
+            let (event, word) = self.connected(&name);
+            events.push(event);
+            self.words.push((name, word));
+        }
         self.send(events)
+    }
+
+    /// Each host's row as the core told its session, for its reports to hand over as a
+    /// session does (none `by_name`).
+    fn rows(&self, by_name: bool) -> HashMap<String, u32> {
+        let rows = self.words.iter().filter(|_| !by_name);
+        rows.filter_map(|(name, word)| Some((name.clone(), word.row()?)))
+            .collect()
     }
 
     fn send(&self, events: Vec<Event>) -> anyhow::Result<()> {
@@ -261,12 +295,13 @@ impl Lab {
 }
 
 /// Host `name`'s report number `seq` (connection `i + 1` for the `i`th host).
-fn report_event(name: &str, seq: u64, shape: Shape) -> Event {
+fn report_event(name: &str, row: Option<u32>, seq: u64, shape: Shape) -> Event {
     let mut report = report(name, seq, shape);
     let allocs_running = report.allocs_running.take();
     Event::Report {
         host: name.to_string(),
         conn: conn_of(name),
+        row,
         report: Reported::Whole(Box::new(report)),
         allocs_running,
     }
@@ -274,12 +309,12 @@ fn report_event(name: &str, seq: u64, shape: Shape) -> Event {
 
 /// Host `name`'s report number `seq` as what changed since its last, as a session hands it
 /// over (`proto::repeats`): the allocations running apart, the last known when not named.
-fn changes_event(name: &str, seq: u64, shape: Shape) -> Event {
+fn changes_event(name: &str, row: Option<u32>, seq: u64, shape: Shape) -> Event {
     let (last, new) = (report(name, seq - 1, shape), report(name, seq, shape));
     let text = report_changes::encode(&last, &new).expect("a report encodes");
     let mut patch = report_changes::parse(&text).expect("what changed reads back");
     if patch.fields().is_empty() {
-        return same_event(name, seq);
+        return same_event(name, row, seq);
     }
     let allocs_running = patch
         .take_allocs_running()
@@ -287,16 +322,18 @@ fn changes_event(name: &str, seq: u64, shape: Shape) -> Event {
     Event::Report {
         host: name.to_string(),
         conn: conn_of(name),
+        row,
         report: Reported::Changes(Box::new(patch)),
         allocs_running,
     }
 }
 
 /// Host `name`'s report number `seq`, the same text as its last but for the counter.
-fn same_event(name: &str, seq: u64) -> Event {
+fn same_event(name: &str, row: Option<u32>, seq: u64) -> Event {
     Event::Report {
         host: name.to_string(),
         conn: conn_of(name),
+        row,
         report: Reported::Same { seq },
         allocs_running: Some(Vec::new()),
     }

@@ -61,7 +61,8 @@ pub(super) async fn hostd_session<S>(
                     }
                     FrameRead::End(why) => break why,
                 };
-                ctx.turns.queue(report_event(&host, id, report, &last_allocs_running));
+                let row = word_slot.row();
+                ctx.turns.queue(report_event(&host, id, row, report, &last_allocs_running));
                 // A daemon that ends allocations past their deadline hears of them from now.
                 if let Some(word) = told.starts_ending(&last_allocs_running, &word_slot) {
                     if told.send(&mut conn, &word, ctx.sweep_live).await.is_err() {
@@ -126,11 +127,12 @@ pub(super) fn read_frame(
     }
 }
 
-/// The core's event for a report of `host`'s daemon on connection `conn` (counted in the
-/// metrics).
+/// The core's event for a report of `host`'s daemon on connection `conn`, its record at
+/// `row` as the core last said (counted in the metrics).
 pub(super) fn report_event(
     host: &str,
     conn: u64,
+    row: Option<u32>,
     report: Reported,
     allocs_running: &Option<Vec<u64>>,
 ) -> Event {
@@ -138,6 +140,7 @@ pub(super) fn report_event(
     Event::Report {
         host: host.to_string(),
         conn,
+        row,
         report,
         allocs_running: allocs_running.clone(),
     }

@@ -424,6 +424,7 @@ impl Session {
         events.push(report_event(
             &self.host,
             self.conn,
+            self.word.row(),
             report,
             &self.last_allocs_running,
         ));
