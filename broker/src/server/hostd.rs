@@ -29,6 +29,7 @@ pub(super) async fn hostd_session<S>(
     let mut frames = HostdFrames::default();
     let mut last_allocs_running: Option<Vec<u64>> = None;
     let mut pace = Pace::default();
+    let mut lease = LeaseAfterReport::default();
     // The waits for the broker's stop and for a word are made once, not per frame: each
     // made and dropped around every frame registered and unregistered a waiter under a
     // lock, twice a frame.
@@ -52,7 +53,9 @@ pub(super) async fn hostd_session<S>(
                 let report = match read_frame(frame, &host, &mut last_allocs_running) {
                     FrameRead::Report(report) => report,
                     FrameRead::Other(event) => {
-                        ctx.turns.queue(event);
+                        if let Some(event) = lease.told(event) {
+                            ctx.turns.queue(event);
+                        }
                         continue;
                     }
                     FrameRead::Refuse(why) => {
@@ -63,6 +66,9 @@ pub(super) async fn hostd_session<S>(
                 };
                 let row = word_slot.row();
                 ctx.turns.queue(report_event(&host, id, row, report, &last_allocs_running));
+                if let Some(event) = lease.reported() {
+                    ctx.turns.queue(event);
+                }
                 // A daemon that ends allocations past their deadline hears of them from now.
                 if let Some(word) = told.starts_ending(&last_allocs_running, &word_slot) {
                     if told.send(&mut conn, &word, ctx.sweep_live).await.is_err() {
@@ -124,6 +130,34 @@ pub(super) fn read_frame(
         )),
         Err(FrameError::Closed) => FrameRead::End("connection closed".into()),
         Err(e) => FrameRead::Refuse(e.to_string()),
+    }
+}
+
+/// A pilot's lease that its daemon tells before the connection's first report (as it
+/// does: at once after its handshake) waits for that report: the allocator takes a lease
+/// only for a host whose view it has, so a lease the core heard first was dropped and the
+/// pilot's row never showed its Slurm job (found in the lab, under load, where the first
+/// report came a turn after the lease).
+#[derive(Debug, Default)]
+pub(super) struct LeaseAfterReport {
+    reported: bool,
+    held: Option<Event>,
+}
+
+impl LeaseAfterReport {
+    /// `event` (not a report) read: to the core now, or `None` while it waits.
+    pub(super) fn told(&mut self, event: Event) -> Option<Event> {
+        if self.reported || !matches!(event, Event::PilotLease { .. }) {
+            return Some(event);
+        }
+        self.held = Some(event);
+        None
+    }
+
+    /// A report went to the core: the lease that waited for it, if one did.
+    pub(super) fn reported(&mut self) -> Option<Event> {
+        self.reported = true;
+        self.held.take()
     }
 }
 

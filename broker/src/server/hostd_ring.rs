@@ -37,7 +37,7 @@ use tokio::sync::{oneshot, OwnedSemaphorePermit};
 use tracing::warn;
 
 use super::{
-    hostd::{read_frame, report_event, FrameRead, Told},
+    hostd::{read_frame, report_event, FrameRead, LeaseAfterReport, Told},
     turns::FRAMES_PER_TURN,
 };
 use crate::{
@@ -89,11 +89,14 @@ struct Session {
     lines: LineBuffer,
     frames: HostdFrames,
     last_allocs_running: Option<Vec<u64>>,
+    lease: LeaseAfterReport,
     told: Told,
     sweep_live: bool,
     word: WordSender,
     next_word: Pin<Box<dyn Future<Output = HostWord> + Send>>,
-    close: oneshot::Receiver<String>,
+    /// The core's close, until it came (a spent receiver must not be polled again: its
+    /// session may be woken twice in a turn).
+    close: Option<oneshot::Receiver<String>>,
     waker: Waker,
     /// Frames read in the turn `pace_turn`.
     frames_read: u32,
@@ -245,11 +248,12 @@ impl RingSessions {
             lines: conn.lines,
             frames: HostdFrames::default(),
             last_allocs_running: None,
+            lease: LeaseAfterReport::default(),
             told: Told::default(),
             sweep_live: conn.sweep_live,
             next_word: next_word(&word),
             word,
-            close,
+            close: Some(close),
             waker,
             frames_read: 0,
             pace_turn: 0,
@@ -303,7 +307,11 @@ impl RingSessions {
             };
             let waker = session.waker.clone();
             let mut cx = Context::from_waker(&waker);
-            if let Poll::Ready(why) = Pin::new(&mut session.close).poll(&mut cx) {
+            let Some(close) = session.close.as_mut() else {
+                continue; // closed in this turn already
+            };
+            if let Poll::Ready(why) = Pin::new(close).poll(&mut cx) {
+                session.close = None;
                 let why = why.unwrap_or_else(|_| "closed by broker".into());
                 self.ending.push((token, why, None));
                 continue;
@@ -415,7 +423,7 @@ impl Session {
         let report = match read_frame(frame, &self.host, &mut self.last_allocs_running) {
             FrameRead::Report(report) => report,
             FrameRead::Other(event) => {
-                events.push(event);
+                events.extend(self.lease.told(event));
                 return None;
             }
             FrameRead::Refuse(why) => return Some(Read::Ends(why.clone(), Some(why))),
@@ -428,6 +436,7 @@ impl Session {
             report,
             &self.last_allocs_running,
         ));
+        events.extend(self.lease.reported());
         // A daemon that ends allocations past their deadline hears of them from now.
         if let Some(word) = self
             .told

@@ -280,3 +280,73 @@ fn every_session_ends_when_the_broker_stops() {
         0
     );
 }
+
+/// The core's word and close waking a session in the same turn (its token twice on the
+/// list of those woken) end it once: found in the lab, where a word and a close came
+/// together and the second poll of the spent close panicked the host daemons' thread.
+#[test]
+fn a_word_and_a_close_in_the_same_turn_end_the_session_once() {
+    let Some(mut sessions) = ring() else { return };
+    let mut events = Vec::new();
+    let _daemon = connect(&mut sessions, &mut events, b"");
+    let Some(Event::HostdConnected { word, close, .. }) = events.pop() else {
+        panic!("connected first: {events:?}");
+    };
+    word.set(HostWord::default());
+    close
+        .send("closed by the test".into())
+        .expect("the session listens");
+    word.set(HostWord::default());
+    sessions.turn(Vec::new(), &mut events).expect("a turn");
+    sessions.turn(Vec::new(), &mut events).expect("a turn");
+    let ends = events
+        .iter()
+        .filter(|e| matches!(e, Event::Disconnected { .. }))
+        .count();
+    assert_eq!(ends, 1, "{events:?}");
+    assert_eq!(disconnected(&events), Some("closed by the test"));
+}
+
+/// A pilot's lease told before the connection's first report reaches the core right after
+/// that report, not before (the allocator takes a lease only for a host it has a view of);
+/// a lease told after a report goes at once.
+#[test]
+fn a_pilots_lease_told_before_its_first_report_follows_the_report() {
+    let Some(mut sessions) = ring() else { return };
+    let mut events = Vec::new();
+    let mut daemon = connect(&mut sessions, &mut events, b"");
+    let lease = |ending| {
+        let told = ToBroker::PilotLease {
+            slurm_job: "4242".into(),
+            ending,
+        };
+        encode(&told).expect("encodes") + "\n"
+    };
+    daemon.write_all(lease(false).as_bytes()).expect("sent");
+    // Turns go by with the lease read and held (the daemon's first report is late).
+    for _ in 0..20 {
+        sessions.turn(Vec::new(), &mut events).expect("a turn");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let leases = |events: &[Event]| {
+        events
+            .iter()
+            .filter(|e| matches!(e, Event::PilotLease { .. }))
+            .count()
+    };
+    assert_eq!(leases(&events), 0, "held: {events:?}");
+    daemon.write_all(report_line(1).as_bytes()).expect("sent");
+    turn_until(&mut sessions, &mut events, |e| leases(e) == 1);
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| match e {
+            Event::HostdConnected { .. } => "connected",
+            Event::Report { .. } => "report",
+            Event::PilotLease { .. } => "lease",
+            _ => "other",
+        })
+        .collect();
+    assert_eq!(kinds, ["connected", "report", "lease"]);
+    daemon.write_all(lease(true).as_bytes()).expect("sent");
+    turn_until(&mut sessions, &mut events, |e| leases(e) == 2);
+}

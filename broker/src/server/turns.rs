@@ -247,13 +247,21 @@ fn run_turns(
                 .unwrap_or_else(PoisonError::into_inner),
         );
         if let Some(sessions) = ring.as_mut() {
-            if let Err(e) = ring_turn(sessions, incoming, &mut ring_events, stopping) {
-                error!(error = %e, "reading through io_uring failed: host daemons are read through epoll from now on");
+            // A defect in a session must not take every daemon's reading with it: the ring
+            // is given up as when it fails.
+            let turned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                ring_turn(sessions, incoming, &mut ring_events, stopping)
+            }));
+            let failed = match turned {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(e.to_string()),
+                Err(_) => Some("a session panicked".to_string()),
+            };
+            if let Some(why) = failed {
+                error!(%why, "reading through io_uring failed: host daemons are read through epoll from now on");
                 shared.through_ring.store(false, Ordering::Release);
-                sessions.end_all(
-                    &format!("the broker's io_uring failed: {e}"),
-                    &mut ring_events,
-                );
+                let ended = format!("the broker's io_uring failed: {why}");
+                sessions.end_all(&ended, &mut ring_events);
                 ring = None;
             }
         }
