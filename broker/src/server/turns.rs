@@ -71,6 +71,9 @@ struct Shared {
     through_ring: AtomicBool,
     /// Connections handed to the ring since the last turn.
     incoming: Mutex<Vec<Incoming>>,
+    /// The tests' defect: the next ring turn panics.
+    #[cfg(test)]
+    ring_defect: AtomicBool,
 }
 
 impl HostdTurns {
@@ -250,6 +253,10 @@ fn run_turns(
             // A defect in a session must not take every daemon's reading with it: the ring
             // is given up as when it fails.
             let turned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                #[cfg(test)]
+                if shared.ring_defect.swap(false, Ordering::AcqRel) {
+                    panic!("a defect the test put in the ring's turn");
+                }
                 ring_turn(sessions, incoming, &mut ring_events, stopping)
             }));
             let failed = match turned {
@@ -289,6 +296,50 @@ mod tests {
         let (stop, stopped) = watch::channel(false);
         let turns = HostdTurns::start_reading(events, stopped, false).expect("the turns' thread");
         (turns, queues, stop)
+    }
+
+    /// A ring turn that panics (a defect in a session) gives the ring up: its sessions end
+    /// with why, their daemons see their connection end, and connections are read through
+    /// epoll from then on.
+    #[tokio::test]
+    async fn a_ring_turn_that_panics_ends_its_sessions_and_epoll_takes_over() {
+        let (events, mut queues) = crate::core::channel(1024);
+        let (_stop, stopped) = watch::channel(false);
+        let turns = HostdTurns::start_reading(events, stopped, true).expect("the turns' thread");
+        if !turns.reads_through_ring() {
+            eprintln!("io_uring cannot be used here: not tested");
+            return;
+        }
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().expect("a socket pair");
+        ours.set_nonblocking(true).expect("non-blocking");
+        turns.hand_to_ring(Incoming {
+            fd: ours.into(),
+            lines: proto::frame::LineBuffer::new(proto::MAX_FRAME_BYTES),
+            host: "node01".into(),
+            conn: 3,
+            sweep_live: false,
+            permit: None,
+        });
+        assert!(matches!(
+            queues.next_event().await,
+            Some(Event::HostdConnected { conn: 3, .. })
+        ));
+        turns.shared.ring_defect.store(true, Ordering::Release);
+        match queues.next_event().await {
+            Some(Event::Disconnected {
+                conn: 3, reason, ..
+            }) => {
+                assert!(reason.contains("io_uring failed"), "{reason}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(!turns.reads_through_ring(), "epoll from now on");
+        let mut byte = [0u8; 1];
+        theirs
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("a timeout");
+        let read = std::io::Read::read(&mut &theirs, &mut byte).expect("the end");
+        assert_eq!(read, 0, "the daemon sees its connection end");
     }
 
     fn daemon_started(i: usize) -> Event {
