@@ -26,14 +26,14 @@ use std::{
 };
 
 use allocation::HostMap;
-
-use crate::shared_lists::SharedLists;
 use config::HostEntry;
 use proto::{
     report::{HostReport, HostState, HostStatus},
     report_changes::{Fields, ReportPatch},
     row_parts::{FixedPart, LivePart},
 };
+
+use crate::shared_lists::SharedLists;
 
 /// Identifies one accepted connection.
 pub type ConnId = u64;

@@ -1,3 +1,7 @@
+//! The ring on real loopback sockets: what each socket sent arrives whole and in order, a
+//! closed or paused socket behaves as `Ring` says (where io_uring cannot be used, each test
+//! says so and passes without testing).
+
 use std::{
     io::{Read, Write},
     net::{TcpListener, TcpStream},

@@ -14,9 +14,10 @@
 //! core's word for its host ([`WordSender`]) and its close, each polled only in the turn
 //! after it woke. Writes (the words, a refusal) are rare and small: written at once without
 //! blocking, the rest kept for the next turns; a daemon that reads none of it for
-//! [`OUTBOX_LIMIT`] bytes is closed. A daemon that sends more than [`FRAMES_PER_TURN`]
-//! frames in a turn is paused (its socket's receive cancelled, the rest waits in its
-//! socket) until its session has read what it holds.
+//! [`OUTBOX_LIMIT`] bytes is closed. A daemon that sends more than
+//! [`FRAMES_PER_TURN`](super::turns::FRAMES_PER_TURN) frames in a turn is paused (its
+//! socket's receive cancelled, the rest waits in its socket) until its session has read
+//! what it holds.
 
 use std::{
     future::Future,
@@ -38,7 +39,7 @@ use tracing::warn;
 
 use super::{
     hostd::{read_frame, report_event, FrameRead, LeaseAfterReport, Told},
-    turns::FRAMES_PER_TURN,
+    turns::Pace,
 };
 use crate::{
     core::Event,
@@ -98,9 +99,8 @@ struct Session {
     /// session may be woken twice in a turn).
     close: Option<oneshot::Receiver<String>>,
     waker: Waker,
-    /// Frames read in the turn `pace_turn`.
-    frames_read: u32,
-    pace_turn: u64,
+    /// Frames read in this turn.
+    pace: Pace,
     paused: bool,
     outbox: Vec<u8>,
     _permit: Option<OwnedSemaphorePermit>,
@@ -255,8 +255,7 @@ impl RingSessions {
             word,
             close: Some(close),
             waker,
-            frames_read: 0,
-            pace_turn: 0,
+            pace: Pace::default(),
             paused: false,
             outbox: Vec::new(),
             _permit: conn.permit,
@@ -375,12 +374,8 @@ impl RingSessions {
 impl Session {
     /// Reads the whole lines the session holds, up to its frames of this turn.
     fn read(&mut self, turn: u64, events: &mut Vec<Event>, writing: &mut Vec<Token>) -> Read {
-        if self.pace_turn != turn {
-            self.pace_turn = turn;
-            self.frames_read = 0;
-        }
         loop {
-            if self.frames_read >= FRAMES_PER_TURN {
+            if self.pace.spent(turn) {
                 return Read::Behind;
             }
             let line = match self.lines.take_line() {
@@ -388,7 +383,7 @@ impl Session {
                 Ok(None) => return Read::Done,
                 Err(e) => return Read::Ends(e.to_string(), Some(e.to_string())),
             };
-            self.frames_read += 1;
+            self.pace.count(turn);
             if let Some(ends) = self.frame(Ok(line), events, writing) {
                 return ends;
             }

@@ -16,6 +16,7 @@ use proto::{
 
 use super::*;
 use crate::core::Reported;
+use crate::server::turns::FRAMES_PER_TURN;
 
 fn ring() -> Option<RingSessions> {
     match RingSessions::new() {

@@ -159,11 +159,7 @@ impl HostdTurns {
     /// [`FRAMES_PER_TURN`] in this turn, returns at the next.
     pub async fn frame_read(&self, pace: &mut Pace) {
         let turn = self.shared.turns.load(Ordering::Acquire);
-        if pace.turn != turn {
-            *pace = Pace { turn, frames: 0 };
-        }
-        pace.frames += 1;
-        if pace.frames < FRAMES_PER_TURN {
+        if !pace.count(turn) {
             return;
         }
         let ended = self.shared.turn_ended.notified();
@@ -197,11 +193,29 @@ fn ring_turn(
     Ok(())
 }
 
-/// A session's frames in the current turn ([`HostdTurns::frame_read`]).
+/// A session's frames in the current turn ([`HostdTurns::frame_read`], and the sessions
+/// read through io_uring, which count their own turns).
 #[derive(Debug, Default)]
 pub struct Pace {
     turn: u64,
     frames: u32,
+}
+
+impl Pace {
+    /// Counts a frame read in `turn`; whether that was the turn's last
+    /// ([`FRAMES_PER_TURN`]).
+    pub fn count(&mut self, turn: u64) -> bool {
+        if self.turn != turn {
+            *self = Pace { turn, frames: 0 };
+        }
+        self.frames += 1;
+        self.frames >= FRAMES_PER_TURN
+    }
+
+    /// Whether `turn`'s frames are all read.
+    pub fn spent(&self, turn: u64) -> bool {
+        self.turn == turn && self.frames >= FRAMES_PER_TURN
+    }
 }
 
 /// Whether [`READ_VAR`] asks for io_uring (unset: yes).
