@@ -124,7 +124,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FramedConn<S> {
             } else {
                 let want = self.lines.bytes.len().clamp(SMALL_BUFFER, READ_CHUNK);
                 let room = (self.lines.limit + 1 - self.lines.bytes.len()).min(want);
-                self.grow_for(room);
+                self.lines.grow_for(room);
                 let mut window = (&mut self.lines.bytes).limit(room);
                 self.stream.read_buf(&mut window).await?
             };
@@ -150,18 +150,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> FramedConn<S> {
             Poll::Ready(Ok(window.filled().len()))
         })
         .await
-    }
-
-    /// Room for `more` bytes: capacity doubles (amortized, for multi-MiB answers) but never
-    /// past `limit + 1`.
-    fn grow_for(&mut self, more: usize) {
-        let need = self.lines.bytes.len() + more;
-        if self.lines.bytes.capacity() < need {
-            let target = need.max((2 * self.lines.bytes.capacity()).min(self.lines.limit + 1));
-            self.lines
-                .bytes
-                .reserve_exact(target - self.lines.bytes.len());
-        }
     }
 
     /// Writes one message and flushes it.
@@ -259,6 +247,16 @@ impl LineBuffer {
     /// Whether no byte waits.
     pub fn is_empty(&self) -> bool {
         self.bytes.is_empty()
+    }
+
+    /// Room for `more` bytes: capacity doubles (amortized, for multi-MiB answers) but never
+    /// past `limit + 1`.
+    fn grow_for(&mut self, more: usize) {
+        let need = self.bytes.len() + more;
+        if self.bytes.capacity() < need {
+            let target = need.max((2 * self.bytes.capacity()).min(self.limit + 1));
+            self.bytes.reserve_exact(target - self.bytes.len());
+        }
     }
 
     /// Adds bytes read; once more than the limit wait without a newline, [`Self::take_line`]
